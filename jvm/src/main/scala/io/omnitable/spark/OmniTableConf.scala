@@ -1,0 +1,111 @@
+package io.omnitable.spark
+
+import java.util.Locale
+
+import scala.collection.mutable
+
+import io.omnitable.spark.errors.OmniTableErrors
+import org.apache.spark.sql.SparkSession
+
+/**
+ * One OmniTable setting, declared once: the session key (`spark.omnitable.…`), the read option
+ * that overrides it for one read (snake_case, case-insensitive like every Spark option), its
+ * type (through `parse`, which validates), default and doc.
+ */
+final case class OmniTableConfEntry[T](
+    sessionKey: String,
+    optionKey: Option[String],
+    default: Option[T],
+    doc: String,
+    parse: String => Either[String, T])
+
+/**
+ * Every `spark.omnitable.*` setting, and the one precedence chain used to read them:
+ * read option → session conf → default.
+ */
+object OmniTableConf {
+
+  private val registry = mutable.LinkedHashMap.empty[String, OmniTableConfEntry[_]]
+
+  private def declare[T](entry: OmniTableConfEntry[T]): OmniTableConfEntry[T] = {
+    require(!registry.contains(entry.sessionKey), s"duplicate setting ${entry.sessionKey}")
+    registry(entry.sessionKey) = entry
+    entry
+  }
+
+  private def positiveInt(max: Int)(s: String): Either[String, Int] =
+    s.trim.toIntOption.filter(v => v > 0 && v <= max).toRight(s"expected an integer in 1..$max")
+
+  private def positiveLong(s: String): Either[String, Long] =
+    s.trim.toLongOption.filter(_ > 0).toRight("expected a positive integer")
+
+  private def boolean(s: String): Either[String, Boolean] =
+    s.trim.toLowerCase(Locale.ROOT).toBooleanOption.toRight("expected true or false")
+
+  val WAREHOUSE: OmniTableConfEntry[String] = declare(OmniTableConfEntry(
+    "spark.omnitable.warehouse", Some("warehouse"), None,
+    "The warehouse to read: a directory (catalog.db inside), sqlite:///path.db, or " +
+      "postgresql://user:env:VAR@host:port/db. See docs/catalog.md, 'Addressing a catalog'.",
+    s => if (s.trim.isEmpty) Left("expected a non-empty warehouse address") else Right(s.trim)))
+
+  val BATCH_SIZE: OmniTableConfEntry[Int] = declare(OmniTableConfEntry(
+    "spark.omnitable.read.batch_size", Some("batch_size"), Some(4096),
+    "Rows per columnar batch the Parquet readers decode (an upper bound: a batch also ends " +
+      "where any zipped file's row group ends).",
+    positiveInt(1 << 20)))
+
+  val MAX_ROWS_PER_PARTITION: OmniTableConfEntry[Long] = declare(OmniTableConfEntry(
+    "spark.omnitable.read.max_rows_per_partition", Some("max_rows_per_partition"), Some(1L << 20),
+    "Fragments with more rows are split into input partitions of at most this many rows.",
+    positiveLong))
+
+  val STATS_PRUNING: OmniTableConfEntry[Boolean] = declare(OmniTableConfEntry(
+    "spark.omnitable.read.stats_pruning", Some("stats_pruning"), Some(true),
+    "Skip fragments whose catalog min/max/null-count statistics prove a pushed predicate false.",
+    boolean))
+
+  val ROW_GROUP_FILTERING: OmniTableConfEntry[Boolean] = declare(OmniTableConfEntry(
+    "spark.omnitable.read.row_group_filtering", Some("row_group_filtering"), Some(true),
+    "Skip row ranges of a fragment whose Parquet row-group statistics (in the file carrying the " +
+      "predicate column) prove a pushed predicate false; the same rows are skipped in every file.",
+    boolean))
+
+  /** All declared settings, in declaration order (for docs and tests). */
+  def entries: Seq[OmniTableConfEntry[_]] = registry.values.toSeq
+
+  /** Settings of one read: `options` are the read's options (any key case). */
+  def apply(options: Map[String, String]): OmniTableConf = {
+    val session = SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession)
+    new OmniTableConf(options, key => session.flatMap(_.conf.getOption(key)))
+  }
+}
+
+/** Typed view of the settings of one read or one catalog, resolved through the chain above. */
+final class OmniTableConf(options: Map[String, String], session: String => Option[String]) {
+  import OmniTableConf._
+
+  private val lowered = options.map { case (k, v) => k.toLowerCase(Locale.ROOT) -> v }
+
+  /** The value of `entry`: read option, else session conf, else default (None if none). */
+  def getOption[T](entry: OmniTableConfEntry[T]): Option[T] = {
+    val fromOption = entry.optionKey.flatMap(k => lowered.get(k.toLowerCase(Locale.ROOT)).map(k -> _))
+    val raw = fromOption.orElse(session(entry.sessionKey).map(entry.sessionKey -> _))
+    raw match {
+      case Some((key, value)) =>
+        entry.parse(value) match {
+          case Right(v) => Some(v)
+          case Left(why) => throw OmniTableErrors.invalidOption(key, value, why)
+        }
+      case None => entry.default
+    }
+  }
+
+  def get[T](entry: OmniTableConfEntry[T]): T =
+    getOption(entry).getOrElse(throw new IllegalStateException(s"${entry.sessionKey} has no default"))
+
+  def warehouse: String = getOption(WAREHOUSE).getOrElse(throw OmniTableErrors.missingWarehouse())
+  def batchSize: Int = get(BATCH_SIZE)
+  def maxRowsPerPartition: Long = get(MAX_ROWS_PER_PARTITION)
+  def statsPruning: Boolean = get(STATS_PRUNING)
+  def rowGroupFiltering: Boolean = get(ROW_GROUP_FILTERING)
+}

@@ -1,0 +1,50 @@
+package io.omnitable.spark
+
+import org.apache.spark.sql.SparkSessionExtensions
+import org.apache.spark.sql.catalyst.FunctionIdentifier
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.{Expression, ExpressionInfo, LeafExpression}
+import org.apache.spark.sql.catalyst.expressions.codegen.CodegenFallback
+import org.apache.spark.sql.types.{DataType, StringType}
+import org.apache.spark.unsafe.types.UTF8String
+
+/**
+ * The single injection point of OmniTable into Spark (`spark.sql.extensions`). Every rule and
+ * function OmniTable adds to a session is injected here, grouped by phase, with one line on why.
+ */
+class OmniTableSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
+
+  override def apply(extensions: SparkSessionExtensions): Unit = {
+    // --- functions -----------------------------------------------------------------------
+    // omnitable_version(): proves the extension is loaded and tells which jar a session runs.
+    extensions.injectFunction(OmniTableSparkSessionExtensions.versionFunction)
+
+    // --- parser / analyzer / optimizer / planner rules -----------------------------------
+    // (none yet: scans of logical tables are planned by the DataSource V2 connector)
+  }
+}
+
+object OmniTableSparkSessionExtensions {
+
+  private[spark] val versionFunction: (FunctionIdentifier, ExpressionInfo, Seq[Expression] => Expression) = {
+    val name = "omnitable_version"
+    val info = new ExpressionInfo(
+      classOf[OmniTableVersionExpression].getName, null, name,
+      "_FUNC_() - Returns the version of the OmniTable Spark extension jar.",
+      "", "", "", "misc_funcs", "0.1.0", "", "built-in")
+    val builder = (args: Seq[Expression]) => {
+      if (args.nonEmpty) throw errors.OmniTableErrors.wrongArguments(name, 0, args.size)
+      OmniTableVersionExpression()
+    }
+    (FunctionIdentifier(name), info, builder)
+  }
+}
+
+/** `omnitable_version()`: the jar's version, a constant string (folded by the optimizer). */
+case class OmniTableVersionExpression() extends LeafExpression with CodegenFallback {
+  override def nullable: Boolean = false
+  override def foldable: Boolean = true
+  override def dataType: DataType = StringType
+  override def prettyName: String = "omnitable_version"
+  override def eval(input: InternalRow): Any = UTF8String.fromString(OmniTableVersion.current)
+}

@@ -1,0 +1,77 @@
+package io.omnitable.spark.catalog
+
+import java.sql.{Connection, SQLException}
+import java.util.Properties
+
+import io.omnitable.spark.errors.OmniTableErrors
+
+/**
+ * Opens read-only JDBC connections to a catalog. Drivers are instantiated directly rather than
+ * looked up through `DriverManager`, which cannot see drivers that Spark loaded from
+ * `spark.jars` (a child class loader), and which would be fooled by relocated (shaded) drivers.
+ */
+object JdbcConnector {
+
+  /** Environment lookup; a function so tests can substitute it. */
+  type Env = String => Option[String]
+  val systemEnv: Env = name => Option(System.getenv(name))
+
+  /**
+   * A connection in a read-only transaction with a consistent view of the catalog (SQLite WAL
+   * read transaction / PostgreSQL REPEATABLE READ), so a snapshot is never resolved across a
+   * concurrent commit. The caller closes it.
+   */
+  def open(address: CatalogAddress, env: Env = systemEnv): Connection = address match {
+    case a: SqliteAddress => openSqlite(a)
+    case a: PostgresAddress => openPostgres(a, env)
+  }
+
+  private def openSqlite(a: SqliteAddress): Connection = {
+    if (!a.dbFile.isFile) {
+      val what = if (a.dbFile.getParentFile != null && !a.dbFile.getParentFile.exists()) "the directory does not exist"
+        else s"there is no catalog file ${a.dbFile.getPath}"
+      throw OmniTableErrors.notACatalog(a.display, what)
+    }
+    val props = new Properties()
+    props.setProperty("busy_timeout", "30000")
+    props.setProperty("open_mode", "1") // SQLITE_OPEN_READONLY: the JVM never writes the catalog
+    val conn = connectWith(a.display) {
+      new org.sqlite.JDBC().connect("jdbc:sqlite:" + a.dbFile.getPath, props)
+    }
+    try {
+      conn.setAutoCommit(false)
+      conn
+    } catch {
+      case e: SQLException => conn.close(); throw OmniTableErrors.cannotConnect(a.display, e)
+    }
+  }
+
+  private def openPostgres(a: PostgresAddress, env: Env): Connection = {
+    val props = new Properties()
+    a.user.foreach(props.setProperty("user", _))
+    a.password.foreach {
+      case Secret.Literal(pw) => props.setProperty("password", pw)
+      case Secret.FromEnv(name) =>
+        props.setProperty("password", env(name).getOrElse(throw OmniTableErrors.missingEnvVariable(a.display, name)))
+    }
+    props.setProperty("ApplicationName", "omnitable-spark")
+    props.setProperty("readOnly", "true")
+    val conn = connectWith(a.display)(new org.postgresql.Driver().connect(a.jdbcUrl, props))
+    try {
+      conn.setAutoCommit(false)
+      conn.setTransactionIsolation(Connection.TRANSACTION_REPEATABLE_READ)
+      conn.setReadOnly(true)
+      conn
+    } catch {
+      case e: SQLException => conn.close(); throw OmniTableErrors.cannotConnect(a.display, e)
+    }
+  }
+
+  private def connectWith(display: String)(connect: => Connection): Connection = {
+    val conn = try connect catch {
+      case e: SQLException => throw OmniTableErrors.cannotConnect(display, e)
+    }
+    if (conn == null) throw OmniTableErrors.cannotConnect(display, new SQLException("driver rejected the URL"))
+    conn
+  }
+}

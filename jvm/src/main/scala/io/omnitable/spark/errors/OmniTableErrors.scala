@@ -1,0 +1,125 @@
+package io.omnitable.spark.errors
+
+import org.apache.spark.sql.AnalysisException
+
+/**
+ * An analysis-time error raised by OmniTable. `errorClass` is a stable identifier (tests and
+ * callers match on it); the message follows "Cannot <verb> <object>: <detail>" and says what to
+ * do next. Spark's own error-class registry is not used (our classes are not registered there),
+ * so the class is carried in this field and as a `[CLASS]` prefix of the message.
+ */
+final class OmniTableAnalysisException(val omniErrorClass: String, detail: String, cause: Option[Throwable])
+    extends AnalysisException(
+      s"[$omniErrorClass] $detail", None, None, cause, None, Map.empty[String, String],
+      Array.empty[org.apache.spark.QueryContext])
+
+/** A read-time error on an executor (a file that breaks the format contract, an I/O failure). */
+final class OmniTableReadException(val omniErrorClass: String, detail: String, cause: Throwable)
+    extends RuntimeException(s"[$omniErrorClass] $detail", cause)
+
+/**
+ * Every error OmniTable's JVM side raises is built here, so messages and classes stay consistent.
+ * Names say what went wrong; each returns the exception for the caller to throw.
+ */
+object OmniTableErrors {
+
+  private def analysis(cls: String, msg: String, cause: Throwable = null): OmniTableAnalysisException =
+    new OmniTableAnalysisException(cls, msg, Option(cause))
+
+  // --- warehouse and catalog ---------------------------------------------------------------
+
+  def missingWarehouse(): OmniTableAnalysisException = analysis("OMNITABLE_MISSING_WAREHOUSE",
+    "Cannot locate the OmniTable warehouse: no 'warehouse' option and no session setting " +
+      "'spark.omnitable.warehouse'. Pass .option(\"warehouse\", \"/path/or/uri\") or use " +
+      "omnitable.spark_session(warehouse=...).")
+
+  def invalidWarehouse(value: String, detail: String): OmniTableAnalysisException =
+    analysis("OMNITABLE_INVALID_WAREHOUSE", s"Cannot open warehouse '$value': $detail")
+
+  def missingEnvVariable(warehouse: String, name: String): OmniTableAnalysisException =
+    analysis("OMNITABLE_MISSING_CREDENTIAL",
+      s"Cannot open warehouse '$warehouse': the password refers to environment variable '$name', " +
+        "which is not set on this machine. Export it before starting Spark.")
+
+  def cannotConnect(warehouse: String, cause: Throwable): OmniTableAnalysisException =
+    analysis("OMNITABLE_CATALOG_UNAVAILABLE",
+      s"Cannot open warehouse '$warehouse': ${Option(cause.getMessage).getOrElse(cause.toString)}", cause)
+
+  def notACatalog(warehouse: String, detail: String): OmniTableAnalysisException =
+    analysis("OMNITABLE_NOT_A_CATALOG",
+      s"Cannot open warehouse '$warehouse': $detail. Create it with omnitable.connect(...) first.")
+
+  def schemaVersionMismatch(warehouse: String, found: String, expected: Int): OmniTableAnalysisException =
+    analysis("OMNITABLE_CATALOG_VERSION",
+      s"Cannot open warehouse '$warehouse': its catalog schema version is $found but this jar " +
+        s"reads version $expected. Use an omnitable jar and Python package of the same release.")
+
+  def catalogQueryFailed(warehouse: String, what: String, cause: Throwable): OmniTableAnalysisException =
+    analysis("OMNITABLE_CATALOG_QUERY",
+      s"Cannot read $what from warehouse '$warehouse': ${Option(cause.getMessage).getOrElse(cause.toString)}",
+      cause)
+
+  def corruptCatalog(warehouse: String, detail: String): OmniTableAnalysisException =
+    analysis("OMNITABLE_CORRUPT_CATALOG", s"Cannot plan a read from warehouse '$warehouse': $detail")
+
+  // --- tables, refs, versions, batches ------------------------------------------------------
+
+  def tableNotFound(warehouse: String, table: String, existing: Seq[String]): OmniTableAnalysisException = {
+    val known = if (existing.isEmpty) "it has no tables" else existing.sorted.mkString("tables: ", ", ", "")
+    analysis("OMNITABLE_TABLE_NOT_FOUND",
+      s"Cannot find table '$table' in warehouse '$warehouse' ($known).")
+  }
+
+  /** `kind` is "branch", "tag" or "ref" (branch or tag). */
+  def refNotFound(table: String, kind: String, ref: String, existing: Seq[String]): OmniTableAnalysisException = {
+    val plural = kind match { case "branch" => "branches"; case other => other + "s" }
+    val known = if (existing.isEmpty) "none" else existing.sorted.mkString(", ")
+    analysis("OMNITABLE_REF_NOT_FOUND", s"Cannot find $kind '$ref' of table '$table' ($plural: $known).")
+  }
+
+  def versionNotFound(table: String, version: Long, latest: Long): OmniTableAnalysisException =
+    analysis("OMNITABLE_VERSION_NOT_FOUND",
+      s"Cannot read version $version of table '$table': versions run from 0 to $latest.")
+
+  def versionNotOnBranch(table: String, version: Long, branch: String): OmniTableAnalysisException =
+    analysis("OMNITABLE_VERSION_NOT_ON_BRANCH",
+      s"Cannot read version $version of table '$table' on branch '$branch': that version is " +
+        s"not in the history of '$branch'.")
+
+  def conflictingSnapshotOptions(table: String, options: Seq[String]): OmniTableAnalysisException =
+    analysis("OMNITABLE_CONFLICTING_OPTIONS",
+      s"Cannot read table '$table': options ${options.mkString(", ")} each select a snapshot; give " +
+        "either a tag, or a branch and/or versionAsOf.")
+
+  def batchNotFound(table: String, missing: Seq[String], existing: Seq[String]): OmniTableAnalysisException =
+    analysis("OMNITABLE_BATCH_NOT_FOUND",
+      s"Cannot read batches ${missing.map(b => s"'$b'").mkString(", ")} of table '$table': not in " +
+        s"this snapshot (batches: ${if (existing.isEmpty) "none" else existing.sorted.mkString(", ")}).")
+
+  def invalidOption(key: String, value: String, detail: String): OmniTableAnalysisException =
+    analysis("OMNITABLE_INVALID_OPTION", s"Cannot use option $key='$value': $detail")
+
+  def unsupportedDataType(table: String, column: String, ddl: String, cause: Throwable): OmniTableAnalysisException =
+    analysis("OMNITABLE_UNSUPPORTED_TYPE",
+      s"Cannot read column '$column' of table '$table': its type '$ddl' is not a Spark SQL type.", cause)
+
+  def readOnly(operation: String): UnsupportedOperationException =
+    new UnsupportedOperationException(
+      s"Cannot $operation: the omnitable Spark catalog is read-only; write through the Python " +
+        "API (omnitable.connect(...).table(...).append / add_columns).")
+
+  def wrongArguments(function: String, expected: Int, got: Int): OmniTableAnalysisException =
+    analysis("OMNITABLE_WRONG_ARGUMENTS",
+      s"Cannot call $function: it takes $expected argument(s), got $got.")
+
+  // --- executors ------------------------------------------------------------------------------
+
+  def misalignedFile(path: String, fileRows: Long, fragmentRows: Long): OmniTableReadException =
+    new OmniTableReadException("OMNITABLE_MISALIGNED_FILE",
+      s"Cannot read column file $path: it holds $fileRows rows but its fragment has $fragmentRows " +
+        "(alignment invariant broken; the file was modified outside OmniTable).", null)
+
+  def fileReadFailed(path: String, cause: Throwable): OmniTableReadException =
+    new OmniTableReadException("OMNITABLE_FILE_READ",
+      s"Cannot read column file $path: ${Option(cause.getMessage).getOrElse(cause.toString)}", cause)
+}
