@@ -1,0 +1,55 @@
+"""OmniTable: logical wide tables for LLM and ML training data on Spark.
+
+Public API (re-exports only; see the modules for details)::
+
+    import omnitable
+    wh = omnitable.connect()                       # ./omnitable-warehouse, SQLite catalog
+    t = wh.create_table("docs", {"text": "string"})
+    t.append(df, append_name="crawl/2026-10")
+    t.read(columns=["text"])
+    spark = omnitable.spark_session()
+"""
+
+from omnitable.catalog.records import APPEND_NAME, ROW_ID
+from omnitable.exceptions import (
+    AlreadyExistsError,
+    CatalogError,
+    CatalogVersionError,
+    CommitConflict,
+    CorruptInputError,
+    MissingDependencyError,
+    NotFoundError,
+    OmniTableError,
+    SchemaMismatchError,
+    UnknownColumnError,
+    ValidationError,
+)
+from omnitable.format.writer import WriteOptions
+from omnitable.spark.session import spark_session
+from omnitable.table import BatchInfo, Table
+from omnitable.warehouse import Warehouse, connect
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "APPEND_NAME",
+    "ROW_ID",
+    "AlreadyExistsError",
+    "BatchInfo",
+    "CatalogError",
+    "CatalogVersionError",
+    "CommitConflict",
+    "CorruptInputError",
+    "MissingDependencyError",
+    "NotFoundError",
+    "OmniTableError",
+    "SchemaMismatchError",
+    "Table",
+    "UnknownColumnError",
+    "ValidationError",
+    "Warehouse",
+    "WriteOptions",
+    "__version__",
+    "connect",
+    "spark_session",
+]

@@ -1,0 +1,336 @@
+"""The catalog facade: tables, snapshots, commits, row-id reservations, runs and history.
+
+All catalog writes of OmniTable go through this class (Python owns the catalog; the JVM reads).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+from sqlalchemy import text
+
+from omnitable.catalog.address import CatalogAddress
+from omnitable.catalog.commit import CommitRequest, NewColumn, commit, utcnow
+from omnitable.catalog.records import BASE_GROUP, MAIN, ROW_ID, CommitRecord, TableRecord
+from omnitable.catalog.snapshot import Snapshot, load_snapshot, segments_for, visible_clause
+from omnitable.catalog.store import CatalogStore
+from omnitable.exceptions import AlreadyExistsError, NotFoundError, ValidationError
+
+TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def check_table_name(name: object) -> str:
+    """Validate a table name: letters, digits and '_' (no path separators, no SQL syntax)."""
+    if not isinstance(name, str) or not TABLE_NAME.match(name):
+        raise ValidationError(
+            f"Cannot use table name {name!r}: names are 1-128 characters of letters, digits and "
+            "'_', starting with a letter or '_' (no path separators, dots, quotes or spaces)"
+        )
+    return name
+
+
+class Catalog:
+    """One warehouse's catalog.
+
+    Args:
+        address: the catalog database.
+        root: data root URI/path to record when the catalog is new; checked against the stored
+            one otherwise. For SQLite it defaults to the catalog's directory (stored as ``.``).
+    """
+
+    def __init__(self, address: CatalogAddress, root: str | None = None) -> None:
+        self.address = address
+        self.store = CatalogStore(address)
+        self.store.ensure_schema()
+        self.root = self._resolve_root(root)
+
+    def _resolve_root(self, root: str | None) -> str:
+        stored = self.store.get_meta("root")
+        if stored is None:
+            if root is None:
+                if self.address.sqlite_dir is None:
+                    raise ValidationError(
+                        f"Cannot create warehouse {self.address.redacted()}: a PostgreSQL catalog "
+                        "needs a data root the first time, e.g. connect(uri, root='s3://bucket/wh')"
+                    )
+                value = "."
+            else:
+                value = _normalize_root(root, self.address)
+            stored = self.store.set_meta_if_absent("root", value)
+        elif root is not None and _normalize_root(root, self.address) != stored:
+            raise ValidationError(
+                f"Cannot open warehouse {self.address.redacted()} with root '{root}': its data "
+                f"root is '{self._absolute(stored)}'; omit root or pass that one"
+            )
+        return self._absolute(stored)
+
+    def _absolute(self, stored: str) -> str:
+        if stored == ".":
+            assert self.address.sqlite_dir is not None
+            return str(self.address.sqlite_dir)
+        return stored
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- tables ---------------------------------------------------------------------------
+
+    def create_table(
+        self, name: str, columns: list[NewColumn], properties: dict[str, Any] | None = None
+    ) -> TableRecord:
+        check_table_name(name)
+        table_id = uuid.uuid4().hex
+        now = utcnow()
+        with self.store.write() as conn:
+            if conn.execute(text("SELECT 1 FROM tables WHERE name = :n"), {"n": name}).first():
+                raise AlreadyExistsError(f"Cannot create table '{name}': it already exists")
+            conn.execute(
+                text(
+                    "INSERT INTO tables (table_id, name, location, next_row_id, next_column_id, "
+                    "properties, created_at) VALUES (:id, :n, :loc, 0, 1, :p, :now)"
+                ),
+                {
+                    "id": table_id,
+                    "n": name,
+                    "loc": name,
+                    "p": json.dumps(properties or {}, sort_keys=True),
+                    "now": now,
+                },
+            )
+            rows = [
+                {
+                    "t": table_id,
+                    "cid": 0,
+                    "name": ROW_ID,
+                    "dt": "bigint",
+                    "nl": 0,
+                    "pos": 0,
+                    "grp": BASE_GROUP,
+                }
+            ]
+            for i, col in enumerate(columns, start=1):
+                rows.append(
+                    {
+                        "t": table_id,
+                        "cid": i,
+                        "name": col.name,
+                        "dt": col.data_type,
+                        "nl": int(col.nullable),
+                        "pos": i,
+                        "grp": col.group_name,
+                    }
+                )
+            conn.execute(
+                text(
+                    "INSERT INTO columns (table_id, column_id, name, physical_name, data_type, "
+                    "nullable, position, state, group_name, feature, branch, added_version, "
+                    "removed_version) VALUES (:t, :cid, :name, :name, :dt, :nl, :pos, 'active', "
+                    ":grp, NULL, 'main', 0, NULL)"
+                ),
+                rows,
+            )
+            conn.execute(
+                text("UPDATE tables SET next_column_id = :c WHERE table_id = :t"),
+                {"c": len(columns) + 1, "t": table_id},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO commits (table_id, version, parent_version, branch, op, run_id, "
+                    "summary, committed_at) VALUES (:t, 0, NULL, 'main', 'create', NULL, :s, :now)"
+                ),
+                {"t": table_id, "s": json.dumps({"columns": len(columns)}), "now": now},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO refs (table_id, name, kind, version, parent_branch, fork_version, "
+                    "created_at) VALUES (:t, 'main', 'branch', 0, NULL, NULL, :now)"
+                ),
+                {"t": table_id, "now": now},
+            )
+        return self.get_table(name)
+
+    def get_table(self, name: str) -> TableRecord:
+        check_table_name(name)
+        with self.store.read() as conn:
+            row = conn.execute(text("SELECT * FROM tables WHERE name = :n"), {"n": name}).first()
+        if row is None:
+            raise NotFoundError(
+                f"Cannot find table '{name}'; existing tables: {', '.join(self.list_tables()) or 'none'}"
+            )
+        return TableRecord.from_row(row)
+
+    def list_tables(self) -> list[str]:
+        with self.store.read() as conn:
+            return [r.name for r in conn.execute(text("SELECT name FROM tables ORDER BY name"))]
+
+    def drop_table(self, name: str) -> TableRecord:
+        """Delete every catalog row of the table in one transaction; returns its record."""
+        table = self.get_table(name)
+        with self.store.write() as conn:
+            self.store.lock_table(conn, table.table_id)
+            for t in (
+                "lineage",
+                "file_columns",
+                "files",
+                "fragments",
+                "batches",
+                "columns",
+                "refs",
+                "commits",
+                "features",
+                "runs",
+                "error_tables",
+                "tables",
+            ):
+                conn.execute(text(f"DELETE FROM {t} WHERE table_id = :t"), {"t": table.table_id})
+        return table
+
+    # -- snapshots and commits ----------------------------------------------------------------
+
+    def snapshot(
+        self,
+        table: TableRecord,
+        *,
+        branch: str | None = None,
+        tag: str | None = None,
+        version: int | None = None,
+        with_files: bool = True,
+    ) -> Snapshot:
+        with self.store.read() as conn:
+            return load_snapshot(
+                conn, table, branch=branch, tag=tag, version=version, with_files=with_files
+            )
+
+    def head_version(self, table: TableRecord, branch: str = MAIN) -> int:
+        with self.store.read() as conn:
+            return segments_for(conn, table, branch=branch)[1]
+
+    def commit(self, table: TableRecord, request: CommitRequest) -> int:
+        return commit(self.store, table.table_id, request)
+
+    def reserve_row_ids(self, table: TableRecord, count: int) -> int:
+        """Reserve ``count`` fresh ``_ai_unique_id_`` values; returns the first one."""
+        if count < 0:
+            raise ValidationError(f"Cannot reserve {count} row ids")
+        with self.store.write() as conn:
+            self.store.lock_table(conn, table.table_id)
+            start = conn.execute(
+                text("SELECT next_row_id FROM tables WHERE table_id = :t"), {"t": table.table_id}
+            ).scalar()
+            if start is None:
+                raise NotFoundError(f"Cannot reserve row ids: table '{table.name}' was dropped")
+            conn.execute(
+                text("UPDATE tables SET next_row_id = :n WHERE table_id = :t"),
+                {"n": int(start) + count, "t": table.table_id},
+            )
+        return int(start)
+
+    def history(self, table: TableRecord, branch: str = MAIN) -> list[CommitRecord]:
+        """Commits in the ancestry of ``branch``'s head, newest first."""
+        with self.store.read() as conn:
+            segments, _, _ = segments_for(conn, table, branch=branch)
+            params: dict[str, Any] = {"t": table.table_id}
+            parts = []
+            for i, (b, u) in enumerate(segments):
+                params[f"b{i}"], params[f"u{i}"] = b, u
+                parts.append(f"(branch = :b{i} AND version <= :u{i})")
+            rows = conn.execute(
+                text(
+                    f"SELECT * FROM commits WHERE table_id = :t AND ({' OR '.join(parts)}) "
+                    "ORDER BY version DESC"
+                ),
+                params,
+            )
+            return [
+                CommitRecord(
+                    int(r.version),
+                    None if r.parent_version is None else int(r.parent_version),
+                    r.branch,
+                    r.op,
+                    r.run_id,
+                    json.loads(r.summary),
+                    r.committed_at,
+                )
+                for r in rows
+            ]
+
+    def visible_fragment_count(self, table: TableRecord, branch: str = MAIN) -> int:
+        with self.store.read() as conn:
+            segments, _, _ = segments_for(conn, table, branch=branch)
+            params: dict[str, Any] = {"t": table.table_id}
+            vis = visible_clause("f", segments, params)
+            return int(
+                conn.execute(
+                    text(f"SELECT COUNT(*) FROM fragments f WHERE f.table_id = :t AND {vis}"),
+                    params,
+                ).scalar_one()
+            )
+
+    # -- runs -----------------------------------------------------------------------------
+
+    def start_run(self, table: TableRecord, kind: str, plan: dict[str, Any] | None = None) -> str:
+        run_id = f"{kind}-{uuid.uuid4().hex[:16]}"
+        with self.store.write() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO runs (run_id, table_id, kind, status, plan, metrics, message, "
+                    "started_at, finished_at) VALUES (:r, :t, :k, 'running', :p, NULL, NULL, "
+                    ":now, NULL)"
+                ),
+                {
+                    "r": run_id,
+                    "t": table.table_id,
+                    "k": kind,
+                    "p": json.dumps(plan or {}, sort_keys=True, default=str),
+                    "now": utcnow(),
+                },
+            )
+        return run_id
+
+    def finish_run(
+        self,
+        run_id: str,
+        status: str,
+        metrics: dict[str, Any] | None = None,
+        message: str | None = None,
+    ) -> None:
+        with self.store.write() as conn:
+            conn.execute(
+                text(
+                    "UPDATE runs SET status = :s, metrics = :m, message = :msg, "
+                    "finished_at = :now WHERE run_id = :r"
+                ),
+                {
+                    "s": status,
+                    "m": json.dumps(metrics or {}, sort_keys=True, default=str),
+                    "msg": message,
+                    "now": utcnow(),
+                    "r": run_id,
+                },
+            )
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        with self.store.read() as conn:
+            row = conn.execute(text("SELECT * FROM runs WHERE run_id = :r"), {"r": run_id}).first()
+        if row is None:
+            raise NotFoundError(f"Cannot find run '{run_id}'")
+        d = dict(row._mapping)
+        for k in ("plan", "metrics"):
+            d[k] = json.loads(d[k]) if d[k] else {}
+        return d
+
+
+def _normalize_root(root: str, address: CatalogAddress) -> str:
+    if not isinstance(root, str) or not root.strip():
+        raise ValidationError(f"Cannot use data root {root!r}: give a local path or a URI")
+    if "://" in root:
+        return root.rstrip("/")
+    from pathlib import Path
+
+    path = Path(root).expanduser().resolve()
+    if address.sqlite_dir is not None and path == address.sqlite_dir:
+        return "."
+    return str(path)

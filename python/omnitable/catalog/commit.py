@@ -1,0 +1,525 @@
+"""Atomic commits with optimistic concurrency at (fragment, column) grain.
+
+A :class:`CommitRequest` lists everything one operation adds and removes. :func:`commit` applies
+it in ONE database transaction after validating it against the branch head: cells written by a
+concurrent commit since ``base_version`` → :class:`CommitConflict`, nothing applied.
+See docs/catalog.md, "Commits and concurrency".
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from omnitable._failpoints import failpoint
+from omnitable.catalog.records import MAIN, ROW_ID, TableRecord
+from omnitable.catalog.snapshot import Segment, segments_for, visible_clause
+from omnitable.catalog.store import CatalogStore
+from omnitable.exceptions import AlreadyExistsError, CommitConflict, NotFoundError, ValidationError
+from omnitable.format.descriptors import FileDescriptor, FragmentDescriptor
+
+_CHUNK = 500  # ids per IN (...) list
+
+
+def utcnow() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class NewColumn:
+    """A logical column a commit adds. ``data_type`` is a Spark DDL string."""
+
+    name: str
+    data_type: str
+    nullable: bool = True
+    group_name: str = "base"
+    feature: str | None = None
+
+
+@dataclass
+class LineageEntry:
+    """Lineage of one derived column in one new file."""
+
+    file_id: str
+    column: str
+    feature: str
+    feature_version: str
+    inputs: list[dict[str, Any]]
+    engine: str
+
+
+@dataclass
+class CommitRequest:
+    """Everything one operation changes. Files reference columns by name."""
+
+    op: str
+    base_version: int
+    branch: str = MAIN
+    run_id: str | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    new_columns: list[NewColumn] = field(default_factory=list)
+    new_batches: list[tuple[str, str]] = field(default_factory=list)  # (batch_id, name)
+    removed_batches: list[str] = field(default_factory=list)
+    new_fragments: list[FragmentDescriptor] = field(default_factory=list)
+    removed_fragments: list[str] = field(default_factory=list)
+    new_files: list[FileDescriptor] = field(default_factory=list)  # for existing fragments
+    removed_files: list[str] = field(default_factory=list)
+    supplied_id_range: tuple[int, int] | None = None
+    next_row_id_at_least: int | None = None
+    lineage: list[LineageEntry] = field(default_factory=list)
+
+    def all_new_files(self) -> list[FileDescriptor]:
+        return [f for frag in self.new_fragments for f in frag.files] + list(self.new_files)
+
+
+def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
+    """Apply ``req`` atomically; returns the new version.
+
+    Raises:
+        CommitConflict: a commit after ``req.base_version`` touched the same cells.
+        NotFoundError: the table or branch no longer exists.
+        AlreadyExistsError / ValidationError: the request is inconsistent with the head state.
+    """
+    with store.write() as conn:
+        store.lock_table(conn, table_id)
+        table_row = conn.execute(
+            text("SELECT * FROM tables WHERE table_id = :t"), {"t": table_id}
+        ).first()
+        if table_row is None:
+            raise NotFoundError("Cannot commit: the table was dropped by another process")
+        table = TableRecord.from_row(table_row)
+        segments, head, _ = segments_for(conn, table, branch=req.branch)
+        if req.base_version > head:
+            raise ValidationError(
+                f"Cannot commit on branch '{req.branch}': base version {req.base_version} is "
+                f"newer than its head {head}"
+            )
+        column_ids = _validate(conn, table, req, segments, head)
+        version = int(
+            conn.execute(
+                text("SELECT COALESCE(MAX(version), -1) + 1 FROM commits WHERE table_id = :t"),
+                {"t": table_id},
+            ).scalar_one()
+        )
+        failpoint("commit.before_insert")
+        now = utcnow()
+        next_column_id = _insert_columns(conn, table, req, version, column_ids)
+        _insert_data(conn, table_id, req, version, column_ids, now)
+        failpoint("commit.mid_insert")
+        _apply_removals(conn, table_id, req, version)
+        conn.execute(
+            text(
+                "INSERT INTO commits (table_id, version, parent_version, branch, op, run_id, "
+                "summary, committed_at) VALUES (:t, :v, :p, :b, :op, :r, :s, :now)"
+            ),
+            {
+                "t": table_id,
+                "v": version,
+                "p": head,
+                "b": req.branch,
+                "op": req.op,
+                "r": req.run_id,
+                "s": json.dumps(req.summary, sort_keys=True),
+                "now": now,
+            },
+        )
+        conn.execute(
+            text("UPDATE refs SET version = :v WHERE table_id = :t AND name = :b"),
+            {"v": version, "t": table_id, "b": req.branch},
+        )
+        next_row = table.next_row_id
+        if req.next_row_id_at_least is not None:
+            next_row = max(next_row, req.next_row_id_at_least)
+        conn.execute(
+            text("UPDATE tables SET next_column_id = :c, next_row_id = :r WHERE table_id = :t"),
+            {"c": next_column_id, "r": next_row, "t": table_id},
+        )
+        failpoint("commit.before_end")
+        return version
+
+
+# -- validation ---------------------------------------------------------------------------------
+
+
+def _validate(
+    conn: Connection, table: TableRecord, req: CommitRequest, segments: list[Segment], head: int
+) -> dict[str, int]:
+    """Check ``req`` against the head; returns name → column id for every referenced column."""
+    t = table.table_id
+    concurrent = head != req.base_version
+    params: dict[str, Any] = {"t": t}
+    vis = visible_clause("c", segments, params)
+    visible_cols = {
+        r.name: (int(r.column_id), int(r.added_version))
+        for r in conn.execute(
+            text(
+                f"SELECT name, column_id, added_version FROM columns c "
+                f"WHERE c.table_id = :t AND {vis} AND c.state <> 'dropped'"
+            ),
+            params,
+        )
+    }
+    column_ids = {name: cid for name, (cid, _) in visible_cols.items()}
+    for col in req.new_columns:
+        if col.name in visible_cols:
+            if visible_cols[col.name][1] > req.base_version:
+                raise CommitConflict(
+                    f"Cannot commit {req.op}: column '{col.name}' was added by a concurrent "
+                    "commit; retry the operation",
+                    [("*", col.name)],
+                )
+            raise AlreadyExistsError(f"Cannot add column '{col.name}': it already exists")
+    new_names = {c.name for c in req.new_columns}
+    for f in req.all_new_files():
+        for name in f.columns:
+            if name not in column_ids and name not in new_names:
+                raise CommitConflict(
+                    f"Cannot commit {req.op}: column '{name}' no longer exists (dropped "
+                    "concurrently?)",
+                    [(f.fragment_id, name)],
+                )
+
+    removed_batches = set(req.removed_batches)
+    if req.new_batches or removed_batches:
+        params = {"t": t}
+        vis = visible_clause("b", segments, params)
+        live = {
+            r.batch_id: (r.name, int(r.added_version))
+            for r in conn.execute(
+                text(
+                    f"SELECT batch_id, name, added_version FROM batches b WHERE b.table_id = :t "
+                    f"AND {vis}"
+                ),
+                params,
+            )
+        }
+        for bid in removed_batches:
+            if bid not in live:
+                raise CommitConflict(
+                    f"Cannot commit {req.op}: the batch it replaces was changed by a concurrent "
+                    "commit; retry the operation"
+                )
+        live_names = {
+            name: added for bid, (name, added) in live.items() if bid not in removed_batches
+        }
+        for _, name in req.new_batches:
+            if name in live_names:
+                if live_names[name] > req.base_version:
+                    raise CommitConflict(
+                        f"Cannot append batch '{name}': a concurrent commit created it first",
+                        [("*", "_ai_append_name_")],
+                    )
+                raise AlreadyExistsError(
+                    f"Cannot append batch '{name}': it already exists; use mode='replace' to "
+                    "replace it atomically"
+                )
+
+    existing_frags = {f.fragment_id for f in req.new_files} | set(req.removed_fragments)
+    if existing_frags:
+        live_frags = _visible_ids(
+            conn, "fragments", "fragment_id", t, segments, sorted(existing_frags)
+        )
+        gone = sorted(existing_frags - live_frags)
+        if gone:
+            raise CommitConflict(
+                f"Cannot commit {req.op}: {len(gone)} fragment(s) were removed by a concurrent "
+                f"commit (batch replaced or compacted), e.g. {gone[0]}; retry the operation",
+                [(g, "*") for g in gone],
+            )
+    if req.removed_files:
+        live_files = _visible_ids(
+            conn, "files", "file_id", t, segments, sorted(set(req.removed_files))
+        )
+        gone = sorted(set(req.removed_files) - live_files)
+        if gone:
+            raise CommitConflict(
+                f"Cannot commit {req.op}: {len(gone)} file(s) it replaces were removed by a "
+                "concurrent commit; retry the operation"
+            )
+
+    if concurrent:
+        _check_cell_conflicts(conn, t, req, head)
+        if req.supplied_id_range is not None:
+            _check_id_range_conflicts(conn, t, req, column_ids)
+    return column_ids
+
+
+def _visible_ids(
+    conn: Connection, table: str, id_col: str, t: str, segments: list[Segment], ids: list[str]
+) -> set[str]:
+    found: set[str] = set()
+    for i in range(0, len(ids), _CHUNK):
+        chunk = ids[i : i + _CHUNK]
+        params: dict[str, Any] = {"t": t}
+        vis = visible_clause("x", segments, params)
+        names = []
+        for j, v in enumerate(chunk):
+            params[f"id{j}"] = v
+            names.append(f":id{j}")
+        rows = conn.execute(
+            text(
+                f"SELECT x.{id_col} FROM {table} x WHERE x.table_id = :t AND {vis} "
+                f"AND x.{id_col} IN ({', '.join(names)})"
+            ),
+            params,
+        )
+        found.update(r[0] for r in rows)
+    return found
+
+
+def _check_cell_conflicts(conn: Connection, t: str, req: CommitRequest, head: int) -> None:
+    ours: dict[str, set[str]] = defaultdict(set)
+    for f in req.new_files:
+        ours[f.fragment_id].update(f.columns)
+    removed = set(req.removed_files)
+    if removed:
+        for fid in sorted(removed):
+            for r in conn.execute(
+                text(
+                    "SELECT fi.fragment_id, c.name FROM files fi JOIN file_columns fc ON "
+                    "fc.table_id = fi.table_id AND fc.file_id = fi.file_id JOIN columns c ON "
+                    "c.table_id = fc.table_id AND c.column_id = fc.column_id "
+                    "WHERE fi.table_id = :t AND fi.file_id = :f"
+                ),
+                {"t": t, "f": fid},
+            ):
+                ours[r.fragment_id].add(r.name)
+    if not ours:
+        return
+    frag_ids = sorted(ours)
+    conflicts: list[tuple[str, str]] = []
+    for i in range(0, len(frag_ids), _CHUNK):
+        chunk = frag_ids[i : i + _CHUNK]
+        params: dict[str, Any] = {"t": t, "b": req.branch, "base": req.base_version}
+        marks = []
+        for j, v in enumerate(chunk):
+            params[f"id{j}"] = v
+            marks.append(f":id{j}")
+        rows = conn.execute(
+            text(
+                "SELECT fi.fragment_id, c.name FROM files fi JOIN file_columns fc ON "
+                "fc.table_id = fi.table_id AND fc.file_id = fi.file_id JOIN columns c ON "
+                "c.table_id = fc.table_id AND c.column_id = fc.column_id "
+                "WHERE fi.table_id = :t AND fi.branch = :b AND "
+                "(fi.added_version > :base OR (fi.removed_version IS NOT NULL AND "
+                "fi.removed_version > :base)) "
+                f"AND fi.fragment_id IN ({', '.join(marks)})"
+            ),
+            params,
+        )
+        for r in rows:
+            if r.name in ours[r.fragment_id]:
+                conflicts.append((r.fragment_id, r.name))
+    if conflicts:
+        conflicts = sorted(set(conflicts))
+        cols = sorted({c for _, c in conflicts})
+        raise CommitConflict(
+            f"Cannot commit {req.op}: a concurrent commit (after version {req.base_version}) "
+            f"wrote column(s) {', '.join(cols)} in {len({f for f, _ in conflicts})} of the same "
+            "fragment(s); nothing was committed. Re-run the operation on the new version.",
+            conflicts,
+        )
+
+
+def _check_id_range_conflicts(
+    conn: Connection, t: str, req: CommitRequest, column_ids: dict[str, int]
+) -> None:
+    assert req.supplied_id_range is not None
+    lo, hi = req.supplied_id_range
+    rows = conn.execute(
+        text(
+            "SELECT fc.min_value, fc.max_value FROM files fi JOIN file_columns fc ON "
+            "fc.table_id = fi.table_id AND fc.file_id = fi.file_id "
+            "WHERE fi.table_id = :t AND fi.branch = :b AND fi.added_version > :base "
+            "AND fc.column_id = :rid"
+        ),
+        {"t": t, "b": req.branch, "base": req.base_version, "rid": column_ids[ROW_ID]},
+    )
+    for r in rows:
+        if r.min_value is not None and int(r.min_value) <= hi and int(r.max_value) >= lo:
+            raise CommitConflict(
+                f"Cannot commit {req.op}: a concurrent commit added rows whose "
+                f"_ai_unique_id_ range overlaps the supplied ids [{lo}, {hi}]; re-run to check "
+                "for duplicates",
+                [("*", ROW_ID)],
+            )
+
+
+# -- inserts ------------------------------------------------------------------------------------
+
+
+def _insert_columns(
+    conn: Connection, table: Any, req: CommitRequest, version: int, column_ids: dict[str, int]
+) -> int:
+    next_id = table.next_column_id
+    if not req.new_columns:
+        return int(next_id)
+    max_pos = conn.execute(
+        text("SELECT COALESCE(MAX(position), -1) FROM columns WHERE table_id = :t"),
+        {"t": table.table_id},
+    ).scalar_one()
+    rows = []
+    for i, col in enumerate(req.new_columns):
+        cid = next_id + i
+        column_ids[col.name] = cid
+        rows.append(
+            {
+                "t": table.table_id,
+                "cid": cid,
+                "name": col.name,
+                "pn": col.name,
+                "dt": col.data_type,
+                "nl": int(col.nullable),
+                "pos": int(max_pos) + 1 + i,
+                "grp": col.group_name,
+                "feat": col.feature,
+                "b": req.branch,
+                "v": version,
+            }
+        )
+    conn.execute(
+        text(
+            "INSERT INTO columns (table_id, column_id, name, physical_name, data_type, nullable, "
+            "position, state, group_name, feature, branch, added_version, removed_version) "
+            "VALUES (:t, :cid, :name, :pn, :dt, :nl, :pos, 'active', :grp, :feat, :b, :v, NULL)"
+        ),
+        rows,
+    )
+    return int(next_id) + len(req.new_columns)
+
+
+def _insert_data(
+    conn: Connection, t: str, req: CommitRequest, version: int, column_ids: dict[str, int], now: str
+) -> None:
+    b = req.branch
+    if req.new_batches:
+        conn.execute(
+            text(
+                "INSERT INTO batches (table_id, batch_id, name, branch, added_version, "
+                "removed_version, created_at) VALUES (:t, :id, :name, :b, :v, NULL, :now)"
+            ),
+            [
+                {"t": t, "id": bid, "name": name, "b": b, "v": version, "now": now}
+                for bid, name in req.new_batches
+            ],
+        )
+    if req.new_fragments:
+        conn.execute(
+            text(
+                "INSERT INTO fragments (table_id, fragment_id, batch_id, row_count, path, branch, "
+                "added_version, removed_version) VALUES (:t, :id, :bid, :n, :p, :b, :v, NULL)"
+            ),
+            [
+                {
+                    "t": t,
+                    "id": f.fragment_id,
+                    "bid": f.batch_id,
+                    "n": f.row_count,
+                    "p": f.path,
+                    "b": b,
+                    "v": version,
+                }
+                for f in req.new_fragments
+            ],
+        )
+    files = req.all_new_files()
+    if files:
+        conn.execute(
+            text(
+                "INSERT INTO files (table_id, file_id, fragment_id, group_name, path, row_count, "
+                "size_bytes, branch, added_version, removed_version, run_id) VALUES "
+                "(:t, :id, :frag, :g, :p, :n, :s, :b, :v, NULL, :r)"
+            ),
+            [
+                {
+                    "t": t,
+                    "id": f.file_id,
+                    "frag": f.fragment_id,
+                    "g": f.group_name,
+                    "p": f.path,
+                    "n": f.row_count,
+                    "s": f.size_bytes,
+                    "b": b,
+                    "v": version,
+                    "r": req.run_id,
+                }
+                for f in files
+            ],
+        )
+        col_rows = []
+        for f in files:
+            seen: set[int] = set()
+            for name, st in f.columns.items():
+                cid = column_ids[name]
+                if cid in seen:
+                    raise ValidationError(
+                        f"Cannot commit: file {f.path} lists column '{name}' twice"
+                    )
+                seen.add(cid)
+                col_rows.append(
+                    {
+                        "t": t,
+                        "f": f.file_id,
+                        "c": cid,
+                        "nc": st.null_count,
+                        "lo": st.min_value,
+                        "hi": st.max_value,
+                        "fv": f.feature_versions.get(name),
+                    }
+                )
+        conn.execute(
+            text(
+                "INSERT INTO file_columns (table_id, file_id, column_id, null_count, min_value, "
+                "max_value, feature_version) VALUES (:t, :f, :c, :nc, :lo, :hi, :fv)"
+            ),
+            col_rows,
+        )
+    if req.lineage:
+        conn.execute(
+            text(
+                "INSERT INTO lineage (table_id, file_id, column_id, feature, feature_version, "
+                "inputs, run_id, engine) VALUES (:t, :f, :c, :feat, :fv, :inp, :r, :e)"
+            ),
+            [
+                {
+                    "t": t,
+                    "f": e.file_id,
+                    "c": column_ids[e.column],
+                    "feat": e.feature,
+                    "fv": e.feature_version,
+                    "inp": json.dumps(e.inputs, sort_keys=True),
+                    "r": req.run_id or "",
+                    "e": e.engine,
+                }
+                for e in req.lineage
+            ],
+        )
+
+
+def _apply_removals(conn: Connection, t: str, req: CommitRequest, version: int) -> None:
+    for table, id_col, ids in (
+        ("batches", "batch_id", req.removed_batches),
+        ("fragments", "fragment_id", req.removed_fragments),
+        ("files", "file_id", req.removed_files),
+    ):
+        if ids:
+            conn.execute(
+                text(
+                    f"UPDATE {table} SET removed_version = :v WHERE table_id = :t AND "
+                    f"{id_col} = :id AND removed_version IS NULL AND branch = :b"
+                ),
+                [{"v": version, "t": t, "id": i, "b": req.branch} for i in ids],
+            )
+    if req.removed_fragments:  # a removed fragment's files go with it
+        conn.execute(
+            text(
+                "UPDATE files SET removed_version = :v WHERE table_id = :t AND fragment_id = :id "
+                "AND removed_version IS NULL AND branch = :b"
+            ),
+            [{"v": version, "t": t, "id": i, "b": req.branch} for i in req.removed_fragments],
+        )

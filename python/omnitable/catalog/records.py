@@ -1,0 +1,113 @@
+"""Plain records read from the catalog (one class per catalog table that code passes around)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from omnitable.format.stats import ColumnStats
+from omnitable.format.types import to_arrow
+
+ROW_ID = "_ai_unique_id_"
+APPEND_NAME = "_ai_append_name_"
+SYSTEM_COLUMNS = (ROW_ID, APPEND_NAME)
+BASE_GROUP = "base"
+MAIN = "main"
+
+
+@dataclass(frozen=True)
+class TableRecord:
+    table_id: str
+    name: str
+    location: str
+    next_row_id: int
+    next_column_id: int
+    properties: dict[str, Any]
+    created_at: str
+
+    @classmethod
+    def from_row(cls, row: Any) -> TableRecord:
+        return cls(
+            row.table_id,
+            row.name,
+            row.location,
+            int(row.next_row_id),
+            int(row.next_column_id),
+            json.loads(row.properties),
+            row.created_at,
+        )
+
+
+@dataclass(frozen=True)
+class ColumnRecord:
+    column_id: int
+    name: str
+    physical_name: str
+    data_type: str
+    nullable: bool
+    position: int
+    state: str
+    group_name: str
+    feature: str | None
+    added_version: int
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        return to_arrow(self.data_type)
+
+    @property
+    def is_system(self) -> bool:
+        return self.name in SYSTEM_COLUMNS
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    batch_id: str
+    name: str
+    added_version: int
+    created_at: str
+
+
+@dataclass(frozen=True)
+class FragmentRecord:
+    fragment_id: str
+    batch_id: str
+    batch_name: str
+    row_count: int
+    path: str
+    added_version: int
+
+
+@dataclass(frozen=True)
+class FileColumn:
+    """A column carried by a file, with its statistics."""
+
+    column_id: int
+    stats: ColumnStats
+    feature_version: str | None = None
+
+
+@dataclass
+class FileRecord:
+    file_id: str
+    fragment_id: str
+    group_name: str
+    path: str
+    row_count: int
+    size_bytes: int
+    added_version: int
+    columns: dict[int, FileColumn] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CommitRecord:
+    version: int
+    parent_version: int | None
+    branch: str
+    op: str
+    run_id: str | None
+    summary: dict[str, Any]
+    time: str

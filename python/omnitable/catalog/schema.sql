@@ -1,0 +1,196 @@
+-- OmniTable catalog schema: the SQL contract between the Python control plane (the only writer)
+-- and the JVM query plane (a reader). Both sides load THIS file; see docs/catalog.md.
+--
+-- Portable subset of SQL accepted by SQLite 3.35+ and PostgreSQL 13+: TEXT, BIGINT, INTEGER,
+-- DOUBLE PRECISION, no auto-increment (ids are allocated by the writer), timestamps as ISO-8601
+-- UTC text ('2026-11-29T11:24:37.123456Z'), JSON documents as TEXT.
+-- Statements are separated by lines holding a single ';'.
+--
+-- omnitable-schema-version: 1
+
+CREATE TABLE IF NOT EXISTS omnitable_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+)
+;
+-- One row per logical wide table. `location` is the table's data directory relative to the
+-- warehouse root (or an absolute URI). `next_row_id` is the first `_ai_unique_id_` not yet
+-- reserved; reservations are never handed out twice (gaps are allowed).
+CREATE TABLE IF NOT EXISTS tables (
+    table_id        TEXT PRIMARY KEY,
+    name            TEXT NOT NULL UNIQUE,
+    location        TEXT NOT NULL,
+    next_row_id     BIGINT NOT NULL,
+    next_column_id  INTEGER NOT NULL,
+    properties      TEXT NOT NULL,
+    created_at      TEXT NOT NULL
+)
+;
+-- Logical columns. `column_id` is never reused within a table; files reference columns by id,
+-- so a dropped-and-recreated name never picks up the old data. `physical_name` is the field
+-- name inside Parquet column files. `data_type` is a Spark SQL DDL type string
+-- (bigint, string, array<double>, struct<a:int,b:string>, decimal(10,2), timestamp, ...).
+-- `state`: active | deprecated | dropped. `group_name`: the column group new files of this
+-- column are written to. `feature`: the registered feature producing it (NULL for raw columns).
+-- Visibility in a snapshot follows the same (branch, added_version, removed_version) rule as
+-- files. `_ai_unique_id_` is column 0 (group `base`); `_ai_append_name_` is virtual (the
+-- fragment's batch name) and has no row here.
+CREATE TABLE IF NOT EXISTS columns (
+    table_id        TEXT NOT NULL,
+    column_id       INTEGER NOT NULL,
+    name            TEXT NOT NULL,
+    physical_name   TEXT NOT NULL,
+    data_type       TEXT NOT NULL,
+    nullable        INTEGER NOT NULL,
+    position        INTEGER NOT NULL,
+    state           TEXT NOT NULL,
+    group_name      TEXT NOT NULL,
+    feature         TEXT,
+    branch          TEXT NOT NULL,
+    added_version   BIGINT NOT NULL,
+    removed_version BIGINT,
+    PRIMARY KEY (table_id, column_id)
+)
+;
+-- Commits: one per table version. Versions are allocated per table, across branches, in
+-- increasing order. `parent_version` is the version the commit was applied on (NULL for the
+-- table's creation). `summary` is a JSON object (rows, files, bytes, ...).
+CREATE TABLE IF NOT EXISTS commits (
+    table_id        TEXT NOT NULL,
+    version         BIGINT NOT NULL,
+    parent_version  BIGINT,
+    branch          TEXT NOT NULL,
+    op              TEXT NOT NULL,
+    run_id          TEXT,
+    summary         TEXT NOT NULL,
+    committed_at    TEXT NOT NULL,
+    PRIMARY KEY (table_id, version)
+)
+;
+-- Named refs. kind = branch | tag. A branch's `version` is its head; `parent_branch` and
+-- `fork_version` say where it forked (NULL for main). A tag pins `version` on `parent_branch`.
+CREATE TABLE IF NOT EXISTS refs (
+    table_id        TEXT NOT NULL,
+    name            TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    version         BIGINT NOT NULL,
+    parent_branch   TEXT,
+    fork_version    BIGINT,
+    created_at      TEXT NOT NULL,
+    PRIMARY KEY (table_id, name)
+)
+;
+-- Batches (one per `_ai_append_name_` in a snapshot). A replaced batch gets a removed_version
+-- and a new batch_id. Visibility rules are the same as for files (see below).
+CREATE TABLE IF NOT EXISTS batches (
+    table_id        TEXT NOT NULL,
+    batch_id        TEXT NOT NULL,
+    name            TEXT NOT NULL,
+    branch          TEXT NOT NULL,
+    added_version   BIGINT NOT NULL,
+    removed_version BIGINT,
+    created_at      TEXT NOT NULL,
+    PRIMARY KEY (table_id, batch_id)
+)
+;
+-- Fragments: immutable, ordered slices of one batch's rows. A row's address is
+-- (fragment_id, offset). `path` is the fragment's directory relative to the table location.
+CREATE TABLE IF NOT EXISTS fragments (
+    table_id        TEXT NOT NULL,
+    fragment_id     TEXT NOT NULL,
+    batch_id        TEXT NOT NULL,
+    row_count       BIGINT NOT NULL,
+    path            TEXT NOT NULL,
+    branch          TEXT NOT NULL,
+    added_version   BIGINT NOT NULL,
+    removed_version BIGINT,
+    PRIMARY KEY (table_id, fragment_id)
+)
+;
+CREATE INDEX IF NOT EXISTS fragments_by_batch ON fragments (table_id, batch_id)
+;
+-- Column files. Each holds exactly its fragment's rows in fragment order (alignment invariant)
+-- and the columns listed in file_columns. `path` is relative to the table location.
+-- A file is visible in a snapshot when its (branch, added_version) is in the snapshot's
+-- ancestry and its removed_version is not (see docs/catalog.md, "Resolving a snapshot").
+CREATE TABLE IF NOT EXISTS files (
+    table_id        TEXT NOT NULL,
+    file_id         TEXT NOT NULL,
+    fragment_id     TEXT NOT NULL,
+    group_name      TEXT NOT NULL,
+    path            TEXT NOT NULL,
+    row_count       BIGINT NOT NULL,
+    size_bytes      BIGINT NOT NULL,
+    branch          TEXT NOT NULL,
+    added_version   BIGINT NOT NULL,
+    removed_version BIGINT,
+    run_id          TEXT,
+    PRIMARY KEY (table_id, file_id)
+)
+;
+CREATE INDEX IF NOT EXISTS files_by_fragment ON files (table_id, fragment_id)
+;
+CREATE INDEX IF NOT EXISTS files_by_version ON files (table_id, added_version)
+;
+-- Which logical columns a file carries, with the statistics planning uses (min/max as text in
+-- the column's canonical encoding, see docs/catalog.md; NULL when not kept) and, for derived
+-- columns, the producing feature version.
+CREATE TABLE IF NOT EXISTS file_columns (
+    table_id        TEXT NOT NULL,
+    file_id         TEXT NOT NULL,
+    column_id       INTEGER NOT NULL,
+    null_count      BIGINT,
+    min_value       TEXT,
+    max_value       TEXT,
+    feature_version TEXT,
+    PRIMARY KEY (table_id, file_id, column_id)
+)
+;
+-- Registered features, every version ever registered. `definition` is a JSON document
+-- (inputs, outputs, kind, import reference or SQL, preferences); `fingerprint` hashes the code.
+CREATE TABLE IF NOT EXISTS features (
+    table_id        TEXT NOT NULL,
+    name            TEXT NOT NULL,
+    version         TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    definition      TEXT NOT NULL,
+    fingerprint     TEXT NOT NULL,
+    registered_at   TEXT NOT NULL,
+    PRIMARY KEY (table_id, name, version)
+)
+;
+-- Runs: one execution (ingest, backfill, governance) with plan, status, timings and metrics.
+-- status = running | succeeded | failed | aborted.
+CREATE TABLE IF NOT EXISTS runs (
+    run_id          TEXT PRIMARY KEY,
+    table_id        TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    plan            TEXT,
+    metrics         TEXT,
+    message         TEXT,
+    started_at      TEXT NOT NULL,
+    finished_at     TEXT
+)
+;
+-- Lineage of derived column files: which feature version produced a column in a file, from
+-- which input files (JSON list of {column, file_id}), in which run, on which engine.
+CREATE TABLE IF NOT EXISTS lineage (
+    table_id        TEXT NOT NULL,
+    file_id         TEXT NOT NULL,
+    column_id       INTEGER NOT NULL,
+    feature         TEXT NOT NULL,
+    feature_version TEXT NOT NULL,
+    inputs          TEXT NOT NULL,
+    run_id          TEXT NOT NULL,
+    engine          TEXT NOT NULL,
+    PRIMARY KEY (table_id, file_id, column_id)
+)
+;
+-- Where each table's record-level error table lives (a Delta table), see docs/errors.md.
+CREATE TABLE IF NOT EXISTS error_tables (
+    table_id        TEXT PRIMARY KEY,
+    location        TEXT NOT NULL,
+    created_at      TEXT NOT NULL
+)
+;

@@ -1,0 +1,62 @@
+"""The OmniTable error family.
+
+Every error raised on purpose by OmniTable derives from :class:`OmniTableError`. Messages follow
+"Cannot <verb> <object>: <detail>" and, where there is one, say what to do next.
+"""
+
+from __future__ import annotations
+
+
+class OmniTableError(Exception):
+    """Root of every error OmniTable raises on purpose."""
+
+
+class ValidationError(OmniTableError, ValueError):
+    """An argument or an input dataset is invalid; nothing was changed."""
+
+
+class SchemaMismatchError(ValidationError):
+    """Input data does not match the table's logical schema."""
+
+
+class UnknownColumnError(ValidationError, KeyError):
+    """A column name is not part of the table's schema."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class NotFoundError(OmniTableError, LookupError):
+    """A table, ref, version, batch or feature does not exist."""
+
+
+class AlreadyExistsError(OmniTableError):
+    """A table, batch or ref with that name already exists."""
+
+
+class CommitConflict(OmniTableError):
+    """A concurrent commit wrote the same (fragment, column) cells; nothing was committed.
+
+    Attributes:
+        conflicts: ``(fragment_id, column)`` pairs written by the other commit.
+    """
+
+    def __init__(self, message: str, conflicts: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.conflicts = conflicts or []
+
+
+class CatalogError(OmniTableError):
+    """The catalog database could not be reached or used."""
+
+
+class CatalogVersionError(CatalogError):
+    """The catalog was created by another schema version than this software ships."""
+
+
+class CorruptInputError(ValidationError):
+    """An input file could not be read (corrupt or not of the declared format)."""
+
+
+class MissingDependencyError(OmniTableError, ImportError):
+    """An optional dependency is missing; the message carries the exact install command."""

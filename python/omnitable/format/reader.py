@@ -1,0 +1,315 @@
+"""The Python merge-on-read reader: zip a fragment's aligned column files, no key join.
+
+For every live fragment the reader opens one Parquet reader per file that provides a requested
+column and zips the columns by position (row-group boundaries may differ between files; Arrow
+chunked arrays absorb that without copying). Columns no file provides read as NULL, and
+``_ai_append_name_`` is the fragment's batch name. Fragments are skipped by batch and by the
+catalog's column statistics; with a ``where`` filter the predicate columns are read first and
+wide payload columns are fetched only from row groups that hold surviving rows (late
+materialization).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from omnitable.catalog.records import APPEND_NAME, ROW_ID, ColumnRecord, FileRecord, FragmentRecord
+from omnitable.catalog.snapshot import Snapshot
+from omnitable.exceptions import CorruptInputError, UnknownColumnError, ValidationError
+from omnitable.format.fs import Location
+from omnitable.format.stats import decode_value
+
+LATE_MATERIALIZATION_MAX_SELECTIVITY = 0.25
+_INDEX = "__omnitable_row__"
+
+
+@dataclass(frozen=True)
+class ReadStats:
+    """What a read touched (for tests, benchmarks and explain)."""
+
+    fragments_total: int
+    fragments_read: int
+    files_opened: int
+    bytes_read: int
+
+
+class FragmentReader:
+    """Reads columns of the fragments of one snapshot."""
+
+    def __init__(self, location: Location, snapshot: Snapshot) -> None:
+        self.location = location
+        self.snapshot = snapshot
+        self._files_opened = 0
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    # -- public ---------------------------------------------------------------------------
+
+    def read(
+        self,
+        columns: list[str] | None = None,
+        where: pc.Expression | None = None,
+        batches: list[str] | None = None,
+        use_threads: bool = True,
+    ) -> tuple[pa.Table, ReadStats]:
+        snap = self.snapshot
+        out_cols = self._check_columns(columns)
+        where_cols = self._where_columns(where)
+        fragments = snap.fragments_of(batches)
+        total = len(fragments)
+        if where is not None:
+            fragments = self._prune(fragments, where, where_cols)
+        schema = pa.schema([self._field(c) for c in out_cols])
+
+        def one(frag: FragmentRecord) -> pa.Table:
+            return self.read_fragment(frag, out_cols, where, where_cols)
+
+        if use_threads and len(fragments) > 1:
+            workers = min(len(fragments), max(2, (os.cpu_count() or 2) * 2))
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                parts = list(pool.map(one, fragments))
+        else:
+            parts = [one(f) for f in fragments]
+        parts = [p for p in parts if p.num_rows > 0] or [schema.empty_table()]
+        table = pa.concat_tables(parts)
+        stats = ReadStats(total, len(fragments), self._files_opened, self._bytes)
+        return table, stats
+
+    def read_fragment(
+        self,
+        frag: FragmentRecord,
+        out_cols: list[str],
+        where: pc.Expression | None = None,
+        where_cols: list[str] | None = None,
+    ) -> pa.Table:
+        """One fragment's rows (filtered by ``where``), columns ``out_cols`` in that order."""
+        where_cols = where_cols or []
+        if where is None:
+            arrays = self._read_columns(frag, out_cols, None)
+            return pa.Table.from_arrays(
+                [arrays[c] for c in out_cols], schema=pa.schema([self._field(c) for c in out_cols])
+            )
+        pred_arrays = self._read_columns(frag, where_cols, None)
+        pred = pa.Table.from_arrays(
+            [pred_arrays[c] for c in where_cols] + [pa.array(np.arange(frag.row_count))],
+            names=[*where_cols, _INDEX],
+        )
+        try:
+            survivors = pred.filter(where).column(_INDEX).to_numpy()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise ValidationError(f"Cannot evaluate filter {where}: {exc}") from None
+        schema = pa.schema([self._field(c) for c in out_cols])
+        if len(survivors) == 0:
+            return schema.empty_table()
+        take = pa.array(survivors)
+        payload = [c for c in out_cols if c not in pred_arrays]
+        arrays = {c: pred_arrays[c].take(take) for c in out_cols if c in pred_arrays}
+        arrays.update(self._read_columns(frag, payload, survivors))
+        return pa.Table.from_arrays([arrays[c] for c in out_cols], schema=schema)
+
+    # -- columns --------------------------------------------------------------------------
+
+    def _check_columns(self, columns: list[str] | None) -> list[str]:
+        names = self.snapshot.column_names()
+        if columns is None:
+            return names
+        if isinstance(columns, str) or not isinstance(columns, Iterable):
+            raise ValidationError(
+                f"Cannot read: columns must be a list of column names, got {columns!r}"
+            )
+        out = list(columns)
+        known = set(names)
+        for c in out:
+            if c not in known:
+                raise UnknownColumnError(
+                    f"Cannot read column '{c}' of table '{self.snapshot.table.name}': no such "
+                    f"column; columns are: {', '.join(names)}"
+                )
+        if len(set(out)) != len(out):
+            raise ValidationError(f"Cannot read: columns {out} contain duplicates")
+        return out
+
+    def _field(self, name: str) -> pa.Field:
+        if name == ROW_ID:
+            return pa.field(ROW_ID, pa.int64(), nullable=False)
+        if name == APPEND_NAME:
+            return pa.field(APPEND_NAME, pa.string(), nullable=False)
+        col = self.snapshot.column(name)
+        return pa.field(name, col.arrow_type, nullable=True)
+
+    def _where_columns(self, where: pc.Expression | None) -> list[str]:
+        """Columns a filter references (a superset is harmless), after checking it binds."""
+        if where is None:
+            return []
+        if not isinstance(where, pc.Expression):
+            raise ValidationError(
+                f"Cannot read: where must be a pyarrow.compute.Expression such as "
+                f"pc.field('score') > 0.5, got {type(where).__name__}"
+            )
+        text = str(where)
+        cols = [c for c in self.snapshot.column_names() if c in text]
+        schema = pa.schema([self._field(c) for c in self.snapshot.column_names()])
+        dummy = ds.FileSystemDataset.from_paths(
+            ["/omnitable/check"],
+            schema=schema,
+            format=ds.ParquetFileFormat(),
+            filesystem=pafs.LocalFileSystem(),
+            partitions=[pc.scalar(True)],
+        )
+        try:
+            list(dummy.get_fragments(filter=where))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            msg = str(exc).splitlines()[0]
+            if "No match for FieldRef" in msg:
+                raise UnknownColumnError(
+                    f"Cannot filter table '{self.snapshot.table.name}': {msg}"
+                ) from None
+            raise ValidationError(f"Cannot filter with {where}: {msg}") from None
+        return cols
+
+    # -- pruning --------------------------------------------------------------------------
+
+    def _prune(
+        self, fragments: list[FragmentRecord], where: pc.Expression, where_cols: list[str]
+    ) -> list[FragmentRecord]:
+        if not fragments:
+            return fragments
+        records = {c.name: c for c in self.snapshot.columns}
+        guarantees = [self._guarantee(f, where_cols, records) for f in fragments]
+        schema = pa.schema([self._field(c) for c in where_cols])
+        dataset = ds.FileSystemDataset.from_paths(
+            [f"/omnitable/{f.fragment_id}" for f in fragments],
+            schema=schema,
+            format=ds.ParquetFileFormat(),
+            filesystem=pafs.LocalFileSystem(),
+            partitions=guarantees,
+        )
+        keep = {frag.path.rsplit("/", 1)[-1] for frag in dataset.get_fragments(filter=where)}
+        return [f for f in fragments if f.fragment_id in keep]
+
+    def _guarantee(
+        self, frag: FragmentRecord, where_cols: list[str], records: dict[str, ColumnRecord]
+    ) -> pc.Expression:
+        parts: list[pc.Expression] = []
+        ids = [records[c].column_id for c in where_cols if c in records]
+        providers = self.snapshot.resolve(frag.fragment_id, ids)
+        for name in where_cols:
+            field = pc.field(name)
+            if name == APPEND_NAME:
+                parts.append(field == pc.scalar(frag.batch_name))
+                continue
+            col = records[name]
+            provider = providers[col.column_id]
+            if provider is None:
+                parts.append(field.is_null())
+                continue
+            st = provider.columns[col.column_id].stats
+            if st.min_value is None or st.max_value is None:
+                if frag.row_count > 0 and st.null_count >= frag.row_count:
+                    parts.append(field.is_null())
+                continue
+            t = col.arrow_type
+            lo = pa.scalar(decode_value(st.min_value, t), type=t)
+            hi = pa.scalar(decode_value(st.max_value, t), type=t)
+            in_range = (field >= lo) & (field <= hi)
+            parts.append(in_range | field.is_null() if st.null_count > 0 else in_range)
+        out = pc.scalar(True)
+        for p in parts:
+            out = out & p
+        return out
+
+    # -- files ----------------------------------------------------------------------------
+
+    def _read_columns(
+        self, frag: FragmentRecord, names: list[str], rows: np.ndarray | None
+    ) -> dict[str, pa.ChunkedArray | pa.Array]:
+        """Columns of a fragment (all rows, or only ``rows``: sorted positions)."""
+        n = frag.row_count if rows is None else len(rows)
+        out: dict[str, pa.ChunkedArray | pa.Array] = {}
+        records = {c.name: c for c in self.snapshot.columns}
+        ids = [records[c].column_id for c in names if c in records]
+        providers = self.snapshot.resolve(frag.fragment_id, ids)
+        per_file: dict[str, tuple[FileRecord, list[ColumnRecord]]] = {}
+        for name in names:
+            if name == APPEND_NAME:
+                out[name] = pa.repeat(pa.scalar(frag.batch_name, pa.string()), n)
+                continue
+            col = records[name]
+            provider = providers[col.column_id]
+            if provider is None:
+                out[name] = pa.nulls(n, col.arrow_type)
+                continue
+            per_file.setdefault(provider.file_id, (provider, []))[1].append(col)
+        for file, cols in per_file.values():
+            table = self._read_file(frag, file, [c.physical_name for c in cols], rows)
+            for col in cols:
+                arr = table.column(col.physical_name)
+                if not arr.type.equals(col.arrow_type):
+                    arr = arr.cast(col.arrow_type)
+                out[col.name] = arr
+        return out
+
+    def _read_file(
+        self, frag: FragmentRecord, file: FileRecord, physical: list[str], rows: np.ndarray | None
+    ) -> pa.Table:
+        path = self.location.child_path(file.path)
+        try:
+            handle = self.location.fs.open_input_file(path)
+            pf = pq.ParquetFile(handle)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise CorruptInputError(
+                f"Cannot read column file {self.location.child_uri(file.path)} of fragment "
+                f"{frag.fragment_id}: {exc}"
+            ) from exc
+        with self._lock:
+            self._files_opened += 1
+        meta = pf.metadata
+        if meta.num_rows != frag.row_count:
+            raise CorruptInputError(
+                f"Cannot read fragment {frag.fragment_id}: file {file.path} has {meta.num_rows} "
+                f"rows, the fragment has {frag.row_count} (alignment invariant broken)"
+            )
+        indices = [pf.schema_arrow.get_field_index(p) for p in physical]
+        if rows is None or len(rows) > LATE_MATERIALIZATION_MAX_SELECTIVITY * frag.row_count:
+            table = pf.read(columns=physical, use_threads=False)
+            self._count_bytes(meta, range(meta.num_row_groups), indices)
+            return table if rows is None else table.take(pa.array(rows))
+        starts = np.zeros(meta.num_row_groups + 1, dtype=np.int64)
+        for i in range(meta.num_row_groups):
+            starts[i + 1] = starts[i] + meta.row_group(i).num_rows
+        groups = np.unique(np.searchsorted(starts, rows, side="right") - 1)
+        table = pf.read_row_groups([int(g) for g in groups], columns=physical, use_threads=False)
+        self._count_bytes(meta, groups, indices)
+        # position of each wanted row inside the concatenation of the selected row groups
+        offsets = np.zeros(meta.num_row_groups, dtype=np.int64)
+        acc = 0
+        for g in groups:
+            offsets[g] = acc - starts[g]
+            acc += int(starts[g + 1] - starts[g])
+        rg_of_row = np.searchsorted(starts, rows, side="right") - 1
+        return table.take(pa.array(rows + offsets[rg_of_row]))
+
+    def _count_bytes(
+        self, meta: pq.FileMetaData, groups: Iterable[int], indices: list[int]
+    ) -> None:
+        total = 0
+        leaf_names = [meta.schema.column(i).path.split(".")[0] for i in range(meta.num_columns)]
+        wanted = {meta.schema.to_arrow_schema().field(i).name for i in indices}
+        for g in groups:
+            rg = meta.row_group(int(g))
+            for ci in range(rg.num_columns):
+                if leaf_names[ci] in wanted:
+                    total += rg.column(ci).total_compressed_size
+        with self._lock:
+            self._bytes += total

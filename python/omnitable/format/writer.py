@@ -1,0 +1,135 @@
+"""Writing fragments and aligned column files (docs/format.md).
+
+Writers put files at their final, uniquely named paths; nothing is visible until a catalog commit
+lists them. Each column file holds exactly the rows it is given, in order (alignment).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from omnitable.exceptions import ValidationError
+from omnitable.format.descriptors import FileDescriptor, FragmentDescriptor
+from omnitable.format.fs import Location
+from omnitable.format.stats import compute_stats
+
+_SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+GROUP_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """How files are laid out. Readers accept any values; these only tune size and speed."""
+
+    row_group_size: int = 131_072
+    compression: str = "zstd"
+    compression_level: int = 3
+    target_fragment_rows: int = 1_048_576
+    target_fragment_bytes: int = 512 * 1024 * 1024
+
+    def validated(self) -> WriteOptions:
+        if not isinstance(self.row_group_size, int) or self.row_group_size < 1:
+            raise ValidationError(
+                f"Cannot write: row_group_size must be a positive integer, got {self.row_group_size!r}"
+            )
+        if not isinstance(self.target_fragment_rows, int) or self.target_fragment_rows < 1:
+            raise ValidationError(
+                "Cannot write: target_fragment_rows must be a positive integer, got "
+                f"{self.target_fragment_rows!r}"
+            )
+        return self
+
+
+def check_group_name(group: str) -> str:
+    if not isinstance(group, str) or not GROUP_NAME.match(group):
+        raise ValidationError(
+            f"Cannot use column group {group!r}: group names are 1-64 characters from "
+            "[A-Za-z0-9_.-] and start with a letter, digit or '_'"
+        )
+    return group
+
+
+def batch_directory(batch_name: str, batch_id: str) -> str:
+    """``data/<slug>-<batch8>``: the batch's directory relative to the table location."""
+    slug = _SLUG_UNSAFE.sub("_", batch_name)[:64] or "_"
+    return f"data/{slug}-{batch_id[:8]}"
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def write_column_file(
+    location: Location,
+    fragment_id: str,
+    fragment_path: str,
+    group: str,
+    data: pa.Table,
+    physical_names: dict[str, str],
+    options: WriteOptions,
+    feature_versions: dict[str, str] | None = None,
+) -> FileDescriptor:
+    """Write ``data`` (logical column names, canonical types) as one column file of a fragment."""
+    file_id = new_id()
+    rel = f"{fragment_path}/{group}-{file_id}.parquet"
+    stats = {name: compute_stats(data.column(name)) for name in data.column_names}
+    physical = data.rename_columns([physical_names.get(n, n) for n in data.column_names])
+    path = location.child_path(rel)
+    location.fs.create_dir(location.child_path(fragment_path), recursive=True)
+    with (
+        location.fs.open_output_stream(path) as sink,
+        pq.ParquetWriter(
+            sink,
+            physical.schema,
+            compression=options.compression,
+            compression_level=options.compression_level,
+            use_compliant_nested_type=True,
+            write_page_index=True,
+        ) as writer,
+    ):
+        writer.write_table(physical, row_group_size=options.row_group_size)
+    size = location.fs.get_file_info(path).size or 0
+    return FileDescriptor(
+        file_id=file_id,
+        fragment_id=fragment_id,
+        group_name=group,
+        path=rel,
+        row_count=data.num_rows,
+        size_bytes=int(size),
+        columns=stats,
+        feature_versions=dict(feature_versions or {}),
+    )
+
+
+def write_fragment(
+    location: Location,
+    batch_name: str,
+    batch_id: str,
+    data: pa.Table,
+    group_of: dict[str, str],
+    physical_names: dict[str, str],
+    options: WriteOptions,
+) -> FragmentDescriptor:
+    """Write one fragment: one column file per group present in ``data``.
+
+    Args:
+        data: rows of the fragment, logical names, canonical types, ``_ai_unique_id_`` included.
+        group_of: column name → group name for every column of ``data``.
+    """
+    fragment_id = new_id()
+    frag_path = f"{batch_directory(batch_name, batch_id)}/{fragment_id}"
+    by_group: dict[str, list[str]] = {}
+    for name in data.column_names:
+        by_group.setdefault(group_of[name], []).append(name)
+    files = [
+        write_column_file(
+            location, fragment_id, frag_path, group, data.select(cols), physical_names, options
+        )
+        for group, cols in by_group.items()
+    ]
+    return FragmentDescriptor(fragment_id, batch_id, data.num_rows, frag_path, files)

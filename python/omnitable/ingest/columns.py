@@ -1,0 +1,150 @@
+"""``Table.add_columns``: attach new columns to existing rows by ``_ai_unique_id_``.
+
+Only new column files are written (one per fragment holding at least one of the given ids);
+rows a fragment has but the input lacks read as NULL. Nothing existing is rewritten.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from omnitable.catalog.commit import CommitRequest, NewColumn
+from omnitable.catalog.records import APPEND_NAME, ROW_ID
+from omnitable.exceptions import AlreadyExistsError, ValidationError
+from omnitable.format.fs import delete_quietly
+from omnitable.format.reader import FragmentReader
+from omnitable.format.types import canonical_arrow_type, to_ddl
+from omnitable.format.writer import check_group_name, write_column_file
+from omnitable.ingest.local import duplicate_ids
+from omnitable.ingest.sources import is_spark_dataframe, record_batches
+
+if TYPE_CHECKING:
+    from omnitable.table import Table
+
+COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,254}$")
+
+
+def check_column_name(name: object) -> str:
+    if not isinstance(name, str) or not COLUMN_NAME.match(name) or name.startswith("_ai_"):
+        raise ValidationError(
+            f"Cannot use column name {name!r}: names are 1-255 characters of letters, digits, "
+            "'_' and '-', start with a letter or '_', and the prefix '_ai_' is reserved"
+        )
+    return name
+
+
+def add_columns(table: Table, data: Any, group: str | None) -> int:
+    if is_spark_dataframe(data):
+        data = data.toArrow()
+    batches = list(record_batches(data))
+    incoming = pa.Table.from_batches(batches) if batches else None
+    if incoming is None or ROW_ID not in incoming.column_names:
+        raise ValidationError(
+            f"Cannot add columns to table '{table.name}': the data needs a {ROW_ID} column "
+            "saying which row each value belongs to"
+        )
+    snap = table.snapshot()
+    new_names = [c for c in incoming.column_names if c != ROW_ID]
+    if not new_names:
+        raise ValidationError(f"Cannot add columns to table '{table.name}': no new column given")
+    for name in new_names:
+        if name == APPEND_NAME:
+            raise ValidationError(f"Cannot add column {APPEND_NAME}: it is a system column")
+        check_column_name(name)
+        if snap.has_column(name):
+            raise AlreadyExistsError(
+                f"Cannot add column '{name}' to table '{table.name}': it already exists "
+                "(recompute existing columns with a feature backfill)"
+            )
+    types = {n: canonical_arrow_type(incoming.column(n).type, n) for n in new_names}
+    group = group if group is not None else _default_group(snap, new_names[0])
+    check_group_name(group)
+    used = {c.group_name for c in snap.columns}
+    if group in used:
+        raise ValidationError(
+            f"Cannot add columns to group '{group}' of table '{table.name}': the group already "
+            "holds columns, and adding to it would mean rewriting its files; choose a new group "
+            "name (governance can merge groups later)"
+        )
+
+    ids = incoming.column(ROW_ID)
+    if ids.null_count:
+        raise ValidationError(f"Cannot add columns: {ids.null_count} row(s) have a null {ROW_ID}")
+    ids_np = ids.cast(pa.int64()).to_numpy()
+    dupes = duplicate_ids(ids_np)
+    if dupes:
+        raise ValidationError(f"Cannot add columns: duplicate {ROW_ID} values, e.g. {dupes}")
+    values = pa.Table.from_arrays(
+        [incoming.column(n).cast(types[n]) for n in new_names], names=new_names
+    )
+    lo, hi = (int(ids_np.min()), int(ids_np.max())) if len(ids_np) else (0, -1)
+
+    location = table.location
+    reader = FragmentReader(location, snap)
+    row_id = snap.column(ROW_ID)
+    id_set = pa.array(ids_np)
+    written: list[str] = []
+    files = []
+    matched = 0
+    try:
+        for frag in snap.fragments:
+            provider = snap.resolve(frag.fragment_id, [row_id.column_id])[row_id.column_id]
+            if provider is None or frag.row_count == 0:
+                continue
+            st = provider.columns[row_id.column_id].stats
+            if st.min_value is not None and (int(st.min_value) > hi or int(st.max_value) < lo):
+                continue
+            frag_ids = reader.read_fragment(frag, [ROW_ID]).column(ROW_ID)
+            positions = pc.index_in(frag_ids, value_set=id_set)
+            hits = len(positions) - positions.null_count
+            if hits == 0:
+                continue
+            matched += hits
+            aligned = values.take(positions)
+            desc = write_column_file(
+                location,
+                frag.fragment_id,
+                frag.path,
+                group,
+                aligned,
+                {},
+                table._write_options(None, None),
+            )
+            written.append(location.child_path(desc.path))
+            files.append(desc)
+        if matched != len(ids_np):
+            unknown = np.setdiff1d(ids_np, _all_ids(reader, snap))[:5]
+            raise ValidationError(
+                f"Cannot add columns to table '{table.name}': {len(ids_np) - matched} "
+                f"{ROW_ID} value(s) match no row, e.g. {[int(x) for x in unknown]}"
+            )
+        req = CommitRequest(
+            op="add_columns",
+            base_version=snap.version,
+            summary={"columns": new_names, "group": group, "rows": matched, "files": len(files)},
+            new_columns=[NewColumn(n, to_ddl(types[n]), True, group) for n in new_names],
+            new_files=files,
+        )
+        return int(table._catalog.commit(table.record, req))
+    except BaseException:
+        delete_quietly(location.fs, written)
+        raise
+
+
+def _default_group(snap: Any, first: str) -> str:
+    used = {c.group_name for c in snap.columns}
+    base = re.sub(r"[^A-Za-z0-9_.-]", "_", first)[:56] or "cols"
+    name, i = base, 2
+    while name in used:
+        name, i = f"{base}-{i}", i + 1
+    return name
+
+
+def _all_ids(reader: FragmentReader, snap: Any) -> np.ndarray:
+    parts = [reader.read_fragment(f, [ROW_ID]).column(ROW_ID).to_numpy() for f in snap.fragments]
+    return np.concatenate(parts) if parts else np.array([], np.int64)

@@ -1,0 +1,146 @@
+"""In-process ingest: stream batches, cut them into fragments, write column files.
+
+Used for pandas, Arrow and file inputs; Spark DataFrames go through :mod:`omnitable.ingest.spark`
+(the same fragment writing, in Spark tasks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from omnitable.catalog.records import ROW_ID
+from omnitable.exceptions import ValidationError
+from omnitable.format.descriptors import FragmentDescriptor
+from omnitable.format.writer import WriteOptions
+from omnitable.ingest.conform import Conformer
+
+
+@dataclass
+class IngestResult:
+    """Fragments written by one ingest, and what the committer must know about their ids."""
+
+    fragments: list[FragmentDescriptor] = field(default_factory=list)
+    rows: int = 0
+    supplied_ids: np.ndarray | None = None
+
+    @property
+    def id_range(self) -> tuple[int, int] | None:
+        if self.supplied_ids is None or len(self.supplied_ids) == 0:
+            return None
+        return int(self.supplied_ids.min()), int(self.supplied_ids.max())
+
+
+class FragmentCutter:
+    """Buffers conformed tables and hands out fragment-sized tables (rows or bytes target)."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+        self._parts: list[pa.Table] = []
+        self._rows = 0
+        self._bytes = 0
+
+    def add(self, table: pa.Table) -> list[pa.Table]:
+        self._parts.append(table)
+        self._rows += table.num_rows
+        self._bytes += table.nbytes
+        out = []
+        while self._rows >= self.options.target_fragment_rows or (
+            self._bytes >= self.options.target_fragment_bytes and self._rows > 0
+        ):
+            whole = pa.concat_tables(self._parts)
+            n = self.options.target_fragment_rows
+            if self._bytes >= self.options.target_fragment_bytes:
+                per_row = max(1, self._bytes // max(1, self._rows))
+                n = min(n, max(1, self.options.target_fragment_bytes // per_row))
+            out.append(whole.slice(0, n))
+            rest = whole.slice(n)
+            self._parts = [rest] if rest.num_rows else []
+            self._rows = rest.num_rows
+            self._bytes = rest.nbytes if rest.num_rows else 0
+        return out
+
+    def finish(self) -> pa.Table | None:
+        if not self._parts:
+            return None
+        whole = pa.concat_tables(self._parts)
+        self._parts, self._rows, self._bytes = [], 0, 0
+        return whole
+
+
+def ingest_batches(
+    batches: Iterable[pa.RecordBatch],
+    conformer: Conformer,
+    options: WriteOptions,
+    write_fragment: Callable[[pa.Table], FragmentDescriptor],
+    reserve_ids: Callable[[int], int],
+) -> IngestResult:
+    """Conform, cut and write ``batches``; assigns ``_ai_unique_id_`` unless supplied.
+
+    Always writes at least one fragment (an empty input makes one empty fragment, so the batch
+    exists with its schema).
+
+    Raises:
+        ValidationError: null ids, or ids supplied in some batches but not others.
+    """
+    result = IngestResult()
+    cutter = FragmentCutter(options)
+    supplied: bool | None = None
+    id_parts: list[np.ndarray] = []
+
+    def emit(table: pa.Table) -> None:
+        nonlocal supplied
+        if supplied:
+            table = table.select([ROW_ID] + [c for c in table.column_names if c != ROW_ID])
+        else:
+            start = reserve_ids(table.num_rows)
+            ids = pa.array(np.arange(start, start + table.num_rows, dtype=np.int64))
+            table = table.add_column(0, ROW_ID, ids)
+        result.fragments.append(write_fragment(table))
+        result.rows += table.num_rows
+
+    for batch in batches:
+        table = conformer.conform(batch)
+        has_ids = ROW_ID in table.column_names
+        if supplied is None:
+            supplied = has_ids
+        elif supplied != has_ids:
+            raise ValidationError(
+                f"Cannot ingest: {ROW_ID} is present in some input batches and missing in "
+                "others; supply it for every row or for none"
+            )
+        if has_ids:
+            ids_col = table.column(ROW_ID)
+            if ids_col.null_count:
+                raise ValidationError(
+                    f"Cannot ingest: {ids_col.null_count} row(s) have a null {ROW_ID}; every "
+                    "supplied id must be a non-null int64"
+                )
+            id_parts.append(ids_col.to_numpy())
+        if table.num_rows == 0:
+            continue
+        for piece in cutter.add(table):
+            emit(piece)
+    rest = cutter.finish()
+    if rest is not None and rest.num_rows:
+        emit(rest)
+    if not result.fragments:
+        empty = conformer.target_schema().empty_table()
+        if not supplied:
+            empty = empty.drop_columns([ROW_ID])
+        emit(empty)
+    if supplied:
+        result.supplied_ids = np.concatenate(id_parts) if id_parts else np.array([], np.int64)
+    return result
+
+
+def duplicate_ids(ids: np.ndarray, limit: int = 5) -> list[int]:
+    """Up to ``limit`` values occurring more than once in ``ids``."""
+    if len(ids) < 2:
+        return []
+    s = np.sort(ids)
+    dup = np.unique(s[1:][s[1:] == s[:-1]])
+    return [int(x) for x in dup[:limit]]

@@ -1,0 +1,103 @@
+"""Spark wiring: a SparkSession with the OmniTable extension jar, SQL extension and catalog."""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omnitable.exceptions import MissingDependencyError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from omnitable.warehouse import Warehouse
+
+EXTENSIONS_CLASS = "io.omnitable.spark.OmniTableSparkSessionExtensions"
+CATALOG_CLASS = "io.omnitable.spark.catalog.OmniTableCatalog"
+CATALOG_NAME = "omnitable"
+JAR_NAME = "omnitable-spark.jar"
+
+
+def jar_path() -> Path:
+    """Path of the bundled extension jar.
+
+    Raises:
+        MissingDependencyError: the jar was not built (``./dev jar`` builds it).
+    """
+    path = Path(str(resources.files("omnitable").joinpath("jars", JAR_NAME)))
+    if not path.is_file():
+        raise MissingDependencyError(
+            f"Cannot start Spark with OmniTable: the extension jar {path} is missing; build it "
+            "with `./dev jar` (or reinstall a wheel that bundles it)"
+        )
+    return path
+
+
+def warehouse_string(warehouse: Warehouse | str | os.PathLike[str] | None) -> str:
+    from omnitable.catalog.address import parse_address
+
+    if warehouse is None or isinstance(warehouse, (str, os.PathLike)):
+        return parse_address(warehouse).warehouse_string()
+    return warehouse.uri
+
+
+def spark_session(
+    warehouse: Warehouse | str | os.PathLike[str] | None = None,
+    master: str = "local[*]",
+    app_name: str = "omnitable",
+    **conf: Any,
+) -> SparkSession:
+    """A SparkSession that reads OmniTable tables.
+
+    Configures ``spark.jars`` (the extension jar), ``spark.sql.extensions``, the ``omnitable``
+    catalog (``SELECT … FROM omnitable.<table>``) and ``spark.omnitable.warehouse`` (default for
+    ``spark.read.format("omnitable")``). Binds the driver to 127.0.0.1. Extra Spark settings go
+    in ``conf``, e.g. ``spark_session(**{"spark.executor.memory": "2g"})``.
+
+    If a session is already running in this process, Spark reuses it and static settings
+    (jars, extensions) cannot change; stop it first.
+    """
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:  # pragma: no cover - pyspark is a dependency
+        raise MissingDependencyError("Cannot start Spark: pip install 'pyspark>=4.1,<4.2'") from exc
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    wh = warehouse_string(warehouse)
+    jar = str(jar_path())
+    settings: dict[str, str] = {
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.extensions": EXTENSIONS_CLASS,
+        f"spark.sql.catalog.{CATALOG_NAME}": CATALOG_CLASS,
+        f"spark.sql.catalog.{CATALOG_NAME}.warehouse": wh,
+        "spark.omnitable.warehouse": wh,
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }
+    extra_jars = str(conf.pop("spark.jars", "")).strip(",")
+    settings["spark.jars"] = jar + ("," + extra_jars if extra_jars else "")
+    extensions = str(conf.pop("spark.sql.extensions", "")).strip(",")
+    if extensions:
+        settings["spark.sql.extensions"] = EXTENSIONS_CLASS + "," + extensions
+    settings.update({k: str(v) for k, v in conf.items()})
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def active_or_new_session(spark: SparkSession | None, warehouse: Warehouse) -> SparkSession:
+    """``spark`` if given, else the active session, else a new local one for ``warehouse``."""
+    if spark is not None:
+        return spark
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    return spark_session(warehouse)

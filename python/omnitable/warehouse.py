@@ -1,0 +1,178 @@
+"""``connect()`` and ``Warehouse``: a data root plus a catalog database."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from omnitable.catalog.address import CatalogAddress, parse_address
+from omnitable.catalog.catalog import Catalog, check_table_name
+from omnitable.catalog.commit import NewColumn
+from omnitable.catalog.records import APPEND_NAME, BASE_GROUP, ROW_ID
+from omnitable.exceptions import UnknownColumnError, ValidationError
+from omnitable.format.fs import Location, resolve_location
+from omnitable.format.types import parse_type_spec, to_ddl
+from omnitable.format.writer import WriteOptions, check_group_name
+from omnitable.ingest.columns import check_column_name
+from omnitable.table import Table
+
+SchemaSpec = pa.Schema | Mapping[str, Any]
+
+
+def connect(
+    uri: str | os.PathLike[str] | None = None,
+    root: str | None = None,
+    write_options: WriteOptions | None = None,
+) -> Warehouse:
+    """Open (creating if needed) a warehouse.
+
+    Args:
+        uri: a directory (default ``./omnitable-warehouse``, SQLite ``catalog.db`` inside), a
+            ``sqlite:///…`` URL, or ``postgresql://user:env:PASSWORD_VAR@host/db``.
+        root: data root (local path or URI such as ``s3://bucket/wh``); required the first time
+            a PostgreSQL catalog is used, defaults to the directory for SQLite.
+        write_options: file layout tuning (row-group size, fragment size, compression).
+
+    Raises:
+        ValidationError: malformed address or root. CatalogError: the database is unreachable.
+        CatalogVersionError: the catalog has another schema version.
+    """
+    return Warehouse(parse_address(uri), root, write_options or WriteOptions())
+
+
+class Warehouse:
+    """A catalog plus a data root. Use :func:`connect` to get one."""
+
+    def __init__(
+        self,
+        address: CatalogAddress,
+        root: str | None = None,
+        write_options: WriteOptions | None = None,
+    ) -> None:
+        self.address = address
+        self.catalog = Catalog(address, root)
+        self.root: Location = resolve_location(self.catalog.root)
+        self.write_options = (write_options or WriteOptions()).validated()
+
+    @property
+    def uri(self) -> str:
+        """The warehouse string other processes (Spark, CLI) can open it with."""
+        return self.address.warehouse_string()
+
+    def create_table(
+        self,
+        name: str,
+        schema: SchemaSpec,
+        groups: Mapping[str, list[str]] | None = None,
+        properties: Mapping[str, Any] | None = None,
+    ) -> Table:
+        """Create a logical table.
+
+        Args:
+            name: letters, digits and '_'.
+            schema: a pyarrow Schema or a mapping ``{column: type}`` where a type is a pyarrow
+                DataType or a Spark DDL string (``"string"``, ``"array<float>"``). System
+                columns are added automatically.
+            groups: optional ``{group: [columns]}``; columns stored together in one file per
+                fragment. Unlisted columns go to the ``base`` group.
+
+        Raises:
+            AlreadyExistsError, ValidationError, UnknownColumnError.
+        """
+        check_table_name(name)
+        fields = _schema_fields(schema)
+        group_of = _group_map(groups, [f[0] for f in fields])
+        columns = [
+            NewColumn(n, to_ddl(t), nullable, group_of.get(n, BASE_GROUP))
+            for n, t, nullable in fields
+        ]
+        record = self.catalog.create_table(name, columns, dict(properties or {}))
+        return Table(self, record)
+
+    def table(self, name: str) -> Table:
+        """An existing table. Raises NotFoundError."""
+        return Table(self, self.catalog.get_table(name))
+
+    def tables(self) -> list[str]:
+        return self.catalog.list_tables()
+
+    def drop_table(self, name: str, purge: bool = True) -> None:
+        """Remove a table from the catalog (one transaction), then delete its directory.
+
+        With ``purge=False`` the files stay on storage, unreferenced. Raises NotFoundError.
+        """
+        record = self.catalog.drop_table(name)
+        if purge:
+            loc = self.root.join(record.location)
+            try:
+                loc.fs.delete_dir(loc.path)
+            except (FileNotFoundError, OSError):
+                pass
+
+    def close(self) -> None:
+        self.catalog.close()
+
+    def __enter__(self) -> Warehouse:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Warehouse({self.address.redacted()}, root={self.root.uri!r})"
+
+
+def _schema_fields(schema: SchemaSpec) -> list[tuple[str, pa.DataType, bool]]:
+    if isinstance(schema, pa.Schema):
+        items = [(f.name, f.type, f.nullable) for f in schema]
+    elif isinstance(schema, Mapping):
+        items = [(k, v, True) for k, v in schema.items()]
+    else:
+        raise ValidationError(
+            "Cannot create table: schema must be a pyarrow Schema or a mapping {column: type}, "
+            f"got {type(schema).__name__}"
+        )
+    out = []
+    seen = set()
+    for name, spec, nullable in items:
+        if name == ROW_ID:
+            if parse_type_spec(spec, name) != pa.int64():
+                raise ValidationError(f"Cannot create table: {ROW_ID} is always bigint")
+            continue
+        if name == APPEND_NAME:
+            continue
+        check_column_name(name)
+        if name in seen:
+            raise ValidationError(f"Cannot create table: column '{name}' is listed twice")
+        seen.add(name)
+        out.append((name, parse_type_spec(spec, name), bool(nullable)))
+    return out
+
+
+def _group_map(groups: Mapping[str, list[str]] | None, names: list[str]) -> dict[str, str]:
+    if groups is None:
+        return {}
+    if not isinstance(groups, Mapping):
+        raise ValidationError("Cannot create table: groups must be a mapping {group: [columns]}")
+    known = set(names)
+    out: dict[str, str] = {}
+    for group, cols in groups.items():
+        check_group_name(group)
+        if isinstance(cols, str):
+            raise ValidationError(
+                f"Cannot create table: group '{group}' must list columns, got the string {cols!r}"
+            )
+        for c in cols:
+            if c not in known:
+                raise UnknownColumnError(
+                    f"Cannot put column '{c}' in group '{group}': no such column in the schema"
+                )
+            if c in out:
+                raise ValidationError(
+                    f"Cannot create table: column '{c}' is in groups '{out[c]}' and '{group}'"
+                )
+            out[c] = group
+    return out
