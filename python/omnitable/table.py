@@ -242,9 +242,9 @@ class Table:
         written: list[str] = []
         try:
 
-            def write(table: pa.Table) -> Any:
+            def write(table: pa.Table, seq: int) -> Any:
                 desc = write_fragment(
-                    location, append_name, batch_id, table, group_of, physical, options
+                    location, append_name, batch_id, table, group_of, physical, options, seq
                 )
                 written.extend(location.child_path(f.path) for f in desc.files)
                 return desc

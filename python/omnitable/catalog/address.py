@@ -66,7 +66,11 @@ class CatalogAddress:
         """
         if self.sqlite_dir is not None and self.url.database == str(self.sqlite_dir / SQLITE_FILE):
             return str(self.sqlite_dir)
-        return self.url.render_as_string(hide_password=False)
+        rendered = self.url.render_as_string(hide_password=False)
+        password = self.url.password
+        if isinstance(password, str) and password.startswith("env:"):
+            rendered = rendered.replace("env%3A", "env:", 1)
+        return rendered
 
     def __repr__(self) -> str:
         return f"CatalogAddress({self.redacted()})"

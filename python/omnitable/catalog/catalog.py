@@ -44,8 +44,12 @@ class Catalog:
     def __init__(self, address: CatalogAddress, root: str | None = None) -> None:
         self.address = address
         self.store = CatalogStore(address)
-        self.store.ensure_schema()
-        self.root = self._resolve_root(root)
+        try:
+            self.store.ensure_schema()
+            self.root = self._resolve_root(root)
+        except BaseException:
+            self.store.close()
+            raise
 
     def _resolve_root(self, root: str | None) -> str:
         stored = self.store.get_meta("root")

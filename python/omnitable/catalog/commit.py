@@ -411,14 +411,16 @@ def _insert_data(
     if req.new_fragments:
         conn.execute(
             text(
-                "INSERT INTO fragments (table_id, fragment_id, batch_id, row_count, path, branch, "
-                "added_version, removed_version) VALUES (:t, :id, :bid, :n, :p, :b, :v, NULL)"
+                "INSERT INTO fragments (table_id, fragment_id, batch_id, seq, row_count, path, "
+                "branch, added_version, removed_version) "
+                "VALUES (:t, :id, :bid, :seq, :n, :p, :b, :v, NULL)"
             ),
             [
                 {
                     "t": t,
                     "id": f.fragment_id,
                     "bid": f.batch_id,
+                    "seq": f.seq,
                     "n": f.row_count,
                     "p": f.path,
                     "b": b,

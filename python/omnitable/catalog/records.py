@@ -79,6 +79,7 @@ class FragmentRecord:
     row_count: int
     path: str
     added_version: int
+    seq: int = 0
 
 
 @dataclass(frozen=True)

@@ -95,10 +95,13 @@ CREATE TABLE IF NOT EXISTS batches (
 ;
 -- Fragments: immutable, ordered slices of one batch's rows. A row's address is
 -- (fragment_id, offset). `path` is the fragment's directory relative to the table location.
+-- `seq` orders the fragments of a batch: readers return rows ordered by (the batch's
+-- added_version, batch_id, seq, offset).
 CREATE TABLE IF NOT EXISTS fragments (
     table_id        TEXT NOT NULL,
     fragment_id     TEXT NOT NULL,
     batch_id        TEXT NOT NULL,
+    seq             BIGINT NOT NULL,
     row_count       BIGINT NOT NULL,
     path            TEXT NOT NULL,
     branch          TEXT NOT NULL,

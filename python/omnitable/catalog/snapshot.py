@@ -268,7 +268,7 @@ def load_snapshot(
         for r in conn.execute(
             text(
                 f"SELECT * FROM fragments f WHERE f.table_id = :t AND {where} "
-                "ORDER BY f.added_version, f.path"
+                "ORDER BY f.added_version, f.batch_id, f.seq"
             ),
             params,
         )

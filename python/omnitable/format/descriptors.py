@@ -44,6 +44,7 @@ class FragmentDescriptor:
     row_count: int
     path: str
     files: list[FileDescriptor] = field(default_factory=list)
+    seq: int = 0
 
     def to_json(self) -> str:
         d = asdict(self)

@@ -114,10 +114,12 @@ def write_fragment(
     group_of: dict[str, str],
     physical_names: dict[str, str],
     options: WriteOptions,
+    seq: int = 0,
 ) -> FragmentDescriptor:
     """Write one fragment: one column file per group present in ``data``.
 
     Args:
+        seq: position of the fragment within its batch (readers order fragments by it).
         data: rows of the fragment, logical names, canonical types, ``_ai_unique_id_`` included.
         group_of: column name → group name for every column of ``data``.
     """
@@ -132,4 +134,4 @@ def write_fragment(
         )
         for group, cols in by_group.items()
     ]
-    return FragmentDescriptor(fragment_id, batch_id, data.num_rows, frag_path, files)
+    return FragmentDescriptor(fragment_id, batch_id, data.num_rows, frag_path, files, seq)

@@ -75,7 +75,7 @@ def ingest_batches(
     batches: Iterable[pa.RecordBatch],
     conformer: Conformer,
     options: WriteOptions,
-    write_fragment: Callable[[pa.Table], FragmentDescriptor],
+    write_fragment: Callable[[pa.Table, int], FragmentDescriptor],
     reserve_ids: Callable[[int], int],
 ) -> IngestResult:
     """Conform, cut and write ``batches``; assigns ``_ai_unique_id_`` unless supplied.
@@ -99,7 +99,7 @@ def ingest_batches(
             start = reserve_ids(table.num_rows)
             ids = pa.array(np.arange(start, start + table.num_rows, dtype=np.int64))
             table = table.add_column(0, ROW_ID, ids)
-        result.fragments.append(write_fragment(table))
+        result.fragments.append(write_fragment(table, len(result.fragments)))
         result.rows += table.num_rows
 
     for batch in batches:

@@ -194,11 +194,12 @@ def _write_partition(spec_json: str, batches: Iterator[pa.RecordBatch]) -> Itera
     options = WriteOptions(**spec["options"])
     conformer = Conformer(spec["table"], [ColumnRecord(**c) for c in spec["columns"]])
     cutter = FragmentCutter(options)
+    seq = partition << 24
     next_id = spec["id_base"] + (partition << ID_SHIFT)
     limit = spec["id_base"] + ((partition + 1) << ID_SHIFT)
 
     def emit(table: pa.Table) -> pa.RecordBatch:
-        nonlocal next_id
+        nonlocal next_id, seq
         if not spec["supplied"]:
             if next_id + table.num_rows > limit:
                 raise ValidationError(
@@ -217,7 +218,9 @@ def _write_partition(spec_json: str, batches: Iterator[pa.RecordBatch]) -> Itera
             spec["group_of"],
             spec["physical"],
             options,
+            seq,
         )
+        seq += 1
         return pa.RecordBatch.from_pydict({"descriptor": [desc.to_json()]})
 
     for batch in batches:

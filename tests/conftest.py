@@ -1,0 +1,90 @@
+"""Shared fixtures: warehouses on SQLite and PostgreSQL catalogs, and a local Spark session.
+
+PostgreSQL tests need ``OMNITABLE_TEST_POSTGRES_URL`` (``scripts/start-postgres.sh`` prints one);
+without it they are skipped, unless ``OMNITABLE_REQUIRE_POSTGRES=1`` (CI), where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import omnitable
+from omnitable.catalog.address import parse_address
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+PG_ENV = "OMNITABLE_TEST_POSTGRES_URL"
+
+
+def postgres_base_url() -> str | None:
+    url = os.environ.get(PG_ENV)
+    if not url:
+        if os.environ.get("OMNITABLE_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"{PG_ENV} is not set but OMNITABLE_REQUIRE_POSTGRES=1")
+        pytest.skip(f"PostgreSQL tests need {PG_ENV} (see scripts/start-postgres.sh)")
+    return url
+
+
+class PostgresDatabases:
+    """Creates throw-away databases on the test server."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base = parse_address(base_url)
+        self.created: list[str] = []
+
+    def _admin(self):  # type: ignore[no-untyped-def]
+        import psycopg
+
+        url = self.base.connect_url()
+        return psycopg.connect(
+            host=url.host,
+            port=url.port or 5432,
+            user=url.username,
+            password=url.password,
+            dbname=url.database,
+            autocommit=True,
+        )
+
+    def create(self) -> str:
+        name = f"omt_{uuid.uuid4().hex[:12]}"
+        with self._admin() as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        self.created.append(name)
+        return self.base.url.set(database=name).render_as_string(hide_password=False)
+
+    def drop_all(self) -> None:
+        with self._admin() as conn:
+            for name in self.created:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.created.clear()
+
+
+@pytest.fixture(scope="session")
+def pg_databases() -> Iterator[PostgresDatabases]:
+    url = postgres_base_url()
+    assert url is not None
+    dbs = PostgresDatabases(url)
+    yield dbs
+    dbs.drop_all()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def catalog_spec(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str | None]:
+    """(warehouse uri, data root) on each catalog backend."""
+    if request.param == "sqlite":
+        return str(tmp_path / "wh"), None
+    dbs = request.getfixturevalue("pg_databases")
+    return dbs.create(), str(tmp_path / "data")
+
+
+@pytest.fixture
+def wh(catalog_spec: tuple[str, str | None]) -> Iterator[omnitable.Warehouse]:
+    uri, root = catalog_spec
+    warehouse = omnitable.connect(uri, root=root)
+    yield warehouse
+    warehouse.close()
