@@ -88,3 +88,22 @@ def wh(catalog_spec: tuple[str, str | None]) -> Iterator[omnitable.Warehouse]:
     warehouse = omnitable.connect(uri, root=root)
     yield warehouse
     warehouse.close()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One local[2] SparkSession with the OmniTable jar for the whole test process."""
+    session = omnitable.spark_session(
+        tmp_path_factory.mktemp("spark-default-wh"),
+        master="local[2]",
+        **{
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.driver.memory": "1g",
+            "spark.default.parallelism": "2",
+            "spark.sql.adaptive.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+        },
+    )
+    yield session
+    session.stop()

@@ -303,7 +303,7 @@ class Table:
             if provider is None:
                 continue
             st = provider.columns[row_id.column_id].stats
-            if st.min_value is None or int(st.min_value) > hi or int(st.max_value) < lo:
+            if not st.may_overlap(lo, hi):
                 continue
             existing = reader.read_fragment(frag, [ROW_ID]).column(ROW_ID).to_numpy()
             clash = np.intersect1d(existing, ids)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeAlias, Union
 
 import pyarrow as pa
 
@@ -19,7 +20,7 @@ from omnitable.format.writer import WriteOptions, check_group_name
 from omnitable.ingest.columns import check_column_name
 from omnitable.table import Table
 
-SchemaSpec = pa.Schema | Mapping[str, Any]
+SchemaSpec: TypeAlias = Union[pa.Schema, Mapping[str, Any]]  # noqa: UP007
 
 
 def connect(
@@ -107,10 +108,8 @@ class Warehouse:
         record = self.catalog.drop_table(name)
         if purge:
             loc = self.root.join(record.location)
-            try:
+            with contextlib.suppress(OSError):
                 loc.fs.delete_dir(loc.path)
-            except (FileNotFoundError, OSError):
-                pass
 
     def close(self) -> None:
         self.catalog.close()

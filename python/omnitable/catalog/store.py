@@ -192,10 +192,12 @@ class CatalogStore:
         On SQLite the transaction holds the database write lock from its first statement.
         On PostgreSQL, callers serialize per table with :meth:`lock_table`.
         """
-        with self._translate_errors("write"):
-            with self.engine.connect().execution_options(omnitable_write=True) as conn:
-                with conn.begin():
-                    yield conn
+        with (
+            self._translate_errors("write"),
+            self.engine.connect().execution_options(omnitable_write=True) as conn,
+            conn.begin(),
+        ):
+            yield conn
 
     def lock_table(self, conn: Connection, table_id: str) -> None:
         """Serialize commits on one table (no-op on SQLite, whose writers are serialized)."""

@@ -3,6 +3,7 @@ other fsspec protocol, all seen through one ``pyarrow.fs.FileSystem``."""
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +66,5 @@ def resolve_location(uri: str) -> Location:
 def delete_quietly(fs: pafs.FileSystem, paths: list[str]) -> None:
     """Best-effort removal of files this process wrote but did not commit."""
     for p in paths:
-        try:
+        with contextlib.suppress(OSError):
             fs.delete_file(p)
-        except OSError:
-            pass

@@ -27,6 +27,17 @@ class ColumnStats:
     min_value: str | None = None
     max_value: str | None = None
 
+    def int_bounds(self) -> tuple[int, int] | None:
+        """(min, max) of an integer column, or None when not kept."""
+        if self.min_value is None or self.max_value is None:
+            return None
+        return int(self.min_value), int(self.max_value)
+
+    def may_overlap(self, lo: int, hi: int) -> bool:
+        """False only when the integer bounds prove no value lies in [lo, hi]."""
+        bounds = self.int_bounds()
+        return bounds is None or (bounds[0] <= hi and bounds[1] >= lo)
+
 
 def compute_stats(values: pa.ChunkedArray | pa.Array) -> ColumnStats:
     """Statistics of a column of canonical type, as stored in ``file_columns``."""

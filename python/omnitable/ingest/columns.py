@@ -97,7 +97,7 @@ def add_columns(table: Table, data: Any, group: str | None) -> int:
             if provider is None or frag.row_count == 0:
                 continue
             st = provider.columns[row_id.column_id].stats
-            if st.min_value is not None and (int(st.min_value) > hi or int(st.max_value) < lo):
+            if not st.may_overlap(lo, hi):
                 continue
             frag_ids = reader.read_fragment(frag, [ROW_ID]).column(ROW_ID)
             positions = pc.index_in(frag_ids, value_set=id_set)

@@ -11,7 +11,7 @@ successful attempts reach the driver, the rest are orphans for garbage collectio
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -163,7 +163,7 @@ def _check_existing_ids(
         if provider is None:
             continue
         st = provider.columns[rid].stats
-        if st.min_value is None or int(st.min_value) > hi or int(st.max_value) < lo:
+        if not st.may_overlap(lo, hi):
             continue
         existing.append(reader.read_fragment(frag, [ROW_ID]).column(ROW_ID).to_numpy())
     if not existing:
@@ -183,7 +183,7 @@ def _check_existing_ids(
         )
 
 
-def _write_partition(spec_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _write_partition(spec_json: str, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Runs in a Spark Python worker: write this partition's fragments, yield descriptors."""
     from pyspark import TaskContext
 

@@ -1,0 +1,82 @@
+"""``omnitable demo``: build the demo warehouse and print what happened."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from omnitable.cli.main import Context
+
+
+@click.command()
+@click.option("--limit", type=int, default=None, help="At most this many files per batch.")
+@click.pass_obj
+def demo(ctx: Context, limit: int | None) -> None:
+    """Build a demo warehouse from text on this machine (stdlib code, package docs)."""
+    from omnitable.demo import run_demo
+
+    out = ctx.out
+    with ctx.connect() as wh:
+        out.message(f"[bold]OmniTable demo[/] in {wh.uri}")
+        console = out.err if out.as_json else out.console
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as bar:
+            tasks: dict[str, TaskID] = {}
+
+            def progress(step: str, done: int, total: int) -> None:
+                if step not in tasks:
+                    tasks[step] = bar.add_task(step, total=total)
+                bar.update(tasks[step], completed=done, total=total)
+
+            result = run_demo(wh, limit, progress, lambda line: out.message(f"  {line}"))
+
+    def render(console: Console) -> None:
+        rows = [
+            [
+                t.name,
+                t.version,
+                len(t.batches),
+                sum(t.batches.values()),
+                t.columns,
+                t.files,
+                f"{t.bytes_on_disk / 1e6:.1f} MB",
+            ]
+            for t in result.tables
+        ]
+        console.print(
+            out.table(
+                "Demo warehouse",
+                ["table", "version", "batches", "rows", "columns", "files", "size"],
+                rows,
+            )
+        )
+        largest = result.findings.get("largest_modules", [])
+        if largest:
+            console.print(
+                out.table(
+                    "Largest stdlib modules",
+                    ["module", "lines", "defs"],
+                    [[r["module"], r["lines"], r["n_defs"]] for r in largest],
+                )
+            )
+        console.print(
+            f"Done in {result.seconds:.1f}s. Try: omnitable show code  |  omnitable tables"
+        )
+
+    out.result(asdict(result), render)

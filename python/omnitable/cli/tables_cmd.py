@@ -1,0 +1,116 @@
+"""``omnitable tables`` and ``omnitable show TABLE``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.console import Console
+
+from omnitable.cli.main import Context
+
+
+@click.command()
+@click.pass_obj
+def tables(ctx: Context) -> None:
+    """List the warehouse's tables with their size and version."""
+    with ctx.connect() as wh:
+        rows = []
+        for name in wh.tables():
+            t = wh.table(name)
+            batches = t.batches()
+            rows.append(
+                {
+                    "table": name,
+                    "version": t.version,
+                    "batches": len(batches),
+                    "rows": sum(b.rows for b in batches),
+                    "columns": len(t.schema) - 2,
+                }
+            )
+
+    def render(console: Console) -> None:
+        if not rows:
+            console.print(f"No tables in {ctx.warehouse or './omnitable-warehouse'}.")
+            return
+        console.print(
+            ctx.out.table(
+                "Tables",
+                ["table", "version", "batches", "rows", "columns"],
+                [list(r.values()) for r in rows],
+            )
+        )
+
+    ctx.out.result(rows, render)
+
+
+@click.command()
+@click.argument("table")
+@click.option(
+    "--history", "history_limit", default=10, show_default=True, help="How many versions to list."
+)
+@click.pass_obj
+def show(ctx: Context, table: str, history_limit: int) -> None:
+    """Show a table's schema, batches and versions."""
+    with ctx.connect() as wh:
+        t = wh.table(table)
+        snap = t.snapshot(with_files=False)
+        info: dict[str, Any] = {
+            "table": t.name,
+            "version": snap.version,
+            "columns": [
+                {"name": f.name, "type": _ddl(snap, f.name), "group": _group(snap, f.name)}
+                for f in snap.arrow_schema()
+            ],
+            "batches": [
+                {"name": b.name, "rows": b.rows, "fragments": b.fragments, "created": b.created}
+                for b in t.batches()
+            ],
+            "history": [
+                {"version": h.version, "op": h.op, "time": h.time, "summary": h.summary}
+                for h in t.history()[:history_limit]
+            ],
+        }
+
+    def render(console: Console) -> None:
+        out = ctx.out
+        console.print(f"[bold]{info['table']}[/] at version {info['version']}")
+        console.print(
+            out.table(
+                "Columns",
+                ["name", "type", "group"],
+                [[c["name"], c["type"], c["group"]] for c in info["columns"]],
+            )
+        )
+        console.print(
+            out.table(
+                "Batches",
+                ["name", "rows", "fragments", "created"],
+                [list(b.values()) for b in info["batches"]],
+            )
+        )
+        console.print(
+            out.table(
+                "Versions",
+                ["version", "op", "time", "summary"],
+                [[h["version"], h["op"], h["time"], _short(h["summary"])] for h in info["history"]],
+            )
+        )
+
+    ctx.out.result(info, render)
+
+
+def _ddl(snap: Any, name: str) -> str:
+    if name == "_ai_append_name_":
+        return "string (batch)"
+    return str(snap.column(name).data_type)
+
+
+def _group(snap: Any, name: str) -> str:
+    if name == "_ai_append_name_":
+        return "-"
+    return str(snap.column(name).group_name)
+
+
+def _short(summary: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(summary.items()))[:80]

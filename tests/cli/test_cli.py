@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from omnitable.cli.main import main
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_demo_builds_tables_and_reports_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wh = str(tmp_path / "wh")
+    code, out, err = _run(capsys, "--json", "-w", wh, "demo", "--limit", "15")
+    assert code == 0, err
+    result = json.loads(out)
+    names = {t["name"]: t for t in result["tables"]}
+    assert names["code"]["batches"] and sum(names["code"]["batches"].values()) == 45
+    assert names["code"]["columns"] == 8
+    assert "appended batch stdlib/a-f" in err  # progress and steps go to stderr in JSON mode
+    # running it again rebuilds cleanly
+    code, out, _ = _run(capsys, "--json", "-w", wh, "demo", "--limit", "5")
+    assert code == 0 and sum(json.loads(out)["tables"][0]["batches"].values()) == 15
+
+
+def test_tables_and_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wh = str(tmp_path / "wh")
+    assert _run(capsys, "-w", wh, "demo", "--limit", "3")[0] == 0
+    code, out, _ = _run(capsys, "--json", "-w", wh, "tables")
+    assert code == 0
+    assert {r["table"] for r in json.loads(out)} >= {"code"}
+    code, out, _ = _run(capsys, "-w", wh, "show", "code")
+    assert code == 0
+    assert "stdlib/a-f" in out and "add_columns" in out and "content" in out
+    code, out, _ = _run(capsys, "--json", "-w", wh, "show", "code")
+    info = json.loads(out)
+    assert [c["name"] for c in info["columns"]][:3] == [
+        "_ai_unique_id_",
+        "_ai_append_name_",
+        "path",
+    ]
+
+
+def test_errors_map_to_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(capsys, "-w", str(tmp_path / "wh"), "show", "missing")
+    assert code == 3 and "Cannot find table 'missing'" in err
+    code, _, err = _run(capsys, "-w", "mysql://x/y", "tables")
+    assert code == 2 and "unsupported scheme" in err
+    code, _, err = _run(capsys, "-w", str(tmp_path / "wh"), "show", "bad/name")
+    assert code == 2 and "table name" in err
+    code, _, _ = _run(capsys, "nosuchcommand")
+    assert code == 2
+
+
+def test_empty_warehouse(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "-w", str(tmp_path / "empty"), "tables")
+    assert code == 0 and "No tables" in out
