@@ -32,6 +32,20 @@ from omnitable.format.stats import decode_value
 
 LATE_MATERIALIZATION_MAX_SELECTIVITY = 0.25
 _INDEX = "__omnitable_row__"
+_FILE_POOL: ThreadPoolExecutor | None = None
+_FILE_POOL_LOCK = threading.Lock()
+
+
+def _file_pool() -> ThreadPoolExecutor:
+    """Process-wide pool for reading a fragment's files in parallel (I/O and decoding release
+    the GIL). Separate from the per-read fragment pool, so nested waits cannot deadlock."""
+    global _FILE_POOL
+    with _FILE_POOL_LOCK:
+        if _FILE_POOL is None:
+            _FILE_POOL = ThreadPoolExecutor(
+                max_workers=max(4, (os.cpu_count() or 2) * 2), thread_name_prefix="omnitable-file"
+            )
+        return _FILE_POOL
 
 
 @dataclass(frozen=True)
@@ -251,8 +265,21 @@ class FragmentReader:
                 out[name] = pa.nulls(n, col.arrow_type)
                 continue
             per_file.setdefault(provider.file_id, (provider, []))[1].append(col)
-        for file, cols in per_file.values():
-            table = self._read_file(frag, file, [c.physical_name for c in cols], rows)
+        jobs = list(per_file.values())
+        if len(jobs) > 1:
+            tables = list(
+                _file_pool().map(
+                    lambda job: self._read_file(
+                        frag, job[0], [c.physical_name for c in job[1]], rows
+                    ),
+                    jobs,
+                )
+            )
+        else:
+            tables = [
+                self._read_file(frag, f, [c.physical_name for c in cs], rows) for f, cs in jobs
+            ]
+        for (_, cols), table in zip(jobs, tables, strict=True):
             for col in cols:
                 arr = table.column(col.physical_name)
                 if not arr.type.equals(col.arrow_type):
@@ -282,7 +309,7 @@ class FragmentReader:
             )
         indices = [pf.schema_arrow.get_field_index(p) for p in physical]
         if rows is None or len(rows) > LATE_MATERIALIZATION_MAX_SELECTIVITY * frag.row_count:
-            table = pf.read(columns=physical, use_threads=False)
+            table = pf.read(columns=physical, use_threads=True)
             self._count_bytes(meta, range(meta.num_row_groups), indices)
             return table if rows is None else table.take(pa.array(rows))
         starts = np.zeros(meta.num_row_groups + 1, dtype=np.int64)

@@ -1,0 +1,55 @@
+"""Shared helpers for benchmarks: side-by-side timing and ratio reports.
+
+Machines are shared and noisy, so every benchmark times its variants interleaved in one run and
+reports medians and ratios, never absolute thresholds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent.parent / ".bench"
+
+
+def time_interleaved(
+    variants: dict[str, Callable[[], Any]], repeats: int = 5, warmup: int = 1
+) -> dict[str, float]:
+    """Median wall time per variant, running the variants round-robin ``repeats`` times."""
+    for _ in range(warmup):
+        for fn in variants.values():
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            start = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - start)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def report(title: str, rows: list[tuple[str, str, str]]) -> None:
+    """Print a small aligned table of (measure, value, target) rows."""
+    print(f"\n== {title}")
+    width = max(len(r[0]) for r in rows)
+    for measure, value, target in rows:
+        print(f"  {measure:<{width}}  {value:>14}  {target}")
+
+
+def fmt_ratio(x: float) -> str:
+    return f"{x:.2f}x"
+
+
+def fmt_seconds(x: float) -> str:
+    return f"{x * 1000:.0f} ms" if x < 10 else f"{x:.1f} s"
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} GB"
