@@ -2,30 +2,73 @@ package io.omnitable.spark.catalog
 
 import java.util
 
+import scala.jdk.CollectionConverters._
+
+import io.omnitable.spark.OmniTableConf
 import io.omnitable.spark.errors.OmniTableErrors
-import org.apache.spark.sql.catalyst.analysis.NoSuchTableException
+import io.omnitable.spark.source.{OmniTableTable, ReadOptions, TableHandle}
+import org.apache.spark.sql.catalyst.analysis.{NoSuchNamespaceException, NoSuchTableException}
 import org.apache.spark.sql.connector.catalog.{Column, Identifier, Table, TableCatalog, TableChange}
 import org.apache.spark.sql.connector.expressions.Transform
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
-/** Read-only Spark catalog of the tables of one OmniTable warehouse (`spark.sql.catalog.omnitable`). */
+/**
+ * The tables of one warehouse as a Spark catalog (`spark.sql.catalog.omnitable`, option
+ * `warehouse`, else session `spark.omnitable.warehouse`): `SELECT … FROM omnitable.web`,
+ * `SHOW TABLES IN omnitable`, `DESCRIBE TABLE omnitable.web`, and time travel with
+ * `VERSION AS OF <n>` (a version) or `VERSION AS OF '<ref>'` (a branch or tag) and
+ * `TIMESTAMP AS OF`. Read-only: tables are written through the Python API.
+ */
 class OmniTableCatalog extends TableCatalog {
 
   private var catalogName: String = "omnitable"
   private var catalogOptions: Map[String, String] = Map.empty
-  private[spark] def options: Map[String, String] = catalogOptions
+  @volatile private var cachedReader: CatalogReader = _
 
   override def initialize(name: String, options: CaseInsensitiveStringMap): Unit = {
     catalogName = name
-    import scala.jdk.CollectionConverters._
     catalogOptions = options.asCaseSensitiveMap().asScala.toMap
   }
 
   override def name(): String = catalogName
 
-  override def listTables(namespace: Array[String]): Array[Identifier] = Array.empty
+  /** Resolved on first use, so a session may set `spark.omnitable.warehouse` after startup. */
+  private def reader: CatalogReader = {
+    if (cachedReader == null) cachedReader = new CatalogReader(OmniTableConf(catalogOptions).warehouse)
+    cachedReader
+  }
 
-  override def loadTable(ident: Identifier): Table = throw new NoSuchTableException(ident)
+  override def listTables(namespace: Array[String]): Array[Identifier] = {
+    if (namespace.nonEmpty) throw new NoSuchNamespaceException(namespace)
+    reader.listTables().map(t => Identifier.of(Array.empty[String], t)).toArray
+  }
+
+  override def loadTable(ident: Identifier): Table = load(ident, SnapshotSpec.Head)
+
+  override def loadTable(ident: Identifier, version: String): Table = {
+    val v = version.trim
+    load(ident, v.toLongOption match {
+      case Some(n) => SnapshotSpec(version = Some(n))
+      case None => SnapshotSpec(ref = Some(v))
+    })
+  }
+
+  override def loadTable(ident: Identifier, timestamp: Long): Table = load(ident, SnapshotSpec(asOfMicros = Some(timestamp)))
+
+  /**
+   * A missing table raises OmniTable's own "Cannot find table" error rather than Spark's
+   * NoSuchTableException: Spark would otherwise go on to read `omnitable.<name>` as a file query
+   * on the `omnitable` data source (same name as this catalog) and report that instead.
+   * `tableExists` keeps the catalog contract.
+   */
+  private def load(ident: Identifier, spec: SnapshotSpec): Table = {
+    if (ident.namespace().nonEmpty) throw new NoSuchTableException(ident)
+    val options = catalogOptions + (ReadOptions.Table -> ident.name())
+    new OmniTableTable(TableHandle.load(reader, ReadOptions(ident.name(), spec, None), options))
+  }
+
+  override def tableExists(ident: Identifier): Boolean =
+    ident.namespace().isEmpty && reader.tableExists(ident.name())
 
   override def createTable(ident: Identifier, columns: Array[Column], partitions: Array[Transform],
       properties: util.Map[String, String]): Table = throw OmniTableErrors.readOnly(s"create table $ident")

@@ -72,7 +72,7 @@ object OmniTableErrors {
 
   /** `kind` is "branch", "tag" or "ref" (branch or tag). */
   def refNotFound(table: String, kind: String, ref: String, existing: Seq[String]): OmniTableAnalysisException = {
-    val plural = kind match { case "branch" => "branches"; case other => other + "s" }
+    val plural = kind match { case "branch" => "branches"; case "tag" => "tags"; case _ => "refs" }
     val known = if (existing.isEmpty) "none" else existing.sorted.mkString(", ")
     analysis("OMNITABLE_REF_NOT_FOUND", s"Cannot find $kind '$ref' of table '$table' ($plural: $known).")
   }
@@ -85,6 +85,11 @@ object OmniTableErrors {
     analysis("OMNITABLE_VERSION_NOT_ON_BRANCH",
       s"Cannot read version $version of table '$table' on branch '$branch': that version is " +
         s"not in the history of '$branch'.")
+
+  def noVersionAsOf(table: String, branch: String, micros: Long): OmniTableAnalysisException =
+    analysis("OMNITABLE_VERSION_NOT_FOUND",
+      s"Cannot read table '$table' as of ${io.omnitable.spark.catalog.SnapshotResolver.formatMicros(micros)}: " +
+        s"branch '$branch' has no version committed at or before that time.")
 
   def conflictingSnapshotOptions(table: String, options: Seq[String]): OmniTableAnalysisException =
     analysis("OMNITABLE_CONFLICTING_OPTIONS",
@@ -117,6 +122,11 @@ object OmniTableErrors {
   def misalignedFile(path: String, fileRows: Long, fragmentRows: Long): OmniTableReadException =
     new OmniTableReadException("OMNITABLE_MISALIGNED_FILE",
       s"Cannot read column file $path: it holds $fileRows rows but its fragment has $fragmentRows " +
+        "(alignment invariant broken; the file was modified outside OmniTable).", null)
+
+  def fileEndedEarly(path: String, missingRows: Long): OmniTableReadException =
+    new OmniTableReadException("OMNITABLE_MISALIGNED_FILE",
+      s"Cannot read column file $path: it ended $missingRows rows before its fragment's end " +
         "(alignment invariant broken; the file was modified outside OmniTable).", null)
 
   def fileReadFailed(path: String, cause: Throwable): OmniTableReadException =

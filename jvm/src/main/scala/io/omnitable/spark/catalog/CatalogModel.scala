@@ -1,0 +1,95 @@
+package io.omnitable.spark.catalog
+
+import org.apache.spark.sql.types.DataType
+
+/** Names shared with the Python side (python/omnitable/catalog/records.py). */
+object SystemColumns {
+  val RowId = "_ai_unique_id_"
+  val AppendName = "_ai_append_name_"
+  /** Metadata columns (SELECT them by name; not part of `SELECT *`). */
+  val Fragment = "_ai_fragment_"
+  val RowOffset = "_ai_row_offset_"
+  val BaseGroup = "base"
+  val MainBranch = "main"
+}
+
+/** A row of `tables`. `location` is relative to the data root (or an absolute URI). */
+final case class TableEntry(tableId: String, name: String, location: String)
+
+/** A visible, non-dropped row of `columns`; `dataType` is `ddl` parsed by Spark. */
+final case class ColumnEntry(
+    columnId: Int,
+    name: String,
+    physicalName: String,
+    ddl: String,
+    dataType: DataType,
+    nullable: Boolean,
+    position: Int,
+    state: String,
+    groupName: String,
+    feature: Option[String])
+
+/** One `(branch, upto)` segment of a snapshot (docs/catalog.md, "Resolving a snapshot"). */
+final case class Segment(branch: String, upto: Long)
+
+/**
+ * A resolved snapshot name. `branch` is set when the snapshot is a branch head (or a version
+ * read through a branch); `label` says how the user named it, for EXPLAIN and errors.
+ */
+final case class SnapshotId(version: Long, segments: Seq[Segment], label: String)
+
+/** Statistics of one column in one file, still in the catalog's text encoding. */
+final case class FileColumnStats(nullCount: Option[Long], min: Option[String], max: Option[String])
+
+/** A visible row of `files`, with the columns it carries (`file_columns`). */
+final case class FileEntry(
+    fileId: String,
+    fragmentId: String,
+    groupName: String,
+    path: String,
+    rowCount: Long,
+    sizeBytes: Long,
+    addedVersion: Long,
+    columns: Map[Int, FileColumnStats])
+
+/** A visible fragment with its visible files. */
+final case class FragmentEntry(
+    fragmentId: String,
+    batchId: String,
+    batchName: String,
+    rowCount: Long,
+    path: String,
+    files: Seq[FileEntry]) {
+
+  /** The file providing `columnId`: the visible one carrying it with the highest added_version. */
+  def fileFor(columnId: Int): Option[FileEntry] = {
+    val carrying = files.filter(_.columns.contains(columnId))
+    if (carrying.isEmpty) None else Some(carrying.maxBy(f => (f.addedVersion, f.fileId)))
+  }
+}
+
+/**
+ * A table at one snapshot, as far as schema and planning need: where its data is, its columns
+ * and the snapshot's segments. Fragments are loaded separately (only when a scan is planned).
+ *
+ * @param dataRoot the warehouse data root as a URI (`file:/abs/dir/`, `s3://bucket/wh`, ...)
+ */
+final case class TableSnapshot(
+    warehouse: String,
+    dataRoot: String,
+    table: TableEntry,
+    snapshot: SnapshotId,
+    columns: Seq[ColumnEntry],
+    batchNames: Seq[String]) {
+
+  /** The stored `_ai_unique_id_` column (column 0 of group `base`). */
+  def rowIdColumn: ColumnEntry = columns.find(_.name == SystemColumns.RowId).getOrElse(
+    throw io.omnitable.spark.errors.OmniTableErrors.corruptCatalog(warehouse,
+      s"table '${table.name}' has no ${SystemColumns.RowId} column"))
+
+  /** User columns in position order (system columns excluded). */
+  def userColumns: Seq[ColumnEntry] = columns.filterNot(_.name == SystemColumns.RowId)
+
+  /** The table's data directory as a URI string (no trailing slash). */
+  def tableUri: String = DataPaths.join(dataRoot, table.location)
+}

@@ -1,0 +1,39 @@
+package io.omnitable.spark.catalog
+
+import java.sql.{Connection, ResultSet}
+
+import scala.collection.mutable
+import scala.util.Using
+
+/** Small helpers for the catalog's read queries (prepared statements, typed NULLs). */
+private[catalog] object Jdbc {
+
+  /** Runs `sql` with positional `params` (String, java.lang.Long, ...) and maps every row. */
+  def query[T](conn: Connection, sql: String, params: AnyRef*)(row: ResultSet => T): Seq[T] =
+    Using.resource(conn.prepareStatement(sql)) { stmt =>
+      params.zipWithIndex.foreach { case (p, i) => stmt.setObject(i + 1, p) }
+      Using.resource(stmt.executeQuery()) { rs =>
+        val out = mutable.ArrayBuffer.empty[T]
+        while (rs.next()) out += row(rs)
+        out.toSeq
+      }
+    }
+
+  def optLong(rs: ResultSet, column: Int): Option[Long] = {
+    val v = rs.getLong(column)
+    if (rs.wasNull()) None else Some(v)
+  }
+
+  /**
+   * SQL selecting the rows of `alias` visible in `segments`, with its parameters in order
+   * (docs/catalog.md: an OR of one condition per segment).
+   */
+  def visible(alias: String, segments: Seq[Segment]): (String, Seq[AnyRef]) = {
+    val sql = segments.map { _ =>
+      s"($alias.branch = ? AND $alias.added_version <= ? AND " +
+        s"($alias.removed_version IS NULL OR $alias.removed_version > ?))"
+    }.mkString("(", " OR ", ")")
+    val params = segments.flatMap(s => Seq[AnyRef](s.branch, Long.box(s.upto), Long.box(s.upto)))
+    (sql, params)
+  }
+}

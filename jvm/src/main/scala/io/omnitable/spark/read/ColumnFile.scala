@@ -1,0 +1,152 @@
+package io.omnitable.spark.read
+
+import java.net.URI
+
+import scala.jdk.CollectionConverters._
+import scala.util.control.NonFatal
+
+import io.omnitable.spark.errors.OmniTableErrors
+import org.apache.hadoop.conf.Configuration
+import org.apache.hadoop.fs.Path
+import org.apache.hadoop.mapreduce.{JobID, TaskAttemptID, TaskID, TaskType}
+import org.apache.hadoop.mapred.FileSplit
+import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl
+import org.apache.parquet.HadoopReadOptions
+import org.apache.parquet.column.statistics.Statistics
+import org.apache.parquet.hadoop.ParquetFileReader
+import org.apache.parquet.hadoop.metadata.{BlockMetaData, ColumnChunkMetaData, ParquetMetadata}
+import org.apache.parquet.hadoop.util.HadoopInputFile
+import org.apache.parquet.io.api.Binary
+import org.apache.parquet.schema.LogicalTypeAnnotation
+import org.apache.parquet.schema.PrimitiveType.PrimitiveTypeName
+import org.apache.spark.sql.execution.datasources.parquet.{ParquetReadSupport, VectorizedParquetRecordReader}
+import org.apache.spark.sql.types._
+
+/**
+ * One column file of a partition: its footer (read once), its row groups as row ranges of the
+ * fragment, their statistics, and cursors over any row range. Row groups are chosen by handing
+ * Spark's vectorized reader a footer that lists only them, so no byte-range guessing is involved.
+ */
+private[read] final class ColumnFile(slice: FileSlice, baseConf: Configuration, batchSize: Int) {
+
+  private val path = new Path(new URI(slice.uri))
+
+  private val conf: Configuration = {
+    val c = new Configuration(baseConf)
+    val json = slice.requestedSchema.json
+    c.set(ParquetReadSupport.SPARK_ROW_REQUESTED_SCHEMA, json)
+    c.set("org.apache.spark.sql.parquet.row.attributes", json)
+    c.set("parquet.read.support.class", classOf[ParquetReadSupport].getName)
+    c
+  }
+
+  private lazy val inputFile: HadoopInputFile = HadoopInputFile.fromPath(path, conf)
+
+  lazy val footer: ParquetMetadata = guarded {
+    val stream = inputFile.newStream()
+    try ParquetFileReader.readFooter(inputFile, HadoopReadOptions.builder(conf, path).build(), stream)
+    finally stream.close()
+  }
+
+  lazy val blocks: IndexedSeq[BlockMetaData] = footer.getBlocks.asScala.toIndexedSeq
+
+  /** First fragment row of each row group, plus the total row count at the end. */
+  lazy val rowGroupStarts: Array[Long] = blocks.scanLeft(0L)(_ + _.getRowCount).toArray
+
+  /** Fails unless the file holds exactly its fragment's rows (the alignment invariant). */
+  def checkAlignment(fragmentRows: Long): Unit = {
+    val rows = rowGroupStarts.last
+    if (rows != fragmentRows) throw OmniTableErrors.misalignedFile(slice.uri, rows, fragmentRows)
+  }
+
+  /** Statistics of the column with `physicalName` in row group `rg` (only fields this file provides). */
+  def rowGroupStats(rg: Int, column: FilterColumn): Option[StatsView] = {
+    if (!slice.requestedSchema.fieldNames.contains(column.physicalName)) None
+    else blocks(rg).getColumns.asScala.find(_.getPath.toDotString == column.physicalName)
+      .map(chunk => ColumnFile.statsOf(chunk, column, blocks(rg).getRowCount))
+  }
+
+  /** Compressed bytes of the requested columns' chunks in row groups `from..to` (inclusive). */
+  def chunkBytes(from: Int, to: Int): Long = {
+    val wanted = slice.requestedSchema.fieldNames.toSet
+    (from to to).iterator.flatMap(i => blocks(i).getColumns.asScala)
+      .filter(c => wanted.contains(c.getPath.toArray.head)).map(_.getTotalSize).sum
+  }
+
+  /** Row-group indices `(first, last)` covering fragment rows `[start, end)` (non-empty range). */
+  def rowGroupsCovering(start: Long, end: Long): (Int, Int) = {
+    val first = java.util.Arrays.binarySearch(rowGroupStarts, start) match {
+      case i if i >= 0 => i
+      case i => -i - 2
+    }
+    var last = first
+    while (rowGroupStarts(last + 1) < end) last += 1
+    (first, last)
+  }
+
+  /** A cursor over fragment rows `[start, end)` of this file. */
+  def open(start: Long, end: Long): FileCursor = guarded {
+    val (first, last) = rowGroupsCovering(start, end)
+    val selected = new ParquetMetadata(footer.getFileMetaData, blocks.slice(first, last + 1).asJava)
+    val reader = new VectorizedParquetRecordReader(null, "CORRECTED", "UTC", "CORRECTED", "UTC", false, batchSize)
+    try {
+      val attempt = new TaskAttemptID(new TaskID(new JobID(), TaskType.MAP, 0), 0)
+      reader.initialize(new FileSplit(path, 0, Long.MaxValue, Array.empty[String]),
+        new TaskAttemptContextImpl(conf, attempt), Some(inputFile), Some(inputFile.newStream()), Some(selected))
+      new FileCursor(slice.uri, reader, start - rowGroupStarts(first), end - start)
+    } catch {
+      case NonFatal(e) => reader.close(); throw e
+    }
+  }
+
+  private def guarded[T](body: => T): T =
+    try body catch {
+      case e: io.omnitable.spark.errors.OmniTableReadException => throw e
+      case NonFatal(e) => throw OmniTableErrors.fileReadFailed(slice.uri, e)
+    }
+}
+
+private[read] object ColumnFile {
+
+  /** Parquet row-group statistics as a [[StatsView]] in the column's domain (None bounds if unusable). */
+  def statsOf(chunk: ColumnChunkMetaData, column: FilterColumn, rows: Long): StatsView = {
+    val st: Statistics[_] = chunk.getStatistics
+    if (st == null || st.isEmpty) return StatsView.unknown(rows)
+    val nulls = if (st.isNumNullsSet) Some(st.getNumNulls) else None
+    val floating = column.domain.contains(Domain.FloatingDomain)
+    if (!st.hasNonNullValue) return StatsView(None, None, nulls, rows, mayHoldNaN = floating)
+    val annotation = chunk.getPrimitiveType.getLogicalTypeAnnotation
+    def value(v: Any): Option[Value] = (chunk.getPrimitiveType.getPrimitiveTypeName, column.dataType, v) match {
+      case (PrimitiveTypeName.INT32, ByteType | ShortType | IntegerType | DateType, i: Integer) if signed(annotation) =>
+        Some(Value.Integral(i.longValue()))
+      case (PrimitiveTypeName.INT64, LongType, l: java.lang.Long) if signed(annotation) => Some(Value.Integral(l))
+      case (PrimitiveTypeName.INT64, TimestampType | TimestampNTZType, l: java.lang.Long) if micros(annotation) =>
+        Some(Value.Integral(l))
+      case (PrimitiveTypeName.FLOAT, FloatType, f: java.lang.Float) if !f.isNaN => Some(Value.Floating(f.doubleValue()))
+      case (PrimitiveTypeName.DOUBLE, DoubleType, d: java.lang.Double) if !d.isNaN => Some(Value.Floating(d))
+      case (PrimitiveTypeName.BOOLEAN, BooleanType, b: java.lang.Boolean) => Some(Value.Bool(b))
+      case (PrimitiveTypeName.BINARY, s: StringType, b: Binary) if s == StringType && isString(annotation) =>
+        Some(Value.Str(b.getBytes))
+      case _ => None
+    }
+    val min = value(st.genericGetMin)
+    val max = value(st.genericGetMax)
+    if (min.isEmpty || max.isEmpty) StatsView(None, None, nulls, rows, mayHoldNaN = floating)
+    else StatsView(min, max, nulls, rows, mayHoldNaN = floating)
+  }
+
+  private def signed(a: LogicalTypeAnnotation): Boolean = a match {
+    case null => true
+    case i: LogicalTypeAnnotation.IntLogicalTypeAnnotation => i.isSigned
+    case _: LogicalTypeAnnotation.DateLogicalTypeAnnotation => true
+    case _ => false
+  }
+
+  private def micros(a: LogicalTypeAnnotation): Boolean = a match {
+    case t: LogicalTypeAnnotation.TimestampLogicalTypeAnnotation => t.getUnit == LogicalTypeAnnotation.TimeUnit.MICROS
+    case _ => false
+  }
+
+  private def isString(a: LogicalTypeAnnotation): Boolean =
+    a.isInstanceOf[LogicalTypeAnnotation.StringLogicalTypeAnnotation]
+}

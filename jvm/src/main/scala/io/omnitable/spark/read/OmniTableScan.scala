@@ -1,0 +1,65 @@
+package io.omnitable.spark.read
+
+import java.util.OptionalLong
+
+import io.omnitable.spark.OmniTableConf
+import io.omnitable.spark.catalog.TableSnapshot
+import org.apache.spark.sql.connector.expressions.filter.Predicate
+import org.apache.spark.sql.connector.metric.CustomMetric
+import org.apache.spark.sql.connector.read.{Batch, Scan, Statistics, SupportsReportStatistics}
+import org.apache.spark.sql.types.StructType
+
+/**
+ * A planned read of one table snapshot. `description` is what EXPLAIN prints: the snapshot,
+ * the groups, fragments and files chosen, and the pushed (and declined) predicates.
+ */
+final class OmniTableScan(
+    snap: TableSnapshot,
+    schema: StructType,
+    val plan: ScanPlan,
+    val pushdown: OmniTableScan.Pushdown,
+    conf: OmniTableConf) extends Scan with SupportsReportStatistics {
+
+  override def readSchema(): StructType = schema
+
+  override def toBatch: Batch = new OmniTableBatch(plan, schema, pushdown, conf)
+
+  override def columnarSupportMode(): Scan.ColumnarSupportMode = Scan.ColumnarSupportMode.SUPPORTED
+
+  override def supportedCustomMetrics(): Array[CustomMetric] = ReadMetrics.all
+
+  override def estimateStatistics(): Statistics = new Statistics {
+    override def sizeInBytes(): OptionalLong = OptionalLong.of(math.max(plan.fileBytes, 1L))
+    override def numRows(): OptionalLong = OptionalLong.of(plan.rows)
+  }
+
+  override def description(): String = {
+    val c = plan.counts
+    val pruned = Seq("batch option" -> c.byBatchOption, "predicates" -> c.byPredicate, "stats" -> c.byStats,
+      "empty" -> c.empty, "limit" -> c.byLimit).filter(_._2 > 0).map { case (k, v) => s"$k $v" }
+    val shown = 6
+    val files = plan.files.take(shown).mkString(", ") +
+      (if (plan.files.size > shown) s", ... ${plan.files.size - shown} more" else "")
+    val parts = Seq(
+      s"OmniTable ${snap.table.name} @ ${snap.snapshot.label}",
+      s"groups=[${plan.groups.mkString(", ")}]",
+      s"fragments=${c.kept}/${c.total}" + (if (pruned.isEmpty) "" else pruned.mkString(" (pruned: ", ", ", ")")),
+      s"partitions=${plan.partitions.size}",
+      s"files=${plan.files.size} [$files]",
+      s"pushed=[${pushdown.predicates.map(_.toString).mkString(", ")}]") ++
+      (if (pushdown.declined.isEmpty) Nil else Seq(s"declined=[${pushdown.declined.map(_._1.toString).mkString(", ")}]")) ++
+      pushdown.limit.map(l => s"limit=$l")
+    parts.mkString(", ")
+  }
+
+  override def toString: String = description()
+}
+
+object OmniTableScan {
+  /** What was pushed into the scan; `rowFilter` is the data-column part Parquet statistics can test. */
+  final case class Pushdown(
+      predicates: Seq[Predicate],
+      declined: Seq[(Predicate, String)],
+      limit: Option[Int],
+      rowFilter: Option[Filter])
+}

@@ -1,0 +1,39 @@
+package io.omnitable.spark.read
+
+import org.apache.spark.sql.connector.metric.{CustomMetric, CustomSumMetric, CustomTaskMetric}
+
+/** Scan metrics shown in the SQL UI and on `BatchScanExec.metrics` (summed over tasks). */
+object ReadMetrics {
+  val BytesRead = "omnitableBytesRead"
+  val FilesOpened = "omnitableFilesOpened"
+  val RowGroupsRead = "omnitableRowGroupsRead"
+  val RowGroupsSkipped = "omnitableRowGroupsSkipped"
+
+  def all: Array[CustomMetric] =
+    Array(new BytesReadMetric, new FilesOpenedMetric, new RowGroupsReadMetric, new RowGroupsSkippedMetric)
+
+  def task(metric: String, v: Long): CustomTaskMetric = new CustomTaskMetric {
+    override def name(): String = metric
+    override def value(): Long = v
+  }
+}
+
+class BytesReadMetric extends CustomSumMetric {
+  override def name(): String = ReadMetrics.BytesRead
+  override def description(): String = "column chunk bytes read (compressed)"
+}
+
+class FilesOpenedMetric extends CustomSumMetric {
+  override def name(): String = ReadMetrics.FilesOpened
+  override def description(): String = "column files opened"
+}
+
+class RowGroupsReadMetric extends CustomSumMetric {
+  override def name(): String = ReadMetrics.RowGroupsRead
+  override def description(): String = "row groups read"
+}
+
+class RowGroupsSkippedMetric extends CustomSumMetric {
+  override def name(): String = ReadMetrics.RowGroupsSkipped
+  override def description(): String = "row groups skipped by statistics"
+}

@@ -1,0 +1,56 @@
+package io.omnitable.spark.source
+
+import java.util
+
+import scala.jdk.CollectionConverters._
+
+import io.omnitable.spark.OmniTableConf
+import io.omnitable.spark.read.{OmniTableScanBuilder, ReadColumn}
+import org.apache.spark.sql.connector.catalog.{MetadataColumn, SupportsMetadataColumns, SupportsRead, Table, TableCapability}
+import org.apache.spark.sql.connector.read.ScanBuilder
+import org.apache.spark.sql.types.{DataType, StructType}
+import org.apache.spark.sql.util.CaseInsensitiveStringMap
+
+/**
+ * A logical wide table at one snapshot: `_ai_unique_id_`, `_ai_append_name_`, then its visible
+ * columns in position order. Read-only; metadata columns `_ai_fragment_` and `_ai_row_offset_`
+ * are available by name.
+ */
+final class OmniTableTable(val handle: TableHandle) extends Table with SupportsRead with SupportsMetadataColumns {
+
+  private val snap = handle.snapshot
+
+  override def name(): String = snap.table.name
+
+  override lazy val schema: StructType = ReadColumn.schema(ReadColumn.tableColumns(snap))
+
+  override def capabilities(): util.Set[TableCapability] = util.EnumSet.of(TableCapability.BATCH_READ)
+
+  override def properties(): util.Map[String, String] = Map(
+    "provider" -> "omnitable",
+    "location" -> snap.tableUri,
+    "warehouse" -> snap.warehouse,
+    "snapshot" -> snap.snapshot.label,
+    "version" -> snap.snapshot.version.toString,
+    "batches" -> snap.batchNames.size.toString
+  ).asJava
+
+  override def metadataColumns(): Array[MetadataColumn] = ReadColumn.metadataColumns.map { c =>
+    new MetadataColumn {
+      override def name(): String = c.field.name
+      override def dataType(): DataType = c.field.dataType
+      override def isNullable: Boolean = false
+      override def comment(): String = c match {
+        case ReadColumn.FragmentId => "id of the fragment holding the row"
+        case _ => "position of the row in its fragment"
+      }
+    }
+  }.toArray
+
+  override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = {
+    val merged = handle.options ++ options.asCaseSensitiveMap().asScala
+    new OmniTableScanBuilder(handle, OmniTableConf(merged))
+  }
+
+  override def toString: String = s"OmniTableTable(${snap.table.name}, ${snap.snapshot.label})"
+}

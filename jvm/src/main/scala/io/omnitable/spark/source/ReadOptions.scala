@@ -1,0 +1,51 @@
+package io.omnitable.spark.source
+
+import java.time.Instant
+import java.time.format.DateTimeParseException
+import java.util.Locale
+
+import io.omnitable.spark.catalog.SnapshotSpec
+import io.omnitable.spark.errors.OmniTableErrors
+
+/**
+ * The options of one `spark.read.format("omnitable")` read that select what to read (settings
+ * such as batch_size live in [[io.omnitable.spark.OmniTableConf]]). Keys are case-insensitive.
+ */
+final case class ReadOptions(table: String, snapshot: SnapshotSpec, batches: Option[Seq[String]])
+
+object ReadOptions {
+  val Table = "path"
+  val VersionAsOf = "versionAsOf"
+  val TimestampAsOf = "timestampAsOf"
+  val Branch = "branch"
+  val Tag = "tag"
+  val Batches = "batches"
+
+  def parse(options: Map[String, String]): ReadOptions = {
+    val lowered = options.map { case (k, v) => k.toLowerCase(Locale.ROOT) -> v }
+    def get(key: String): Option[String] = lowered.get(key.toLowerCase(Locale.ROOT)).map(_.trim).filter(_.nonEmpty)
+    val table = get(Table).orElse(get("table")).getOrElse(throw OmniTableErrors.invalidOption(Table, "",
+      "name the table to read: spark.read.format(\"omnitable\").load(\"<table>\")"))
+    val version = get(VersionAsOf).map { v =>
+      v.toLongOption.filter(_ >= 0).getOrElse(throw OmniTableErrors.invalidOption(VersionAsOf, v,
+        "expected a version number >= 0"))
+    }
+    val timestamp = get(TimestampAsOf).map(parseTimestamp)
+    val batches = get(Batches).map(_.split(",").toSeq.map(_.trim).filter(_.nonEmpty))
+    batches.foreach(b => if (b.isEmpty) throw OmniTableErrors.invalidOption(Batches, options.getOrElse(Batches, ""),
+      "expected a comma-separated list of batch names"))
+    ReadOptions(table, SnapshotSpec(branch = get(Branch), tag = get(Tag), version = version, asOfMicros = timestamp),
+      batches)
+  }
+
+  /** ISO-8601 instant ('2026-11-29T11:24:37Z') or epoch milliseconds, to epoch microseconds. */
+  private def parseTimestamp(v: String): Long = v.toLongOption.map(_ * 1000L).getOrElse {
+    try {
+      val i = Instant.parse(v)
+      i.getEpochSecond * 1000000L + i.getNano / 1000L
+    } catch {
+      case _: DateTimeParseException => throw OmniTableErrors.invalidOption(TimestampAsOf, v,
+        "expected an ISO-8601 instant such as 2026-11-29T11:24:37Z, or epoch milliseconds")
+    }
+  }
+}
