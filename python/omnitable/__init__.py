@@ -24,6 +24,7 @@ from omnitable.exceptions import (
     UnknownColumnError,
     ValidationError,
 )
+from omnitable.features.definition import Feature, feature, sql_feature
 from omnitable.format.writer import WriteOptions
 from omnitable.spark.session import spark_session
 from omnitable.table import BatchInfo, Table
@@ -40,6 +41,7 @@ __all__ = [
     "CatalogVersionError",
     "CommitConflict",
     "CorruptInputError",
+    "Feature",
     "MissingDependencyError",
     "NotFoundError",
     "OmniTableError",
@@ -51,5 +53,7 @@ __all__ = [
     "WriteOptions",
     "__version__",
     "connect",
+    "feature",
     "spark_session",
+    "sql_feature",
 ]

@@ -28,6 +28,9 @@ from omnitable.ingest.sources import is_spark_dataframe, record_batches
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from omnitable.features.definition import Feature
+    from omnitable.features.planner import Plan
+    from omnitable.features.status import LineageRecord, StatusGrid
     from omnitable.warehouse import Warehouse
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -326,6 +329,55 @@ class Table:
                 a group name that is already used. Nothing is committed.
         """
         return add_cols.add_columns(self, data, group)
+
+    # -- features -------------------------------------------------------------------------
+
+    def register(self, *features: Feature) -> int | None:
+        """Register feature definitions (new ones, or new versions); returns the new version or
+        None when nothing changed.
+
+        Raises:
+            ValidationError: unknown inputs, output clashes, cycles, changed code under an
+                unchanged version, or a pandas feature that other processes cannot import.
+        """
+        from omnitable.features.registry import register
+
+        return register(self, features)
+
+    def features(self) -> list[Feature]:
+        """The current version of every registered feature."""
+        from omnitable.features.registry import current_features
+
+        return list(current_features(self).values())
+
+    def backfill(self, targets: str | list[str], batches: list[str] | None = None) -> Plan:
+        """Plan the minimal work bringing ``targets`` (features or output columns) up to date.
+
+        Nothing runs until ``plan.run()``; ``plan.explain()`` shows the steps, the fused groups,
+        what is reused and why, and estimated input bytes.
+        """
+        from omnitable.features.planner import make_plan
+        from omnitable.features.registry import table_graph
+
+        if isinstance(targets, str):
+            targets = [targets]
+        if isinstance(batches, str):
+            batches = [batches]
+        graph = table_graph(self)
+        return make_plan(self, graph, self.snapshot(), list(targets), batches)
+
+    def status(self, version: int | None = None) -> StatusGrid:
+        """Batch x derived-column grid of done / stale / missing / partial."""
+        from omnitable.features.registry import current_features
+        from omnitable.features.status import status_grid
+
+        return status_grid(self, self.snapshot(version=version), current_features(self))
+
+    def lineage(self, column: str, batch: str | None = None) -> list[LineageRecord]:
+        """Where the current data of a derived column came from, per fragment."""
+        from omnitable.features.status import lineage
+
+        return lineage(self, self.snapshot(), column, batch)
 
     def _write_options(
         self, row_group_size: int | None, target_fragment_rows: int | None

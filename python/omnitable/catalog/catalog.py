@@ -273,6 +273,19 @@ class Catalog:
                 ).scalar_one()
             )
 
+    # -- features -------------------------------------------------------------------------
+
+    def feature_rows(self, table: TableRecord, name: str | None = None) -> list[dict[str, Any]]:
+        """Registered feature versions (oldest registration first), optionally of one name."""
+        q = "SELECT * FROM features WHERE table_id = :t"
+        params: dict[str, Any] = {"t": table.table_id}
+        if name is not None:
+            q += " AND name = :n"
+            params["n"] = name
+        with self.store.read() as conn:
+            rows = conn.execute(text(q + " ORDER BY registered_at, name, version"), params)
+            return [{**dict(r._mapping), "definition": json.loads(r.definition)} for r in rows]
+
     # -- runs -----------------------------------------------------------------------------
 
     def start_run(self, table: TableRecord, kind: str, plan: dict[str, Any] | None = None) -> str:

@@ -54,6 +54,17 @@ class LineageEntry:
 
 
 @dataclass
+class FeatureRow:
+    """A feature version a commit registers (or makes current again)."""
+
+    name: str
+    version: str
+    kind: str
+    definition: dict[str, Any]
+    fingerprint: str
+
+
+@dataclass
 class CommitRequest:
     """Everything one operation changes. Files reference columns by name."""
 
@@ -63,6 +74,8 @@ class CommitRequest:
     run_id: str | None = None
     summary: dict[str, Any] = field(default_factory=dict)
     new_columns: list[NewColumn] = field(default_factory=list)
+    removed_columns: list[str] = field(default_factory=list)  # names
+    features: list[FeatureRow] = field(default_factory=list)
     new_batches: list[tuple[str, str]] = field(default_factory=list)  # (batch_id, name)
     removed_batches: list[str] = field(default_factory=list)
     new_fragments: list[FragmentDescriptor] = field(default_factory=list)
@@ -108,7 +121,17 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
         )
         failpoint("commit.before_insert")
         now = utcnow()
+        removed_column_ids = [column_ids[name] for name in req.removed_columns]
         next_column_id = _insert_columns(conn, table, req, version, column_ids)
+        if removed_column_ids:
+            conn.execute(
+                text(
+                    "UPDATE columns SET removed_version = :v WHERE table_id = :t AND "
+                    "column_id = :c AND removed_version IS NULL"
+                ),
+                [{"v": version, "t": table_id, "c": c} for c in removed_column_ids],
+            )
+        _upsert_features(conn, table_id, req, now)
         _insert_data(conn, table_id, req, version, column_ids, now)
         failpoint("commit.mid_insert")
         _apply_removals(conn, table_id, req, version)
@@ -165,8 +188,15 @@ def _validate(
         )
     }
     column_ids = {name: cid for name, (cid, _) in visible_cols.items()}
+    removed_cols = set(req.removed_columns)
+    for name in removed_cols:
+        if name not in visible_cols:
+            raise CommitConflict(
+                f"Cannot commit {req.op}: column '{name}' was removed by a concurrent commit",
+                [("*", name)],
+            )
     for col in req.new_columns:
-        if col.name in visible_cols:
+        if col.name in visible_cols and col.name not in removed_cols:
             if visible_cols[col.name][1] > req.base_version:
                 raise CommitConflict(
                     f"Cannot commit {req.op}: column '{col.name}' was added by a concurrent "
@@ -501,6 +531,31 @@ def _insert_data(
                 for e in req.lineage
             ],
         )
+
+
+def _upsert_features(conn: Connection, t: str, req: CommitRequest, now: str) -> None:
+    for f in req.features:
+        params = {"t": t, "n": f.name, "v": f.version, "now": now}
+        updated = conn.execute(
+            text(
+                "UPDATE features SET registered_at = :now WHERE table_id = :t AND name = :n "
+                "AND version = :v"
+            ),
+            params,
+        ).rowcount
+        if not updated:
+            conn.execute(
+                text(
+                    "INSERT INTO features (table_id, name, version, kind, definition, fingerprint, "
+                    "registered_at) VALUES (:t, :n, :v, :k, :d, :fp, :now)"
+                ),
+                {
+                    **params,
+                    "k": f.kind,
+                    "d": json.dumps(f.definition, sort_keys=True),
+                    "fp": f.fingerprint,
+                },
+            )
 
 
 def _apply_removals(conn: Connection, t: str, req: CommitRequest, version: int) -> None:

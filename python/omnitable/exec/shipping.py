@@ -1,0 +1,68 @@
+"""Making user feature modules importable on Spark executors.
+
+Pandas features are stored as import references. Executors import them; modules that are not
+installed in the executors' environment (a project directory, a notebook's helper module) are
+shipped with ``SparkContext.addPyFile`` — a single module as its file, a package as a zip of its
+top-level package. Each module is shipped once per SparkContext.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import sysconfig
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+_SHIPPED: dict[int, set[str]] = {}
+
+
+def ship_modules(sc: Any, module_names: list[str]) -> list[str]:
+    """Ship the top-level packages of ``module_names`` that live outside site-packages.
+
+    Returns the paths shipped (for logs).
+    """
+    shipped = _SHIPPED.setdefault(id(sc), set())
+    out = []
+    for name in module_names:
+        top = name.split(".", 1)[0]
+        if top in shipped or top in sys.builtin_module_names:
+            continue
+        module = sys.modules.get(top) or importlib.import_module(top)
+        path = _source_path(module)
+        if path is None or _installed(path):
+            shipped.add(top)
+            continue
+        if path.name == "__init__.py":
+            archive = _zip_package(path.parent)
+            sc.addPyFile(str(archive))
+            out.append(str(archive))
+        else:
+            sc.addPyFile(str(path))
+            out.append(str(path))
+        shipped.add(top)
+    return out
+
+
+def _source_path(module: Any) -> Path | None:
+    file = getattr(module, "__file__", None)
+    return Path(file).resolve() if file else None
+
+
+def _installed(path: Path) -> bool:
+    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")}
+    text = str(path)
+    if "site-packages" in text or "dist-packages" in text:
+        return True
+    return any(text.startswith(str(Path(r).resolve()) + os.sep) for r in roots)
+
+
+def _zip_package(directory: Path) -> Path:
+    target = Path(tempfile.mkdtemp(prefix="omnitable-ship-")) / f"{directory.name}.zip"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
+        for file in directory.rglob("*.py"):
+            zf.write(file, Path(directory.name) / file.relative_to(directory))
+    return target

@@ -1,0 +1,318 @@
+"""Feature definitions: what a feature is (inputs, outputs, logic, version, preferences).
+
+A feature is registered once per table (``Table.register``) and can then be computed by any
+process: pandas features are stored as an importable reference (``module:qualname``) checked at
+registration, plus a fingerprint of their code; SQL features store their expression.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import json
+import re
+import textwrap
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+import pyarrow as pa
+
+from omnitable.exceptions import ValidationError
+from omnitable.format.types import parse_type_spec, to_ddl
+
+FEATURE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+Prefer = Literal["cpu", "gpu"]
+Kind = Literal["pandas", "sql"]
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A feature definition (see :func:`feature` and :func:`sql_feature`).
+
+    Attributes:
+        name: unique within a table; also the column group its outputs are stored in.
+        inputs: columns read (raw columns or other features' outputs).
+        outputs: output column name → Spark DDL type.
+        version: bump it whenever the logic changes; outputs computed by another version are stale.
+        kind: "pandas" (vectorized Python over pandas Series) or "sql" (Spark SQL expression).
+        prefer: execution preference, "cpu" or "gpu".
+        options: isolation and resource hints (timeout_s, memory_mb, batch_rows, isolation).
+    """
+
+    name: str
+    inputs: tuple[str, ...]
+    outputs: dict[str, str]
+    version: str
+    kind: Kind
+    prefer: Prefer = "cpu"
+    options: dict[str, Any] = field(default_factory=dict)
+    fn: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+    expr: str | None = None
+    ref: str | None = None
+    code_fingerprint: str = ""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.fn is None:
+            raise ValidationError(f"Cannot call feature '{self.name}': it is a {self.kind} feature")
+        return self.fn(*args, **kwargs)
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def output_types(self) -> dict[str, pa.DataType]:
+        return {name: parse_type_spec(ddl, name) for name, ddl in self.outputs.items()}
+
+    def definition(self) -> dict[str, Any]:
+        """JSON document stored in the catalog's ``features.definition``."""
+        return {
+            "name": self.name,
+            "inputs": list(self.inputs),
+            "outputs": dict(self.outputs),
+            "version": self.version,
+            "kind": self.kind,
+            "prefer": self.prefer,
+            "options": dict(self.options),
+            "expr": self.expr,
+            "ref": self.ref,
+        }
+
+    @classmethod
+    def from_definition(cls, d: Mapping[str, Any], fingerprint: str) -> Feature:
+        return cls(
+            name=d["name"],
+            inputs=tuple(d["inputs"]),
+            outputs=dict(d["outputs"]),
+            version=d["version"],
+            kind=d["kind"],
+            prefer=d.get("prefer", "cpu"),
+            options=dict(d.get("options") or {}),
+            expr=d.get("expr"),
+            ref=d.get("ref"),
+            code_fingerprint=fingerprint,
+        )
+
+    def with_inputs(self, inputs: tuple[str, ...]) -> Feature:
+        return Feature(
+            self.name,
+            inputs,
+            self.outputs,
+            self.version,
+            self.kind,
+            self.prefer,
+            self.options,
+            self.fn,
+            self.expr,
+            self.ref,
+            self.code_fingerprint,
+        )
+
+    def load(self) -> Feature:
+        """This feature with its function imported from ``ref`` (pandas features)."""
+        if self.kind != "pandas" or self.fn is not None:
+            return self
+        if not self.ref:
+            raise ValidationError(f"Cannot load feature '{self.id}': it has no import reference")
+        fn = resolve_ref(self.ref)
+        if isinstance(fn, Feature):
+            fn = fn.fn
+        assert fn is not None
+        if code_fingerprint(fn) != self.code_fingerprint:
+            raise ValidationError(
+                f"Cannot run feature '{self.id}': the code at {self.ref} differs from the code "
+                "registered under this version; register it again with a new version"
+            )
+        return Feature(
+            self.name,
+            self.inputs,
+            self.outputs,
+            self.version,
+            self.kind,
+            self.prefer,
+            self.options,
+            fn,
+            self.expr,
+            self.ref,
+            self.code_fingerprint,
+        )
+
+
+def feature(
+    *,
+    inputs: list[str],
+    outputs: Mapping[str, str | pa.DataType],
+    version: str,
+    name: str | None = None,
+    prefer: Prefer = "cpu",
+    timeout_s: float | None = None,
+    memory_mb: int | None = None,
+    batch_rows: int | None = None,
+    isolation: str = "auto",
+) -> Callable[[Callable[..., Any]], Feature]:
+    """Decorator registering a vectorized pandas function as a feature definition.
+
+    The function receives one pandas Series per input (in ``inputs`` order) and returns a Series
+    (one output) or a DataFrame with one column per output, of the same length.
+
+    Example::
+
+        @omnitable.feature(inputs=["text"], outputs={"n_chars": "int"}, version="1")
+        def n_chars(text):
+            return text.str.len()
+    """
+
+    def wrap(fn: Callable[..., Any]) -> Feature:
+        if not callable(fn):
+            raise ValidationError(f"Cannot make a feature of {fn!r}: it is not callable")
+        fname = str(name or getattr(fn, "__name__", ""))
+        opts = {
+            "timeout_s": timeout_s,
+            "memory_mb": memory_mb,
+            "batch_rows": batch_rows,
+            "isolation": isolation,
+        }
+        return Feature(
+            name=_check_name(fname),
+            inputs=_check_inputs(fname, inputs),
+            outputs=_check_outputs(fname, outputs),
+            version=_check_version(fname, version),
+            kind="pandas",
+            prefer=_check_prefer(fname, prefer),
+            options={k: v for k, v in opts.items() if v is not None},
+            fn=fn,
+            ref=f"{fn.__module__}:{fn.__qualname__}",
+            code_fingerprint=code_fingerprint(fn),
+        )
+
+    return wrap
+
+
+def sql_feature(
+    name: str,
+    expr: str,
+    output_type: str | pa.DataType,
+    version: str,
+    *,
+    inputs: list[str] | None = None,
+    prefer: Prefer = "cpu",
+) -> Feature:
+    """A feature computed by a Spark SQL expression over other columns (evaluated in the JVM).
+
+    Its single output column is named ``name``. ``inputs`` defaults to the table columns the
+    expression mentions (resolved at registration).
+    """
+    if not isinstance(expr, str) or not expr.strip():
+        raise ValidationError(f"Cannot define SQL feature '{name}': expr must be a SQL expression")
+    outputs = _check_outputs(name, {name: output_type})
+    fp = hashlib.sha256(json.dumps([expr.strip(), outputs]).encode()).hexdigest()
+    return Feature(
+        name=_check_name(name),
+        inputs=_check_inputs(name, inputs) if inputs is not None else (),
+        outputs=outputs,
+        version=_check_version(name, version),
+        kind="sql",
+        prefer=_check_prefer(name, prefer),
+        expr=expr.strip(),
+        code_fingerprint=fp,
+    )
+
+
+def code_fingerprint(fn: Callable[..., Any]) -> str:
+    """sha256 of a function's source (or bytecode when no source is available)."""
+    target = inspect.unwrap(fn)
+    try:
+        text = textwrap.dedent(inspect.getsource(target))
+        text = re.sub(r"^(\s*@.*\n)+", "", text)  # decorators (incl. version strings) excluded
+        payload = text.encode()
+    except (OSError, TypeError):
+        code = getattr(target, "__code__", None)
+        if code is None:
+            raise ValidationError(f"Cannot fingerprint {fn!r}: not a Python function") from None
+        payload = code.co_code + repr(code.co_consts).encode()
+    return hashlib.sha256(payload).hexdigest()
+
+
+def resolve_ref(ref: str) -> Any:
+    """Import ``module:qualname``."""
+    module_name, _, qualname = ref.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ValidationError(
+            f"Cannot import feature code '{ref}': {exc}; make the module importable (installed "
+            "or on PYTHONPATH) in every process that runs backfills"
+        ) from None
+    return obj
+
+
+def check_importable(f: Feature) -> None:
+    """Registration check: the stored reference imports back to this very function."""
+    if f.kind != "pandas":
+        return
+    assert f.ref is not None
+    module = f.ref.split(":", 1)[0]
+    if module == "__main__" or "<locals>" in f.ref or "<lambda>" in f.ref:
+        raise ValidationError(
+            f"Cannot register feature '{f.name}': its function {f.ref} cannot be imported by "
+            "another process (CLI, spark-submit, Spark workers); define it at module level in an "
+            "importable module, e.g. my_features.py"
+        )
+    obj = resolve_ref(f.ref)
+    target = obj.fn if isinstance(obj, Feature) else obj
+    if target is not f.fn:
+        raise ValidationError(
+            f"Cannot register feature '{f.name}': {f.ref} imports to a different object than "
+            "the one being registered"
+        )
+
+
+def _check_name(name: str) -> str:
+    if not isinstance(name, str) or not FEATURE_NAME.match(name):
+        raise ValidationError(
+            f"Cannot define feature {name!r}: names are 1-64 letters, digits and '_', starting "
+            "with a letter or '_'"
+        )
+    return name
+
+
+def _check_inputs(name: str, inputs: Any) -> tuple[str, ...]:
+    if (
+        isinstance(inputs, str)
+        or not isinstance(inputs, (list, tuple))
+        or not inputs
+        or not all(isinstance(i, str) for i in inputs)
+    ):
+        raise ValidationError(
+            f"Cannot define feature '{name}': inputs must be a non-empty list of column names"
+        )
+    if len(set(inputs)) != len(inputs):
+        raise ValidationError(f"Cannot define feature '{name}': inputs {inputs} repeat a column")
+    return tuple(inputs)
+
+
+def _check_outputs(name: str, outputs: Any) -> dict[str, str]:
+    if not isinstance(outputs, Mapping) or not outputs:
+        raise ValidationError(
+            f"Cannot define feature '{name}': outputs must be a mapping {{column: type}}"
+        )
+    from omnitable.ingest.columns import check_column_name
+
+    return {check_column_name(k): to_ddl(parse_type_spec(v, k)) for k, v in outputs.items()}
+
+
+def _check_version(name: str, version: Any) -> str:
+    if not isinstance(version, str) or not version.strip() or len(version) > 64:
+        raise ValidationError(
+            f"Cannot define feature '{name}': version must be a short non-empty string like '1'"
+        )
+    return version
+
+
+def _check_prefer(name: str, prefer: Any) -> Prefer:
+    if prefer not in ("cpu", "gpu"):
+        raise ValidationError(f"Cannot define feature '{name}': prefer must be 'cpu' or 'gpu'")
+    return cast(Prefer, prefer)

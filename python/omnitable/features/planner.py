@@ -1,0 +1,249 @@
+"""Backfill planning: the minimal missing closure, fused into steps, explained before running.
+
+For target features and batches, walk the dependency graph in topological order and decide per
+fragment: a feature is recomputed where it is missing or stale, or where one of its inputs is
+being recomputed; everything else is reused. Features of the same level that share input columns
+are fused into one step (one scan of the shared inputs, one Spark job). Columns outside the
+targets' closure are never touched.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from omnitable.catalog.records import FragmentRecord
+from omnitable.catalog.snapshot import Snapshot
+from omnitable.exceptions import NotFoundError, ValidationError
+from omnitable.features.definition import Feature
+from omnitable.features.graph import FeatureGraph
+from omnitable.features.state import BatchState, batch_state, fragment_status
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from omnitable.exec.runner import RunResult
+    from omnitable.table import Table
+
+
+@dataclass
+class Step:
+    """One fused group of features of one level: one scan of ``inputs``, one Spark job."""
+
+    level: int
+    features: list[Feature]
+    inputs: list[str]
+    work: dict[str, list[FragmentRecord]]  # feature name -> fragments to compute
+    estimated_input_bytes: int = 0
+
+    @property
+    def fragments(self) -> list[FragmentRecord]:
+        seen: dict[str, FragmentRecord] = {}
+        for frags in self.work.values():
+            for f in frags:
+                seen.setdefault(f.fragment_id, f)
+        return list(seen.values())
+
+    @property
+    def engine(self) -> str:
+        kinds = {f.kind for f in self.features}
+        return "spark-sql" if kinds == {"sql"} else "pandas" if kinds == {"pandas"} else "mixed"
+
+
+@dataclass(frozen=True)
+class Reuse:
+    feature: str
+    batch: str
+    reason: str
+
+
+@dataclass
+class Plan:
+    """What a backfill will do. Nothing runs until :meth:`run`."""
+
+    table: Table
+    base_version: int
+    targets: list[str]
+    batches: list[str]
+    steps: list[Step]
+    reused: list[Reuse]
+    states: dict[tuple[str, str], BatchState] = field(default_factory=dict)
+    recompute_reasons: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.steps
+
+    def explain(self) -> str:
+        """Human-readable plan: steps in dependency order, fusion, reuse and why, input bytes."""
+        lines = [
+            f"Backfill plan for table '{self.table.name}' at version {self.base_version}",
+            f"  targets: {', '.join(self.targets)}",
+            f"  batches: {', '.join(self.batches) or '(none)'}",
+        ]
+        if not self.steps:
+            lines.append("  nothing to do: every target is done for these batches")
+        for i, step in enumerate(self.steps, 1):
+            names = ", ".join(f.id for f in step.features)
+            fused = f"fused x{len(step.features)}: " if len(step.features) > 1 else ""
+            lines.append(f"  step {i}: level {step.level}, {step.engine}, {fused}{names}")
+            lines.append(
+                f"    scan {', '.join(step.inputs)} once for "
+                f"{len(step.fragments)} fragment(s), ~{_fmt_bytes(step.estimated_input_bytes)}"
+            )
+            for f in step.features:
+                per_batch: dict[str, int] = defaultdict(int)
+                for frag in step.work[f.name]:
+                    per_batch[frag.batch_name] += 1
+                detail = "; ".join(
+                    f"{b} ({n} fragment{'s' if n != 1 else ''}: "
+                    f"{self.recompute_reasons.get((f.name, b), 'missing')})"
+                    for b, n in per_batch.items()
+                )
+                lines.append(f"    {f.name} -> {', '.join(f.outputs)}: {detail}")
+        if self.reused:
+            lines.append("  reused (not recomputed):")
+            for r in self.reused:
+                lines.append(f"    {r.feature} for {r.batch}: {r.reason}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.explain()
+
+    def run(
+        self,
+        spark: SparkSession | None = None,
+        *,
+        checkpoint_fragments: int | None = None,
+        **options: Any,
+    ) -> RunResult:
+        """Execute the plan on Spark (see :mod:`omnitable.exec.runner`)."""
+        from omnitable.exec.runner import run_plan
+
+        return run_plan(self, spark, checkpoint_fragments=checkpoint_fragments, **options)
+
+
+def make_plan(
+    table: Table, graph: FeatureGraph, snap: Snapshot, targets: list[str], batches: list[str] | None
+) -> Plan:
+    """Plan the minimal work to bring ``targets`` up to date on ``batches`` (default: all)."""
+    target_features = _resolve_targets(table, graph, targets)
+    fragments = snap.fragments_of(batches)
+    batch_names = [b.name for b in snap.batches if batches is None or b.name in set(batches)]
+    closure = graph.ancestors(target_features)
+    levels = graph.levels()
+    recompute: dict[str, list[FragmentRecord]] = {}
+    recompute_ids: dict[str, set[str]] = {}
+    plan = Plan(table, snap.version, target_features, batch_names, [], [])
+    for name in graph.topological(closure):
+        f = graph.features[name]
+        deps = graph.deps(name)
+        todo: list[FragmentRecord] = []
+        per_batch: dict[str, list[str]] = defaultdict(list)
+        reasons: dict[str, str] = {}
+        for frag in fragments:
+            st = fragment_status(snap, f, frag)
+            per_batch[frag.batch_name].append(st.state)
+            upstream = [d for d in deps if frag.fragment_id in recompute_ids.get(d, set())]
+            if st.state != "done":
+                todo.append(frag)
+                reasons.setdefault(frag.batch_name, st.reason if st.state == "stale" else "missing")
+            elif upstream:
+                todo.append(frag)
+                reasons.setdefault(
+                    frag.batch_name, f"input from {', '.join(sorted(upstream))} is recomputed"
+                )
+        for b in batch_names:
+            plan.states[(name, b)] = batch_state(per_batch.get(b, []))  # type: ignore[arg-type]
+            if b in reasons:
+                plan.recompute_reasons[(name, b)] = reasons[b]
+            else:
+                plan.reused.append(Reuse(f.id, b, "done (all fragments current)"))
+        if todo:
+            recompute[name] = todo
+            recompute_ids[name] = {x.fragment_id for x in todo}
+    plan.steps = _fuse(graph, levels, recompute, snap)
+    return plan
+
+
+def _resolve_targets(table: Table, graph: FeatureGraph, targets: list[str]) -> list[str]:
+    if isinstance(targets, str):
+        targets = [targets]
+    if not targets:
+        raise ValidationError("Cannot plan a backfill: give at least one target feature or column")
+    out = []
+    for t in targets:
+        if t in graph.features:
+            name = t
+        elif t in graph.producer:
+            name = graph.producer[t]
+        else:
+            raise NotFoundError(
+                f"Cannot backfill '{t}' on table '{table.name}': no registered feature or output "
+                f"column of that name; registered features: {', '.join(sorted(graph.features)) or 'none'}"
+            )
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def _fuse(
+    graph: FeatureGraph,
+    levels: dict[str, int],
+    recompute: dict[str, list[FragmentRecord]],
+    snap: Snapshot,
+) -> list[Step]:
+    """Group the features of each level that share input columns (union-find over inputs)."""
+    steps: list[Step] = []
+    by_level: dict[int, list[str]] = defaultdict(list)
+    for name in recompute:
+        by_level[levels[name]].append(name)
+    for level in sorted(by_level):
+        names = sorted(by_level[level])
+        parent = {n: n for n in names}
+        owner: dict[str, str] = {}
+        for n in names:
+            for col in graph.features[n].inputs:
+                if col in owner:
+                    parent[_find(parent, n)] = _find(parent, owner[col])
+                else:
+                    owner[col] = n
+        groups: dict[str, list[str]] = defaultdict(list)
+        for n in names:
+            groups[_find(parent, n)].append(n)
+        for members in sorted(groups.values()):
+            feats = [graph.features[n] for n in members]
+            inputs: list[str] = []
+            for f in feats:
+                inputs.extend(i for i in f.inputs if i not in inputs)
+            step = Step(level, feats, inputs, {n: recompute[n] for n in members})
+            step.estimated_input_bytes = _estimate_bytes(snap, step)
+            steps.append(step)
+    return steps
+
+
+def _find(parent: dict[str, str], n: str) -> str:
+    while parent[n] != n:
+        parent[n] = parent[parent[n]]
+        n = parent[n]
+    return n
+
+
+def _estimate_bytes(snap: Snapshot, step: Step) -> int:
+    by_name = {c.name: c for c in snap.columns}
+    ids = [by_name[i].column_id for i in step.inputs if i in by_name]
+    total = 0.0
+    for frag in step.fragments:
+        for f in snap.resolve(frag.fragment_id, ids).values():
+            if f is not None:
+                total += f.size_bytes / max(1, len(f.columns))
+    return int(total)
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PB"

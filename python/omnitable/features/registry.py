@@ -1,0 +1,162 @@
+"""Registering features on a table and reading them back.
+
+Registration validates the whole graph (inputs exist, outputs unique, no cycles), refuses changed
+code under an unchanged version, checks that pandas features import back from their stored
+reference, and commits the feature versions together with their output columns.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from omnitable.catalog.commit import CommitRequest, FeatureRow, NewColumn
+from omnitable.catalog.records import APPEND_NAME
+from omnitable.exceptions import NotFoundError, ValidationError
+from omnitable.features.definition import Feature, check_importable
+from omnitable.features.graph import FeatureGraph
+
+if TYPE_CHECKING:
+    from omnitable.table import Table
+
+_IDENT = re.compile(r"`((?:[^`]|``)+)`|\b([A-Za-z_][A-Za-z0-9_]*)\b")
+_STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+
+
+def current_features(table: Table) -> dict[str, Feature]:
+    """Current version of every registered feature (the most recently registered one)."""
+    out: dict[str, Feature] = {}
+    for row in table._catalog.feature_rows(table.record):
+        out[row["name"]] = Feature.from_definition(row["definition"], row["fingerprint"])
+    return out
+
+
+def feature_versions(table: Table, name: str) -> list[Feature]:
+    rows = table._catalog.feature_rows(table.record, name)
+    if not rows:
+        raise NotFoundError(f"Cannot find feature '{name}' on table '{table.name}'")
+    return [Feature.from_definition(r["definition"], r["fingerprint"]) for r in rows]
+
+
+def table_graph(table: Table) -> FeatureGraph:
+    snap = table.snapshot(with_files=False)
+    raw = [c.name for c in snap.columns if c.feature is None] + [APPEND_NAME]
+    return FeatureGraph.build(current_features(table).values(), raw)
+
+
+def register(table: Table, features: tuple[Feature, ...]) -> int | None:
+    """Register features; returns the new version, or None when nothing changed."""
+    if not features:
+        raise ValidationError("Cannot register: give at least one feature")
+    for f in features:
+        if not isinstance(f, Feature):
+            raise ValidationError(
+                f"Cannot register {f!r}: decorate the function with @omnitable.feature(...) or "
+                "build it with omnitable.sql_feature(...)"
+            )
+    snap = table.snapshot(with_files=False)
+    current = current_features(table)
+    raw = [c.name for c in snap.columns if c.feature is None] + [APPEND_NAME]
+    known = (
+        set(raw)
+        | {o for f in current.values() for o in f.outputs}
+        | {o for f in features for o in f.outputs}
+    )
+    resolved = []
+    for f in features:
+        check_importable(f)
+        if f.kind == "sql" and not f.inputs:
+            f = f.with_inputs(_sql_inputs(f, known))
+        resolved.append(f)
+    names = [f.name for f in resolved]
+    if len(set(names)) != len(names):
+        raise ValidationError(f"Cannot register: feature names repeat in {names}")
+
+    rows: list[FeatureRow] = []
+    for f in resolved:
+        _check_version_rule(table, f)
+        if f.name not in current or current[f.name].version != f.version:
+            rows.append(FeatureRow(f.name, f.version, f.kind, f.definition(), f.code_fingerprint))
+    merged = {**current, **{f.name: f for f in resolved}}
+    FeatureGraph.build(merged.values(), raw)
+
+    by_name = {c.name: c for c in snap.columns}
+    new_columns: list[NewColumn] = []
+    removed: list[str] = []
+    for f in resolved:
+        clash = [c.name for c in snap.columns if c.group_name == f.name and c.feature != f.name]
+        if clash:
+            raise ValidationError(
+                f"Cannot register feature '{f.name}': its outputs are stored in column group "
+                f"'{f.name}', which already holds column(s) {', '.join(clash)}; rename the feature"
+            )
+        for out, ddl in f.outputs.items():
+            col = by_name.get(out)
+            if col is not None and col.feature == f.name and col.data_type == ddl:
+                continue
+            if col is not None and col.feature != f.name:
+                raise ValidationError(
+                    f"Cannot register feature '{f.name}': output '{out}' is already a column "
+                    + (f"produced by feature '{col.feature}'" if col.feature else "of the table")
+                )
+            if col is not None:
+                removed.append(out)  # the output's type changed: a new column replaces it
+            new_columns.append(NewColumn(out, ddl, True, f.name, f.name))
+        previous = current.get(f.name)
+        if previous is not None:
+            for out in previous.outputs:
+                if out not in f.outputs and out in by_name:
+                    removed.append(out)  # an output the new version no longer produces
+    if not rows and not new_columns and not removed:
+        return None
+    req = CommitRequest(
+        op="register",
+        base_version=snap.version,
+        summary={
+            "features": [f"{r.name}@{r.version}" for r in rows],
+            "columns": [c.name for c in new_columns],
+        },
+        new_columns=new_columns,
+        removed_columns=removed,
+        features=rows,
+    )
+    return int(table._catalog.commit(table.record, req))
+
+
+def _check_version_rule(table: Table, f: Feature) -> None:
+    for row in table._catalog.feature_rows(table.record, f.name):
+        if row["version"] != f.version:
+            continue
+        stored = row["definition"]
+        same_shape = (
+            tuple(stored["inputs"]) == f.inputs
+            and stored["outputs"] == f.outputs
+            and stored["kind"] == f.kind
+            and stored.get("expr") == f.expr
+        )
+        if row["fingerprint"] != f.code_fingerprint or not same_shape:
+            raise ValidationError(
+                f"Cannot register feature '{f.name}': version {f.version} is already registered "
+                "with different code or inputs/outputs; bump the version (e.g. "
+                f'version="{_next_version(f.version)}") so computed columns are marked stale'
+            )
+
+
+def _next_version(v: str) -> str:
+    return str(int(v) + 1) if v.isdigit() else v + ".1"
+
+
+def _sql_inputs(f: Feature, known: set[str]) -> tuple[str, ...]:
+    assert f.expr is not None
+    text = _STRING.sub(" ", f.expr)
+    found: list[str] = []
+    for quoted, plain in _IDENT.findall(text):
+        name = quoted.replace("``", "`") if quoted else plain
+        if name in known and name not in f.outputs and name not in found:
+            found.append(name)
+    if not found:
+        raise ValidationError(
+            f"Cannot register SQL feature '{f.name}': its expression mentions no column of the "
+            "table; pass inputs=[...] explicitly"
+        )
+    return tuple(found)

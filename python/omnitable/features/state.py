@@ -1,0 +1,60 @@
+"""Column state, derived from the catalog (DESIGN §4 invariant 4): never stored, always computed.
+
+A feature F@v is **done** in a fragment when every output column is provided by a visible file
+whose ``feature_version`` is v and no input column's providing file is newer than the outputs'.
+It is **stale** when the outputs exist but were computed by another version or before an input was
+recomputed, and **missing** when some output has no file in the fragment.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Literal
+
+from omnitable.catalog.records import FragmentRecord
+from omnitable.catalog.snapshot import Snapshot
+from omnitable.features.definition import Feature
+
+FragmentState = Literal["done", "stale", "missing"]
+BatchState = Literal["done", "stale", "missing", "partial"]
+
+
+@dataclass(frozen=True)
+class FragmentStatus:
+    state: FragmentState
+    reason: str
+
+
+def fragment_status(snap: Snapshot, f: Feature, frag: FragmentRecord) -> FragmentStatus:
+    """State of feature ``f`` (at its current version) in one fragment."""
+    by_name = {c.name: c for c in snap.columns}
+    out_ids = [by_name[o].column_id for o in f.outputs if o in by_name]
+    if len(out_ids) != len(f.outputs):
+        return FragmentStatus("missing", "output column not in this snapshot")
+    in_ids = [by_name[i].column_id for i in f.inputs if i in by_name]
+    providers = snap.resolve(frag.fragment_id, out_ids + in_ids)
+    outs = [providers[c] for c in out_ids]
+    if any(p is None for p in outs):
+        return FragmentStatus("missing", "not computed")
+    versions = {p.columns[c].feature_version for p, c in zip(outs, out_ids, strict=True) if p}
+    if versions != {f.version}:
+        found = ", ".join(sorted(str(v) for v in versions))
+        return FragmentStatus("stale", f"computed by version {found}, current is {f.version}")
+    computed_at = min(p.added_version for p in outs if p is not None)
+    for name, cid in zip(f.inputs, in_ids, strict=False):
+        p = providers[cid]
+        if p is not None and p.added_version > computed_at:
+            return FragmentStatus("stale", f"input '{name}' changed at version {p.added_version}")
+    return FragmentStatus("done", f"computed at version {computed_at}")
+
+
+def batch_state(states: list[FragmentState]) -> BatchState:
+    counts = Counter(states)
+    if not states or counts["done"] == len(states):
+        return "done"
+    if counts["missing"] == len(states):
+        return "missing"
+    if counts["missing"] == 0 and counts["done"] == 0:
+        return "stale"
+    return "partial"

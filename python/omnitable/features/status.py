@@ -1,0 +1,148 @@
+"""``Table.status()`` (batch x derived-column grid) and ``Table.lineage()``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import text
+
+from omnitable.catalog.snapshot import Snapshot, visible_clause
+from omnitable.features.definition import Feature
+from omnitable.features.state import BatchState, batch_state, fragment_status
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from omnitable.table import Table
+
+_SYMBOL = {"done": "done", "stale": "STALE", "missing": "-", "partial": "partial"}
+
+
+@dataclass
+class StatusGrid:
+    """State of every derived column for every batch: done / stale / missing / partial.
+
+    ``errors`` counts records that failed a feature (filled in once error tables exist).
+    """
+
+    table: str
+    version: int
+    batches: list[str]
+    columns: list[str]
+    feature_of: dict[str, str]  # column -> feature@version
+    cells: dict[tuple[str, str], BatchState]
+    errors: dict[tuple[str, str], int]
+
+    def state(self, batch: str, column: str) -> BatchState:
+        return self.cells[(batch, column)]
+
+    def to_pandas(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame(
+            [[self.cells[(b, c)] for c in self.columns] for b in self.batches],
+            index=pd.Index(self.batches, name="batch"),
+            columns=self.columns,
+        )
+
+    def __str__(self) -> str:
+        head = ["batch"] + [f"{c} ({self.feature_of[c]})" for c in self.columns]
+        rows = [
+            [b] + [_cell(self.cells[(b, c)], self.errors.get((b, c), 0)) for c in self.columns]
+            for b in self.batches
+        ]
+        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+        fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+        out = [f"Status of '{self.table}' at version {self.version}", fmt.format(*head)]
+        out += [fmt.format(*r) for r in rows]
+        if not self.columns:
+            out.append("(no registered features)")
+        return "\n".join(out)
+
+    __repr__ = __str__
+
+
+def _cell(state: str, errors: int) -> str:
+    return _SYMBOL[state] + (f" ({errors} err)" if errors else "")
+
+
+def status_grid(
+    table: Table,
+    snap: Snapshot,
+    features: dict[str, Feature],
+    errors: dict[tuple[str, str], int] | None = None,
+) -> StatusGrid:
+    columns: list[str] = []
+    feature_of: dict[str, str] = {}
+    cells: dict[tuple[str, str], BatchState] = {}
+    batches = [b.name for b in snap.batches]
+    for f in sorted(features.values(), key=lambda x: x.name):
+        states: dict[str, list[Any]] = {b: [] for b in batches}
+        for frag in snap.fragments:
+            states[frag.batch_name].append(fragment_status(snap, f, frag).state)
+        for out in f.outputs:
+            columns.append(out)
+            feature_of[out] = f.id
+            for b in batches:
+                cells[(b, out)] = batch_state(states[b])
+    return StatusGrid(
+        table.name, snap.version, batches, columns, feature_of, cells, dict(errors or {})
+    )
+
+
+@dataclass(frozen=True)
+class LineageRecord:
+    """Where one derived column's data in one fragment came from."""
+
+    column: str
+    batch: str
+    fragment_id: str
+    file: str
+    version: int
+    feature: str
+    feature_version: str
+    inputs: list[dict[str, Any]]
+    run_id: str
+    engine: str
+
+
+def lineage(table: Table, snap: Snapshot, column: str, batch: str | None) -> list[LineageRecord]:
+    col = snap.column(column)
+    frags = {f.fragment_id: f for f in snap.fragments_of([batch] if batch else None)}
+    params: dict[str, Any] = {"t": table.record.table_id, "c": col.column_id}
+    vis = visible_clause("fi", snap.segments, params)
+    with table._catalog.store.read() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT l.*, fi.fragment_id, fi.path, fi.added_version FROM lineage l JOIN files "
+                "fi ON fi.table_id = l.table_id AND fi.file_id = l.file_id WHERE l.table_id = :t "
+                f"AND l.column_id = :c AND {vis}"
+            ),
+            params,
+        ).fetchall()
+    out = []
+    for r in rows:
+        frag = frags.get(r.fragment_id)
+        if frag is None:
+            continue
+        provider = snap.resolve(frag.fragment_id, [col.column_id])[col.column_id]
+        if provider is None or provider.file_id != r.file_id:
+            continue  # superseded by a newer file
+        out.append(
+            LineageRecord(
+                column,
+                frag.batch_name,
+                frag.fragment_id,
+                r.path,
+                int(r.added_version),
+                r.feature,
+                r.feature_version,
+                json.loads(r.inputs),
+                r.run_id,
+                r.engine,
+            )
+        )
+    order = {f.fragment_id: i for i, f in enumerate(snap.fragments)}
+    return sorted(out, key=lambda x: order[x.fragment_id])

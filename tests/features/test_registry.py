@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import omnitable
+from omnitable.features.definition import Feature
+
+from . import omt_test_features as F
+
+
+@pytest.fixture
+def docs(wh: omnitable.Warehouse) -> omnitable.Table:
+    t = wh.create_table("docs", {"text": "string", "lang": "string"})
+    t.append(pa.table({"text": ["  Hello World ", "Foo 42"], "lang": ["en", "en"]}), "b1")
+    return t
+
+
+def test_register_adds_output_columns_and_versions(docs: omnitable.Table) -> None:
+    v = docs.register(F.clean, F.n_chars, F.words)
+    assert v == docs.version
+    names = [f.name for f in docs.features()]
+    assert sorted(names) == ["clean", "n_chars", "words"]
+    assert docs.schema.names[-4:] == ["clean", "n_chars", "n_words", "has_digit"]
+    assert docs.read(columns=["clean"]).column("clean").null_count == 2  # not computed yet
+    snap = docs.snapshot(with_files=False)
+    assert {c.name: c.group_name for c in snap.columns if c.feature} == {
+        "clean": "clean",
+        "n_chars": "n_chars",
+        "n_words": "words",
+        "has_digit": "words",
+    }
+    assert docs.register(F.clean, F.n_chars) is None  # idempotent
+
+
+def test_unknown_inputs_clashes_and_cycles(docs: omnitable.Table) -> None:
+    with pytest.raises(omnitable.ValidationError, match="input 'clean' is neither"):
+        docs.register(F.n_chars)
+    with pytest.raises(omnitable.ValidationError, match="clashes with an existing raw column"):
+        docs.register(omnitable.sql_feature("lang", "upper(text)", "string", "1"))
+    a = omnitable.sql_feature("a_col", "b_col || 'x'", "string", "1", inputs=["b_col"])
+    b = omnitable.sql_feature("b_col", "a_col || 'y'", "string", "1", inputs=["a_col"])
+    with pytest.raises(omnitable.ValidationError, match="dependency cycle"):
+        docs.register(a, b)
+    docs.register(F.clean)
+    dup = omnitable.sql_feature("clean2", "lower(text)", "string", "1")
+    dup = Feature(
+        dup.name,
+        dup.inputs,
+        {"clean": "string"},
+        "1",
+        "sql",
+        expr=dup.expr,
+        code_fingerprint=dup.code_fingerprint,
+    )
+    with pytest.raises(omnitable.ValidationError, match="already produced by feature 'clean'"):
+        docs.register(dup)
+    assert sorted(f.name for f in docs.features()) == ["clean"]
+
+
+MODULE = """
+import omnitable
+
+@omnitable.feature(inputs=["text"], outputs={{"clean": "string"}}, version="{version}")
+def clean(text):
+    return {body}
+"""
+
+
+def test_changed_code_under_same_version_is_refused(
+    docs: omnitable.Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = tmp_path / "user_feats_v.py"
+
+    def load(version: str, body: str) -> Feature:
+        module.write_text(MODULE.format(version=version, body=body))
+        sys.modules.pop("user_feats_v", None)
+        return importlib.import_module("user_feats_v").clean
+
+    docs.register(load("1", "text.str.lower()"))
+    with pytest.raises(omnitable.ValidationError, match='bump the version .*version="2"'):
+        docs.register(load("1", "text.str.upper()"))
+    docs.register(load("2", "text.str.upper()"))  # a new version is fine
+    assert {f.name: f.version for f in docs.features()} == {"clean": "2"}
+    docs.register(load("1", "text.str.lower()"))  # the old version again becomes current
+    assert {f.name: f.version for f in docs.features()} == {"clean": "1"}
+
+
+def test_non_importable_functions_are_refused(docs: omnitable.Table) -> None:
+    def local(text):  # type: ignore[no-untyped-def]
+        return text
+
+    f = omnitable.feature(inputs=["text"], outputs={"same": "string"}, version="1")(local)
+    with pytest.raises(omnitable.ValidationError, match="cannot be imported by another process"):
+        docs.register(f)
+
+
+def test_sql_feature_inputs_are_inferred(docs: omnitable.Table) -> None:
+    f = omnitable.sql_feature("is_en", "lang = 'text' AND length(text) > 3", "boolean", "1")
+    docs.register(f)
+    (stored,) = docs.features()
+    assert stored.inputs == ("lang", "text")
+    with pytest.raises(omnitable.ValidationError, match="mentions no column"):
+        docs.register(omnitable.sql_feature("k", "42", "int", "1"))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"inputs": "text", "outputs": {"x": "int"}, "version": "1"}, "inputs must be"),
+        ({"inputs": ["text"], "outputs": {}, "version": "1"}, "outputs must be"),
+        ({"inputs": ["text"], "outputs": {"x": "int"}, "version": ""}, "version must be"),
+        ({"inputs": ["text"], "outputs": {"x": "nope"}, "version": "1"}, "unknown type"),
+        ({"inputs": ["text"], "outputs": {"x": "int"}, "version": "1", "prefer": "tpu"}, "prefer"),
+    ],
+)
+def test_bad_definitions(kwargs: dict, match: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(omnitable.ValidationError, match=match):
+        omnitable.feature(**kwargs)(F._clean_v2)
+
+
+def test_output_type_change_replaces_the_column(docs: omnitable.Table) -> None:
+    docs.register(omnitable.sql_feature("len_t", "length(text)", "int", "1"))
+    docs.register(omnitable.sql_feature("len_t", "length(text)", "bigint", "2"))
+    assert docs.schema.field("len_t").type == pa.int64()
