@@ -54,7 +54,7 @@ object CatalogAddress {
     value match {
       case SchemeRe(scheme) =>
         scheme.toLowerCase(Locale.ROOT) match {
-          case "postgresql" | "postgresql+psycopg" => parsePostgres(value)
+          case s if s == "postgres" || s == "postgresql" || s.startsWith("postgresql+") => parsePostgres(value)
           case "sqlite" => parseSqlite(value)
           case "file" => directory(value, new File(new URI(value)))
           case other => throw OmniTableErrors.invalidWarehouse(redact(value),

@@ -56,10 +56,10 @@ class OmniTableCatalog extends TableCatalog {
   override def loadTable(ident: Identifier, timestamp: Long): Table = load(ident, SnapshotSpec(asOfMicros = Some(timestamp)))
 
   /**
-   * A missing table raises OmniTable's own "Cannot find table" error rather than Spark's
-   * NoSuchTableException: Spark would otherwise go on to read `omnitable.<name>` as a file query
-   * on the `omnitable` data source (same name as this catalog) and report that instead.
-   * `tableExists` keeps the catalog contract.
+   * A missing table raises OmniTable's "Cannot find table" error (condition
+   * TABLE_OR_VIEW_NOT_FOUND) rather than a NoSuchTableException: on that one Spark would go on
+   * to read `omnitable.<name>` as a file query on the `omnitable` data source (the same name as
+   * this catalog) and report a confusing "unsupported data source" error instead.
    */
   private def load(ident: Identifier, spec: SnapshotSpec): Table = {
     if (ident.namespace().nonEmpty) throw new NoSuchTableException(ident)

@@ -6,11 +6,18 @@ import org.apache.spark.sql.AnalysisException
  * An analysis-time error raised by OmniTable. `errorClass` is a stable identifier (tests and
  * callers match on it); the message follows "Cannot <verb> <object>: <detail>" and says what to
  * do next. Spark's own error-class registry is not used (our classes are not registered there),
- * so the class is carried in this field and as a `[CLASS]` prefix of the message.
+ * so the class is carried in this field and as a `[CLASS]` prefix of the message. Where Spark
+ * has a registered condition with the same meaning (a missing table), that condition is used as
+ * the class, so Spark and PySpark code that tests `getCondition` behaves as for any table.
  */
-final class OmniTableAnalysisException(val omniErrorClass: String, detail: String, cause: Option[Throwable])
+final class OmniTableAnalysisException(
+    val omniErrorClass: String,
+    detail: String,
+    cause: Option[Throwable],
+    sparkCondition: Option[String] = None,
+    parameters: Map[String, String] = Map.empty)
     extends AnalysisException(
-      s"[$omniErrorClass] $detail", None, None, cause, None, Map.empty[String, String],
+      s"[$omniErrorClass] $detail", None, None, cause, sparkCondition, parameters,
       Array.empty[org.apache.spark.QueryContext])
 
 /** A read-time error on an executor (a file that breaks the format contract, an I/O failure). */
@@ -64,10 +71,12 @@ object OmniTableErrors {
 
   // --- tables, refs, versions, batches ------------------------------------------------------
 
+  /** Raised with Spark's TABLE_OR_VIEW_NOT_FOUND condition (see the class comment). */
   def tableNotFound(warehouse: String, table: String, existing: Seq[String]): OmniTableAnalysisException = {
     val known = if (existing.isEmpty) "it has no tables" else existing.sorted.mkString("tables: ", ", ", "")
-    analysis("OMNITABLE_TABLE_NOT_FOUND",
-      s"Cannot find table '$table' in warehouse '$warehouse' ($known).")
+    val condition = "TABLE_OR_VIEW_NOT_FOUND"
+    new OmniTableAnalysisException(condition, s"Cannot find table '$table' in warehouse '$warehouse' ($known).",
+      None, Some(condition), Map("relationName" -> s"`$table`"))
   }
 
   /** `kind` is "branch", "tag" or "ref" (branch or tag). */

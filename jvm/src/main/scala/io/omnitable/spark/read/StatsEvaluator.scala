@@ -51,12 +51,12 @@ object StatsEvaluator {
     case Filter.IsNull(c, negated) =>
       val s = stats(c)
       s.rowCount > 0 && (if (negated) !s.allNull else s.nullCount.forall(_ > 0))
-    case Filter.Compare(op, c, v) => nonNull(stats(c)).forall(s => compare(op, c, v, s))
-    case Filter.In(c, values, false) => nonNull(stats(c)).forall(s => values.exists(v => compare(CompareOp.Eq, c, v, s)))
-    case Filter.In(c, values, true) => nonNull(stats(c)).forall { s =>
+    case Filter.Compare(op, c, v) => nonNull(stats(c)).exists(s => compare(op, c, v, s))
+    case Filter.In(c, values, false) => nonNull(stats(c)).exists(s => values.exists(v => compare(CompareOp.Eq, c, v, s)))
+    case Filter.In(c, values, true) => nonNull(stats(c)).exists { s =>
       s.mayHoldNaN && isFloating(c) || !(bounded(s) && eq(c, s.min.get, s.max.get) && values.exists(eq(c, _, s.min.get)))
     }
-    case Filter.StartsWith(c, prefix, negated) => nonNull(stats(c)).forall { s =>
+    case Filter.StartsWith(c, prefix, negated) => nonNull(stats(c)).exists { s =>
       (s.min, s.max) match {
         case (Some(lo: Value.Str), Some(hi: Value.Str)) =>
           if (negated) !(startsWith(lo, prefix) && startsWith(hi, prefix))

@@ -1,0 +1,36 @@
+package io.omnitable.spark.catalog
+
+import java.io.File
+import java.nio.file.Files
+import java.sql.Connection
+import java.util.Properties
+
+/**
+ * A catalog built by hand from the bundled schema.sql, for catalog-reader unit tests only (ref
+ * and version resolution without any data files). Real table data is always written by Python.
+ */
+final class HandMadeCatalog {
+  val dir: File = Files.createTempDirectory("omnitable-handmade").toFile
+  val tableId = "t0"
+
+  private val conn: Connection = new org.sqlite.JDBC().connect("jdbc:sqlite:" + new File(dir, "catalog.db"), new Properties())
+  SchemaFile.statements.foreach(s => exec(s))
+  exec(s"INSERT INTO omnitable_meta VALUES ('schema_version', '${SchemaFile.version}'), ('root', '.')")
+  exec(s"INSERT INTO tables VALUES ('$tableId', 'hand', 'hand', 0, 1, '{}', '2026-01-01T00:00:00.000000Z')")
+  exec(s"INSERT INTO columns VALUES ('$tableId', 0, '_ai_unique_id_', '_ai_unique_id_', 'bigint', 0, 0, 'active', " +
+    "'base', NULL, 'main', 0, NULL)")
+
+  def exec(sql: String): Unit = {
+    val st = conn.createStatement()
+    try st.executeUpdate(sql) finally st.close()
+  }
+
+  def commit(version: Long, branch: String, at: String): Unit =
+    exec(s"INSERT INTO commits VALUES ('$tableId', $version, NULL, '$branch', 'test', NULL, '{}', '$at')")
+
+  def ref(name: String, kind: String, version: Long, parent: Option[String], fork: Option[Long]): Unit =
+    exec(s"INSERT INTO refs VALUES ('$tableId', '$name', '$kind', $version, " +
+      s"${parent.map(p => s"'$p'").getOrElse("NULL")}, ${fork.map(_.toString).getOrElse("NULL")}, '2026-01-01T00:00:00Z')")
+
+  def close(): Unit = conn.close()
+}
