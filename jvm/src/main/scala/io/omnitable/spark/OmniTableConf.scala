@@ -59,6 +59,12 @@ object OmniTableConf {
     "Fragments with more rows are split into input partitions of at most this many rows.",
     positiveLong))
 
+  val SPLIT_FRAGMENTS: OmniTableConfEntry[Boolean] = declare(OmniTableConfEntry(
+    "spark.omnitable.read.split_fragments", Some("split_fragments"), Some(true),
+    "Split fragments larger than max_rows_per_partition into row ranges. false: one partition per " +
+      "fragment, its rows contiguous and in fragment order (what per-fragment jobs such as backfills need).",
+    boolean))
+
   val STATS_PRUNING: OmniTableConfEntry[Boolean] = declare(OmniTableConfEntry(
     "spark.omnitable.read.stats_pruning", Some("stats_pruning"), Some(true),
     "Skip fragments whose catalog min/max/null-count statistics prove a pushed predicate false.",
@@ -106,6 +112,7 @@ final class OmniTableConf(options: Map[String, String], session: String => Optio
   def warehouse: String = getOption(WAREHOUSE).getOrElse(throw OmniTableErrors.missingWarehouse())
   def batchSize: Int = get(BATCH_SIZE)
   def maxRowsPerPartition: Long = get(MAX_ROWS_PER_PARTITION)
+  def splitFragments: Boolean = get(SPLIT_FRAGMENTS)
   def statsPruning: Boolean = get(STATS_PRUNING)
   def rowGroupFiltering: Boolean = get(ROW_GROUP_FILTERING)
 }

@@ -110,6 +110,10 @@ object OmniTableErrors {
       s"Cannot read batches ${missing.map(b => s"'$b'").mkString(", ")} of table '$table': not in " +
         s"this snapshot (batches: ${if (existing.isEmpty) "none" else existing.sorted.mkString(", ")}).")
 
+  def fragmentNotFound(table: String, snapshot: String, missing: Seq[String]): OmniTableAnalysisException =
+    analysis("OMNITABLE_FRAGMENT_NOT_FOUND",
+      s"Cannot read fragments ${missing.mkString(", ")} of table '$table': not visible in $snapshot.")
+
   def invalidOption(key: String, value: String, detail: String): OmniTableAnalysisException =
     analysis("OMNITABLE_INVALID_OPTION", s"Cannot use option $key='$value': $detail")
 

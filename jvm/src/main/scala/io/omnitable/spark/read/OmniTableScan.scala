@@ -35,7 +35,7 @@ final class OmniTableScan(
 
   override def description(): String = {
     val c = plan.counts
-    val pruned = Seq("batch option" -> c.byBatchOption, "predicates" -> c.byPredicate, "stats" -> c.byStats,
+    val pruned = Seq("batch option" -> c.byBatchOption, "fragment option" -> c.byFragmentOption, "predicates" -> c.byPredicate, "stats" -> c.byStats,
       "empty" -> c.empty, "limit" -> c.byLimit).filter(_._2 > 0).map { case (k, v) => s"$k $v" }
     val shown = 6
     val files = plan.files.take(shown).mkString(", ") +

@@ -74,8 +74,8 @@ final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf)
       }
     }
     val pruning = Filter.and(pushed.map(_._2).toSeq)
-    val request = ScanRequest(readColumns, handle.batches, Filter.and(exact.toSeq), pruning,
-      conf.statsPruning, limit, conf.maxRowsPerPartition)
+    val request = ScanRequest(readColumns, handle.batches, handle.fragments, Filter.and(exact.toSeq), pruning,
+      conf.statsPruning, limit, if (conf.splitFragments) Some(conf.maxRowsPerPartition) else None)
     val plan = ScanPlanner.plan(snap, handle.reader.loadFragments(snap), request)
     val dataFilter = pushed.map(_._2).filter(_.columns.exists(_.kind == FilterColumn.Data))
     new OmniTableScan(snap, ReadColumn.schema(readColumns), plan,

@@ -3,28 +3,32 @@ package io.omnitable.spark.read
 import scala.collection.mutable
 
 import io.omnitable.spark.catalog.{DataPaths, FileEntry, FragmentEntry, TableSnapshot}
+import io.omnitable.spark.errors.OmniTableErrors
 
 /** What a scan asks for, after pushdown. */
 final case class ScanRequest(
     readColumns: Seq[ReadColumn],
     batches: Option[Seq[String]],
+    fragments: Option[Seq[String]],
     /** Complete filters on per-fragment constants: pruning with them is exact. */
     exactFilter: Filter,
     /** Every converted filter (exact or not): fragments it rules out cannot match. */
     pruningFilter: Filter,
     statsPruning: Boolean,
     limit: Option[Int],
-    maxRowsPerPartition: Long)
+    /** None: one partition per fragment. */
+    maxRowsPerPartition: Option[Long])
 
 /** Why fragments were left out, for EXPLAIN and tests. */
 final case class PruningCounts(
     total: Int,
     byBatchOption: Int,
+    byFragmentOption: Int,
     byPredicate: Int,
     byStats: Int,
     empty: Int,
     byLimit: Int) {
-  def kept: Int = total - byBatchOption - byPredicate - byStats - empty - byLimit
+  def kept: Int = total - byBatchOption - byFragmentOption - byPredicate - byStats - empty - byLimit
 }
 
 /** The planned read: input partitions plus what EXPLAIN and statistics report. */
@@ -46,13 +50,19 @@ final case class ScanPlan(
 object ScanPlanner {
 
   def plan(snap: TableSnapshot, fragments: Seq[FragmentEntry], request: ScanRequest): ScanPlan = {
-    var byBatch, byPredicate, byStats, empty, byLimit = 0
+    var byBatch, byFragment, byPredicate, byStats, empty, byLimit = 0
     val wanted = request.batches.map(_.toSet)
+    val wantedFragments = request.fragments.map(_.toSet)
+    wantedFragments.foreach { ids =>
+      val missing = ids -- fragments.map(_.fragmentId)
+      if (missing.nonEmpty) throw OmniTableErrors.fragmentNotFound(snap.table.name, snap.snapshot.label, missing.toSeq.sorted)
+    }
     val kept = mutable.ArrayBuffer.empty[FragmentEntry]
     var rows = 0L
     fragments.foreach { frag =>
       val stats = fragmentStats(frag) _
       if (wanted.exists(w => !w.contains(frag.batchName))) byBatch += 1
+      else if (wantedFragments.exists(w => !w.contains(frag.fragmentId))) byFragment += 1
       else if (!StatsEvaluator.mightMatch(request.exactFilter, stats)) byPredicate += 1
       else if (frag.rowCount == 0) empty += 1
       else if (request.statsPruning && !StatsEvaluator.mightMatch(request.pruningFilter, stats)) byStats += 1
@@ -74,11 +84,11 @@ object ScanPlanner {
         }
         FileSlice(DataPaths.join(tableUri, f.path), org.apache.spark.sql.types.StructType(fields), f.rowCount)
       }.toArray
-      rowRanges(frag.rowCount, request.maxRowsPerPartition).foreach { case (start, end) =>
+      request.maxRowsPerPartition.fold(Seq((0L, frag.rowCount)))(rowRanges(frag.rowCount, _)).foreach { case (start, end) =>
         partitions += FragmentInputPartition(frag.fragmentId, frag.batchName, frag.rowCount, start, end, slices, sources)
       }
     }
-    val counts = PruningCounts(fragments.size, byBatch, byPredicate, byStats, empty, byLimit)
+    val counts = PruningCounts(fragments.size, byBatch, byFragment, byPredicate, byStats, empty, byLimit)
     val chosen = usedFiles.values.toSeq
     ScanPlan(partitions.toSeq, counts, chosen.map(_.groupName).distinct.sorted, chosen.map(_.path),
       chosen.map(_.sizeBytes).sum, rows)

@@ -10,8 +10,13 @@ import io.omnitable.spark.errors.OmniTableErrors
 /**
  * The options of one `spark.read.format("omnitable")` read that select what to read (settings
  * such as batch_size live in [[io.omnitable.spark.OmniTableConf]]). Keys are case-insensitive.
+ * `batches` and `fragments` (comma lists) restrict the read to those batches / fragment ids.
  */
-final case class ReadOptions(table: String, snapshot: SnapshotSpec, batches: Option[Seq[String]])
+final case class ReadOptions(
+    table: String,
+    snapshot: SnapshotSpec,
+    batches: Option[Seq[String]],
+    fragments: Option[Seq[String]] = None)
 
 object ReadOptions {
   val Table = "path"
@@ -20,6 +25,7 @@ object ReadOptions {
   val Branch = "branch"
   val Tag = "tag"
   val Batches = "batches"
+  val Fragments = "fragments"
 
   def parse(options: Map[String, String]): ReadOptions = {
     val lowered = options.map { case (k, v) => k.toLowerCase(Locale.ROOT) -> v }
@@ -31,11 +37,13 @@ object ReadOptions {
         "expected a version number >= 0"))
     }
     val timestamp = get(TimestampAsOf).map(parseTimestamp)
-    val batches = get(Batches).map(_.split(",").toSeq.map(_.trim).filter(_.nonEmpty))
-    batches.foreach(b => if (b.isEmpty) throw OmniTableErrors.invalidOption(Batches, options.getOrElse(Batches, ""),
-      "expected a comma-separated list of batch names"))
+    def list(key: String, what: String): Option[Seq[String]] = get(key).map { raw =>
+      val items = raw.split(",").toSeq.map(_.trim).filter(_.nonEmpty)
+      if (items.isEmpty) throw OmniTableErrors.invalidOption(key, raw, s"expected a comma-separated list of $what")
+      items
+    }
     ReadOptions(table, SnapshotSpec(branch = get(Branch), tag = get(Tag), version = version, asOfMicros = timestamp),
-      batches)
+      list(Batches, "batch names"), list(Fragments, "fragment ids"))
   }
 
   /** ISO-8601 instant ('2026-11-29T11:24:37Z') or epoch milliseconds, to epoch microseconds. */

@@ -11,6 +11,7 @@ final case class TableHandle(
     reader: CatalogReader,
     snapshot: TableSnapshot,
     batches: Option[Seq[String]],
+    fragments: Option[Seq[String]],
     options: Map[String, String])
 
 object TableHandle {
@@ -22,6 +23,6 @@ object TableHandle {
       val missing = wanted.filterNot(snapshot.batchNames.contains)
       if (missing.nonEmpty) throw OmniTableErrors.batchNotFound(options.table, missing, snapshot.batchNames)
     }
-    TableHandle(reader, snapshot, options.batches, raw)
+    TableHandle(reader, snapshot, options.batches, options.fragments, raw)
   }
 }

@@ -112,6 +112,25 @@ class OmniTableScanSuite extends AnyFunSuite with SharedSparkSession {
     assert(df.count() == 0)
   }
 
+  test("the fragments option reads only those fragments; split_fragments=false keeps each whole and in order") {
+    val ids = pruning().where("_ai_append_name_ = 'p2'").select("_ai_fragment_").distinct().collect().map(_.getString(0))
+    val picked = ids.sorted.take(2)
+    val df = pruning("fragments" -> picked.mkString(","), "split_fragments" -> "false", "max_rows_per_partition" -> "300")
+      .select("_ai_fragment_", "_ai_row_offset_", "name")
+    val (scan, _) = scanOf(df)
+    assert(scan.plan.counts.kept == 2 && scan.plan.counts.byFragmentOption == 18 && scan.plan.partitions.size == 2)
+    val perPartition = df.rdd.glom().collect().filter(_.nonEmpty)
+    assert(perPartition.length == 2)
+    perPartition.foreach { rows =>
+      assert(rows.map(_.getString(0)).distinct.length == 1, "one fragment per partition")
+      assert(rows.map(_.getLong(1)).toSeq == (0L until 1000L), "rows in fragment order")
+    }
+    val split = pruning("fragments" -> picked.mkString(","), "max_rows_per_partition" -> "300").select("name")
+    assert(scanOf(split)._1.plan.partitions.size == 8)
+    val e = intercept[org.apache.spark.sql.AnalysisException](pruning("fragments" -> "0000").select("name").collect())
+    assert(e.getMessage.contains("Cannot read fragments 0000 of table 'pruning'"))
+  }
+
   test("fragment ids and row offsets address rows") {
     val rows = pruning().where("_ai_append_name_ = 'p1'")
       .select("_ai_fragment_", "_ai_row_offset_", "_ai_unique_id_").collect()
