@@ -1,0 +1,61 @@
+"""Read a table on Spark's local-cluster master (separate executor JVMs) and compare with the
+Python reader. Run by test_spark_local_cluster.py in its own process (one SparkContext per
+process). Usage: local_cluster_check.py WAREHOUSE_DIR"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+import omnitable
+from omnitable import ROW_ID
+
+
+def main() -> None:
+    wh = omnitable.connect(sys.argv[1])
+    t = wh.create_table(
+        "lc", {"a": "double", "s": "string", "tags": "array<string>"}, groups={"g": ["a"]}
+    )
+    for b in range(3):
+        n = 3000
+        t.append(
+            pa.table(
+                {
+                    "a": np.arange(n) * 0.5 + b,
+                    "s": [f"{b}-{i}" for i in range(n)],
+                    "tags": [[str(i % 7)] * (i % 3) for i in range(n)],
+                }
+            ),
+            f"b{b}",
+            row_group_size=256 + b * 100,
+            target_fragment_rows=1000,
+        )
+    os.environ["SPARK_HOME"] = str(Path(__import__("pyspark").__file__).parent)
+    spark = omnitable.spark_session(
+        wh,
+        master="local-cluster[2,1,1024]",
+        **{"spark.ui.enabled": "false", "spark.executor.memory": "768m"},
+    )
+    try:
+        sc = spark.sparkContext
+        df = t.to_spark(spark).where("a >= 100").select(ROW_ID, "a", "s", "tags")
+        got = sorted(df.toArrow().to_pylist(), key=lambda r: r[ROW_ID])
+        want = sorted(
+            t.read([ROW_ID, "a", "s", "tags"]).filter(pa.compute.field("a") >= 100).to_pylist(),
+            key=lambda r: r[ROW_ID],
+        )
+        # local-cluster runs no tasks in the driver: every scan task ran in an executor JVM
+        executors = int(sc._jsc.sc().getExecutorIds().size())  # type: ignore[attr-defined]
+        assert got == want, "local-cluster read differs from Table.read()"
+        assert len(got) > 0
+        print(f"OK rows={len(got)} executors={executors} partitions={df.rdd.getNumPartitions()}")
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()
