@@ -1,0 +1,278 @@
+"""The supervised child process that contains hard crashes of isolated functions.
+
+A *zygote* — a fresh interpreter (``python -c``, never a fork of the caller, which may have
+threads, and never a re-import of the caller's ``__main__``) that has imported pandas, pyarrow,
+cloudpickle and this module — forks one *worker* per supervisor on request. Workers are started
+lazily, kept for later batches (a pool of idle supervisors per process, so a Spark Python
+worker reuses its child across batches and tasks) and respawned after they die: a respawn is a
+fork of the zygote (milliseconds), the zygote's own start an interpreter start (about 0.6 s,
+once per process). When the caller exits the zygote sees EOF and exits, and its workers get
+SIGKILL (``PR_SET_PDEATHSIG``).
+
+Protocol with a worker (pickle protocol 5 over a socket, ``multiprocessing.connection``
+framing): the parent sends ``("call", fn_key, fn_payload|None, batch_id, columns|None, lo, hi,
+budget_s, memory_mb, output_names, limits)``; the worker caches functions by key and the latest
+batch by id, runs :func:`~omnitable.exec.isolation_guard.guarded_call` on rows ``[lo, hi)``
+and answers ``("ok", columns)`` or ``("fail", CallFailure)``. The parent waits
+``budget_s + kill_grace_s`` at most, then kills the worker (kind ``timeout``). A worker that
+dies is classified by its exit status: SIGKILL not sent by the parent → ``memory`` (the kernel
+OOM killer's signal); any other signal or exit code → ``crash``, with whatever
+``faulthandler`` wrote as the traceback.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import os
+import pickle
+import signal
+import socket
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from omnitable.exceptions import OmniTableError, ValidationError
+from omnitable.exec.isolation_guard import CallFailure, Outcome
+from omnitable.exec.isolation_types import bounded_tail
+from omnitable.exec.isolation_worker import ZYGOTE, cloudpickle_module
+
+_MAX_FUNCTIONS = 32
+_MAX_IDLE = 2
+
+
+@dataclass(frozen=True)
+class ShippedFunction:
+    """A function pickled once (cloudpickle) for the child, keyed by its payload's hash."""
+
+    fn: Callable[..., Any]
+    key: str
+    payload: bytes
+
+
+_SHIPPED: OrderedDict[int, ShippedFunction] = OrderedDict()
+_SHIPPED_LOCK = threading.Lock()
+
+
+def ship(fn: Callable[..., Any]) -> ShippedFunction:
+    """Pickle ``fn`` by value where needed (cached per function object).
+
+    Raises:
+        ValidationError: the function cannot be pickled.
+    """
+    with _SHIPPED_LOCK:
+        hit = _SHIPPED.get(id(fn))
+        if hit is not None and hit.fn is fn:
+            _SHIPPED.move_to_end(id(fn))
+            return hit
+    try:
+        payload = cloudpickle_module().dumps(fn, protocol=5)
+    except Exception as exc:
+        raise ValidationError(
+            f"Cannot run {getattr(fn, '__name__', fn)!r} in a child process: the function "
+            f"cannot be pickled ({type(exc).__name__}: {exc})"
+        ) from exc
+    shipped = ShippedFunction(fn, hashlib.sha256(payload).hexdigest()[:24], payload)
+    with _SHIPPED_LOCK:
+        _SHIPPED[id(fn)] = shipped
+        while len(_SHIPPED) > _MAX_FUNCTIONS:
+            _SHIPPED.popitem(last=False)
+    return shipped
+
+
+class ChildSupervisor:
+    """Parent side of one supervised worker: start lazily, call, classify deaths, respawn."""
+
+    def __init__(self) -> None:
+        self._pid: int | None = None
+        self._conn: Connection | None = None
+        self._fn_keys: set[str] = set()
+        self._batch: int | None = None
+        self.starts = 0
+        fd, path = tempfile.mkstemp(prefix="omnitable-isolation-", suffix=".fault")
+        os.unlink(path)  # nothing to clean up, whatever way this process ends
+        self._fault_fd = fd
+
+    @property
+    def pid(self) -> int | None:
+        return self._pid
+
+    def call(
+        self,
+        fn: ShippedFunction,
+        batch_id: int,
+        columns: Sequence[Any],
+        lo: int,
+        hi: int,
+        budget_s: float | None,
+        memory_mb: int | None,
+        output_names: Sequence[str],
+        limits: tuple[int, int],
+        kill_grace_s: float,
+    ) -> Outcome:
+        """Run rows ``[lo, hi)`` of the batch in the worker; a dead worker becomes a failure."""
+        if self._conn is None:
+            self._start()
+        conn = self._conn
+        assert conn is not None
+        payload = None if fn.key in self._fn_keys else fn.payload
+        cols = None if self._batch == batch_id else list(columns)
+        msg = ("call", fn.key, payload, batch_id, cols, lo, hi, budget_s, memory_mb,
+               list(output_names), limits)  # fmt: skip
+        try:
+            data = pickle.dumps(msg, protocol=5)
+        except Exception as exc:
+            raise ValidationError(
+                f"Cannot send the batch to the isolation child process: {exc}"
+            ) from exc
+        try:
+            conn.send_bytes(data)
+        except OSError:
+            return self._died(hi - lo, limits[0])
+        self._fn_keys.add(fn.key)
+        self._batch = batch_id
+        wait = None if budget_s is None else budget_s + kill_grace_s
+        if not conn.poll(wait):
+            self._stop(kill=True)
+            return CallFailure(
+                "timeout",
+                "TimeoutError",
+                f"{_what(hi - lo)} exceeded its time budget of {budget_s:.6g} s and did not "
+                f"stop at its alarm; the child process was killed after {wait:.6g} s",
+                "",
+            )
+        try:
+            tag, body = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return self._died(hi - lo, limits[0])
+        if tag == "ok":
+            return list(body)
+        if tag == "fail":
+            return CallFailure(*body)
+        raise OmniTableError(f"Cannot run the function in the isolation child process: {body}")
+
+    def release_batch(self) -> None:
+        """Let the worker drop its copy of the current batch (no reply awaited)."""
+        if self._conn is not None and self._batch is not None:
+            try:
+                self._conn.send_bytes(pickle.dumps(("release",)))
+            except OSError:
+                self._stop(kill=True)
+        self._batch = None
+
+    def close(self) -> None:
+        """Stop the worker (politely, then by force) and close the fault log."""
+        if self._conn is not None:
+            with contextlib.suppress(OSError):
+                self._conn.send_bytes(pickle.dumps(("exit",)))
+        self._stop(kill=False)
+        with contextlib.suppress(OSError):
+            os.close(self._fault_fd)
+
+    def _start(self) -> None:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with theirs:
+            pid = ZYGOTE.fork(theirs, self._fault_fd)
+        self._pid, self._conn = pid, Connection(mine.detach())
+        self._fn_keys, self._batch = set(), None
+        self.starts += 1
+
+    def _stop(self, *, kill: bool) -> int | None:
+        pid, conn = self._pid, self._conn
+        self._pid, self._conn = None, None
+        self._fn_keys, self._batch = set(), None
+        if pid is None or conn is None:
+            return None
+        if not kill and not conn.poll(5):  # wait for EOF: the worker is exiting
+            kill = True
+        if kill:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        conn.close()
+        return ZYGOTE.wait(pid)
+
+    def _died(self, n: int, tb_limit: int) -> CallFailure:
+        code = self._stop(kill=False)
+        try:
+            size = os.fstat(self._fault_fd).st_size
+            raw = os.pread(self._fault_fd, tb_limit, max(0, size - tb_limit))
+        except OSError:
+            raw = b""
+        fault = bounded_tail(raw.decode("utf-8", "replace"), tb_limit)
+        what = _what(n)
+        if code is not None and code < 0:
+            name = _signal_name(-code)
+            if -code == signal.SIGKILL:
+                return CallFailure(
+                    "memory",
+                    name,
+                    f"the child process was killed by SIGKILL (the kernel OOM killer's signal) "
+                    f"during {what}",
+                    fault,
+                )
+            return CallFailure(
+                "crash", name, f"the child process died of {name} during {what}", fault
+            )
+        return CallFailure(
+            "crash",
+            f"exit({code})",
+            f"the child process exited with code {code} during {what}",
+            fault,
+        )
+
+
+def _what(n: int) -> str:
+    return "the record" if n == 1 else f"a call of {n} records"
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+class _Pool:
+    """Idle supervisors of this process, reused across batches and tasks."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[ChildSupervisor] = []
+
+    def acquire(self) -> ChildSupervisor:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return ChildSupervisor()
+
+    def release(self, sup: ChildSupervisor) -> None:
+        sup.release_batch()
+        with self._lock:
+            if len(self._idle) < _MAX_IDLE:
+                self._idle.append(sup)
+                return
+        sup.close()
+
+    def close_all(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for sup in idle:
+            sup.close()
+
+    def forget(self) -> None:
+        """After ``os.fork``: the children belong to the parent process; drop them here."""
+        self._lock = threading.Lock()
+        self._idle = []
+        ZYGOTE.forget()
+
+
+POOL = _Pool()
+atexit.register(ZYGOTE.close)
+atexit.register(POOL.close_all)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=POOL.forget)

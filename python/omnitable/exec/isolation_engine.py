@@ -1,0 +1,270 @@
+"""The isolation engine: fast path, bisection down to records, reassembly of outputs.
+
+A batch is first computed by one vectorized call. If that call fails (exception, malformed
+result, time or memory budget, dead child), its rows are split into ``split_factor`` parts and
+each part is called again; parts that succeed keep their outputs, parts that fail are split
+again, down to single records, which are the failures. With ``f`` bad records out of ``n`` the
+work is about ``n + f * n * k / (k - 1)`` rows in ``f * k * log_k(n)`` calls at most; a clean
+batch costs exactly one call.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from omnitable.exceptions import ValidationError
+from omnitable.exec.isolation_child import POOL, ship
+from omnitable.exec.isolation_guard import (
+    CallFailure,
+    Outcome,
+    alarm_available,
+    check_result,
+    guarded_call,
+)
+from omnitable.exec.isolation_types import (
+    IsolationLimitError,
+    IsolationPolicy,
+    IsolationResult,
+    RecordFailure,
+    input_digest,
+)
+
+Caller = Callable[[int, int, "float | None"], Outcome]
+_BATCH_IDS = itertools.count(1)
+
+
+@dataclass
+class Execution:
+    """Outcome of :func:`execute`: one output column per name (len n), failures, counters."""
+
+    columns: list[Any]
+    failures: list[RecordFailure] = field(default_factory=list)
+    mode: str = "inprocess"
+    calls: int = 0
+    child_starts: int = 0
+
+
+def run_isolated(
+    fn: Callable[..., Any],
+    inputs: pd.DataFrame,
+    *,
+    output_names: Sequence[str],
+    policy: IsolationPolicy,
+    previous_attempt_failed: bool = False,
+) -> IsolationResult:
+    """Compute ``fn`` over a batch so that failing records become NULLs, not a failed batch.
+
+    Args:
+        fn: vectorized function; receives the input columns as pandas Series (positional, in
+            ``inputs``' column order) and returns a Series (one output) or a DataFrame holding
+            every output name, with ``len(inputs)`` rows in input order.
+        inputs: the batch.
+        output_names: names of the outputs (the columns of ``IsolationResult.outputs``).
+        policy: budgets and mode (see :class:`IsolationPolicy`).
+        previous_attempt_failed: a previous attempt of this task died (in Spark:
+            ``TaskContext.get().attemptNumber() > 0``); in ``auto`` mode the batch then runs
+            in the supervised child process.
+
+    Returns:
+        An :class:`IsolationResult`; with ``mode="off"`` failures are never caught.
+
+    Raises:
+        ValidationError: invalid arguments, or (mode ``off``) a malformed result.
+        IsolationLimitError: more than ``policy.max_failures`` records failed.
+        Exception: with ``mode="off"``, whatever ``fn`` raises.
+    """
+    if not callable(fn):
+        raise ValidationError(f"Cannot isolate {fn!r}: it is not callable")
+    if not isinstance(inputs, pd.DataFrame):
+        raise ValidationError(
+            f"Cannot isolate a batch: inputs must be a pandas DataFrame, got {type(inputs).__name__}"
+        )
+    if not isinstance(policy, IsolationPolicy):
+        raise ValidationError(
+            f"Cannot isolate a batch: policy must be an IsolationPolicy, got {type(policy).__name__}"
+        )
+    names = validate_output_names(output_names)
+    columns = [col for _, col in inputs.items()]
+    ex = execute(fn, columns, len(inputs), names, policy, previous_attempt_failed)
+    return IsolationResult(
+        columns=ex.columns,
+        output_names=names,
+        failures=ex.failures,
+        mode=ex.mode,
+        calls=ex.calls,
+        child_starts=ex.child_starts,
+    )
+
+
+def validate_output_names(output_names: Any) -> list[str]:
+    """``output_names`` as a list, or ValidationError (non-empty, unique strings)."""
+    if isinstance(output_names, str) or not isinstance(output_names, Sequence):
+        raise ValidationError(
+            f"Cannot isolate a batch: output_names must be a list of strings, got {output_names!r}"
+        )
+    names = list(output_names)
+    if (
+        not names
+        or not all(isinstance(n, str) and n for n in names)
+        or len(set(names)) != len(names)
+    ):
+        raise ValidationError(
+            f"Cannot isolate a batch: output_names must be unique non-empty strings, got {names!r}"
+        )
+    return names
+
+
+def resolve_mode(policy: IsolationPolicy, previous_attempt_failed: bool) -> str:
+    """Where a batch runs: ``off``, ``inprocess`` or ``subprocess`` (see IsolationPolicy.mode)."""
+    if policy.mode in ("off", "subprocess"):
+        return policy.mode
+    needs_alarm = policy.budget_s(1) is not None
+    if policy.mode == "inprocess":
+        if needs_alarm and not alarm_available():
+            raise ValidationError(
+                "Cannot enforce timeout_s in-process: the alarm needs the main thread (use "
+                "mode='auto' or 'subprocess' on other threads)"
+            )
+        return "inprocess"
+    if previous_attempt_failed or (needs_alarm and not alarm_available()):
+        return "subprocess"
+    return "inprocess"
+
+
+def execute(
+    fn: Callable[..., Any],
+    columns: Sequence[Any],
+    n: int,
+    output_names: list[str],
+    policy: IsolationPolicy,
+    previous_attempt_failed: bool = False,
+) -> Execution:
+    """:func:`run_isolated` on input columns (Series or DataFrames of ``n`` rows)."""
+    mode = resolve_mode(policy, previous_attempt_failed)
+    if mode == "off":
+        return Execution(check_result(fn(*columns), n, output_names), [], "off", 1)
+    if mode == "inprocess":
+
+        def call_here(lo: int, hi: int, budget_s: float | None) -> Outcome:
+            args = columns if (lo, hi) == (0, n) else [_rows(c, lo, hi) for c in columns]
+            return guarded_call(
+                fn, args, hi - lo, output_names, budget_s, policy.memory_mb, policy.limits
+            )
+
+        return _search(call_here, columns, n, output_names, policy, "inprocess")
+    shipped = ship(fn)
+    batch_id = next(_BATCH_IDS)
+    sup = POOL.acquire()
+    starts = sup.starts
+    try:
+
+        def call_child(lo: int, hi: int, budget_s: float | None) -> Outcome:
+            return sup.call(
+                shipped,
+                batch_id,
+                columns,
+                lo,
+                hi,
+                budget_s,
+                policy.memory_mb,
+                output_names,
+                policy.limits,
+                policy.kill_grace_s,
+            )
+
+        ex = _search(call_child, columns, n, output_names, policy, "subprocess")
+    finally:
+        POOL.release(sup)
+    ex.child_starts = sup.starts - starts
+    return ex
+
+
+def _search(
+    call: Caller,
+    columns: Sequence[Any],
+    n: int,
+    names: list[str],
+    policy: IsolationPolicy,
+    mode: str,
+) -> Execution:
+    if n == 0:
+        out = call(0, 0, policy.budget_s(0))
+        empty = [pd.Series([], dtype=object) for _ in names]
+        return Execution(empty if isinstance(out, CallFailure) else out, [], mode, 1)
+    pieces: list[tuple[int, int, list[Any]]] = []
+    failed: list[tuple[int, CallFailure]] = []
+    stack = [(0, n)]
+    calls = 0
+    while stack:
+        lo, hi = stack.pop()
+        out = call(lo, hi, policy.budget_s(hi - lo))
+        calls += 1
+        if not isinstance(out, CallFailure):
+            pieces.append((lo, hi, out))
+        elif hi - lo > 1:
+            stack.extend(reversed(split(lo, hi, policy.split_factor)))
+        else:
+            failed.append((lo, out))
+            if policy.max_failures is not None and len(failed) > policy.max_failures:
+                found = _failures(failed, columns)
+                raise IsolationLimitError(
+                    f"Cannot compute the batch: more than max_failures={policy.max_failures} "
+                    f"of its {n} records failed; first: {found[0].kind} "
+                    f"{found[0].exception_type}: {found[0].message}",
+                    found,
+                )
+    if not failed and len(pieces) == 1:
+        return Execution(pieces[0][2], [], mode, calls)
+    return Execution(_assemble(n, pieces, len(names)), _failures(failed, columns), mode, calls)
+
+
+def split(lo: int, hi: int, k: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` cut into ``min(k, hi - lo)`` contiguous parts of near-equal size."""
+    m = hi - lo
+    parts = min(k, m)
+    bounds = [lo + (m * i) // parts for i in range(parts + 1)]
+    return list(itertools.pairwise(bounds))
+
+
+def _rows(column: Any, lo: int, hi: int) -> Any:
+    return column.iloc[lo:hi].reset_index(drop=True)
+
+
+def _failures(failed: list[tuple[int, CallFailure]], columns: Sequence[Any]) -> list[RecordFailure]:
+    out = []
+    for pos, f in sorted(failed, key=lambda item: item[0]):
+        digest = input_digest([_value(c, pos) for c in columns])
+        out.append(RecordFailure(pos, f.kind, f.exception_type, f.message, f.traceback, digest))
+    return out
+
+
+def _value(column: Any, pos: int) -> Any:
+    if isinstance(column, pd.DataFrame):  # a struct input of a pandas UDF
+        return column.iloc[pos].to_dict()
+    return column.iloc[pos]
+
+
+def _assemble(n: int, pieces: list[tuple[int, int, list[Any]]], k: int) -> list[Any]:
+    """Output columns of length n from the successful pieces; other positions NULL."""
+    pieces.sort(key=lambda p: p[0])
+    covered = sum(hi - lo for lo, hi, _ in pieces)
+    out = []
+    for j in range(k):
+        parts = [p[2][j].set_axis(pd.RangeIndex(p[0], p[1])) for p in pieces]
+        if not parts:
+            out.append(pd.Series([None] * n, dtype=object))
+            continue
+        values = pd.concat(parts) if len(parts) > 1 else parts[0]
+        if covered < n:
+            if values.dtype.kind in "iub":  # NULLs would make ints float (lossy) or bools object
+                values = values.astype(object)
+            values = values.reindex(pd.RangeIndex(n))
+            if values.dtype == object:
+                values = values.where(values.notna(), None)
+        out.append(values)
+    return out

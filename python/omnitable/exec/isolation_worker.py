@@ -1,0 +1,235 @@
+"""Worker side of the supervised child process, and the zygote that forks workers.
+
+See :mod:`omnitable.exec.isolation_child` for the design and the protocol. The zygote is a
+fresh interpreter started with ``python -c`` (:data:`ZYGOTE_BOOT`); it never imports the
+caller's ``__main__``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import faulthandler
+import json
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from omnitable.exec.isolation_guard import CallFailure, guarded_call
+
+MAX_FUNCTIONS = 32
+_PR_SET_PDEATHSIG = 1
+
+
+def cloudpickle_module() -> Any:
+    """``cloudpickle`` if installed, else the copy pyspark ships (a dependency)."""
+    try:
+        import cloudpickle
+    except ImportError:
+        from pyspark import cloudpickle  # the copy pyspark ships (a dependency)
+    return cloudpickle
+
+
+def child_main(conn: Connection, fault_fd: int) -> None:
+    """Serve calls on ``conn`` until EOF or ``("exit",)`` (runs in a forked worker).
+
+    ``fault_fd``: an unlinked file shared with the parent, where ``faulthandler`` writes the
+    traceback of a fatal signal.
+    """
+    os.ftruncate(fault_fd, 0)
+    os.lseek(fault_fd, 0, os.SEEK_SET)
+    faulthandler.enable(fault_fd)
+    fns: OrderedDict[str, Callable[..., Any]] = OrderedDict()
+    batch_id: int | None = None
+    columns: list[Any] = []
+    while True:
+        try:
+            msg = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        if msg[0] == "exit":
+            return
+        if msg[0] == "release":
+            batch_id, columns = None, []
+            continue
+        _, key, payload, bid, cols, lo, hi, budget_s, memory_mb, names, limits = msg
+        try:
+            if payload is not None:
+                fns[key] = pickle.loads(payload)
+                while len(fns) > MAX_FUNCTIONS:
+                    fns.popitem(last=False)
+            if cols is not None:
+                batch_id, columns = bid, cols
+            if batch_id != bid or key not in fns:
+                raise RuntimeError("protocol error: batch or function not loaded")
+        except Exception as exc:
+            conn.send_bytes(pickle.dumps(("error", f"{type(exc).__name__}: {exc}"), protocol=5))
+            continue
+        n_all = len(columns[0]) if columns else 0
+        args = columns if (lo, hi) == (0, n_all) else [_rows(c, lo, hi) for c in columns]
+        outcome = guarded_call(fns[key], args, hi - lo, names, budget_s, memory_mb, limits)
+        try:
+            reply = pickle.dumps(("fail" if isinstance(outcome, CallFailure) else "ok", outcome), 5)
+        except Exception as exc:
+            failure = CallFailure(
+                "exception", type(exc).__name__, f"Cannot send the result to the parent: {exc}", ""
+            )
+            reply = pickle.dumps(("fail", failure), protocol=5)
+        conn.send_bytes(reply)
+
+
+def _rows(column: Any, lo: int, hi: int) -> Any:
+    return column.iloc[lo:hi].reset_index(drop=True)
+
+
+def zygote_main(fd: int) -> None:
+    """Entry point of the zygote: fork one worker per request on the control socket ``fd``.
+
+    Requests (one pickle per SEQPACKET message): ``("fork", sys_path)`` with the worker's
+    socket and fault-log file as ancillary fds → the worker's pid; ``("wait", pid)`` → its exit code as
+    ``os.waitstatus_to_exitcode`` gives it (negative: killed by that signal). EOF (the parent
+    died or closed us) ends the zygote; its workers then get SIGKILL (``PR_SET_PDEATHSIG``).
+    """
+    sock = socket.socket(fileno=fd)
+    import pyarrow  # noqa: F401 - preloaded once, shared by every forked worker
+
+    cloudpickle_module()  # what unpickling the user's function needs
+    while True:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 2)
+        except OSError:
+            return
+        if not data:
+            return
+        req = pickle.loads(data)
+        if req[0] == "fork":
+            pid = os.fork()
+            if pid == 0:  # the worker
+                code = 1
+                try:
+                    sock.close()
+                    _die_with_parent()
+                    sys.path[:] = req[1]
+                    child_main(Connection(fds[0]), fds[1])
+                    code = 0
+                finally:
+                    os._exit(code)
+            for fd_ in fds:
+                os.close(fd_)
+            sock.send(pickle.dumps(pid))
+        elif req[0] == "wait":
+            exit_code: int | None = None
+            with contextlib.suppress(ChildProcessError):
+                exit_code = os.waitstatus_to_exitcode(os.waitpid(req[1], 0)[1])
+            sock.send(pickle.dumps(exit_code))
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent (the zygote) exits."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:
+        os._exit(0)
+
+
+ZYGOTE_BOOT = (
+    "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
+    "from omnitable.exec.isolation_worker import zygote_main; zygote_main(int(sys.argv[2]))"
+)
+
+
+class _Zygote:
+    """Parent side of the zygote: a fresh interpreter (``python -c``) that has imported
+    pandas, pyarrow and cloudpickle and forks workers on request. Started on first use,
+    restarted if it died. Shared by every supervisor of this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+
+    def fork(self, worker: socket.socket, fault_fd: int) -> int:
+        """Fork a worker serving ``worker`` (a socket end) and writing faults to ``fault_fd``."""
+        with self._lock:
+            for attempt in (1, 2):
+                sock = self._ensure()
+                try:
+                    msg = pickle.dumps(("fork", list(sys.path)))
+                    socket.send_fds(sock, [msg], [worker.fileno(), fault_fd])
+                    return int(pickle.loads(self._recv(sock)))
+                except (OSError, EOFError, pickle.UnpicklingError):
+                    self._reset()
+                    if attempt == 2:
+                        raise
+        raise AssertionError("unreachable")
+
+    def wait(self, pid: int) -> int | None:
+        with self._lock:
+            sock = self._sock
+            if sock is None:
+                return None
+            try:
+                sock.send(pickle.dumps(("wait", pid)))
+                code = pickle.loads(self._recv(sock))
+            except (OSError, EOFError, pickle.UnpicklingError):
+                self._reset()
+                return None
+            return None if code is None else int(code)
+
+    def close(self) -> None:
+        with self._lock:
+            self._reset()
+
+    def forget(self) -> None:
+        """After ``os.fork``: the zygote belongs to the parent process; drop it here."""
+        self._lock = threading.Lock()
+        self._proc, self._sock = None, None
+
+    @staticmethod
+    def _recv(sock: socket.socket) -> bytes:
+        data = sock.recv(1 << 16)
+        if not data:
+            raise EOFError("the isolation zygote closed its socket")
+        return data
+
+    def _ensure(self) -> socket.socket:
+        if self._sock is not None and self._proc is not None and self._proc.poll() is None:
+            return self._sock
+        self._reset()
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", ZYGOTE_BOOT, json.dumps(sys.path), str(theirs.fileno())],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+            )
+        self._sock = mine
+        return mine
+
+    def _reset(self) -> None:
+        sock, proc = self._sock, self._proc
+        self._sock, self._proc = None, None
+        if sock is not None:
+            sock.close()  # the zygote sees EOF and exits; its workers get SIGKILL
+        if proc is not None:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+ZYGOTE = _Zygote()
