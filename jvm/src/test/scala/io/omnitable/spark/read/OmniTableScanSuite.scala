@@ -3,6 +3,7 @@ package io.omnitable.spark.read
 import io.omnitable.spark.{SharedSparkSession, TestWarehouses}
 import io.omnitable.spark.SparkTestUtils.assertSameRows
 import org.apache.spark.sql.DataFrame
+import org.apache.spark.sql.functions.{count, sum}
 import org.apache.spark.sql.execution.datasources.v2.BatchScanExec
 import org.scalatest.funsuite.AnyFunSuite
 
@@ -38,6 +39,28 @@ class OmniTableScanSuite extends AnyFunSuite with SharedSparkSession {
       val full = pruning(noPruning: _*).where(p).select("_ai_unique_id_", "score", "k", "name")
       assertSameRows(pruned, full)
     }
+  }
+
+  test("pruned reads equal unpruned reads on every statistics type") {
+    def types(options: (String, String)*): DataFrame = options.foldLeft(
+      spark.read.format("omnitable").option("warehouse", TestWarehouses.warehouse)) { case (r, (k, v)) => r.option(k, v) }
+      .load("types")
+    val full = types(noPruning: _*)
+    val pruned = types("batch_size" -> "64")
+    val cols = Seq("i8", "i16", "i32", "i64", "f32", "f64", "flag", "name", "day", "ts", "ts_ntz", "amount")
+    val sample = full.where("_ai_unique_id_ = 2222").collect().head
+    val predicates = cols.flatMap { c =>
+      Option(sample.getAs[Any](c)).toSeq.flatMap { v =>
+        val lit = s"CAST('$v' AS ${full.schema(c).dataType.sql})"
+        Seq(s"$c = $lit", s"NOT ($c > $lit)")
+      } :+ s"$c IS NULL"
+    } ++ Seq("name LIKE 'name-4%'", "f64 > 'NaN'", "f32 <= 0.0", "f64 = -0.0", "amount IN (1.5, -3.25)")
+    def digest(df: DataFrame) = df.agg(count("*"), sum("_ai_unique_id_")).head()
+    val reference = full.select("_ai_unique_id_", cols: _*).cache() // the unpruned rows, read once
+    try predicates.foreach(p => assert(digest(pruned.where(p)) == digest(reference.where(p)), p))
+    finally reference.unpersist()
+    assert(full.where("i64 = CAST('" + sample.getAs[Any]("i64") + "' AS BIGINT)").count() == 1)
+    assert(scanOf(pruned.where("i64 IS NULL").select("i64"))._1.plan.counts.byStats == 7, "no i64 is NULL")
   }
 
   test("a fragment no file of which carries a column is pruned for comparisons, kept for IS NULL") {
