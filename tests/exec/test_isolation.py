@@ -171,6 +171,14 @@ def test_clean_batch_is_one_vectorized_call_and_keeps_dtypes() -> None:
         assert (result.outputs["y"] == batch.x * 2 + 1).all()
 
 
+def test_inputs_as_a_list_of_series() -> None:
+    batch, planted = make_batch(1_000, {"raise": 0.002}, 12)
+    result = run_isolated(
+        tagged_fn, [batch.x, batch.tag], output_names=["y"], policy=IsolationPolicy()
+    )
+    check(result, batch, planted)
+
+
 def test_failed_integer_outputs_become_none_not_float() -> None:
     batch = pd.DataFrame(
         {"x": np.array([2**60, 1, 2], dtype=np.int64), "tag": ["ok", "raise", "ok"]}
@@ -333,8 +341,12 @@ def test_argument_validation() -> None:
     batch = pd.DataFrame({"x": [1]})
     with pytest.raises(ValidationError, match="output_names must be"):
         run_isolated(tagged_fn, batch, output_names="y", policy=IsolationPolicy())
-    with pytest.raises(ValidationError, match="inputs must be a pandas DataFrame"):
+    with pytest.raises(ValidationError, match="inputs must be a pandas DataFrame or a non-empty"):
         run_isolated(tagged_fn, batch.x, output_names=["y"], policy=IsolationPolicy())  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="input columns differ in length"):
+        run_isolated(
+            tagged_fn, [batch.x, batch.x[:0]], output_names=["y"], policy=IsolationPolicy()
+        )
     lock = threading.Lock()
 
     def holds_a_lock(x: pd.Series) -> pd.Series:

@@ -51,7 +51,7 @@ class Execution:
 
 def run_isolated(
     fn: Callable[..., Any],
-    inputs: pd.DataFrame,
+    inputs: pd.DataFrame | Sequence[pd.Series],
     *,
     output_names: Sequence[str],
     policy: IsolationPolicy,
@@ -63,7 +63,8 @@ def run_isolated(
         fn: vectorized function; receives the input columns as pandas Series (positional, in
             ``inputs``' column order) and returns a Series (one output) or a DataFrame holding
             every output name, with ``len(inputs)`` rows in input order.
-        inputs: the batch.
+        inputs: the batch: a DataFrame, or its columns as a list of Series of equal length
+            (saves building a DataFrame when the caller holds the columns).
         output_names: names of the outputs (the columns of ``IsolationResult.outputs``).
         policy: budgets and mode (see :class:`IsolationPolicy`).
         previous_attempt_failed: a previous attempt of this task died (in Spark:
@@ -80,17 +81,16 @@ def run_isolated(
     """
     if not callable(fn):
         raise ValidationError(f"Cannot isolate {fn!r}: it is not callable")
-    if not isinstance(inputs, pd.DataFrame):
-        raise ValidationError(
-            f"Cannot isolate a batch: inputs must be a pandas DataFrame, got {type(inputs).__name__}"
-        )
+    if isinstance(inputs, pd.DataFrame):
+        columns, n = [col for _, col in inputs.items()], len(inputs)
+    else:
+        columns, n = _input_columns(inputs)
     if not isinstance(policy, IsolationPolicy):
         raise ValidationError(
             f"Cannot isolate a batch: policy must be an IsolationPolicy, got {type(policy).__name__}"
         )
     names = validate_output_names(output_names)
-    columns = [col for _, col in inputs.items()]
-    ex = execute(fn, columns, len(inputs), names, policy, previous_attempt_failed)
+    ex = execute(fn, columns, n, names, policy, previous_attempt_failed)
     return IsolationResult(
         columns=ex.columns,
         output_names=names,
@@ -98,6 +98,23 @@ def run_isolated(
         mode=ex.mode,
         calls=ex.calls,
         child_starts=ex.child_starts,
+    )
+
+
+def _input_columns(inputs: Any) -> tuple[list[Any], int]:
+    if isinstance(inputs, (list, tuple)) and inputs:
+        columns = list(inputs)
+        if all(isinstance(c, (pd.Series, pd.DataFrame)) for c in columns):
+            n = len(columns[0])
+            if all(len(c) == n for c in columns):
+                return columns, n
+            raise ValidationError(
+                f"Cannot isolate a batch: input columns differ in length "
+                f"({sorted({len(c) for c in columns})})"
+            )
+    raise ValidationError(
+        "Cannot isolate a batch: inputs must be a pandas DataFrame or a non-empty list of "
+        f"pandas Series, got {type(inputs).__name__}"
     )
 
 

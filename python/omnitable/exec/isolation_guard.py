@@ -31,6 +31,11 @@ import pandas as pd
 from omnitable.exceptions import ValidationError
 from omnitable.exec.isolation_types import Kind, bounded_head, bounded_tail
 
+try:  # signal.getsignal maps the handler to an enum through an exception: 4 µs, vs 0.1 µs
+    from _signal import getsignal as _raw_getsignal
+except ImportError:  # pragma: no cover - not CPython
+    _raw_getsignal = signal.getsignal
+
 _REFIRE_S = 0.05
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -79,7 +84,7 @@ class Alarm:
 
     def __enter__(self) -> Alarm:
         global _ACTIVE, _PREV_HANDLER
-        if signal.getsignal(signal.SIGALRM) is not _dispatch:
+        if _raw_getsignal(signal.SIGALRM) is not _dispatch:
             _PREV_HANDLER = signal.signal(signal.SIGALRM, _dispatch)
         now = time.monotonic()
         self._deadline = now + self.budget_s
@@ -171,13 +176,26 @@ class MemoryCap:
             self._saved = None
 
 
+_STATM_FD: int | None = None
+
+
 def virtual_size() -> int:
-    """This process's virtual memory size in bytes (Linux ``/proc/self/statm``)."""
-    fd = os.open("/proc/self/statm", os.O_RDONLY)
-    try:
-        return int(os.read(fd, 128).split()[0]) * _PAGE
-    finally:
-        os.close(fd)
+    """This process's virtual memory size in bytes (Linux ``/proc/self/statm``, kept open)."""
+    global _STATM_FD
+    if _STATM_FD is None:
+        _STATM_FD = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+    return int(os.pread(_STATM_FD, 128, 0).split()[0]) * _PAGE
+
+
+def _reopen_statm_after_fork() -> None:
+    global _STATM_FD
+    if _STATM_FD is not None:  # it names the parent's /proc entry
+        os.close(_STATM_FD)
+        _STATM_FD = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reopen_statm_after_fork)
 
 
 def check_result(result: Any, n: int, output_names: Sequence[str]) -> list[Any]:
