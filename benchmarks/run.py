@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-BENCHMARKS = ["python_read", "spark_read"]
+BENCHMARKS = ["python_read", "spark_read", "backfill_fusion"]
 
 
 def main(argv: list[str]) -> int:

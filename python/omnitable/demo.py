@@ -57,6 +57,7 @@ def run_demo(
     limit: int | None = None,
     progress: Progress | None = None,
     say: Callable[[str], None] = lambda _: None,
+    spark_master: str | None = "local[2]",
 ) -> DemoResult:
     """Build (or rebuild) the demo tables in ``wh`` and return what happened.
 
@@ -64,6 +65,7 @@ def run_demo(
         limit: at most this many files per batch (None: all).
         progress: called as files are collected and batches ingested.
         say: receives one line per step.
+        spark_master: run the feature/backfill part on this Spark master (None: skip it).
     """
     started = time.perf_counter()
     progress = progress or (lambda *_: None)
@@ -79,6 +81,10 @@ def run_demo(
     result.findings.update(_explore_code(code, say))
     if docs is not None:
         result.findings.update(_explore_docs(docs, say))
+        if spark_master is not None:
+            from omnitable.demo_backfill import run_backfill_demo
+
+            result.findings.update(run_backfill_demo(wh, docs, limit, spark_master, say, progress))
     for t in (code, docs):
         if t is not None:
             result.tables.append(summarize(t))

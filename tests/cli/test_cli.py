@@ -18,7 +18,7 @@ def test_demo_builds_tables_and_reports_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     wh = str(tmp_path / "wh")
-    code, out, err = _run(capsys, "--json", "-w", wh, "demo", "--limit", "15")
+    code, out, err = _run(capsys, "--json", "-w", wh, "demo", "--limit", "15", "--no-spark")
     assert code == 0, err
     result = json.loads(out)
     names = {t["name"]: t for t in result["tables"]}
@@ -26,13 +26,13 @@ def test_demo_builds_tables_and_reports_json(
     assert names["code"]["columns"] == 8
     assert "appended batch stdlib/a-f" in err  # progress and steps go to stderr in JSON mode
     # running it again rebuilds cleanly
-    code, out, _ = _run(capsys, "--json", "-w", wh, "demo", "--limit", "5")
+    code, out, _ = _run(capsys, "--json", "-w", wh, "demo", "--limit", "5", "--no-spark")
     assert code == 0 and sum(json.loads(out)["tables"][0]["batches"].values()) == 15
 
 
 def test_tables_and_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     wh = str(tmp_path / "wh")
-    assert _run(capsys, "-w", wh, "demo", "--limit", "3")[0] == 0
+    assert _run(capsys, "-w", wh, "demo", "--limit", "3", "--no-spark")[0] == 0
     code, out, _ = _run(capsys, "--json", "-w", wh, "tables")
     assert code == 0
     assert {r["table"] for r in json.loads(out)} >= {"code"}
@@ -62,3 +62,23 @@ def test_errors_map_to_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_empty_warehouse(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "-w", str(tmp_path / "empty"), "tables")
     assert code == 0 and "No tables" in out
+
+
+@pytest.mark.spark
+def test_demo_with_features_backfill_and_status(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spark
+) -> None:  # type: ignore[no-untyped-def]
+    wh = str(tmp_path / "wh")
+    code, out, err = _run(capsys, "--json", "-w", wh, "demo", "--limit", "8")
+    assert code == 0, err
+    findings = json.loads(out)["findings"]
+    assert "fused x4" in findings["first_plan"]
+    if "second_plan" in findings:  # this machine has Debian changelogs: only the new batch runs
+        assert "reused" in findings["second_plan"]
+        assert "debian/changelog (1 fragment: missing)" in findings["second_plan"]
+    assert set(findings["status"]["quality"].values()) == {"done"}
+    assert {r["batch"] for r in findings["sql"]} >= {"debian/copyright"}
+    code, out, _ = _run(capsys, "-w", wh, "status", "docs")
+    assert code == 0 and "quality" in out and "done" in out
+    code, out, _ = _run(capsys, "-w", wh, "backfill", "docs", "-f", "quality", "--explain")
+    assert code == 0 and "nothing to do" in out

@@ -20,8 +20,15 @@ from omnitable.cli.main import Context
 
 @click.command()
 @click.option("--limit", type=int, default=None, help="At most this many files per batch.")
+@click.option(
+    "--master",
+    default="local[2]",
+    show_default=True,
+    help="Spark master for the feature backfill part.",
+)
+@click.option("--no-spark", is_flag=True, help="Skip the Spark part (features and backfills).")
 @click.pass_obj
-def demo(ctx: Context, limit: int | None) -> None:
+def demo(ctx: Context, limit: int | None, master: str, no_spark: bool) -> None:
     """Build a demo warehouse from text on this machine (stdlib code, package docs)."""
     from omnitable.demo import run_demo
 
@@ -44,7 +51,13 @@ def demo(ctx: Context, limit: int | None) -> None:
                     tasks[step] = bar.add_task(step, total=total)
                 bar.update(tasks[step], completed=done, total=total)
 
-            result = run_demo(wh, limit, progress, lambda line: out.message(f"  {line}"))
+            result = run_demo(
+                wh,
+                limit,
+                progress,
+                lambda line: out.message(f"  {line}"),
+                None if no_spark else master,
+            )
 
     def render(console: Console) -> None:
         rows = [

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, LineageEntry
 from omnitable.catalog.records import ROW_ID
 from omnitable.catalog.snapshot import Snapshot
@@ -63,8 +65,15 @@ class RunResult:
         }
 
 
+Progress = Callable[[int, int, int, int], None]  # (step, steps, fragments done, fragments total)
+
+
 def run_plan(
-    plan: Plan, spark: SparkSession | None = None, *, checkpoint_fragments: int | None = None
+    plan: Plan,
+    spark: SparkSession | None = None,
+    *,
+    checkpoint_fragments: int | None = None,
+    progress: Progress | None = None,
 ) -> RunResult:
     """Execute ``plan``; see the module doc. Raises whatever a step raises, after recording
     the run as failed (committed checkpoints stay committed and are skipped by a re-run)."""
@@ -102,8 +111,9 @@ def run_plan(
     result = RunResult(run_id)
     try:
         for index, step in enumerate(plan.steps, 1):
+            report = _step_progress(progress, index, len(plan.steps))
             result.steps.append(
-                _run_step(session, table, step, index, run_id, checkpoint_fragments, result)
+                _run_step(session, table, step, index, run_id, checkpoint_fragments, result, report)
             )
     except BaseException as exc:
         catalog.finish_run(run_id, "failed", result.summary(), message=str(exc)[:2000])
@@ -111,6 +121,14 @@ def run_plan(
     result.seconds = time.perf_counter() - started
     catalog.finish_run(run_id, "succeeded", result.summary())
     return result
+
+
+def _step_progress(progress: Progress | None, index: int, steps: int) -> Callable[[int, int], None]:
+    def report(done: int, total: int) -> None:
+        if progress is not None:
+            progress(index, steps, done, total)
+
+    return report
 
 
 def _run_step(
@@ -121,11 +139,13 @@ def _run_step(
     run_id: str,
     checkpoint: int | None,
     result: RunResult,
+    progress: Callable[[int, int], None],
 ) -> StepResult:
     started = time.perf_counter()
     fragments = step.fragments
     size = checkpoint or max(1, len(fragments))
     out = StepResult([f.id for f in step.features], 0, 0, 0, [], 0.0)
+    progress(0, len(fragments))
     for start in range(0, len(fragments), size):
         chunk_ids = {f.fragment_id for f in fragments[start : start + size]}
         snap = table.snapshot()
@@ -136,16 +156,19 @@ def _run_step(
         work = {k: v for k, v in work.items() if v}
         files = _execute(session, table, snap, step, work, run_id, index)
         try:
+            failpoint("backfill.before_commit")
             version = _commit(table, snap, step, files, run_id)
         except BaseException:
             delete_quietly(table.location.fs, [table.location.child_path(d.path) for _, d in files])
             raise
+        failpoint("backfill.after_commit")
         out.versions.append(version)
         result.versions.append(version)
         frag_rows = {f.fragment_id: f.row_count for f in fragments}
         out.fragments += len(chunk_ids)
         out.rows += sum(frag_rows[i] for i in chunk_ids)
         out.files += len(files)
+        progress(out.fragments, len(fragments))
     out.seconds = time.perf_counter() - started
     return out
 

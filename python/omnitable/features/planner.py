@@ -10,8 +10,9 @@ targets' closure are never touched.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from omnitable.catalog.records import FragmentRecord
 from omnitable.catalog.snapshot import Snapshot
@@ -84,14 +85,22 @@ class Plan:
         ]
         if not self.steps:
             lines.append("  nothing to do: every target is done for these batches")
+        produced_by: dict[str, int] = {}
         for i, step in enumerate(self.steps, 1):
             names = ", ".join(f.id for f in step.features)
             fused = f"fused x{len(step.features)}: " if len(step.features) > 1 else ""
             lines.append(f"  step {i}: level {step.level}, {step.engine}, {fused}{names}")
+            fresh = sorted({produced_by[c] for c in step.inputs if c in produced_by})
+            size = f"~{_fmt_bytes(step.estimated_input_bytes)} of existing files"
+            if fresh:
+                size += " + outputs of step " + ", ".join(str(k) for k in fresh)
             lines.append(
-                f"    scan {', '.join(step.inputs)} once for "
-                f"{len(step.fragments)} fragment(s), ~{_fmt_bytes(step.estimated_input_bytes)}"
+                f"    scan {', '.join(step.inputs)} once for {len(step.fragments)} fragment(s), "
+                f"{size}"
             )
+            for f in step.features:
+                for out in f.outputs:
+                    produced_by[out] = i
             for f in step.features:
                 per_batch: dict[str, int] = defaultdict(int)
                 for frag in step.work[f.name]:
@@ -104,8 +113,11 @@ class Plan:
                 lines.append(f"    {f.name} -> {', '.join(f.outputs)}: {detail}")
         if self.reused:
             lines.append("  reused (not recomputed):")
+            grouped: dict[tuple[str, str], list[str]] = defaultdict(list)
             for r in self.reused:
-                lines.append(f"    {r.feature} for {r.batch}: {r.reason}")
+                grouped[(r.feature, r.reason)].append(r.batch)
+            for (feature, reason), batches in grouped.items():
+                lines.append(f"    {feature}: {', '.join(batches)} — {reason}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -116,12 +128,19 @@ class Plan:
         spark: SparkSession | None = None,
         *,
         checkpoint_fragments: int | None = None,
-        **options: Any,
+        progress: Callable[[int, int, int, int], None] | None = None,
     ) -> RunResult:
-        """Execute the plan on Spark (see :mod:`omnitable.exec.runner`)."""
+        """Execute the plan on Spark (see :mod:`omnitable.exec.runner`).
+
+        Args:
+            spark: session to use (default: the active one, or a new local one).
+            checkpoint_fragments: commit every this many fragments per step, so a restarted
+                run skips committed work (default: one commit per step).
+            progress: called as ``progress(step, steps, fragments_done, fragments_total)``.
+        """
         from omnitable.exec.runner import run_plan
 
-        return run_plan(self, spark, checkpoint_fragments=checkpoint_fragments, **options)
+        return run_plan(self, spark, checkpoint_fragments=checkpoint_fragments, progress=progress)
 
 
 def make_plan(
