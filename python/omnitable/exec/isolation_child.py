@@ -134,22 +134,28 @@ class ChildSupervisor:
             conn.send_bytes(data)
         except OSError:
             return self._died(hi - lo, limits[0])
+        except BaseException:  # interrupted mid-message: the protocol state is unknown
+            self._stop(kill=True)
+            raise
         self._fn_keys.add(fn.key)
         self._batch = batch_id
         wait = None if budget_s is None else budget_s + kill_grace_s
-        if not conn.poll(wait):
-            self._stop(kill=True)
-            return CallFailure(
-                "timeout",
-                "TimeoutError",
-                f"{_what(hi - lo)} exceeded its time budget of {budget_s:.6g} s and did not "
-                f"stop at its alarm; the child process was killed after {wait:.6g} s",
-                "",
-            )
         try:
+            if not conn.poll(wait):
+                self._stop(kill=True)
+                return CallFailure(
+                    "timeout",
+                    "TimeoutError",
+                    f"{_what(hi - lo)} exceeded its time budget of {budget_s:.6g} s and did "
+                    f"not stop at its alarm; the child process was killed after {wait:.6g} s",
+                    "",
+                )
             tag, body = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
             return self._died(hi - lo, limits[0])
+        except BaseException:  # e.g. KeyboardInterrupt while waiting: a reply may be pending
+            self._stop(kill=True)
+            raise
         if tag == "ok":
             return list(body)
         if tag == "fail":
@@ -218,6 +224,8 @@ class ChildSupervisor:
             return CallFailure(
                 "crash", name, f"the child process died of {name} during {what}", fault
             )
+        if code is None:
+            return CallFailure("crash", "unknown", f"the child process died during {what}", fault)
         return CallFailure(
             "crash",
             f"exit({code})",
