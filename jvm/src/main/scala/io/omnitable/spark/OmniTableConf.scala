@@ -43,38 +43,56 @@ object OmniTableConf {
     s.trim.toLowerCase(Locale.ROOT).toBooleanOption.toRight("expected true or false")
 
   val WAREHOUSE: OmniTableConfEntry[String] = declare(OmniTableConfEntry(
-    "spark.omnitable.warehouse", Some("warehouse"), None,
+    "spark.omnitable.warehouse",
+    Some("warehouse"),
+    None,
     "The warehouse to read: a directory (catalog.db inside), sqlite:///path.db, or " +
       "postgresql://user:env:VAR@host:port/db. See docs/catalog.md, 'Addressing a catalog'.",
-    s => if (s.trim.isEmpty) Left("expected a non-empty warehouse address") else Right(s.trim)))
+    s => if (s.trim.isEmpty) Left("expected a non-empty warehouse address") else Right(s.trim)
+  ))
 
   val BATCH_SIZE: OmniTableConfEntry[Int] = declare(OmniTableConfEntry(
-    "spark.omnitable.read.batch_size", Some("batch_size"), Some(4096),
+    "spark.omnitable.read.batch_size",
+    Some("batch_size"),
+    Some(4096),
     "Rows per columnar batch the Parquet readers decode (an upper bound: a batch also ends " +
       "where any zipped file's row group ends).",
-    positiveInt(1 << 20)))
+    positiveInt(1 << 20)
+  ))
 
   val MAX_ROWS_PER_PARTITION: OmniTableConfEntry[Long] = declare(OmniTableConfEntry(
-    "spark.omnitable.read.max_rows_per_partition", Some("max_rows_per_partition"), Some(1L << 20),
+    "spark.omnitable.read.max_rows_per_partition",
+    Some("max_rows_per_partition"),
+    Some(1L << 20),
     "Fragments with more rows are split into input partitions of at most this many rows.",
-    positiveLong))
+    positiveLong
+  ))
 
   val SPLIT_FRAGMENTS: OmniTableConfEntry[Boolean] = declare(OmniTableConfEntry(
-    "spark.omnitable.read.split_fragments", Some("split_fragments"), Some(true),
+    "spark.omnitable.read.split_fragments",
+    Some("split_fragments"),
+    Some(true),
     "Split fragments larger than max_rows_per_partition into row ranges. false: one partition per " +
       "fragment, its rows contiguous and in fragment order (what per-fragment jobs such as backfills need).",
-    boolean))
+    boolean
+  ))
 
   val STATS_PRUNING: OmniTableConfEntry[Boolean] = declare(OmniTableConfEntry(
-    "spark.omnitable.read.stats_pruning", Some("stats_pruning"), Some(true),
+    "spark.omnitable.read.stats_pruning",
+    Some("stats_pruning"),
+    Some(true),
     "Skip fragments whose catalog min/max/null-count statistics prove a pushed predicate false.",
-    boolean))
+    boolean
+  ))
 
   val ROW_GROUP_FILTERING: OmniTableConfEntry[Boolean] = declare(OmniTableConfEntry(
-    "spark.omnitable.read.row_group_filtering", Some("row_group_filtering"), Some(true),
+    "spark.omnitable.read.row_group_filtering",
+    Some("row_group_filtering"),
+    Some(true),
     "Skip row ranges of a fragment whose Parquet row-group statistics (in the file carrying the " +
       "predicate column) prove a pushed predicate false; the same rows are skipped in every file.",
-    boolean))
+    boolean
+  ))
 
   /** All declared settings, in declaration order (for docs and tests). */
   def entries: Seq[OmniTableConfEntry[_]] = registry.values.toSeq

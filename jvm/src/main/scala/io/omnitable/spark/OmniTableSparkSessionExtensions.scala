@@ -29,9 +29,18 @@ object OmniTableSparkSessionExtensions {
   private[spark] val versionFunction: (FunctionIdentifier, ExpressionInfo, Seq[Expression] => Expression) = {
     val name = "omnitable_version"
     val info = new ExpressionInfo(
-      classOf[OmniTableVersionExpression].getName, null, name,
+      classOf[OmniTableVersionExpression].getName,
+      null,
+      name,
       "_FUNC_() - Returns the version of the OmniTable Spark extension jar.",
-      "", "", "", "misc_funcs", "0.1.0", "", "built-in")
+      "",
+      "",
+      "",
+      "misc_funcs",
+      "0.1.0",
+      "",
+      "built-in"
+    )
     val builder = (args: Seq[Expression]) => {
       if (args.nonEmpty) throw errors.OmniTableErrors.wrongArguments(name, 0, args.size)
       OmniTableVersionExpression()

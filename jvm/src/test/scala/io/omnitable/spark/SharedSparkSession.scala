@@ -27,11 +27,10 @@ trait SharedSparkSession extends BeforeAndAfterAll { self: Suite =>
     _spark = builder.getOrCreate()
   }
 
-  override protected def afterAll(): Unit = {
+  override protected def afterAll(): Unit =
     try {
       if (_spark != null) _spark.stop()
       SparkSession.clearActiveSession()
       SparkSession.clearDefaultSession()
     } finally super.afterAll()
-  }
 }

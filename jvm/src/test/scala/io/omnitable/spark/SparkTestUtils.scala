@@ -13,7 +13,8 @@ object SparkTestUtils extends Assertions {
     case null => "null"
     case r: Row => r.toSeq.map(render).mkString("{", ",", "}")
     case b: Array[Byte] => b.map("%02x".format(_)).mkString("0x", "", "")
-    case m: scala.collection.Map[_, _] => m.toSeq.map { case (k, x) => render(k) + "->" + render(x) }.sorted.mkString("[", ",", "]")
+    case m: scala.collection.Map[_, _] =>
+      m.toSeq.map { case (k, x) => render(k) + "->" + render(x) }.sorted.mkString("[", ",", "]")
     case s: scala.collection.Seq[_] => s.map(render).mkString("[", ",", "]")
     case d: java.math.BigDecimal => d.toPlainString
     case other => other.toString
@@ -25,6 +26,8 @@ object SparkTestUtils extends Assertions {
     val e = canonical(expected).sorted
     assert(a.size == e.size, s"row counts differ: ${a.size} vs ${e.size}")
     val diff = a.zip(e).find { case (x, y) => x != y }
-    assert(diff.isEmpty, s"first differing row:\n  actual   ${diff.map(_._1).orNull}\n  expected ${diff.map(_._2).orNull}")
+    assert(
+      diff.isEmpty,
+      s"first differing row:\n  actual   ${diff.map(_._1).orNull}\n  expected ${diff.map(_._2).orNull}")
   }
 }

@@ -26,7 +26,9 @@ object TestWarehouses {
     val script = new File(repoRoot, "tests/spark/fixtures/make_warehouses.py")
     val log = new StringBuilder
     val logger = ProcessLogger(line => log.append(line).append('\n'), line => log.append(line).append('\n'))
-    val rc = Process(Seq(python, script.getPath, out.getPath), repoRoot,
+    val rc = Process(
+      Seq(python, script.getPath, out.getPath),
+      repoRoot,
       "SPARK_LOCAL_IP" -> "127.0.0.1").!(logger)
     if (rc != 0) throw new IllegalStateException(s"Cannot build the test warehouses ($python $script, exit $rc):\n$log")
     out

@@ -57,8 +57,9 @@ object CatalogAddress {
           case s if s == "postgres" || s == "postgresql" || s.startsWith("postgresql+") => parsePostgres(value)
           case "sqlite" => parseSqlite(value)
           case "file" => directory(value, new File(new URI(value)))
-          case other => throw OmniTableErrors.invalidWarehouse(redact(value),
-            s"unsupported scheme '$other'; use a directory, sqlite:///path.db or postgresql://...")
+          case other => throw OmniTableErrors.invalidWarehouse(
+              redact(value),
+              s"unsupported scheme '$other'; use a directory, sqlite:///path.db or postgresql://...")
         }
       case _ if value.startsWith("file:") => directory(value, new File(new URI(value)))
       case _ => directory(value, new File(value))
@@ -73,20 +74,24 @@ object CatalogAddress {
   // sqlite:///relative/path.db and sqlite:////absolute/path.db (SQLAlchemy's convention).
   private def parseSqlite(value: String): SqliteAddress = {
     val prefix = value.indexOf(":///")
-    if (prefix < 0) throw OmniTableErrors.invalidWarehouse(value,
+    if (prefix < 0) throw OmniTableErrors.invalidWarehouse(
+      value,
       "a SQLite address is sqlite:///relative/path.db or sqlite:////absolute/path.db")
     val path = value.substring(prefix + 4).takeWhile(_ != '?')
-    if (path.isEmpty || path == ":memory:") throw OmniTableErrors.invalidWarehouse(value,
+    if (path.isEmpty || path == ":memory:") throw OmniTableErrors.invalidWarehouse(
+      value,
       "the SQLite address names no database file")
     SqliteAddress(new File(path).getAbsoluteFile, value)
   }
 
   private def parsePostgres(value: String): PostgresAddress = {
-    val uri = try new URI(value) catch {
+    val uri = try new URI(value)
+    catch {
       case e: java.net.URISyntaxException =>
         throw OmniTableErrors.invalidWarehouse(redact(value), s"not a valid URL (${e.getReason})")
     }
-    val host = Option(uri.getHost).getOrElse(throw OmniTableErrors.invalidWarehouse(redact(value),
+    val host = Option(uri.getHost).getOrElse(throw OmniTableErrors.invalidWarehouse(
+      redact(value),
       "expected postgresql://user:password@host:port/database"))
     val port = if (uri.getPort < 0) 5432 else uri.getPort
     val database = Option(uri.getRawPath).map(_.stripPrefix("/")).filter(_.nonEmpty).map(decode)

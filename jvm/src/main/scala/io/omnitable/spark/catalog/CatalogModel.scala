@@ -6,6 +6,7 @@ import org.apache.spark.sql.types.DataType
 object SystemColumns {
   val RowId = "_ai_unique_id_"
   val AppendName = "_ai_append_name_"
+
   /** Metadata columns (SELECT them by name; not part of `SELECT *`). */
   val Fragment = "_ai_fragment_"
   val RowOffset = "_ai_row_offset_"
@@ -84,7 +85,8 @@ final case class TableSnapshot(
 
   /** The stored `_ai_unique_id_` column (column 0 of group `base`). */
   def rowIdColumn: ColumnEntry = columns.find(_.name == SystemColumns.RowId).getOrElse(
-    throw io.omnitable.spark.errors.OmniTableErrors.corruptCatalog(warehouse,
+    throw io.omnitable.spark.errors.OmniTableErrors.corruptCatalog(
+      warehouse,
       s"table '${table.name}' has no ${SystemColumns.RowId} column"))
 
   /** User columns in position order (system columns excluded). */

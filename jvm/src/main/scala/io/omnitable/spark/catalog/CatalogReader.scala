@@ -38,8 +38,14 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
     val snapshot = new SnapshotResolver(conn, table, display).resolve(spec)
     val root = meta(conn, "root").getOrElse(
       throw OmniTableErrors.corruptCatalog(display, "omnitable_meta has no 'root' entry"))
-    TableSnapshot(display, DataPaths.rootUri(root, address, display), table, snapshot,
-      loadColumns(conn, table, snapshot.segments), loadBatchNames(conn, table, snapshot.segments))
+    TableSnapshot(
+      display,
+      DataPaths.rootUri(root, address, display),
+      table,
+      snapshot,
+      loadColumns(conn, table, snapshot.segments),
+      loadBatchNames(conn, table, snapshot.segments)
+    )
   }
 
   /** The visible fragments of `snap` with their visible files and column statistics. */
@@ -47,29 +53,50 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
     withConnection(s"the fragments of table '${snap.table.name}'") { conn =>
       val t = snap.table.tableId
       val (fragWhere, fragParams) = Jdbc.visible("f", snap.snapshot.segments)
-      val fragments = Jdbc.query(conn,
+      val fragments = Jdbc.query(
+        conn,
         "SELECT f.fragment_id, f.batch_id, f.row_count, f.path, b.name FROM fragments f JOIN batches b " +
           "ON b.table_id = f.table_id AND b.batch_id = f.batch_id " +
           s"WHERE f.table_id = ? AND $fragWhere ORDER BY f.added_version, f.batch_id, f.seq",
-        (t +: fragParams): _*) { rs =>
+        (t +: fragParams): _*
+      ) { rs =>
         (rs.getString(1), rs.getString(2), rs.getLong(3), rs.getString(4), rs.getString(5))
       }
       val (fileWhere, fileParams) = Jdbc.visible("fi", snap.snapshot.segments)
       val files = mutable.LinkedHashMap.empty[String, (Array[Any], mutable.Map[Int, FileColumnStats])]
-      Jdbc.query(conn,
+      Jdbc.query(
+        conn,
         "SELECT fi.file_id, fi.fragment_id, fi.group_name, fi.path, fi.row_count, fi.size_bytes, " +
           "fi.added_version, fc.column_id, fc.null_count, fc.min_value, fc.max_value " +
           "FROM files fi JOIN file_columns fc ON fc.table_id = fi.table_id AND fc.file_id = fi.file_id " +
           s"WHERE fi.table_id = ? AND $fileWhere",
-        (t +: fileParams): _*) { rs =>
+        (t +: fileParams): _*
+      ) { rs =>
         val fileId = rs.getString(1)
-        val (_, cols) = files.getOrElseUpdate(fileId, (Array[Any](rs.getString(2), rs.getString(3),
-          rs.getString(4), rs.getLong(5), rs.getLong(6), rs.getLong(7)), mutable.Map.empty))
+        val (_, cols) = files.getOrElseUpdate(
+          fileId,
+          (
+            Array[Any](
+              rs.getString(2),
+              rs.getString(3),
+              rs.getString(4),
+              rs.getLong(5),
+              rs.getLong(6),
+              rs.getLong(7)),
+            mutable.Map.empty))
         cols(rs.getInt(8)) = FileColumnStats(Jdbc.optLong(rs, 9), Option(rs.getString(10)), Option(rs.getString(11)))
       }
       val byFragment = files.toSeq.map { case (id, (f, cols)) =>
-        FileEntry(id, f(0).asInstanceOf[String], f(1).asInstanceOf[String], f(2).asInstanceOf[String],
-          f(3).asInstanceOf[Long], f(4).asInstanceOf[Long], f(5).asInstanceOf[Long], cols.toMap)
+        FileEntry(
+          id,
+          f(0).asInstanceOf[String],
+          f(1).asInstanceOf[String],
+          f(2).asInstanceOf[String],
+          f(3).asInstanceOf[Long],
+          f(4).asInstanceOf[Long],
+          f(5).asInstanceOf[Long],
+          cols.toMap
+        )
       }.groupBy(_.fragmentId)
       fragments.map { case (id, batchId, rows, path, batchName) =>
         FragmentEntry(id, batchId, batchName, rows, path, byFragment.getOrElse(id, Seq.empty).sortBy(_.fileId))
@@ -85,34 +112,51 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
 
   private def loadColumns(conn: Connection, table: TableEntry, segments: Seq[Segment]): Seq[ColumnEntry] = {
     val (where, params) = Jdbc.visible("c", segments)
-    Jdbc.query(conn,
+    Jdbc.query(
+      conn,
       "SELECT c.column_id, c.name, c.physical_name, c.data_type, c.nullable, c.position, c.state, " +
         s"c.group_name, c.feature FROM columns c WHERE c.table_id = ? AND $where " +
         "AND c.state <> 'dropped' ORDER BY c.position, c.column_id",
-      (table.tableId +: params): _*) { rs =>
+      (table.tableId +: params): _*
+    ) { rs =>
       val name = rs.getString(2)
       val ddl = rs.getString(4)
-      val dataType = try CatalystSqlParser.parseDataType(ddl) catch {
+      val dataType = try CatalystSqlParser.parseDataType(ddl)
+      catch {
         case NonFatal(e) => throw OmniTableErrors.unsupportedDataType(table.name, name, ddl, e)
       }
-      ColumnEntry(rs.getInt(1), name, rs.getString(3), ddl, dataType, rs.getInt(5) != 0, rs.getInt(6),
-        rs.getString(7), rs.getString(8), Option(rs.getString(9)))
+      ColumnEntry(
+        rs.getInt(1),
+        name,
+        rs.getString(3),
+        ddl,
+        dataType,
+        rs.getInt(5) != 0,
+        rs.getInt(6),
+        rs.getString(7),
+        rs.getString(8),
+        Option(rs.getString(9)))
     }
   }
 
   private def loadBatchNames(conn: Connection, table: TableEntry, segments: Seq[Segment]): Seq[String] = {
     val (where, params) = Jdbc.visible("b", segments)
-    Jdbc.query(conn, s"SELECT b.name FROM batches b WHERE b.table_id = ? AND $where " +
-      "ORDER BY b.added_version, b.name", (table.tableId +: params): _*)(_.getString(1))
+    Jdbc.query(
+      conn,
+      s"SELECT b.name FROM batches b WHERE b.table_id = ? AND $where " +
+        "ORDER BY b.added_version, b.name",
+      (table.tableId +: params): _*)(_.getString(1))
   }
 
   private def meta(conn: Connection, key: String): Option[String] =
     Jdbc.query(conn, "SELECT value FROM omnitable_meta WHERE key = ?", key)(_.getString(1)).headOption
 
   private def checkSchemaVersion(conn: Connection): Unit = {
-    val found = try meta(conn, "schema_version") catch {
-      case e: SQLException => throw OmniTableErrors.notACatalog(display,
-        s"it has no omnitable_meta table (${Option(e.getMessage).getOrElse(e.toString)})")
+    val found = try meta(conn, "schema_version")
+    catch {
+      case e: SQLException => throw OmniTableErrors.notACatalog(
+          display,
+          s"it has no omnitable_meta table (${Option(e.getMessage).getOrElse(e.toString)})")
     }
     found match {
       case None => throw OmniTableErrors.notACatalog(display, "omnitable_meta has no schema_version")
@@ -132,7 +176,8 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
       case e: OmniTableAnalysisException => throw e
       case e: SQLException => throw OmniTableErrors.catalogQueryFailed(display, what, e)
     } finally {
-      try conn.rollback() catch { case NonFatal(_) => }
+      try conn.rollback()
+      catch { case NonFatal(_) => }
       conn.close()
     }
   }

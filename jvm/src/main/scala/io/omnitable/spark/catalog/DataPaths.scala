@@ -21,10 +21,12 @@ object DataPaths {
     if (hasScheme(value)) value.stripSuffix("/")
     else {
       val file = new File(value)
-      val abs = if (file.isAbsolute) file else address match {
+      val abs = if (file.isAbsolute) file
+      else address match {
         case SqliteAddress(db, _) => new File(db.getAbsoluteFile.getParentFile, value)
-        case _ => throw io.omnitable.spark.errors.OmniTableErrors.corruptCatalog(warehouse,
-          s"its data root '$value' is a relative path; a PostgreSQL catalog needs an absolute root")
+        case _ => throw io.omnitable.spark.errors.OmniTableErrors.corruptCatalog(
+            warehouse,
+            s"its data root '$value' is a relative path; a PostgreSQL catalog needs an absolute root")
       }
       localUri(abs)
     }
@@ -35,9 +37,8 @@ object DataPaths {
     file.toPath.toAbsolutePath.normalize().toUri.toString.stripSuffix("/")
 
   /** `base` + "/" + `relative`, unless `relative` is itself absolute (a URI or a local path). */
-  def join(base: String, relative: String): String = {
+  def join(base: String, relative: String): String =
     if (hasScheme(relative)) relative.stripSuffix("/")
     else if (relative.startsWith("/")) localUri(new File(relative))
     else base.stripSuffix("/") + "/" + relative.stripPrefix("./").stripSuffix("/")
-  }
 }

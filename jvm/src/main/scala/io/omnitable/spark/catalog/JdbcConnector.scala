@@ -29,7 +29,7 @@ object JdbcConnector {
   private def openSqlite(a: SqliteAddress): Connection = {
     if (!a.dbFile.isFile) {
       val what = if (a.dbFile.getParentFile != null && !a.dbFile.getParentFile.exists()) "the directory does not exist"
-        else s"there is no catalog file ${a.dbFile.getPath}"
+      else s"there is no catalog file ${a.dbFile.getPath}"
       throw OmniTableErrors.notACatalog(a.display, what)
     }
     val props = new Properties()
@@ -68,7 +68,8 @@ object JdbcConnector {
   }
 
   private def connectWith(display: String)(connect: => Connection): Connection = {
-    val conn = try connect catch {
+    val conn = try connect
+    catch {
       case e: SQLException => throw OmniTableErrors.cannotConnect(display, e)
     }
     if (conn == null) throw OmniTableErrors.cannotConnect(display, new SQLException("driver rejected the URL"))

@@ -47,13 +47,16 @@ class OmniTableCatalog extends TableCatalog {
 
   override def loadTable(ident: Identifier, version: String): Table = {
     val v = version.trim
-    load(ident, v.toLongOption match {
-      case Some(n) => SnapshotSpec(version = Some(n))
-      case None => SnapshotSpec(ref = Some(v))
-    })
+    load(
+      ident,
+      v.toLongOption match {
+        case Some(n) => SnapshotSpec(version = Some(n))
+        case None => SnapshotSpec(ref = Some(v))
+      })
   }
 
-  override def loadTable(ident: Identifier, timestamp: Long): Table = load(ident, SnapshotSpec(asOfMicros = Some(timestamp)))
+  override def loadTable(ident: Identifier, timestamp: Long): Table =
+    load(ident, SnapshotSpec(asOfMicros = Some(timestamp)))
 
   /**
    * A missing table raises OmniTable's "Cannot find table" error (condition
@@ -70,7 +73,10 @@ class OmniTableCatalog extends TableCatalog {
   override def tableExists(ident: Identifier): Boolean =
     ident.namespace().isEmpty && reader.tableExists(ident.name())
 
-  override def createTable(ident: Identifier, columns: Array[Column], partitions: Array[Transform],
+  override def createTable(
+      ident: Identifier,
+      columns: Array[Column],
+      partitions: Array[Transform],
       properties: util.Map[String, String]): Table = throw OmniTableErrors.readOnly(s"create table $ident")
 
   override def alterTable(ident: Identifier, changes: TableChange*): Table =

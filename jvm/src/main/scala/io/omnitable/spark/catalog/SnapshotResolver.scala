@@ -19,10 +19,15 @@ import io.omnitable.spark.errors.OmniTableErrors
 private[catalog] final class SnapshotResolver(conn: Connection, table: TableEntry, warehouse: String) {
   import SnapshotResolver._
 
-  private lazy val refs: Map[String, RefRow] = Jdbc.query(conn,
+  private lazy val refs: Map[String, RefRow] = Jdbc.query(
+    conn,
     "SELECT name, kind, version, parent_branch, fork_version FROM refs WHERE table_id = ?",
     table.tableId) { rs =>
-    RefRow(rs.getString(1), rs.getString(2), rs.getLong(3), Option(rs.getString(4)),
+    RefRow(
+      rs.getString(1),
+      rs.getString(2),
+      rs.getLong(3),
+      Option(rs.getString(4)),
       Jdbc.optLong(rs, 5))
   }.map(r => r.name -> r).toMap
 
@@ -52,7 +57,8 @@ private[catalog] final class SnapshotResolver(conn: Connection, table: TableEntr
   private def resolveTag(name: String): SnapshotId = {
     val tag = refs.get(name).filter(_.kind == "tag")
       .getOrElse(throw OmniTableErrors.refNotFound(table.name, "tag", name, names("tag")))
-    val parent = tag.parentBranch.getOrElse(throw OmniTableErrors.corruptCatalog(warehouse,
+    val parent = tag.parentBranch.getOrElse(throw OmniTableErrors.corruptCatalog(
+      warehouse,
       s"tag '$name' of table '${table.name}' has no parent branch"))
     SnapshotId(tag.version, branchSegments(parent, tag.version), s"tag $name (version ${tag.version})")
   }
@@ -73,7 +79,9 @@ private[catalog] final class SnapshotResolver(conn: Connection, table: TableEntr
     asOfMicros match {
       case Some(ts) =>
         val v = versionAsOf(branchSegments(branch, head), ts, branch)
-        SnapshotId(v, branchSegments(commitBranchOf(v), v),
+        SnapshotId(
+          v,
+          branchSegments(commitBranchOf(v), v),
           s"version $v of branch $branch (as of ${formatMicros(ts)})")
       case None =>
         SnapshotId(head, branchSegments(branch, head), s"branch $branch (version $head)")
@@ -102,17 +110,24 @@ private[catalog] final class SnapshotResolver(conn: Connection, table: TableEntr
 
   private def commitBranchOf(version: Long): String = {
     if (version < 0) throw OmniTableErrors.versionNotFound(table.name, version, latestVersion)
-    Jdbc.query(conn, "SELECT branch FROM commits WHERE table_id = ? AND version = ?", table.tableId,
+    Jdbc.query(
+      conn,
+      "SELECT branch FROM commits WHERE table_id = ? AND version = ?",
+      table.tableId,
       Long.box(version))(_.getString(1)).headOption
       .getOrElse(throw OmniTableErrors.versionNotFound(table.name, version, latestVersion))
   }
 
-  private def latestVersion: Long = Jdbc.query(conn,
-    "SELECT MAX(version) FROM commits WHERE table_id = ?", table.tableId)(rs => rs.getLong(1)).headOption.getOrElse(0L)
+  private def latestVersion: Long = Jdbc.query(
+    conn,
+    "SELECT MAX(version) FROM commits WHERE table_id = ?",
+    table.tableId)(rs => rs.getLong(1)).headOption.getOrElse(0L)
 
   /** Newest version in `segments` committed at or before `micros` (UTC epoch microseconds). */
   private def versionAsOf(segments: Seq[Segment], micros: Long, branch: String): Long = {
-    val commits = Jdbc.query(conn, "SELECT version, branch, committed_at FROM commits WHERE table_id = ?",
+    val commits = Jdbc.query(
+      conn,
+      "SELECT version, branch, committed_at FROM commits WHERE table_id = ?",
       table.tableId)(rs => (rs.getLong(1), rs.getString(2), rs.getString(3)))
     val eligible = commits.filter { case (v, b, at) =>
       segments.exists(s => s.branch == b && v <= s.upto) && toMicros(at) <= micros
@@ -123,7 +138,11 @@ private[catalog] final class SnapshotResolver(conn: Connection, table: TableEntr
 }
 
 private[spark] object SnapshotResolver {
-  final case class RefRow(name: String, kind: String, version: Long, parentBranch: Option[String],
+  final case class RefRow(
+      name: String,
+      kind: String,
+      version: Long,
+      parentBranch: Option[String],
       forkVersion: Option[Long])
 
   def formatMicros(micros: Long): String =

@@ -17,7 +17,12 @@ final class OmniTableAnalysisException(
     sparkCondition: Option[String] = None,
     parameters: Map[String, String] = Map.empty)
     extends AnalysisException(
-      s"[$omniErrorClass] $detail", None, None, cause, sparkCondition, parameters,
+      s"[$omniErrorClass] $detail",
+      None,
+      None,
+      cause,
+      sparkCondition,
+      parameters,
       Array.empty[org.apache.spark.QueryContext])
 
 /** A read-time error on an executor (a file that breaks the format contract, an I/O failure). */
@@ -35,34 +40,44 @@ object OmniTableErrors {
 
   // --- warehouse and catalog ---------------------------------------------------------------
 
-  def missingWarehouse(): OmniTableAnalysisException = analysis("OMNITABLE_MISSING_WAREHOUSE",
+  def missingWarehouse(): OmniTableAnalysisException = analysis(
+    "OMNITABLE_MISSING_WAREHOUSE",
     "Cannot locate the OmniTable warehouse: no 'warehouse' option and no session setting " +
       "'spark.omnitable.warehouse'. Pass .option(\"warehouse\", \"/path/or/uri\") or use " +
-      "omnitable.spark_session(warehouse=...).")
+      "omnitable.spark_session(warehouse=...)."
+  )
 
   def invalidWarehouse(value: String, detail: String): OmniTableAnalysisException =
     analysis("OMNITABLE_INVALID_WAREHOUSE", s"Cannot open warehouse '$value': $detail")
 
   def missingEnvVariable(warehouse: String, name: String): OmniTableAnalysisException =
-    analysis("OMNITABLE_MISSING_CREDENTIAL",
+    analysis(
+      "OMNITABLE_MISSING_CREDENTIAL",
       s"Cannot open warehouse '$warehouse': the password refers to environment variable '$name', " +
-        "which is not set on this machine. Export it before starting Spark.")
+        "which is not set on this machine. Export it before starting Spark."
+    )
 
   def cannotConnect(warehouse: String, cause: Throwable): OmniTableAnalysisException =
-    analysis("OMNITABLE_CATALOG_UNAVAILABLE",
-      s"Cannot open warehouse '$warehouse': ${Option(cause.getMessage).getOrElse(cause.toString)}", cause)
+    analysis(
+      "OMNITABLE_CATALOG_UNAVAILABLE",
+      s"Cannot open warehouse '$warehouse': ${Option(cause.getMessage).getOrElse(cause.toString)}",
+      cause)
 
   def notACatalog(warehouse: String, detail: String): OmniTableAnalysisException =
-    analysis("OMNITABLE_NOT_A_CATALOG",
+    analysis(
+      "OMNITABLE_NOT_A_CATALOG",
       s"Cannot open warehouse '$warehouse': $detail. Create it with omnitable.connect(...) first.")
 
   def schemaVersionMismatch(warehouse: String, found: String, expected: Int): OmniTableAnalysisException =
-    analysis("OMNITABLE_CATALOG_VERSION",
+    analysis(
+      "OMNITABLE_CATALOG_VERSION",
       s"Cannot open warehouse '$warehouse': its catalog schema version is $found but this jar " +
-        s"reads version $expected. Use an omnitable jar and Python package of the same release.")
+        s"reads version $expected. Use an omnitable jar and Python package of the same release."
+    )
 
   def catalogQueryFailed(warehouse: String, what: String, cause: Throwable): OmniTableAnalysisException =
-    analysis("OMNITABLE_CATALOG_QUERY",
+    analysis(
+      "OMNITABLE_CATALOG_QUERY",
       s"Cannot read $what from warehouse '$warehouse': ${Option(cause.getMessage).getOrElse(cause.toString)}",
       cause)
 
@@ -75,8 +90,12 @@ object OmniTableErrors {
   def tableNotFound(warehouse: String, table: String, existing: Seq[String]): OmniTableAnalysisException = {
     val known = if (existing.isEmpty) "it has no tables" else existing.sorted.mkString("tables: ", ", ", "")
     val condition = "TABLE_OR_VIEW_NOT_FOUND"
-    new OmniTableAnalysisException(condition, s"Cannot find table '$table' in warehouse '$warehouse' ($known).",
-      None, Some(condition), Map("relationName" -> s"`$table`"))
+    new OmniTableAnalysisException(
+      condition,
+      s"Cannot find table '$table' in warehouse '$warehouse' ($known).",
+      None,
+      Some(condition),
+      Map("relationName" -> s"`$table`"))
   }
 
   /** `kind` is "branch", "tag" or "ref" (branch or tag). */
@@ -87,39 +106,51 @@ object OmniTableErrors {
   }
 
   def versionNotFound(table: String, version: Long, latest: Long): OmniTableAnalysisException =
-    analysis("OMNITABLE_VERSION_NOT_FOUND",
+    analysis(
+      "OMNITABLE_VERSION_NOT_FOUND",
       s"Cannot read version $version of table '$table': versions run from 0 to $latest.")
 
   def versionNotOnBranch(table: String, version: Long, branch: String): OmniTableAnalysisException =
-    analysis("OMNITABLE_VERSION_NOT_ON_BRANCH",
+    analysis(
+      "OMNITABLE_VERSION_NOT_ON_BRANCH",
       s"Cannot read version $version of table '$table' on branch '$branch': that version is " +
-        s"not in the history of '$branch'.")
+        s"not in the history of '$branch'."
+    )
 
   def noVersionAsOf(table: String, branch: String, micros: Long): OmniTableAnalysisException =
-    analysis("OMNITABLE_VERSION_NOT_FOUND",
+    analysis(
+      "OMNITABLE_VERSION_NOT_FOUND",
       s"Cannot read table '$table' as of ${io.omnitable.spark.catalog.SnapshotResolver.formatMicros(micros)}: " +
-        s"branch '$branch' has no version committed at or before that time.")
+        s"branch '$branch' has no version committed at or before that time."
+    )
 
   def conflictingSnapshotOptions(table: String, options: Seq[String]): OmniTableAnalysisException =
-    analysis("OMNITABLE_CONFLICTING_OPTIONS",
+    analysis(
+      "OMNITABLE_CONFLICTING_OPTIONS",
       s"Cannot read table '$table': options ${options.mkString(", ")} each select a snapshot; give " +
-        "either a tag, or a branch and/or versionAsOf.")
+        "either a tag, or a branch and/or versionAsOf."
+    )
 
   def batchNotFound(table: String, missing: Seq[String], existing: Seq[String]): OmniTableAnalysisException =
-    analysis("OMNITABLE_BATCH_NOT_FOUND",
+    analysis(
+      "OMNITABLE_BATCH_NOT_FOUND",
       s"Cannot read batches ${missing.map(b => s"'$b'").mkString(", ")} of table '$table': not in " +
-        s"this snapshot (batches: ${if (existing.isEmpty) "none" else existing.sorted.mkString(", ")}).")
+        s"this snapshot (batches: ${if (existing.isEmpty) "none" else existing.sorted.mkString(", ")})."
+    )
 
   def fragmentNotFound(table: String, snapshot: String, missing: Seq[String]): OmniTableAnalysisException =
-    analysis("OMNITABLE_FRAGMENT_NOT_FOUND",
+    analysis(
+      "OMNITABLE_FRAGMENT_NOT_FOUND",
       s"Cannot read fragments ${missing.mkString(", ")} of table '$table': not visible in $snapshot.")
 
   def invalidOption(key: String, value: String, detail: String): OmniTableAnalysisException =
     analysis("OMNITABLE_INVALID_OPTION", s"Cannot use option $key='$value': $detail")
 
   def unsupportedDataType(table: String, column: String, ddl: String, cause: Throwable): OmniTableAnalysisException =
-    analysis("OMNITABLE_UNSUPPORTED_TYPE",
-      s"Cannot read column '$column' of table '$table': its type '$ddl' is not a Spark SQL type.", cause)
+    analysis(
+      "OMNITABLE_UNSUPPORTED_TYPE",
+      s"Cannot read column '$column' of table '$table': its type '$ddl' is not a Spark SQL type.",
+      cause)
 
   def readOnly(operation: String): UnsupportedOperationException =
     new UnsupportedOperationException(
@@ -127,22 +158,31 @@ object OmniTableErrors {
         "API (omnitable.connect(...).table(...).append / add_columns).")
 
   def wrongArguments(function: String, expected: Int, got: Int): OmniTableAnalysisException =
-    analysis("OMNITABLE_WRONG_ARGUMENTS",
+    analysis(
+      "OMNITABLE_WRONG_ARGUMENTS",
       s"Cannot call $function: it takes $expected argument(s), got $got.")
 
   // --- executors ------------------------------------------------------------------------------
 
   def misalignedFile(path: String, fileRows: Long, fragmentRows: Long): OmniTableReadException =
-    new OmniTableReadException("OMNITABLE_MISALIGNED_FILE",
+    new OmniTableReadException(
+      "OMNITABLE_MISALIGNED_FILE",
       s"Cannot read column file $path: it holds $fileRows rows but its fragment has $fragmentRows " +
-        "(alignment invariant broken; the file was modified outside OmniTable).", null)
+        "(alignment invariant broken; the file was modified outside OmniTable).",
+      null
+    )
 
   def fileEndedEarly(path: String, missingRows: Long): OmniTableReadException =
-    new OmniTableReadException("OMNITABLE_MISALIGNED_FILE",
+    new OmniTableReadException(
+      "OMNITABLE_MISALIGNED_FILE",
       s"Cannot read column file $path: it ended $missingRows rows before its fragment's end " +
-        "(alignment invariant broken; the file was modified outside OmniTable).", null)
+        "(alignment invariant broken; the file was modified outside OmniTable).",
+      null
+    )
 
   def fileReadFailed(path: String, cause: Throwable): OmniTableReadException =
-    new OmniTableReadException("OMNITABLE_FILE_READ",
-      s"Cannot read column file $path: ${Option(cause.getMessage).getOrElse(cause.toString)}", cause)
+    new OmniTableReadException(
+      "OMNITABLE_FILE_READ",
+      s"Cannot read column file $path: ${Option(cause.getMessage).getOrElse(cause.toString)}",
+      cause)
 }

@@ -8,8 +8,8 @@ import scala.util.control.NonFatal
 import io.omnitable.spark.errors.OmniTableErrors
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
-import org.apache.hadoop.mapreduce.{JobID, TaskAttemptID, TaskID, TaskType}
 import org.apache.hadoop.mapred.FileSplit
+import org.apache.hadoop.mapreduce.{JobID, TaskAttemptID, TaskID, TaskType}
 import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl
 import org.apache.parquet.HadoopReadOptions
 import org.apache.parquet.column.statistics.Statistics
@@ -60,11 +60,10 @@ private[read] final class ColumnFile(slice: FileSlice, baseConf: Configuration, 
   }
 
   /** Statistics of the column with `physicalName` in row group `rg` (only fields this file provides). */
-  def rowGroupStats(rg: Int, column: FilterColumn): Option[StatsView] = {
+  def rowGroupStats(rg: Int, column: FilterColumn): Option[StatsView] =
     if (!slice.requestedSchema.fieldNames.contains(column.physicalName)) None
     else blocks(rg).getColumns.asScala.find(_.getPath.toDotString == column.physicalName)
       .map(chunk => ColumnFile.statsOf(chunk, column, blocks(rg).getRowCount))
-  }
 
   /** Compressed bytes of the requested columns' chunks in row groups `from..to` (inclusive). */
   def chunkBytes(from: Int, to: Int): Long = {
@@ -91,8 +90,13 @@ private[read] final class ColumnFile(slice: FileSlice, baseConf: Configuration, 
     val reader = new VectorizedParquetRecordReader(null, "CORRECTED", "UTC", "CORRECTED", "UTC", false, batchSize)
     try {
       val attempt = new TaskAttemptID(new TaskID(new JobID(), TaskType.MAP, 0), 0)
-      reader.initialize(new FileSplit(path, 0, Long.MaxValue, Array.empty[String]),
-        new TaskAttemptContextImpl(conf, attempt), Some(inputFile), Some(inputFile.newStream()), Some(selected))
+      reader.initialize(
+        new FileSplit(path, 0, Long.MaxValue, Array.empty[String]),
+        new TaskAttemptContextImpl(conf, attempt),
+        Some(inputFile),
+        Some(inputFile.newStream()),
+        Some(selected)
+      )
       new FileCursor(slice.uri, reader, start - rowGroupStarts(first), end - start)
     } catch {
       case NonFatal(e) => reader.close(); throw e
@@ -100,7 +104,8 @@ private[read] final class ColumnFile(slice: FileSlice, baseConf: Configuration, 
   }
 
   private def guarded[T](body: => T): T =
-    try body catch {
+    try body
+    catch {
       case e: io.omnitable.spark.errors.OmniTableReadException => throw e
       case NonFatal(e) => throw OmniTableErrors.fileReadFailed(slice.uri, e)
     }

@@ -2,7 +2,7 @@ package io.omnitable.spark.read
 
 import org.apache.spark.sql.execution.vectorized.ConstantColumnVector
 import org.apache.spark.sql.types.{DataType, Decimal, LongType, StringType, StructType}
-import org.apache.spark.sql.vectorized.{ColumnVector, ColumnarArray, ColumnarMap}
+import org.apache.spark.sql.vectorized.{ColumnarArray, ColumnarMap, ColumnVector}
 import org.apache.spark.unsafe.types.UTF8String
 
 /**
@@ -58,6 +58,7 @@ private[read] final class RowOffsetColumnVector(base: Long) extends ColumnVector
 }
 
 private[read] object ConstantVectors {
+
   /** A string constant for every row (`_ai_append_name_`, `_ai_fragment_`). */
   def string(value: String, capacity: Int): ColumnVector = {
     val v = new ConstantColumnVector(capacity, StringType)

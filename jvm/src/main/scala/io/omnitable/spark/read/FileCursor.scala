@@ -2,7 +2,7 @@ package io.omnitable.spark.read
 
 import io.omnitable.spark.errors.OmniTableErrors
 import org.apache.spark.sql.execution.datasources.parquet.VectorizedParquetRecordReader
-import org.apache.spark.sql.vectorized.{ColumnVector, ColumnarBatch}
+import org.apache.spark.sql.vectorized.{ColumnarBatch, ColumnVector}
 
 /**
  * Walks `rows` rows of one column file, after skipping the first `skip` rows of the first

@@ -19,6 +19,7 @@ object Filter {
   final case class Compare(op: CompareOp, column: FilterColumn, value: Value) extends Filter {
     def columns: Seq[FilterColumn] = Seq(column)
   }
+
   /** `column IN (values)` (`negated`: NOT IN). A NULL in the list was already handled. */
   final case class In(column: FilterColumn, values: Seq[Value], negated: Boolean) extends Filter {
     def columns: Seq[FilterColumn] = Seq(column)
@@ -44,8 +45,10 @@ object Filter {
 
 sealed trait CompareOp extends Serializable {
   def symbol: String
+
   /** The same comparison with its operands swapped (`5 < c` is `c > 5`). */
   def flip: CompareOp
+
   /** The comparison true exactly where this one is false, for non-NULL operands. */
   def negate: CompareOp
 }
@@ -96,10 +99,12 @@ object FilterColumn {
 sealed trait Value extends Serializable
 
 object Value {
+
   /** tinyint..bigint, date (days), timestamp and timestamp_ntz (microseconds). */
   final case class Integral(v: Long) extends Value
   final case class Floating(v: Double) extends Value
   final case class Dec(v: java.math.BigDecimal) extends Value
+
   /** Strings compare by their UTF-8 bytes, unsigned (Spark's binary collation, the stats order). */
   final case class Str(bytes: Array[Byte]) extends Value {
     override def equals(o: Any): Boolean = o match {
@@ -116,8 +121,10 @@ object Value {
 
 /** How values of a logical type compare, and how its catalog statistics are decoded. */
 sealed trait Domain extends Serializable {
+
   /** Total order of two values of this domain, or None if they cannot be compared. */
   def compare(a: Value, b: Value): Option[Int]
+
   /** Decodes a `min_value` / `max_value` of docs/catalog.md's encoding. */
   def decodeStat(text: String): Option[Value]
 }
@@ -153,7 +160,8 @@ object Domain {
       case _ => None
     }
     def decodeStat(text: String): Option[Value] =
-      try Some(Value.Dec(new java.math.BigDecimal(text.trim))) catch { case _: NumberFormatException => None }
+      try Some(Value.Dec(new java.math.BigDecimal(text.trim)))
+      catch { case _: NumberFormatException => None }
   }
 
   case object StringDomain extends Domain {

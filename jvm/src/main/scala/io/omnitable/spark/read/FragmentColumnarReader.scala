@@ -6,7 +6,7 @@ import org.apache.spark.broadcast.Broadcast
 import org.apache.spark.sql.connector.metric.CustomTaskMetric
 import org.apache.spark.sql.connector.read.PartitionReader
 import org.apache.spark.sql.types.StructType
-import org.apache.spark.sql.vectorized.{ColumnVector, ColumnarBatch}
+import org.apache.spark.sql.vectorized.{ColumnarBatch, ColumnVector}
 
 /** What every reader of one scan shares (serialized once per task with the reader factory). */
 final case class ReaderContext(
@@ -73,7 +73,8 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
     ReadMetrics.task(ReadMetrics.BytesRead, bytesRead),
     ReadMetrics.task(ReadMetrics.FilesOpened, filesOpened),
     ReadMetrics.task(ReadMetrics.RowGroupsRead, rowGroupsRead),
-    ReadMetrics.task(ReadMetrics.RowGroupsSkipped, rowGroupsSkipped))
+    ReadMetrics.task(ReadMetrics.RowGroupsSkipped, rowGroupsSkipped)
+  )
 
   private def assemble(n: Int): ColumnarBatch = {
     val vectors = new Array[ColumnVector](part.sources.length)
@@ -121,11 +122,12 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
           f.blocks.indices.foreach { rg =>
             val (lo, hi) = (starts(rg), starts(rg + 1))
             if (lo < part.rowEnd && hi > part.rowStart) {
-              val view: FilterColumn => StatsView = c => c.kind match {
-                case FilterColumn.Data => f.rowGroupStats(rg, c).getOrElse(StatsView.unknown(hi - lo))
-                case FilterColumn.BatchName => StatsView.constant(Value.str(part.batchName), hi - lo)
-                case FilterColumn.FragmentId => StatsView.constant(Value.str(part.fragmentId), hi - lo)
-              }
+              val view: FilterColumn => StatsView = c =>
+                c.kind match {
+                  case FilterColumn.Data => f.rowGroupStats(rg, c).getOrElse(StatsView.unknown(hi - lo))
+                  case FilterColumn.BatchName => StatsView.constant(Value.str(part.batchName), hi - lo)
+                  case FilterColumn.FragmentId => StatsView.constant(Value.str(part.fragmentId), hi - lo)
+                }
               if (!StatsEvaluator.mightMatch(filter, view)) {
                 excluded += ((lo, hi))
                 rowGroupsSkipped += 1
@@ -141,6 +143,7 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
 
 /** Arithmetic on sorted lists of half-open row ranges. */
 private[read] object RowRanges {
+
   /** `ranges` minus the union of `holes`, sorted, without empty ranges. */
   def subtract(ranges: Seq[(Long, Long)], holes: Seq[(Long, Long)]): Seq[(Long, Long)] = {
     val sortedHoles = holes.sortBy(_._1)

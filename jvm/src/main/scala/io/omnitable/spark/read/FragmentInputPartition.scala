@@ -13,8 +13,10 @@ final case class FileSlice(uri: String, requestedSchema: StructType, rowCount: L
 sealed trait ColumnSource extends Serializable
 
 object ColumnSource {
+
   /** Field `field` of file `file` (indices into [[FragmentInputPartition.files]] / its schema). */
   final case class FromFile(file: Int, field: Int) extends ColumnSource
+
   /** No visible file of the fragment carries the column: NULL. */
   case object Nulls extends ColumnSource
   case object AppendName extends ColumnSource

@@ -1,7 +1,7 @@
 package io.omnitable.spark.read
 
 import org.apache.spark.sql.types.{Decimal, StructType}
-import org.apache.spark.sql.vectorized.{ColumnVector, ColumnarArray, ColumnarMap}
+import org.apache.spark.sql.vectorized.{ColumnarArray, ColumnarMap, ColumnVector}
 import org.apache.spark.unsafe.types.UTF8String
 
 /**
@@ -24,7 +24,7 @@ private[read] final class OffsetColumnVector(delegate: ColumnVector, offset: Int
 
   override def hasNull(): Boolean = delegate.hasNull() && numNulls() > 0
 
-  override def numNulls(): Int = {
+  override def numNulls(): Int =
     if (!delegate.hasNull()) 0
     else {
       var n = 0
@@ -32,7 +32,6 @@ private[read] final class OffsetColumnVector(delegate: ColumnVector, offset: Int
       while (i < numRows) { if (delegate.isNullAt(offset + i)) n += 1; i += 1 }
       n
     }
-  }
 
   override def isNullAt(rowId: Int): Boolean = delegate.isNullAt(offset + rowId)
   override def getBoolean(rowId: Int): Boolean = delegate.getBoolean(offset + rowId)
@@ -52,6 +51,7 @@ private[read] final class OffsetColumnVector(delegate: ColumnVector, offset: Int
 }
 
 private[read] object OffsetColumnVector {
+
   /** `vector` itself when the view would be the identity, else an offset view. */
   def view(vector: ColumnVector, offset: Int, numRows: Int): ColumnVector =
     if (offset == 0) vector else new OffsetColumnVector(vector, offset, numRows)

@@ -16,8 +16,13 @@ final class OmniTableBatch(plan: ScanPlan, schema: StructType, pushdown: OmniTab
     val spark = SparkSession.active
     val hadoopConf = OmniTableBatch.hadoopConf(spark)
     val broadcast = spark.sparkContext.broadcast(new SerializableHadoopConf(hadoopConf))
-    new OmniTablePartitionReaderFactory(ReaderContext(schema, conf.batchSize, pushdown.rowFilter,
-      conf.rowGroupFiltering, pushdown.limit.map(_.toLong), broadcast))
+    new OmniTablePartitionReaderFactory(ReaderContext(
+      schema,
+      conf.batchSize,
+      pushdown.rowFilter,
+      conf.rowGroupFiltering,
+      pushdown.limit.map(_.toLong),
+      broadcast))
   }
 }
 
@@ -30,7 +35,8 @@ private[read] object OmniTableBatch {
     "spark.sql.parquet.inferTimestampNTZ.enabled" -> "true",
     "spark.sql.legacy.parquet.nanosAsLong" -> "false",
     "spark.sql.caseSensitive" -> "false",
-    "spark.sql.session.timeZone" -> java.util.TimeZone.getDefault.getID)
+    "spark.sql.session.timeZone" -> java.util.TimeZone.getDefault.getID
+  )
 
   /** The session's Hadoop conf (as Spark's file sources build it) plus the Parquet reader settings. */
   def hadoopConf(spark: SparkSession): Configuration = {

@@ -35,8 +35,14 @@ final class OmniTableScan(
 
   override def description(): String = {
     val c = plan.counts
-    val pruned = Seq("batch option" -> c.byBatchOption, "fragment option" -> c.byFragmentOption, "predicates" -> c.byPredicate, "stats" -> c.byStats,
-      "empty" -> c.empty, "limit" -> c.byLimit).filter(_._2 > 0).map { case (k, v) => s"$k $v" }
+    val pruned = Seq(
+      "batch option" -> c.byBatchOption,
+      "fragment option" -> c.byFragmentOption,
+      "predicates" -> c.byPredicate,
+      "stats" -> c.byStats,
+      "empty" -> c.empty,
+      "limit" -> c.byLimit
+    ).filter(_._2 > 0).map { case (k, v) => s"$k $v" }
     val shown = 6
     val files = plan.files.take(shown).mkString(", ") +
       (if (plan.files.size > shown) s", ... ${plan.files.size - shown} more" else "")
@@ -46,8 +52,10 @@ final class OmniTableScan(
       s"fragments=${c.kept}/${c.total}" + (if (pruned.isEmpty) "" else pruned.mkString(" (pruned: ", ", ", ")")),
       s"partitions=${plan.partitions.size}",
       s"files=${plan.files.size} [$files]",
-      s"pushed=[${pushdown.predicates.map(_.toString).mkString(", ")}]") ++
-      (if (pushdown.declined.isEmpty) Nil else Seq(s"declined=[${pushdown.declined.map(_._1.toString).mkString(", ")}]")) ++
+      s"pushed=[${pushdown.predicates.map(_.toString).mkString(", ")}]"
+    ) ++
+      (if (pushdown.declined.isEmpty) Nil
+       else Seq(s"declined=[${pushdown.declined.map(_._1.toString).mkString(", ")}]")) ++
       pushdown.limit.map(l => s"limit=$l")
     parts.mkString(", ")
   }
@@ -56,6 +64,7 @@ final class OmniTableScan(
 }
 
 object OmniTableScan {
+
   /** What was pushed into the scan; `rowFilter` is the data-column part Parquet statistics can test. */
   final case class Pushdown(
       predicates: Seq[Predicate],

@@ -6,7 +6,13 @@ import io.omnitable.spark.OmniTableConf
 import io.omnitable.spark.source.TableHandle
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.connector.expressions.filter.Predicate
-import org.apache.spark.sql.connector.read.{Scan, ScanBuilder, SupportsPushDownLimit, SupportsPushDownRequiredColumns, SupportsPushDownV2Filters}
+import org.apache.spark.sql.connector.read.{
+  Scan,
+  ScanBuilder,
+  SupportsPushDownLimit,
+  SupportsPushDownRequiredColumns,
+  SupportsPushDownV2Filters
+}
 import org.apache.spark.sql.types.StructType
 
 /**
@@ -40,7 +46,7 @@ final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf)
   private val declined = mutable.ArrayBuffer.empty[(Predicate, String)]
   private var limit: Option[Int] = None
 
-  override def pushPredicates(predicates: Array[Predicate]): Array[Predicate] = {
+  override def pushPredicates(predicates: Array[Predicate]): Array[Predicate] =
     predicates.filter { p =>
       converter.convert(p) match {
         case Conversion.Converted(filter, complete) =>
@@ -54,7 +60,6 @@ final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf)
           true
       }
     }
-  }
 
   override def pushedPredicates(): Array[Predicate] = pushed.map(_._1).toArray
 
@@ -67,20 +72,36 @@ final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf)
 
   override def build(): Scan = {
     val readColumns = required.fields.toSeq.map { field =>
-      allColumns.find(_.field.name == field.name).orElse(allColumns.find(_.field.name.equalsIgnoreCase(field.name))) match {
+      allColumns.find(
+        _.field.name == field.name).orElse(allColumns.find(_.field.name.equalsIgnoreCase(field.name))) match {
         case Some(s: ReadColumn.Stored) => s.copy(field = s.field.copy(dataType = field.dataType))
         case Some(other) => other
         case None => throw new IllegalStateException(s"Spark asked ${snap.table.name} for unknown column ${field.name}")
       }
     }
     val pruning = Filter.and(pushed.map(_._2).toSeq)
-    val request = ScanRequest(readColumns, handle.batches, handle.fragments, Filter.and(exact.toSeq), pruning,
-      conf.statsPruning, limit, if (conf.splitFragments) Some(conf.maxRowsPerPartition) else None)
+    val request = ScanRequest(
+      readColumns,
+      handle.batches,
+      handle.fragments,
+      Filter.and(exact.toSeq),
+      pruning,
+      conf.statsPruning,
+      limit,
+      if (conf.splitFragments) Some(conf.maxRowsPerPartition) else None
+    )
     val plan = ScanPlanner.plan(snap, handle.reader.loadFragments(snap), request)
     val dataFilter = pushed.map(_._2).filter(_.columns.exists(_.kind == FilterColumn.Data))
-    new OmniTableScan(snap, ReadColumn.schema(readColumns), plan,
-      OmniTableScan.Pushdown(pushed.map(_._1).toSeq, declined.toSeq, limit,
+    new OmniTableScan(
+      snap,
+      ReadColumn.schema(readColumns),
+      plan,
+      OmniTableScan.Pushdown(
+        pushed.map(_._1).toSeq,
+        declined.toSeq,
+        limit,
         if (dataFilter.isEmpty) None else Some(Filter.and(dataFilter.toSeq))),
-      conf)
+      conf
+    )
   }
 }

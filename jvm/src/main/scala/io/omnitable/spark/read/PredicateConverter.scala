@@ -9,11 +9,13 @@ import org.apache.spark.unsafe.types.UTF8String
 sealed trait Conversion
 
 object Conversion {
+
   /**
    * Converted. `complete`: the filter says exactly what the predicate says (else it is a weaker
    * condition, e.g. one side of an AND we could not convert). Either way it is safe for pruning.
    */
   final case class Converted(filter: Filter, complete: Boolean) extends Conversion
+
   /** "Can't push": the predicate stays with Spark, for this reason. */
   final case class Declined(reason: String) extends Conversion
 }
@@ -50,7 +52,7 @@ final class PredicateConverter(resolve: String => Option[FilterColumn]) {
     case "ALWAYS_TRUE" => Converted(Filter.Const(!negate), complete = true)
     case "ALWAYS_FALSE" => Converted(Filter.Const(negate), complete = true)
     case "IS_NULL" | "IS_NOT_NULL" =>
-      withColumn(p, 0) { c => Converted(Filter.IsNull(c, (p.name() == "IS_NOT_NULL") != negate), complete = true) }
+      withColumn(p, 0)(c => Converted(Filter.IsNull(c, (p.name() == "IS_NOT_NULL") != negate), complete = true))
     case "=" | "<>" | "<" | "<=" | ">" | ">=" | "<=>" => comparison(p, negate)
     case "IN" =>
       withColumn(p, 0) { c =>
@@ -61,7 +63,8 @@ final class PredicateConverter(resolve: String => Option[FilterColumn]) {
           val hasNull = lits.exists(_.value() == null)
           val values = lits.filter(_.value() != null).map(l => literal(c, l))
           if (values.exists(_.isEmpty)) Declined(s"IN list types do not match column ${c.name}")
-          else if (negate && hasNull) Converted(Filter.Const(false), complete = true) // x NOT IN (.., NULL) is never true
+          else if (negate && hasNull)
+            Converted(Filter.Const(false), complete = true) // x NOT IN (.., NULL) is never true
           else Converted(Filter.In(c, values.flatten, negate), complete = true)
         }
       }
@@ -70,10 +73,10 @@ final class PredicateConverter(resolve: String => Option[FilterColumn]) {
         p.children()(1) match {
           case l: Literal[_] if l.value() == null => Converted(Filter.Const(false), complete = true)
           case l: Literal[_] => literal(c, l) match {
-            case Some(s: Value.Str) if c.domain.contains(Domain.StringDomain) =>
-              Converted(Filter.StartsWith(c, s, negate), complete = true)
-            case _ => Declined(s"STARTS_WITH on non-string column ${c.name}")
-          }
+              case Some(s: Value.Str) if c.domain.contains(Domain.StringDomain) =>
+                Converted(Filter.StartsWith(c, s, negate), complete = true)
+              case _ => Declined(s"STARTS_WITH on non-string column ${c.name}")
+            }
           case _ => Declined("STARTS_WITH with a non-literal prefix")
         }
       }
@@ -89,8 +92,12 @@ final class PredicateConverter(resolve: String => Option[FilterColumn]) {
     }
   }
 
-  private def comparison(p: Predicate, negate: Boolean, ref: NamedReference, lit: Literal[_],
-      flipped: Boolean): Conversion = {
+  private def comparison(
+      p: Predicate,
+      negate: Boolean,
+      ref: NamedReference,
+      lit: Literal[_],
+      flipped: Boolean): Conversion =
     column(ref) match {
       case Left(reason) => Declined(reason)
       case Right(c) if p.name() == "<=>" =>
@@ -99,7 +106,9 @@ final class PredicateConverter(resolve: String => Option[FilterColumn]) {
           case None => Declined(s"literal type ${lit.dataType().simpleString} does not match column ${c.name}")
           case Some(v) if !negate => Converted(Filter.Compare(CompareOp.Eq, c, v), complete = true)
           case Some(v) => // NOT (c <=> v): c IS NULL OR c <> v
-            Converted(Filter.Or(Filter.IsNull(c, negated = false), Filter.Compare(CompareOp.NotEq, c, v)), complete = true)
+            Converted(
+              Filter.Or(Filter.IsNull(c, negated = false), Filter.Compare(CompareOp.NotEq, c, v)),
+              complete = true)
         }
       case Right(c) =>
         if (lit.value() == null) Converted(Filter.Const(false), complete = true) // NULL comparison, negated or not
@@ -111,7 +120,6 @@ final class PredicateConverter(resolve: String => Option[FilterColumn]) {
             Converted(Filter.Compare(if (negate) op1.negate else op1, c, v), complete = true)
         }
     }
-  }
 
   private def withColumn(p: Predicate, child: Int)(f: FilterColumn => Conversion): Conversion =
     p.children()(child) match {
@@ -130,8 +138,10 @@ final class PredicateConverter(resolve: String => Option[FilterColumn]) {
     (domain, l.value(), l.dataType()) match {
       case (Domain.IntegralDomain, v: Number, ByteType | ShortType | IntegerType | LongType) if integralColumn(c) =>
         Some(Value.Integral(v.longValue()))
-      case (Domain.IntegralDomain, v: Integer, DateType) if c.dataType == DateType => Some(Value.Integral(v.longValue()))
-      case (Domain.IntegralDomain, v: java.lang.Long, TimestampType) if c.dataType == TimestampType => Some(Value.Integral(v))
+      case (Domain.IntegralDomain, v: Integer, DateType) if c.dataType == DateType =>
+        Some(Value.Integral(v.longValue()))
+      case (Domain.IntegralDomain, v: java.lang.Long, TimestampType) if c.dataType == TimestampType =>
+        Some(Value.Integral(v))
       case (Domain.IntegralDomain, v: java.lang.Long, TimestampNTZType) if c.dataType == TimestampNTZType =>
         Some(Value.Integral(v))
       case (Domain.FloatingDomain, v: java.lang.Float, FloatType) => Some(Value.Floating(v.doubleValue()))

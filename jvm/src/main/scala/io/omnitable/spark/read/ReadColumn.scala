@@ -9,16 +9,20 @@ sealed trait ReadColumn extends Serializable {
 }
 
 object ReadColumn {
+
   /** A stored column (including `_ai_unique_id_`), read from the file that provides it. */
   final case class Stored(columnId: Int, physicalName: String, field: StructField) extends ReadColumn
+
   /** `_ai_append_name_`: the fragment's batch name. */
   case object AppendName extends ReadColumn {
     val field: StructField = StructField(SystemColumns.AppendName, StringType, nullable = false)
   }
+
   /** Metadata column `_ai_fragment_`: the fragment id. */
   case object FragmentId extends ReadColumn {
     val field: StructField = StructField(SystemColumns.Fragment, StringType, nullable = false)
   }
+
   /** Metadata column `_ai_row_offset_`: the row's position in its fragment. */
   case object RowOffset extends ReadColumn {
     val field: StructField = StructField(SystemColumns.RowOffset, LongType, nullable = false)

@@ -55,7 +55,8 @@ object ScanPlanner {
     val wantedFragments = request.fragments.map(_.toSet)
     wantedFragments.foreach { ids =>
       val missing = ids -- fragments.map(_.fragmentId)
-      if (missing.nonEmpty) throw OmniTableErrors.fragmentNotFound(snap.table.name, snap.snapshot.label, missing.toSeq.sorted)
+      if (missing.nonEmpty)
+        throw OmniTableErrors.fragmentNotFound(snap.table.name, snap.snapshot.label, missing.toSeq.sorted)
     }
     val kept = mutable.ArrayBuffer.empty[FragmentEntry]
     var rows = 0L
@@ -80,18 +81,26 @@ object ScanPlanner {
       files.foreach(f => usedFiles(f.fileId) = f)
       val slices = files.map { f =>
         val fields = request.readColumns.collect {
-          case s: ReadColumn.Stored if frag.fileFor(s.columnId).contains(f) => s.field.copy(name = s.physicalName, nullable = true)
+          case s: ReadColumn.Stored if frag.fileFor(s.columnId).contains(f) =>
+            s.field.copy(name = s.physicalName, nullable = true)
         }
         FileSlice(DataPaths.join(tableUri, f.path), org.apache.spark.sql.types.StructType(fields), f.rowCount)
       }.toArray
-      request.maxRowsPerPartition.fold(Seq((0L, frag.rowCount)))(rowRanges(frag.rowCount, _)).foreach { case (start, end) =>
-        partitions += FragmentInputPartition(frag.fragmentId, frag.batchName, frag.rowCount, start, end, slices, sources)
+      request.maxRowsPerPartition.fold(Seq((0L, frag.rowCount)))(rowRanges(frag.rowCount, _)).foreach {
+        case (start, end) =>
+          partitions +=
+            FragmentInputPartition(frag.fragmentId, frag.batchName, frag.rowCount, start, end, slices, sources)
       }
     }
     val counts = PruningCounts(fragments.size, byBatch, byFragment, byPredicate, byStats, empty, byLimit)
     val chosen = usedFiles.values.toSeq
-    ScanPlan(partitions.toSeq, counts, chosen.map(_.groupName).distinct.sorted, chosen.map(_.path),
-      chosen.map(_.sizeBytes).sum, rows)
+    ScanPlan(
+      partitions.toSeq,
+      counts,
+      chosen.map(_.groupName).distinct.sorted,
+      chosen.map(_.path),
+      chosen.map(_.sizeBytes).sum,
+      rows)
   }
 
   /** What the catalog knows about a filter column over the whole fragment. */
@@ -99,9 +108,9 @@ object ScanPlanner {
     case FilterColumn.BatchName => StatsView.constant(Value.str(frag.batchName), frag.rowCount)
     case FilterColumn.FragmentId => StatsView.constant(Value.str(frag.fragmentId), frag.rowCount)
     case FilterColumn.Data => frag.fileFor(c.columnId) match {
-      case None => StatsView.allNull(frag.rowCount)
-      case Some(file) => StatsView.fromCatalog(file.columns(c.columnId), frag.rowCount, c.domain)
-    }
+        case None => StatsView.allNull(frag.rowCount)
+        case Some(file) => StatsView.fromCatalog(file.columns(c.columnId), frag.rowCount, c.domain)
+      }
   }
 
   /** The files to open for `columns` (each needed once) and where every column comes from. */
@@ -110,16 +119,16 @@ object ScanPlanner {
     val fieldCount = mutable.ArrayBuffer.empty[Int]
     val sources = columns.map {
       case s: ReadColumn.Stored => frag.fileFor(s.columnId) match {
-        case None => ColumnSource.Nulls
-        case Some(f) =>
-          val i = files.indexOf(f) match {
-            case -1 => files += f; fieldCount += 0; files.size - 1
-            case k => k
-          }
-          val field = fieldCount(i)
-          fieldCount(i) = field + 1
-          ColumnSource.FromFile(i, field)
-      }
+          case None => ColumnSource.Nulls
+          case Some(f) =>
+            val i = files.indexOf(f) match {
+              case -1 => files += f; fieldCount += 0; files.size - 1
+              case k => k
+            }
+            val field = fieldCount(i)
+            fieldCount(i) = field + 1
+            ColumnSource.FromFile(i, field)
+        }
       case ReadColumn.AppendName => ColumnSource.AppendName
       case ReadColumn.FragmentId => ColumnSource.FragmentId
       case ReadColumn.RowOffset => ColumnSource.RowOffset

@@ -31,7 +31,11 @@ object StatsView {
     val min = for (d <- domain; t <- stats.min; v <- d.decodeStat(t)) yield v
     val max = for (d <- domain; t <- stats.max; v <- d.decodeStat(t)) yield v
     // docs/catalog.md: float bounds are not kept for files holding NaN, so bounds imply no NaN.
-    StatsView(min.filter(_ => max.isDefined), max.filter(_ => min.isDefined), stats.nullCount, rows,
+    StatsView(
+      min.filter(_ => max.isDefined),
+      max.filter(_ => min.isDefined),
+      stats.nullCount,
+      rows,
       mayHoldNaN = min.isEmpty || max.isEmpty)
   }
 }
@@ -52,18 +56,20 @@ object StatsEvaluator {
       val s = stats(c)
       s.rowCount > 0 && (if (negated) !s.allNull else s.nullCount.forall(_ > 0))
     case Filter.Compare(op, c, v) => nonNull(stats(c)).exists(s => compare(op, c, v, s))
-    case Filter.In(c, values, false) => nonNull(stats(c)).exists(s => values.exists(v => compare(CompareOp.Eq, c, v, s)))
+    case Filter.In(c, values, false) =>
+      nonNull(stats(c)).exists(s => values.exists(v => compare(CompareOp.Eq, c, v, s)))
     case Filter.In(c, values, true) => nonNull(stats(c)).exists { s =>
-      s.mayHoldNaN && isFloating(c) || !(bounded(s) && eq(c, s.min.get, s.max.get) && values.exists(eq(c, _, s.min.get)))
-    }
-    case Filter.StartsWith(c, prefix, negated) => nonNull(stats(c)).exists { s =>
-      (s.min, s.max) match {
-        case (Some(lo: Value.Str), Some(hi: Value.Str)) =>
-          if (negated) !(startsWith(lo, prefix) && startsWith(hi, prefix))
-          else !(cmp(c, hi, prefix).exists(_ < 0) || (cmp(c, lo, prefix).exists(_ > 0) && !startsWith(lo, prefix)))
-        case _ => true
+        s.mayHoldNaN && isFloating(c) ||
+        !(bounded(s) && eq(c, s.min.get, s.max.get) && values.exists(eq(c, _, s.min.get)))
       }
-    }
+    case Filter.StartsWith(c, prefix, negated) => nonNull(stats(c)).exists { s =>
+        (s.min, s.max) match {
+          case (Some(lo: Value.Str), Some(hi: Value.Str)) =>
+            if (negated) !(startsWith(lo, prefix) && startsWith(hi, prefix))
+            else !(cmp(c, hi, prefix).exists(_ < 0) || (cmp(c, lo, prefix).exists(_ > 0) && !startsWith(lo, prefix)))
+          case _ => true
+        }
+      }
   }
 
   /** None when no row can hold a non-NULL value (so no comparison can be true), else the view. */

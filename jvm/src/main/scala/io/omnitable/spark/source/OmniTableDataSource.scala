@@ -31,10 +31,15 @@ class OmniTableDataSource extends TableProvider with DataSourceRegister {
   override def inferSchema(options: CaseInsensitiveStringMap): StructType =
     new OmniTableTable(handle(options.asCaseSensitiveMap().asScala.toMap)).schema
 
-  override def getTable(schema: StructType, partitioning: Array[Transform],
+  override def getTable(
+      schema: StructType,
+      partitioning: Array[Transform],
       properties: util.Map[String, String]): Table = {
     if (partitioning.nonEmpty) {
-      throw OmniTableErrors.invalidOption("partitioning", partitioning.mkString(", "), "omnitable tables are not partitioned")
+      throw OmniTableErrors.invalidOption(
+        "partitioning",
+        partitioning.mkString(", "),
+        "omnitable tables are not partitioned")
     }
     new OmniTableTable(handle(properties.asScala.toMap))
   }

@@ -6,7 +6,13 @@ import scala.jdk.CollectionConverters._
 
 import io.omnitable.spark.OmniTableConf
 import io.omnitable.spark.read.{OmniTableScanBuilder, ReadColumn}
-import org.apache.spark.sql.connector.catalog.{MetadataColumn, SupportsMetadataColumns, SupportsRead, Table, TableCapability}
+import org.apache.spark.sql.connector.catalog.{
+  MetadataColumn,
+  SupportsMetadataColumns,
+  SupportsRead,
+  Table,
+  TableCapability
+}
 import org.apache.spark.sql.connector.read.ScanBuilder
 import org.apache.spark.sql.types.{DataType, StructType}
 import org.apache.spark.sql.util.CaseInsensitiveStringMap

@@ -30,10 +30,14 @@ object ReadOptions {
   def parse(options: Map[String, String]): ReadOptions = {
     val lowered = options.map { case (k, v) => k.toLowerCase(Locale.ROOT) -> v }
     def get(key: String): Option[String] = lowered.get(key.toLowerCase(Locale.ROOT)).map(_.trim).filter(_.nonEmpty)
-    val table = get(Table).orElse(get("table")).getOrElse(throw OmniTableErrors.invalidOption(Table, "",
+    val table = get(Table).orElse(get("table")).getOrElse(throw OmniTableErrors.invalidOption(
+      Table,
+      "",
       "name the table to read: spark.read.format(\"omnitable\").load(\"<table>\")"))
     val version = get(VersionAsOf).map { v =>
-      v.toLongOption.filter(_ >= 0).getOrElse(throw OmniTableErrors.invalidOption(VersionAsOf, v,
+      v.toLongOption.filter(_ >= 0).getOrElse(throw OmniTableErrors.invalidOption(
+        VersionAsOf,
+        v,
         "expected a version number >= 0"))
     }
     val timestamp = get(TimestampAsOf).map(parseTimestamp)
@@ -42,8 +46,11 @@ object ReadOptions {
       if (items.isEmpty) throw OmniTableErrors.invalidOption(key, raw, s"expected a comma-separated list of $what")
       items
     }
-    ReadOptions(table, SnapshotSpec(branch = get(Branch), tag = get(Tag), version = version, asOfMicros = timestamp),
-      list(Batches, "batch names"), list(Fragments, "fragment ids"))
+    ReadOptions(
+      table,
+      SnapshotSpec(branch = get(Branch), tag = get(Tag), version = version, asOfMicros = timestamp),
+      list(Batches, "batch names"),
+      list(Fragments, "fragment ids"))
   }
 
   /** ISO-8601 instant ('2026-11-29T11:24:37Z') or epoch milliseconds, to epoch microseconds. */
@@ -52,8 +59,10 @@ object ReadOptions {
       val i = Instant.parse(v)
       i.getEpochSecond * 1000000L + i.getNano / 1000L
     } catch {
-      case _: DateTimeParseException => throw OmniTableErrors.invalidOption(TimestampAsOf, v,
-        "expected an ISO-8601 instant such as 2026-11-29T11:24:37Z, or epoch milliseconds")
+      case _: DateTimeParseException => throw OmniTableErrors.invalidOption(
+          TimestampAsOf,
+          v,
+          "expected an ISO-8601 instant such as 2026-11-29T11:24:37Z, or epoch milliseconds")
     }
   }
 }

@@ -16,7 +16,8 @@ class CatalogAddressSuite extends AnyFunSuite {
 
   test("sqlite URLs name the database file (three slashes relative, four absolute)") {
     assert(CatalogAddress.parse("sqlite:////abs/c.db").asInstanceOf[SqliteAddress].dbFile == new File("/abs/c.db"))
-    assert(CatalogAddress.parse("sqlite:///r/c.db").asInstanceOf[SqliteAddress].dbFile == new File("r/c.db").getAbsoluteFile)
+    assert(CatalogAddress.parse("sqlite:///r/c.db").asInstanceOf[SqliteAddress].dbFile ==
+      new File("r/c.db").getAbsoluteFile)
     intercept[OmniTableAnalysisException](CatalogAddress.parse("sqlite://"))
     intercept[OmniTableAnalysisException](CatalogAddress.parse("sqlite:///:memory:"))
   }

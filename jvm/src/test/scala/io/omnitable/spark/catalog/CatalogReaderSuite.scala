@@ -55,7 +55,8 @@ class CatalogReaderSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   test("bad refs and versions are clear errors") {
     def msg(spec: SnapshotSpec) = intercept[OmniTableAnalysisException](resolve(spec)).getMessage
-    assert(msg(SnapshotSpec(branch = Some("x"))).contains("Cannot find branch 'x' of table 'hand' (branches: b1, b2, main)"))
+    assert(msg(SnapshotSpec(branch =
+      Some("x"))).contains("Cannot find branch 'x' of table 'hand' (branches: b1, b2, main)"))
     assert(msg(SnapshotSpec(branch = Some("t"))).contains("Cannot find branch 't'"))
     assert(msg(SnapshotSpec(tag = Some("b1"))).contains("Cannot find tag 'b1' of table 'hand' (tags: t)"))
     assert(msg(SnapshotSpec(version = Some(7))).contains("versions run from 0 to 6"))
@@ -91,7 +92,8 @@ class CatalogReaderSuite extends AnyFunSuite with BeforeAndAfterAll {
   private def withCopy(sql: String)(check: String => Unit): Unit = {
     val dir = TestWarehouses.copyOfWarehouse()
     val conn = new org.sqlite.JDBC().connect("jdbc:sqlite:" + new File(dir, "catalog.db"), new Properties())
-    try conn.createStatement().executeUpdate(sql) finally conn.close()
+    try conn.createStatement().executeUpdate(sql)
+    finally conn.close()
     check(dir.getPath)
   }
 

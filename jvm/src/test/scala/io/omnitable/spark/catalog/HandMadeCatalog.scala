@@ -13,7 +13,8 @@ final class HandMadeCatalog {
   val dir: File = Files.createTempDirectory("omnitable-handmade").toFile
   val tableId = "t0"
 
-  private val conn: Connection = new org.sqlite.JDBC().connect("jdbc:sqlite:" + new File(dir, "catalog.db"), new Properties())
+  private val conn: Connection =
+    new org.sqlite.JDBC().connect("jdbc:sqlite:" + new File(dir, "catalog.db"), new Properties())
   SchemaFile.statements.foreach(s => exec(s))
   exec(s"INSERT INTO omnitable_meta VALUES ('schema_version', '${SchemaFile.version}'), ('root', '.')")
   exec(s"INSERT INTO tables VALUES ('$tableId', 'hand', 'hand', 0, 1, '{}', '2026-01-01T00:00:00.000000Z')")
@@ -22,7 +23,8 @@ final class HandMadeCatalog {
 
   def exec(sql: String): Unit = {
     val st = conn.createStatement()
-    try st.executeUpdate(sql) finally st.close()
+    try st.executeUpdate(sql)
+    finally st.close()
   }
 
   def commit(version: Long, branch: String, at: String): Unit =

@@ -21,8 +21,12 @@ class OmniTableCatalogSuite extends AnyFunSuite with SharedSparkSession {
 
   test("DESCRIBE TABLE shows system columns first, then columns in position order") {
     val rows = spark.sql("DESCRIBE TABLE omnitable.refs").collect().map(r => r.getString(0) -> r.getString(1))
-    assert(rows.toSeq.take(5) == Seq("_ai_unique_id_" -> "bigint", "_ai_append_name_" -> "string",
-      "x" -> "bigint", "s" -> "string", "y" -> "double"))
+    assert(rows.toSeq.take(5) == Seq(
+      "_ai_unique_id_" -> "bigint",
+      "_ai_append_name_" -> "string",
+      "x" -> "bigint",
+      "s" -> "string",
+      "y" -> "double"))
   }
 
   test("SELECT from a catalog table equals the Python reader") {
@@ -38,8 +42,11 @@ class OmniTableCatalogSuite extends AnyFunSuite with SharedSparkSession {
   }
 
   test("TIMESTAMP AS OF picks the newest version committed by then") {
-    assertSameRows(spark.sql("SELECT * FROM omnitable.refs TIMESTAMP AS OF '2999-01-01 00:00:00'"), expected("refs_head"))
-    val e = intercept[AnalysisException](spark.sql("SELECT * FROM omnitable.refs TIMESTAMP AS OF '2000-01-01'").collect())
+    assertSameRows(
+      spark.sql("SELECT * FROM omnitable.refs TIMESTAMP AS OF '2999-01-01 00:00:00'"),
+      expected("refs_head"))
+    val e =
+      intercept[AnalysisException](spark.sql("SELECT * FROM omnitable.refs TIMESTAMP AS OF '2000-01-01'").collect())
     assert(e.getMessage.contains("has no version committed at or before"))
   }
 

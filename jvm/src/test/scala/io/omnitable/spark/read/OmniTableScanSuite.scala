@@ -3,8 +3,8 @@ package io.omnitable.spark.read
 import io.omnitable.spark.{SharedSparkSession, TestWarehouses}
 import io.omnitable.spark.SparkTestUtils.assertSameRows
 import org.apache.spark.sql.DataFrame
-import org.apache.spark.sql.functions.{count, sum}
 import org.apache.spark.sql.execution.datasources.v2.BatchScanExec
+import org.apache.spark.sql.functions.{count, sum}
 import org.scalatest.funsuite.AnyFunSuite
 
 class OmniTableScanSuite extends AnyFunSuite with SharedSparkSession {
@@ -28,10 +28,24 @@ class OmniTableScanSuite extends AnyFunSuite with SharedSparkSession {
   }
 
   private val predicates = Seq(
-    "score < 10", "score >= 150.5", "score = 42.0", "score BETWEEN 20 AND 30.5", "NOT (score > 5)",
-    "score IN (1.0, 77.7, 180.0)", "score IS NULL", "k > 990", "name LIKE 'p2-%'", "name >= 'p3'",
-    "_ai_append_name_ = 'p2'", "_ai_append_name_ IN ('p1', 'p4') AND score > 180", "score > 100 OR k < 3",
-    "_ai_unique_id_ < 1500", "NOT (_ai_append_name_ <> 'p3')", "score <=> 33.0", "payload LIKE '%9'")
+    "score < 10",
+    "score >= 150.5",
+    "score = 42.0",
+    "score BETWEEN 20 AND 30.5",
+    "NOT (score > 5)",
+    "score IN (1.0, 77.7, 180.0)",
+    "score IS NULL",
+    "k > 990",
+    "name LIKE 'p2-%'",
+    "name >= 'p3'",
+    "_ai_append_name_ = 'p2'",
+    "_ai_append_name_ IN ('p1', 'p4') AND score > 180",
+    "score > 100 OR k < 3",
+    "_ai_unique_id_ < 1500",
+    "NOT (_ai_append_name_ <> 'p3')",
+    "score <=> 33.0",
+    "payload LIKE '%9'"
+  )
 
   test("pruned reads equal unpruned reads for every predicate") {
     predicates.foreach { p =>
@@ -43,7 +57,9 @@ class OmniTableScanSuite extends AnyFunSuite with SharedSparkSession {
 
   test("pruned reads equal unpruned reads on every statistics type") {
     def types(options: (String, String)*): DataFrame = options.foldLeft(
-      spark.read.format("omnitable").option("warehouse", TestWarehouses.warehouse)) { case (r, (k, v)) => r.option(k, v) }
+      spark.read.format("omnitable").option("warehouse", TestWarehouses.warehouse)) { case (r, (k, v)) =>
+      r.option(k, v)
+    }
       .load("types")
     val full = types(noPruning: _*)
     val pruned = types("batch_size" -> "64")
@@ -117,7 +133,9 @@ class OmniTableScanSuite extends AnyFunSuite with SharedSparkSession {
     val off = pruning("row_group_filtering" -> "false").where("score >= 101.0 AND score < 103.0").select("payload")
     assert(metric(off, ReadMetrics.RowGroupsSkipped) == 0)
     assert(metric(df, ReadMetrics.BytesRead) < metric(off, ReadMetrics.BytesRead))
-    assertSameRows(df, pruning(noPruning: _*).where("score >= 101.0 AND score < 103.0").select("_ai_unique_id_", "payload"))
+    assertSameRows(
+      df,
+      pruning(noPruning: _*).where("score >= 101.0 AND score < 103.0").select("_ai_unique_id_", "payload"))
   }
 
   test("a pushed limit reads only the fragments it needs") {
@@ -136,10 +154,12 @@ class OmniTableScanSuite extends AnyFunSuite with SharedSparkSession {
   }
 
   test("the fragments option reads only those fragments; split_fragments=false keeps each whole and in order") {
-    val ids = pruning().where("_ai_append_name_ = 'p2'").select("_ai_fragment_").distinct().collect().map(_.getString(0))
+    val ids =
+      pruning().where("_ai_append_name_ = 'p2'").select("_ai_fragment_").distinct().collect().map(_.getString(0))
     val picked = ids.sorted.take(2)
-    val df = pruning("fragments" -> picked.mkString(","), "split_fragments" -> "false", "max_rows_per_partition" -> "300")
-      .select("_ai_fragment_", "_ai_row_offset_", "name")
+    val df =
+      pruning("fragments" -> picked.mkString(","), "split_fragments" -> "false", "max_rows_per_partition" -> "300")
+        .select("_ai_fragment_", "_ai_row_offset_", "name")
     val (scan, _) = scanOf(df)
     assert(scan.plan.counts.kept == 2 && scan.plan.counts.byFragmentOption == 18 && scan.plan.partitions.size == 2)
     val perPartition = df.rdd.glom().collect().filter(_.nonEmpty)

@@ -14,7 +14,8 @@ class PredicateConverterSuite extends AnyFunSuite {
     "d" -> FilterColumn("d", FilterColumn.Data, 2, "d", DateType),
     "s" -> FilterColumn("s", FilterColumn.Data, 3, "s", StringType),
     "b" -> FilterColumn("b", FilterColumn.Data, 4, "b", BinaryType),
-    "_ai_append_name_" -> FilterColumn("_ai_append_name_", FilterColumn.BatchName, -1, "", StringType))
+    "_ai_append_name_" -> FilterColumn("_ai_append_name_", FilterColumn.BatchName, -1, "", StringType)
+  )
   private val converter = new PredicateConverter(cols.get)
 
   private final case class Ref(fieldNames: Array[String]) extends NamedReference {
@@ -30,16 +31,22 @@ class PredicateConverterSuite extends AnyFunSuite {
   private def x = cols("x")
 
   test("comparisons normalize to column-op-literal, flipping when the literal is on the left") {
-    assert(converter.convert(p(">", ref("x"), int(3))) == Converted(Filter.Compare(CompareOp.Gt, x, Value.Integral(3)), complete = true))
-    assert(converter.convert(p(">", int(3), ref("x"))) == Converted(Filter.Compare(CompareOp.Lt, x, Value.Integral(3)), complete = true))
+    assert(converter.convert(p(">", ref("x"), int(3))) ==
+      Converted(Filter.Compare(CompareOp.Gt, x, Value.Integral(3)), complete = true))
+    assert(converter.convert(p(">", int(3), ref("x"))) ==
+      Converted(Filter.Compare(CompareOp.Lt, x, Value.Integral(3)), complete = true))
   }
 
   test("NOT is pushed to the leaves") {
     val notAnd = new V2Not(new V2And(p("<", ref("x"), int(3)), p("IS_NULL", ref("s"))))
-    assert(converter.convert(notAnd) == Converted(Filter.Or(Filter.Compare(CompareOp.GtEq, x, Value.Integral(3)),
-      Filter.IsNull(cols("s"), negated = true)), complete = true))
+    assert(converter.convert(notAnd) == Converted(
+      Filter.Or(
+        Filter.Compare(CompareOp.GtEq, x, Value.Integral(3)),
+        Filter.IsNull(cols("s"), negated = true)),
+      complete = true))
     assert(converter.convert(new V2Not(p("<=>", ref("x"), int(1)))) == Converted(
-      Filter.Or(Filter.IsNull(x, negated = false), Filter.Compare(CompareOp.NotEq, x, Value.Integral(1))), complete = true))
+      Filter.Or(Filter.IsNull(x, negated = false), Filter.Compare(CompareOp.NotEq, x, Value.Integral(1))),
+      complete = true))
   }
 
   test("half an AND is still usable for pruning, but is not complete; half an OR is not") {
@@ -53,7 +60,8 @@ class PredicateConverterSuite extends AnyFunSuite {
   }
 
   test("NULL literals and IN lists with NULL") {
-    assert(converter.convert(p("=", ref("x"), LiteralValue(null, IntegerType))) == Converted(Filter.Const(false), complete = true))
+    assert(converter.convert(p("=", ref("x"), LiteralValue(null, IntegerType))) ==
+      Converted(Filter.Const(false), complete = true))
     assert(converter.convert(p("IN", ref("x"), int(1), LiteralValue(null, IntegerType))) ==
       Converted(Filter.In(x, Seq(Value.Integral(1)), negated = false), complete = true))
     assert(converter.convert(new V2Not(p("IN", ref("x"), int(1), LiteralValue(null, IntegerType)))) ==
@@ -67,7 +75,8 @@ class PredicateConverterSuite extends AnyFunSuite {
     assert(reason(p("=", Ref(Array("s", "inner")), int(3))).contains("nested field"))
     assert(reason(p("CONTAINS", ref("s"), str("a"))).contains("CONTAINS"))
     assert(reason(p("=", ref("b"), LiteralValue(Array[Byte](1), BinaryType))).contains("does not match"))
-    assert(converter.convert(p("IS_NOT_NULL", ref("b"))) == Converted(Filter.IsNull(cols("b"), negated = true), complete = true))
+    assert(converter.convert(p("IS_NOT_NULL", ref("b"))) ==
+      Converted(Filter.IsNull(cols("b"), negated = true), complete = true))
     assert(reason(p("=", ref("x"), ref("x"))).contains("does not compare a column with a literal"))
   }
 

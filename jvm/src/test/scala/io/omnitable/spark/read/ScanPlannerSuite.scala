@@ -1,8 +1,8 @@
 package io.omnitable.spark.read
 
+import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector
 import org.apache.spark.sql.types.LongType
 import org.apache.spark.sql.vectorized.ColumnVector
-import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector
 import org.scalatest.funsuite.AnyFunSuite
 
 class ScanPlannerSuite extends AnyFunSuite {

@@ -85,10 +85,12 @@ class StatsEvaluatorSuite extends AnyFunSuite {
 
   test("catalog statistics decode per type; missing bounds mean unknown (and maybe NaN)") {
     val v = StatsView.fromCatalog(FileColumnStats(Some(0), Some("-Infinity"), Some("1e+20")), 10, d.domain)
-    assert(v.min.contains(Value.Floating(Double.NegativeInfinity)) && v.max.contains(Value.Floating(1e20)) && !v.mayHoldNaN)
+    assert(v.min.contains(Value.Floating(Double.NegativeInfinity)) && v.max.contains(Value.Floating(1e20)) &&
+      !v.mayHoldNaN)
     val none = StatsView.fromCatalog(FileColumnStats(Some(2), None, None), 10, d.domain)
     assert(none.min.isEmpty && none.mayHoldNaN)
-    val dec = StatsView.fromCatalog(FileColumnStats(Some(0), Some("-12.500"), Some("3.000")), 10, Domain.of(DecimalType(10, 3)))
+    val dec =
+      StatsView.fromCatalog(FileColumnStats(Some(0), Some("-12.500"), Some("3.000")), 10, Domain.of(DecimalType(10, 3)))
     assert(dec.min.contains(Value.Dec(new java.math.BigDecimal("-12.500"))))
     assert(Domain.of(BinaryType).isEmpty && Domain.of(ArrayType(IntegerType)).isEmpty)
   }

@@ -79,7 +79,9 @@ class OmniTableDataSourceSuite extends AnyFunSuite with SharedSparkSession {
     assert(failure(omni.load("nope")).contains("Cannot find table 'nope'"))
     assert(failure(omni.load("nope")).contains("misaligned, pruning, refs, types"))
     assert(failure(omni.option("branch", "nope").load("refs")).contains("Cannot find branch 'nope'"))
-    assert(failure(omni.option("tag", "nope").load("refs")).contains("Cannot find tag 'nope' of table 'refs' (tags: t1)"))
+    assert(failure(omni.option(
+      "tag",
+      "nope").load("refs")).contains("Cannot find tag 'nope' of table 'refs' (tags: t1)"))
     assert(failure(omni.option("versionAsOf", "99").load("refs")).contains("Cannot read version 99 of table 'refs'"))
     assert(failure(omni.option("versionAsOf", "-1").load("refs")).contains("expected a version number"))
     assert(failure(omni.option("batches", "zz").load("types")).contains("Cannot read batches 'zz'"))
