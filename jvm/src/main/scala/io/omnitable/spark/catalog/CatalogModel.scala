@@ -62,11 +62,14 @@ final case class FragmentEntry(
     path: String,
     files: Seq[FileEntry]) {
 
+  /** For each column id, the file providing it (computed once: scans ask per column and fragment). */
+  private lazy val providers: Map[Int, FileEntry] =
+    files.flatMap(f => f.columns.keys.map(_ -> f)).groupBy(_._1).map { case (id, carrying) =>
+      id -> carrying.map(_._2).maxBy(f => (f.addedVersion, f.fileId))
+    }
+
   /** The file providing `columnId`: the visible one carrying it with the highest added_version. */
-  def fileFor(columnId: Int): Option[FileEntry] = {
-    val carrying = files.filter(_.columns.contains(columnId))
-    if (carrying.isEmpty) None else Some(carrying.maxBy(f => (f.addedVersion, f.fileId)))
-  }
+  def fileFor(columnId: Int): Option[FileEntry] = providers.get(columnId)
 }
 
 /**

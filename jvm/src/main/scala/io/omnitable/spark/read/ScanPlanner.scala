@@ -81,7 +81,7 @@ object ScanPlanner {
       files.foreach(f => usedFiles(f.fileId) = f)
       val slices = files.map { f =>
         val fields = request.readColumns.collect {
-          case s: ReadColumn.Stored if frag.fileFor(s.columnId).contains(f) =>
+          case s: ReadColumn.Stored if frag.fileFor(s.columnId).exists(_ eq f) =>
             s.field.copy(name = s.physicalName, nullable = true)
         }
         FileSlice(DataPaths.join(tableUri, f.path), org.apache.spark.sql.types.StructType(fields), f.rowCount)
@@ -121,7 +121,7 @@ object ScanPlanner {
       case s: ReadColumn.Stored => frag.fileFor(s.columnId) match {
           case None => ColumnSource.Nulls
           case Some(f) =>
-            val i = files.indexOf(f) match {
+            val i = files.indexWhere(_ eq f) match {
               case -1 => files += f; fieldCount += 0; files.size - 1
               case k => k
             }
