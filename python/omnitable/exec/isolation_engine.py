@@ -166,6 +166,13 @@ def execute(
     if mode == "off":
         return Execution(check_result(fn(*columns), n, output_names), [], "off", 1)
     if mode == "inprocess":
+        first = guarded_call(  # the fast path: one vectorized call, nothing else
+            fn, columns, n, output_names, policy.budget_s(n), policy.memory_mb, policy.limits
+        )
+        if not isinstance(first, CallFailure):
+            return Execution(first, [], "inprocess", 1)
+        if n == 0:
+            return Execution([pd.Series([], dtype=object) for _ in output_names], [], mode, 1)
 
         def call_here(lo: int, hi: int, budget_s: float | None) -> Outcome:
             args = columns if (lo, hi) == (0, n) else [_rows(c, lo, hi) for c in columns]
@@ -173,7 +180,7 @@ def execute(
                 fn, args, hi - lo, output_names, budget_s, policy.memory_mb, policy.limits
             )
 
-        return _search(call_here, columns, n, output_names, policy, "inprocess")
+        return _search(call_here, columns, n, output_names, policy, "inprocess", first)
     shipped = ship(fn)
     batch_id = next(_BATCH_IDS)
     sup = POOL.acquire()
@@ -208,7 +215,12 @@ def _search(
     names: list[str],
     policy: IsolationPolicy,
     mode: str,
+    first: CallFailure | None = None,
 ) -> Execution:
+    """Bisect ``[0, n)`` until every record is computed or failed alone.
+
+    ``first``: the outcome of the call over the whole batch when the caller already made it.
+    """
     if n == 0:
         out = call(0, 0, policy.budget_s(0))
         empty = [pd.Series([], dtype=object) for _ in names]
@@ -219,7 +231,10 @@ def _search(
     calls = 0
     while stack:
         lo, hi = stack.pop()
-        out = call(lo, hi, policy.budget_s(hi - lo))
+        if first is not None:
+            out, first = first, None
+        else:
+            out = call(lo, hi, policy.budget_s(hi - lo))
         calls += 1
         if not isinstance(out, CallFailure):
             pieces.append((lo, hi, out))
