@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -111,7 +112,12 @@ def zygote_main(fd: int) -> None:
             return
         req = pickle.loads(data)
         if req[0] == "fork":
-            pid = os.fork()
+            with warnings.catch_warnings():
+                # 3.12+ warns when forking with threads: ours are library-owned (jemalloc's
+                # background thread, OpenBLAS), which register fork handlers; the Python
+                # interpreter itself is single-threaded here.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
             if pid == 0:  # the worker
                 code = 1
                 try:
