@@ -1,6 +1,5 @@
 package io.omnitable.spark.source
 
-import java.time.Instant
 import java.time.format.DateTimeParseException
 import java.util.Locale
 
@@ -53,16 +52,25 @@ object ReadOptions {
       list(Fragments, "fragment ids"))
   }
 
-  /** ISO-8601 instant ('2026-11-29T11:24:37Z') or epoch milliseconds, to epoch microseconds. */
+  /**
+   * An ISO-8601 instant ('2026-11-29T11:24:37Z', '2026-11-29 11:24:37.5+01:00'; no zone means UTC)
+   * or epoch milliseconds, to epoch microseconds.
+   */
   private def parseTimestamp(v: String): Long = v.toLongOption.map(_ * 1000L).getOrElse {
-    try {
-      val i = Instant.parse(v)
-      i.getEpochSecond * 1000000L + i.getNano / 1000L
-    } catch {
-      case _: DateTimeParseException => throw OmniTableErrors.invalidOption(
-          TimestampAsOf,
-          v,
-          "expected an ISO-8601 instant such as 2026-11-29T11:24:37Z, or epoch milliseconds")
-    }
+    val text = v.trim.replaceFirst("^(\\d{4}-\\d{2}-\\d{2}) ", "$1T")
+    val instant =
+      try java.time.OffsetDateTime.parse(text).toInstant
+      catch {
+        case _: DateTimeParseException =>
+          try java.time.LocalDateTime.parse(text).toInstant(java.time.ZoneOffset.UTC)
+          catch {
+            case _: DateTimeParseException =>
+              throw OmniTableErrors.invalidOption(
+                TimestampAsOf,
+                v,
+                "expected an ISO-8601 instant such as 2026-11-29T11:24:37Z, or epoch milliseconds")
+          }
+      }
+    instant.getEpochSecond * 1000000L + instant.getNano / 1000L
   }
 }
