@@ -95,7 +95,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
     """One local[2] SparkSession with the OmniTable jar for the whole test process."""
     session = omnitable.spark_session(
         tmp_path_factory.mktemp("spark-default-wh"),
-        master="local[2]",
+        master="local[2,4]",  # 4 attempts per task, as on a cluster (crash escalation needs retries)
         **{
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "4",
@@ -103,6 +103,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
             "spark.default.parallelism": "2",
             "spark.sql.adaptive.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
+            "spark.databricks.delta.snapshotPartitions": "2",
         },
     )
     yield session

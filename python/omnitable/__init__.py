@@ -17,6 +17,7 @@ from omnitable.exceptions import (
     CatalogVersionError,
     CommitConflict,
     CorruptInputError,
+    ErrorRatioExceeded,
     MissingDependencyError,
     NotFoundError,
     OmniTableError,
@@ -24,6 +25,7 @@ from omnitable.exceptions import (
     UnknownColumnError,
     ValidationError,
 )
+from omnitable.exec.isolation import failure_counter, isolated, isolated_schema
 from omnitable.features.definition import Feature, feature, sql_feature
 from omnitable.format.writer import WriteOptions
 from omnitable.spark.session import spark_session
@@ -41,6 +43,7 @@ __all__ = [
     "CatalogVersionError",
     "CommitConflict",
     "CorruptInputError",
+    "ErrorRatioExceeded",
     "Feature",
     "MissingDependencyError",
     "NotFoundError",
@@ -53,7 +56,10 @@ __all__ = [
     "WriteOptions",
     "__version__",
     "connect",
+    "failure_counter",
     "feature",
+    "isolated",
+    "isolated_schema",
     "spark_session",
     "sql_feature",
 ]

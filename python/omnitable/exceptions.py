@@ -46,6 +46,19 @@ class CommitConflict(OmniTableError):
         self.conflicts = conflicts or []
 
 
+class ErrorRatioExceeded(OmniTableError):
+    """Too many records failed a feature in a backfill; the step committed nothing.
+
+    Attributes:
+        feature: ``name@version`` of the feature.
+        failed / computed: records that failed / were computed in the checked chunk.
+    """
+
+    def __init__(self, message: str, feature: str, failed: int, computed: int) -> None:
+        super().__init__(message)
+        self.feature, self.failed, self.computed = feature, failed, computed
+
+
 class CatalogError(OmniTableError):
     """The catalog database could not be reached or used."""
 

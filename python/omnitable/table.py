@@ -350,11 +350,19 @@ class Table:
 
         return list(current_features(self).values())
 
-    def backfill(self, targets: str | list[str], batches: list[str] | None = None) -> Plan:
+    def backfill(
+        self,
+        targets: str | list[str],
+        batches: list[str] | None = None,
+        *,
+        retry_errors: bool = False,
+    ) -> Plan:
         """Plan the minimal work bringing ``targets`` (features or output columns) up to date.
 
         Nothing runs until ``plan.run()``; ``plan.explain()`` shows the steps, the fused groups,
-        what is reused and why, and estimated input bytes.
+        what is reused and why, and estimated input bytes. With ``retry_errors=True``, records
+        that failed a feature earlier are recomputed (only those records; after a fix and a
+        version bump everything is recomputed anyway).
         """
         from omnitable.features.planner import make_plan
         from omnitable.features.registry import table_graph
@@ -364,14 +372,54 @@ class Table:
         if isinstance(batches, str):
             batches = [batches]
         graph = table_graph(self)
-        return make_plan(self, graph, self.snapshot(), list(targets), batches)
+        counts = self._catalog.error_counts(self.record) if retry_errors else None
+        return make_plan(self, graph, self.snapshot(), list(targets), batches, retry_errors, counts)
 
     def status(self, version: int | None = None) -> StatusGrid:
-        """Batch x derived-column grid of done / stale / missing / partial."""
+        """Batch x derived-column grid of done / stale / missing / partial, with the number of
+        failed records per cell."""
         from omnitable.features.registry import current_features
         from omnitable.features.status import status_grid
 
-        return status_grid(self, self.snapshot(version=version), current_features(self))
+        return status_grid(
+            self,
+            self.snapshot(version=version),
+            current_features(self),
+            self._catalog.error_counts(self.record),
+        )
+
+    def errors(
+        self,
+        feature: str | None = None,
+        run: str | None = None,
+        *,
+        spark: SparkSession | None = None,
+        include_resolved: bool = False,
+    ) -> DataFrame:
+        """Records that failed a feature, from the table's error table (a Spark DataFrame).
+
+        Only rows whose output file is visible are returned (an error appears with its run's
+        files and disappears once a retry or recomputation replaces them), unless
+        ``include_resolved``.
+        """
+        from omnitable.exec.errors import read_errors
+        from omnitable.spark.session import active_or_new_session
+
+        session = active_or_new_session(spark, self.warehouse)
+        return read_errors(
+            session,
+            self,
+            self.snapshot(),
+            feature=feature,
+            run=run,
+            include_resolved=include_resolved,
+        )
+
+    def errors_view(self, spark: SparkSession, name: str | None = None) -> str:
+        """Register the visible error rows as a temporary view for Spark SQL; returns its name."""
+        view = name or f"{self.name}_errors"
+        self.errors(spark=spark).createOrReplaceTempView(view)
+        return view
 
     def lineage(self, column: str, batch: str | None = None) -> list[LineageRecord]:
         """Where the current data of a derived column came from, per fragment."""

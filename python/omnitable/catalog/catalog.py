@@ -286,6 +286,35 @@ class Catalog:
             rows = conn.execute(text(q + " ORDER BY registered_at, name, version"), params)
             return [{**dict(r._mapping), "definition": json.loads(r.definition)} for r in rows]
 
+    # -- record-level errors ----------------------------------------------------------------
+
+    def error_counts(self, table: TableRecord) -> dict[tuple[str, int], int]:
+        """(file_id, column_id) -> failed records, for derived files that have any."""
+        with self.store.read() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT file_id, column_id, error_count FROM lineage "
+                    "WHERE table_id = :t AND error_count > 0"
+                ),
+                {"t": table.table_id},
+            )
+            return {(r.file_id, int(r.column_id)): int(r.error_count) for r in rows}
+
+    def register_error_table(self, table: TableRecord, location: str) -> None:
+        """Record where the table's error table lives (idempotent)."""
+        with self.store.write() as conn:
+            found = conn.execute(
+                text("SELECT location FROM error_tables WHERE table_id = :t"), {"t": table.table_id}
+            ).first()
+            if found is None:
+                conn.execute(
+                    text(
+                        "INSERT INTO error_tables (table_id, location, created_at) "
+                        "VALUES (:t, :l, :now)"
+                    ),
+                    {"t": table.table_id, "l": location, "now": utcnow()},
+                )
+
     # -- runs -----------------------------------------------------------------------------
 
     def start_run(self, table: TableRecord, kind: str, plan: dict[str, Any] | None = None) -> str:

@@ -51,6 +51,7 @@ class LineageEntry:
     feature_version: str
     inputs: list[dict[str, Any]]
     engine: str
+    error_count: int = 0
 
 
 @dataclass
@@ -515,7 +516,7 @@ def _insert_data(
         conn.execute(
             text(
                 "INSERT INTO lineage (table_id, file_id, column_id, feature, feature_version, "
-                "inputs, run_id, engine) VALUES (:t, :f, :c, :feat, :fv, :inp, :r, :e)"
+                "inputs, run_id, engine, error_count) VALUES (:t, :f, :c, :feat, :fv, :inp, :r, :e, :n)"
             ),
             [
                 {
@@ -527,6 +528,7 @@ def _insert_data(
                     "inp": json.dumps(e.inputs, sort_keys=True),
                     "r": req.run_id or "",
                     "e": e.engine,
+                    "n": e.error_count,
                 }
                 for e in req.lineage
             ],

@@ -177,7 +177,9 @@ CREATE TABLE IF NOT EXISTS runs (
 )
 ;
 -- Lineage of derived column files: which feature version produced a column in a file, from
--- which input files (JSON list of {column, file_id}), in which run, on which engine.
+-- which input files (JSON list of {column, file_id, version}), in which run, on which engine,
+-- and how many of the file's records failed the feature (NULL outputs with an error record in
+-- the table's error table, see docs/errors.md).
 CREATE TABLE IF NOT EXISTS lineage (
     table_id        TEXT NOT NULL,
     file_id         TEXT NOT NULL,
@@ -187,6 +189,7 @@ CREATE TABLE IF NOT EXISTS lineage (
     inputs          TEXT NOT NULL,
     run_id          TEXT NOT NULL,
     engine          TEXT NOT NULL,
+    error_count     BIGINT NOT NULL,
     PRIMARY KEY (table_id, file_id, column_id)
 )
 ;

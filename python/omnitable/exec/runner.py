@@ -3,9 +3,12 @@
 For each step the driver reads the step's inputs through the ``omnitable`` data source (one
 input partition per fragment, rows in order; only the inputs' column files are opened), adds the
 SQL features' expressions (evaluated in the JVM), and runs :func:`omnitable.exec.task.compute_partition`
-in Python workers with ``mapInArrow``. Tasks write one column file per fragment and feature and
-return descriptors; the driver commits them with lineage in one transaction per chunk
-(``checkpoint_fragments``; default: the whole step), so a restarted run skips committed work.
+in Python workers with ``mapInArrow``. Tasks run every pandas feature inside the record-level
+isolation wrapper, write one column file per fragment and feature and return descriptors with
+their failed records. Per chunk the driver checks the error ratio (``max_error_ratio``: above
+it the chunk commits nothing and the run aborts), writes the failed records to the table's error
+table, then commits the files with lineage in one transaction (``checkpoint_fragments``; default
+one commit per step), so a restarted run skips committed work.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, LineageEntry
 from omnitable.catalog.records import ROW_ID
 from omnitable.catalog.snapshot import Snapshot
-from omnitable.exceptions import ValidationError
+from omnitable.exceptions import ErrorRatioExceeded, ValidationError
+from omnitable.exec.errors import append_errors, error_offsets
+from omnitable.exec.isolation import MODES
 from omnitable.exec.shipping import ship_modules
 from omnitable.exec.task import FRAGMENT, OFFSET, compute_partition, step_spec
 from omnitable.format.descriptors import FileDescriptor
@@ -32,15 +37,52 @@ if TYPE_CHECKING:
     from omnitable.features.planner import Plan, Step
     from omnitable.table import Table
 
+Progress = Callable[[int, int, int, int], None]  # (step, steps, fragments done, fragments total)
+DEFAULT_MAX_ERROR_RATIO = 0.01
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a plan runs.
+
+    Attributes:
+        checkpoint_fragments: commit every this many fragments per step (None: once per step).
+        isolation: record-level isolation mode for every pandas feature: ``auto`` (each
+            feature's own setting, in-process with escalation to a child process),
+            ``inprocess``, ``subprocess`` or ``off`` (a failing record fails the job).
+        max_error_ratio: abort when more than this fraction of a feature's records in a
+            checkpoint chunk fail (that chunk commits nothing).
+    """
+
+    checkpoint_fragments: int | None = None
+    isolation: str = "auto"
+    max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO
+
+    def __post_init__(self) -> None:
+        cp = self.checkpoint_fragments
+        if cp is not None and (not isinstance(cp, int) or isinstance(cp, bool) or cp < 1):
+            raise ValidationError(
+                "Cannot run backfill: checkpoint_fragments must be a positive int"
+            )
+        if self.isolation not in MODES:
+            raise ValidationError(
+                f"Cannot run backfill: isolation must be one of {', '.join(MODES)}, "
+                f"got {self.isolation!r}"
+            )
+        r = self.max_error_ratio
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r <= 1:
+            raise ValidationError("Cannot run backfill: max_error_ratio must be between 0 and 1")
+
 
 @dataclass
 class StepResult:
     features: list[str]
-    fragments: int
-    rows: int
-    files: int
-    versions: list[int]
-    seconds: float
+    fragments: int = 0
+    rows: int = 0
+    files: int = 0
+    versions: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+    errors: dict[str, int] = field(default_factory=dict)  # feature@version -> failed records
 
 
 @dataclass
@@ -56,40 +98,52 @@ class RunResult:
     def version(self) -> int | None:
         return self.versions[-1] if self.versions else None
 
+    @property
+    def errors(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.steps:
+            for k, v in s.errors.items():
+                out[k] = out.get(k, 0) + v
+        return out
+
     def summary(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
             "versions": self.versions,
+            "errors": self.errors,
             "seconds": round(self.seconds, 3),
             "steps": [s.__dict__ for s in self.steps],
         }
 
 
-Progress = Callable[[int, int, int, int], None]  # (step, steps, fragments done, fragments total)
+@dataclass
+class TaskOutput:
+    """One file a task wrote, with the records that failed while computing it."""
+
+    feature: str
+    file: FileDescriptor
+    errors: list[dict[str, Any]]
+    computed: int
 
 
 def run_plan(
     plan: Plan,
     spark: SparkSession | None = None,
-    *,
-    checkpoint_fragments: int | None = None,
+    options: RunOptions | None = None,
     progress: Progress | None = None,
 ) -> RunResult:
     """Execute ``plan``; see the module doc. Raises whatever a step raises, after recording
-    the run as failed (committed checkpoints stay committed and are skipped by a re-run)."""
+    the run as failed or aborted (committed checkpoints stay and are skipped by a re-run)."""
     from omnitable.spark.session import active_or_new_session
 
-    if checkpoint_fragments is not None and (
-        not isinstance(checkpoint_fragments, int) or checkpoint_fragments < 1
-    ):
-        raise ValidationError("Cannot run backfill: checkpoint_fragments must be a positive int")
+    options = options or RunOptions()
     started = time.perf_counter()
     if plan.is_empty:
         return RunResult(None)
     table = plan.table
     catalog = table._catalog
     session = active_or_new_session(spark, table.warehouse)
-    pandas_modules = sorted(
+    modules = sorted(
         {
             f.ref.split(":", 1)[0]
             for s in plan.steps
@@ -97,7 +151,7 @@ def run_plan(
             if f.kind == "pandas" and f.ref
         }
     )
-    ship_modules(session.sparkContext, pandas_modules)
+    ship_modules(session.sparkContext, modules)
     run_id = catalog.start_run(
         table.record,
         "backfill",
@@ -106,15 +160,19 @@ def run_plan(
             "batches": plan.batches,
             "base_version": plan.base_version,
             "steps": [[f.id for f in s.features] for s in plan.steps],
+            "options": options.__dict__,
         },
     )
     result = RunResult(run_id)
     try:
         for index, step in enumerate(plan.steps, 1):
             report = _step_progress(progress, index, len(plan.steps))
-            result.steps.append(
-                _run_step(session, table, step, index, run_id, checkpoint_fragments, result, report)
-            )
+            out = StepResult([f.id for f in step.features])
+            result.steps.append(out)
+            _run_step(session, table, step, index, run_id, options, result, out, report)
+    except ErrorRatioExceeded as exc:
+        catalog.finish_run(run_id, "aborted", result.summary(), message=str(exc)[:2000])
+        raise
     except BaseException as exc:
         catalog.finish_run(run_id, "failed", result.summary(), message=str(exc)[:2000])
         raise
@@ -137,46 +195,74 @@ def _run_step(
     step: Step,
     index: int,
     run_id: str,
-    checkpoint: int | None,
+    options: RunOptions,
     result: RunResult,
+    out: StepResult,
     progress: Callable[[int, int], None],
-) -> StepResult:
+) -> None:
     started = time.perf_counter()
     fragments = step.fragments
-    size = checkpoint or max(1, len(fragments))
-    out = StepResult([f.id for f in step.features], 0, 0, 0, [], 0.0)
+    size = options.checkpoint_fragments or max(1, len(fragments))
     progress(0, len(fragments))
     for start in range(0, len(fragments), size):
-        chunk_ids = {f.fragment_id for f in fragments[start : start + size]}
+        chunk = fragments[start : start + size]
+        chunk_ids = {f.fragment_id for f in chunk}
         snap = table.snapshot()
         work = {
             name: [f.fragment_id for f in frags if f.fragment_id in chunk_ids]
             for name, frags in step.work.items()
         }
+        retry = _retry_offsets(session, table, step, chunk_ids)
+        for name, per_frag in step.retry.items():  # nothing recorded to retry: skip
+            work[name] = [
+                i for i in work.get(name, []) if i not in per_frag or retry.get(name, {}).get(i)
+            ]
         work = {k: v for k, v in work.items() if v}
-        files = _execute(session, table, snap, step, work, run_id, index)
-        try:
-            failpoint("backfill.before_commit")
-            version = _commit(table, snap, step, files, run_id)
-        except BaseException:
-            delete_quietly(table.location.fs, [table.location.child_path(d.path) for _, d in files])
-            raise
-        failpoint("backfill.after_commit")
-        out.versions.append(version)
-        result.versions.append(version)
-        frag_rows = {f.fragment_id: f.row_count for f in fragments}
-        out.fragments += len(chunk_ids)
-        out.rows += sum(frag_rows[i] for i in chunk_ids)
-        out.files += len(files)
+        if work:
+            outputs = _execute(session, table, snap, step, work, retry, run_id, index, options)
+            try:
+                _check_error_ratio(step, outputs, options.max_error_ratio)
+                _record_errors(session, table, snap, outputs, run_id, step)
+                failpoint("backfill.before_commit")
+                version = _commit(table, snap, step, outputs, run_id)
+            except BaseException:
+                delete_quietly(
+                    table.location.fs, [table.location.child_path(o.file.path) for o in outputs]
+                )
+                raise
+            failpoint("backfill.after_commit")
+            out.versions.append(version)
+            result.versions.append(version)
+            out.files += len(outputs)
+            for o in outputs:
+                if o.errors:
+                    key = next(f.id for f in step.features if f.name == o.feature)
+                    out.errors[key] = out.errors.get(key, 0) + len(o.errors)
+        out.fragments += len(chunk)
+        out.rows += sum(f.row_count for f in chunk)
         progress(out.fragments, len(fragments))
     out.seconds = time.perf_counter() - started
-    return out
+
+
+def _retry_offsets(
+    session: SparkSession, table: Table, step: Step, chunk_ids: set[str]
+) -> dict[str, dict[str, list[int]]]:
+    wanted = {
+        name: {frag: file for frag, file in per.items() if frag in chunk_ids}
+        for name, per in step.retry.items()
+    }
+    offsets = error_offsets(session, table, [f for per in wanted.values() for f in per.values()])
+    return {
+        name: {frag: offsets.get(file, []) for frag, file in per.items()}
+        for name, per in wanted.items()
+    }
 
 
 def step_dataframe(
     session: SparkSession, table: Table, snap: Snapshot, step: Step, fragment_ids: list[str]
 ) -> DataFrame:
-    """The step's input: one partition per fragment, inputs plus SQL feature values."""
+    """The step's input: one partition per fragment, ids, inputs, SQL feature values and the
+    current outputs of features being retried."""
     df = (
         session.read.format("omnitable")
         .option("warehouse", table.warehouse.uri)
@@ -186,7 +272,10 @@ def step_dataframe(
         .load(table.name)
     )
     pandas_inputs = {c for f in step.features if f.kind == "pandas" for c in f.inputs}
-    cols = [FRAGMENT, OFFSET] + [c for c in step.inputs if c in pandas_inputs]
+    cols = [FRAGMENT, OFFSET, ROW_ID] + [c for c in step.inputs if c in pandas_inputs]
+    for f in step.features:
+        if f.name in step.retry:
+            cols += [o for o in f.outputs if o not in cols]
     exprs = [f"`{c}`" for c in cols]
     for f in step.features:
         if f.kind == "sql":
@@ -201,9 +290,11 @@ def _execute(
     snap: Snapshot,
     step: Step,
     work: dict[str, list[str]],
+    retry: dict[str, dict[str, list[int]]],
     run_id: str,
     index: int,
-) -> list[tuple[str, FileDescriptor]]:
+    options: RunOptions,
+) -> list[TaskOutput]:
     frag_ids = sorted({i for ids in work.values() for i in ids})
     by_id = {f.fragment_id: f for f in snap.fragments}
     features = [f.load() for f in step.features if f.name in work]
@@ -212,10 +303,12 @@ def _execute(
         location=table.record.location,
         features=features,
         work=work,
+        retry=retry,
         row_counts={i: by_id[i].row_count for i in frag_ids},
         paths={i: by_id[i].path for i in frag_ids},
         options=table.warehouse.write_options,
         run_id=run_id,
+        isolation=options.isolation,
     )
     df = step_dataframe(session, table, snap, step, frag_ids)
     sc = session.sparkContext
@@ -227,50 +320,98 @@ def _execute(
     finally:
         sc.removeJobTag(tag)
         sc.setJobDescription(None)  # type: ignore[arg-type]
-    files = []
+    outputs = []
     for r in rows:
         d = json.loads(r.descriptor)
-        files.append((d["feature"], FileDescriptor.from_dict(d["file"])))
+        outputs.append(
+            TaskOutput(
+                d["feature"], FileDescriptor.from_dict(d["file"]), d["errors"], int(d["computed"])
+            )
+        )
     expected = sum(len(v) for v in work.values())
-    if len(files) != expected:
-        delete_quietly(table.location.fs, [table.location.child_path(d.path) for _, d in files])
+    if len(outputs) != expected:
+        delete_quietly(table.location.fs, [table.location.child_path(o.file.path) for o in outputs])
         raise ValidationError(
-            f"Cannot commit backfill step {index}: tasks reported {len(files)} files, expected "
+            f"Cannot commit backfill step {index}: tasks reported {len(outputs)} files, expected "
             f"{expected} (a fragment was not read completely)"
         )
-    return files
+    return outputs
+
+
+def _check_error_ratio(step: Step, outputs: list[TaskOutput], max_ratio: float) -> None:
+    for f in step.features:
+        mine = [o for o in outputs if o.feature == f.name]
+        failed = sum(len(o.errors) for o in mine)
+        computed = sum(o.computed for o in mine)
+        if failed and failed > max_ratio * computed:
+            sample = next(e for o in mine for e in o.errors)
+            raise ErrorRatioExceeded(
+                f"Cannot commit backfill of {f.id}: {failed} of {computed} records failed "
+                f"({failed / max(1, computed):.2%}), above max_error_ratio={max_ratio:.2%}; "
+                f"nothing of this step was committed. First failure: {sample['kind']} "
+                f"{sample['exception_type']}: {sample['message'][:300]}. Fix the feature and bump "
+                "its version, or raise max_error_ratio.",
+                f.id,
+                failed,
+                computed,
+            )
+
+
+def _record_errors(
+    session: SparkSession,
+    table: Table,
+    snap: Snapshot,
+    outputs: list[TaskOutput],
+    run_id: str,
+    step: Step,
+) -> None:
+    feats = {f.name: f for f in step.features}
+    batch_of = {f.fragment_id: f.batch_name for f in snap.fragments}
+    rows = []
+    for o in outputs:
+        f = feats[o.feature]
+        for e in o.errors:
+            rows.append(
+                dict(
+                    e,
+                    batch=batch_of[o.file.fragment_id],
+                    fragment_id=o.file.fragment_id,
+                    file_id=o.file.file_id,
+                    feature=f.name,
+                    feature_version=f.version,
+                    run_id=run_id,
+                )
+            )
+    append_errors(session, table, rows)
 
 
 def _commit(
-    table: Table, snap: Snapshot, step: Step, files: list[tuple[str, FileDescriptor]], run_id: str
+    table: Table, snap: Snapshot, step: Step, outputs: list[TaskOutput], run_id: str
 ) -> int:
     feats = {f.name: f for f in step.features}
     by_name = {c.name: c for c in snap.columns}
     removed: list[str] = []
     lineage: list[LineageEntry] = []
-    new_files = []
-    for feature_name, desc in files:
-        f = feats[feature_name]
-        new_files.append(desc)
-        out_ids = {by_name[o].column_id for o in f.outputs}
+    for o in outputs:
+        f, desc = feats[o.feature], o.file
+        out_ids = {by_name[c].column_id for c in f.outputs}
         for old in snap.files_by_fragment.get(desc.fragment_id, []):
             if old.group_name == f.name and set(old.columns) <= out_ids:
                 removed.append(old.file_id)
-        in_ids = [by_name[i].column_id for i in f.inputs if i in by_name]
-        providers = snap.resolve(desc.fragment_id, in_ids)
+        names = [i for i in f.inputs if i in by_name]
+        providers = snap.resolve(desc.fragment_id, [by_name[i].column_id for i in names])
         inputs = [
             {
                 "column": name,
                 "file_id": p.file_id if p else None,
                 "version": p.added_version if p else None,
             }
-            for name, p in zip(
-                (i for i in f.inputs if i in by_name), providers.values(), strict=True
-            )
+            for name, p in zip(names, providers.values(), strict=True)
         ]
         engine = "spark-sql" if f.kind == "sql" else "pandas"
         lineage.extend(
-            LineageEntry(desc.file_id, o, f.name, f.version, inputs, engine) for o in f.outputs
+            LineageEntry(desc.file_id, c, f.name, f.version, inputs, engine, len(o.errors))
+            for c in f.outputs
         )
     req = CommitRequest(
         op="backfill",
@@ -278,14 +419,12 @@ def _commit(
         run_id=run_id,
         summary={
             "features": sorted(f.id for f in step.features),
-            "fragments": len({d.fragment_id for _, d in files}),
-            "rows": sum(d.row_count for _, d in files),
+            "fragments": len({o.file.fragment_id for o in outputs}),
+            "rows": sum(o.file.row_count for o in outputs),
+            "errors": sum(len(o.errors) for o in outputs),
         },
-        new_files=new_files,
+        new_files=[o.file for o in outputs],
         removed_files=removed,
         lineage=lineage,
     )
     return int(table._catalog.commit(table.record, req))
-
-
-__all__ = ["ROW_ID", "RunResult", "StepResult", "run_plan"]

@@ -1,24 +1,28 @@
 """The Spark task of a backfill step (runs in Python workers, never touches the catalog).
 
 Input: Arrow batches of one or more whole fragments, each fragment's rows contiguous and in
-order (``_ai_fragment_``, ``_ai_row_offset_``), with the step's input columns and the values of
-its SQL features (computed in the JVM). For every fragment the task computes the pandas features
-that need it (inputs converted to pandas once per fragment and shared by every feature reading
-them), writes one column file per feature, and yields one JSON descriptor per file.
+order (``_ai_fragment_``, ``_ai_row_offset_``), with ``_ai_unique_id_``, the step's input
+columns, the values of its SQL features (computed in the JVM) and, for features being retried,
+their current outputs. For every fragment the task computes the pandas features that need it —
+inputs converted to pandas once per fragment and shared by every feature reading them, each
+feature run through the record-level isolation wrapper in chunks of ``batch_rows`` — writes one
+column file per feature, and yields one JSON descriptor per file with its failed records.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from omnitable.catalog.records import ROW_ID
 from omnitable.exceptions import ValidationError
+from omnitable.exec.isolation import IsolationPolicy, Mode, run_isolated
 from omnitable.features.definition import Feature
 from omnitable.format.fs import resolve_location
 from omnitable.format.types import to_arrow
@@ -26,6 +30,8 @@ from omnitable.format.writer import WriteOptions, write_column_file
 
 FRAGMENT = "_ai_fragment_"
 OFFSET = "_ai_row_offset_"
+DEFAULT_BATCH_ROWS = 65_536
+DEFAULT_CALL_TIMEOUT_S = 120.0
 _LOADED: dict[str, Feature] = {}
 
 
@@ -35,12 +41,20 @@ def step_spec(
     location: str,
     features: list[Feature],
     work: dict[str, list[str]],
+    retry: dict[str, dict[str, list[int]]],
     row_counts: dict[str, int],
     paths: dict[str, str],
     options: WriteOptions,
     run_id: str,
+    isolation: str,
 ) -> str:
-    """Everything a task needs, as JSON (shipped to executors with the task)."""
+    """Everything a task needs, as JSON (shipped to executors with the task).
+
+    Args:
+        work: feature -> fragments to compute (fully, or only ``retry`` offsets).
+        retry: feature -> fragment -> row offsets to recompute (other rows keep their values).
+        isolation: ``auto`` | ``inprocess`` | ``subprocess`` | ``off`` (overrides features).
+    """
     return json.dumps(
         {
             "root": root,
@@ -48,9 +62,11 @@ def step_spec(
             "run_id": run_id,
             "features": [dict(f.definition(), fingerprint=f.code_fingerprint) for f in features],
             "work": work,
+            "retry": retry,
             "row_counts": row_counts,
             "paths": paths,
             "options": options.__dict__,
+            "isolation": isolation,
         }
     )
 
@@ -64,23 +80,17 @@ def compute_partition(
     options = WriteOptions(**spec["options"])
     features = [_load(d) for d in spec["features"]]
     work = {name: set(ids) for name, ids in spec["work"].items()}
+    retried = _previous_attempt_failed()
     for frag_id, table in _fragments(batches):
-        expected = spec["row_counts"].get(frag_id)
-        if expected is None:
-            raise ValidationError(f"Cannot backfill: task received unplanned fragment {frag_id}")
-        offsets = table.column(OFFSET).to_numpy()
-        if len(offsets) != expected or (
-            len(offsets) and (offsets[0] != 0 or (offsets[1:] - offsets[:-1] != 1).any())
-        ):
-            raise ValidationError(
-                f"Cannot backfill fragment {frag_id}: the task received {len(offsets)} rows out of "
-                f"order or incomplete (expected {expected} rows in fragment order)"
-            )
-        pandas_cache: dict[str, pd.Series] = {}
+        _check_complete(frag_id, table, spec["row_counts"].get(frag_id))
+        cache: dict[str, pd.Series] = {}
         for f in features:
-            if frag_id not in work[f.name]:
+            if frag_id not in work.get(f.name, set()):
                 continue
-            outputs = _compute(f, table, pandas_cache)
+            only = spec["retry"].get(f.name, {}).get(frag_id)
+            outputs, failures, computed = compute_feature(
+                f, table, cache, spec["isolation"], retried, only
+            )
             desc = write_column_file(
                 location,
                 frag_id,
@@ -92,8 +102,132 @@ def compute_partition(
                 {o: f.version for o in f.outputs},
             )
             yield pa.RecordBatch.from_pydict(
-                {"descriptor": [json.dumps({"feature": f.name, "file": desc.to_dict()})]}
+                {
+                    "descriptor": [
+                        json.dumps(
+                            {
+                                "feature": f.name,
+                                "file": desc.to_dict(),
+                                "errors": failures,
+                                "computed": computed,
+                            }
+                        )
+                    ]
+                }
             )
+
+
+def compute_feature(
+    f: Feature,
+    table: pa.Table,
+    cache: dict[str, pd.Series],
+    isolation: str,
+    previous_attempt_failed: bool,
+    only: list[int] | None,
+) -> tuple[pa.Table, list[dict[str, Any]], int]:
+    """One feature over one fragment: (aligned outputs, failed records, records computed)."""
+    types = {name: to_arrow(ddl) for name, ddl in f.outputs.items()}
+    if f.kind == "sql":
+        return (
+            pa.table({n: table.column(n).cast(t) for n, t in types.items()}),
+            [],
+            table.num_rows,
+        )
+    for col in f.inputs:
+        if col not in cache:
+            cache[col] = table.column(col).to_pandas()
+    positions = np.arange(table.num_rows) if only is None else np.asarray(only, dtype=np.int64)
+    policy = _policy(f, isolation)
+    batch_rows = int(f.options.get("batch_rows") or DEFAULT_BATCH_ROWS)
+    ids = table.column(ROW_ID).to_numpy()
+    pieces: list[pa.Table] = []
+    failures: list[dict[str, Any]] = []
+    for start in range(0, max(len(positions), 1), batch_rows):
+        chunk = positions[start : start + batch_rows]
+        inputs = pd.DataFrame({c: cache[c].iloc[chunk].reset_index(drop=True) for c in f.inputs})
+        assert f.fn is not None
+        result = run_isolated(
+            f.fn,
+            inputs,
+            output_names=list(f.outputs),
+            policy=policy,
+            previous_attempt_failed=previous_attempt_failed,
+        )
+        frame = pd.DataFrame(
+            {
+                n: pd.Series(c).reset_index(drop=True)
+                for n, c in zip(result.output_names, result.columns, strict=True)
+            }
+        )
+        pieces.append(outputs_to_arrow(f, frame, len(chunk), types))
+        for fail in result.failures:
+            offset = int(chunk[fail.position])
+            record = {k: v for k, v in fail.to_dict().items() if k != "position"}
+            record.update(row_offset=offset, **{ROW_ID: int(ids[offset])})
+            failures.append(record)
+    computed = (
+        pa.concat_tables(pieces)
+        if pieces
+        else pa.table({n: pa.array([], t) for n, t in types.items()})
+    )
+    if only is None:
+        return computed, failures, len(positions)
+    return _patch(table, types, positions, computed), failures, len(positions)
+
+
+def _patch(
+    table: pa.Table, types: dict[str, pa.DataType], positions: np.ndarray, computed: pa.Table
+) -> pa.Table:
+    """Current outputs with the rows at ``positions`` replaced by ``computed`` (a retry)."""
+    index = np.full(table.num_rows, -1, dtype=np.int64)
+    index[positions] = np.arange(len(positions))
+    take_new = pa.array(np.where(index >= 0, index, 0))
+    mask = pa.array(index >= 0)
+    out = {}
+    for name, t in types.items():
+        old = table.column(name).cast(t).combine_chunks()
+        new = computed.column(name).combine_chunks().take(take_new) if len(positions) else old
+        out[name] = pc.if_else(mask, new, old)
+    return pa.table(out)
+
+
+def _policy(f: Feature, isolation: str) -> IsolationPolicy:
+    mode = cast(Mode, isolation if isolation != "auto" else f.options.get("isolation", "auto"))
+    timeout = f.options.get("timeout_s")
+    call_timeout = f.options.get("call_timeout_s")
+    if timeout is not None and call_timeout is None:
+        # a fragment chunk may hold 65k rows: cap the first call's n x timeout_s budget, so a
+        # record that never returns costs minutes, not hours (a slow clean call is split, not
+        # failed)
+        call_timeout = max(DEFAULT_CALL_TIMEOUT_S, timeout)
+    return IsolationPolicy(
+        timeout_s=timeout,
+        call_timeout_s=call_timeout,
+        memory_mb=f.options.get("memory_mb"),
+        mode=mode,
+    )
+
+
+def _previous_attempt_failed() -> bool:
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        return False
+    ctx = TaskContext.get()
+    return ctx is not None and ctx.attemptNumber() > 0
+
+
+def _check_complete(frag_id: str, table: pa.Table, expected: int | None) -> None:
+    if expected is None:
+        raise ValidationError(f"Cannot backfill: task received unplanned fragment {frag_id}")
+    offsets = table.column(OFFSET).to_numpy()
+    if len(offsets) != expected or (
+        len(offsets) and (offsets[0] != 0 or (offsets[1:] - offsets[:-1] != 1).any())
+    ):
+        raise ValidationError(
+            f"Cannot backfill fragment {frag_id}: the task received {len(offsets)} rows out of "
+            f"order or incomplete (expected {expected} rows in fragment order)"
+        )
 
 
 def _fragments(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, pa.Table]]:
@@ -124,22 +258,8 @@ def _fragments(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, pa.Tabl
         yield current, pa.Table.from_batches(parts)
 
 
-def _compute(f: Feature, table: pa.Table, cache: dict[str, pd.Series]) -> pa.Table:
-    types = {name: to_arrow(ddl) for name, ddl in f.outputs.items()}
-    if f.kind == "sql":
-        return pa.table({name: table.column(name).cast(t) for name, t in types.items()})
-    args = []
-    for col in f.inputs:
-        if col not in cache:
-            cache[col] = table.column(col).to_pandas()
-        args.append(cache[col])
-    assert f.fn is not None
-    result = f.fn(*args)
-    return outputs_to_arrow(f, result, table.num_rows, types)
-
-
 def outputs_to_arrow(f: Feature, result: Any, n: int, types: dict[str, pa.DataType]) -> pa.Table:
-    """Check a feature's return value and convert it to its declared output types."""
+    """Check a feature's outputs and convert them to its declared output types."""
     names = list(types)
     if isinstance(result, pd.Series) and len(names) == 1:
         frame = pd.DataFrame({names[0]: result.reset_index(drop=True)})

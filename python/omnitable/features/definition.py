@@ -147,6 +147,7 @@ def feature(
     name: str | None = None,
     prefer: Prefer = "cpu",
     timeout_s: float | None = None,
+    call_timeout_s: float | None = None,
     memory_mb: int | None = None,
     batch_rows: int | None = None,
     isolation: str = "auto",
@@ -169,6 +170,7 @@ def feature(
         fname = str(name or getattr(fn, "__name__", ""))
         opts = {
             "timeout_s": timeout_s,
+            "call_timeout_s": call_timeout_s,
             "memory_mb": memory_mb,
             "batch_rows": batch_rows,
             "isolation": isolation,

@@ -37,6 +37,8 @@ class Step:
     inputs: list[str]
     work: dict[str, list[FragmentRecord]]  # feature name -> fragments to compute
     estimated_input_bytes: int = 0
+    # feature name -> fragment id -> file whose failed records are recomputed (retry_errors)
+    retry: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def fragments(self) -> list[FragmentRecord]:
@@ -128,25 +130,47 @@ class Plan:
         spark: SparkSession | None = None,
         *,
         checkpoint_fragments: int | None = None,
+        isolation: str = "auto",
+        max_error_ratio: float = 0.01,
         progress: Callable[[int, int, int, int], None] | None = None,
     ) -> RunResult:
-        """Execute the plan on Spark (see :mod:`omnitable.exec.runner`).
+        """Execute the plan on Spark (see :mod:`omnitable.exec.runner` and docs/errors.md).
 
         Args:
             spark: session to use (default: the active one, or a new local one).
             checkpoint_fragments: commit every this many fragments per step, so a restarted
                 run skips committed work (default: one commit per step).
+            isolation: record-level isolation of pandas features: ``auto``, ``inprocess``,
+                ``subprocess`` or ``off`` (a failing record then fails the job).
+            max_error_ratio: abort (committing nothing for that chunk) when more than this
+                fraction of a feature's records fail.
             progress: called as ``progress(step, steps, fragments_done, fragments_total)``.
-        """
-        from omnitable.exec.runner import run_plan
 
-        return run_plan(self, spark, checkpoint_fragments=checkpoint_fragments, progress=progress)
+        Raises:
+            ErrorRatioExceeded, CommitConflict, ValidationError.
+        """
+        from omnitable.exec.runner import RunOptions, run_plan
+
+        options = RunOptions(checkpoint_fragments, isolation, max_error_ratio)
+        return run_plan(self, spark, options, progress)
 
 
 def make_plan(
-    table: Table, graph: FeatureGraph, snap: Snapshot, targets: list[str], batches: list[str] | None
+    table: Table,
+    graph: FeatureGraph,
+    snap: Snapshot,
+    targets: list[str],
+    batches: list[str] | None,
+    retry_errors: bool = False,
+    error_counts: dict[tuple[str, int], int] | None = None,
 ) -> Plan:
-    """Plan the minimal work to bring ``targets`` up to date on ``batches`` (default: all)."""
+    """Plan the minimal work to bring ``targets`` up to date on ``batches`` (default: all).
+
+    With ``retry_errors``, done fragments whose current file has failed records (per
+    ``error_counts``: (file_id, column_id) -> count) recompute just those records.
+    """
+    by_name = {c.name: c for c in snap.columns}
+    retry: dict[str, dict[str, str]] = {}
     target_features = _resolve_targets(table, graph, targets)
     fragments = snap.fragments_of(batches)
     batch_names = [b.name for b in snap.batches if batches is None or b.name in set(batches)]
@@ -173,6 +197,14 @@ def make_plan(
                 reasons.setdefault(
                     frag.batch_name, f"input from {', '.join(sorted(upstream))} is recomputed"
                 )
+            elif retry_errors and error_counts:
+                col = by_name[next(iter(f.outputs))]
+                provider = snap.resolve(frag.fragment_id, [col.column_id])[col.column_id]
+                failed = error_counts.get((provider.file_id, col.column_id), 0) if provider else 0
+                if failed and provider is not None:
+                    todo.append(frag)
+                    retry.setdefault(name, {})[frag.fragment_id] = provider.file_id
+                    reasons.setdefault(frag.batch_name, f"retry {failed} failed record(s)")
         for b in batch_names:
             plan.states[(name, b)] = batch_state(per_batch.get(b, []))  # type: ignore[arg-type]
             if b in reasons:
@@ -183,6 +215,8 @@ def make_plan(
             recompute[name] = todo
             recompute_ids[name] = {x.fragment_id for x in todo}
     plan.steps = _fuse(graph, levels, recompute, snap)
+    for step in plan.steps:
+        step.retry = {n: retry[n] for n in step.work if n in retry}
     return plan
 
 

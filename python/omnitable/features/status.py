@@ -72,8 +72,9 @@ def status_grid(
     table: Table,
     snap: Snapshot,
     features: dict[str, Feature],
-    errors: dict[tuple[str, str], int] | None = None,
+    file_errors: dict[tuple[str, int], int] | None = None,
 ) -> StatusGrid:
+    """Grid of states; ``file_errors`` maps (file_id, column_id) to failed records."""
     columns: list[str] = []
     feature_of: dict[str, str] = {}
     cells: dict[tuple[str, str], BatchState] = {}
@@ -87,9 +88,25 @@ def status_grid(
             feature_of[out] = f.id
             for b in batches:
                 cells[(b, out)] = batch_state(states[b])
-    return StatusGrid(
-        table.name, snap.version, batches, columns, feature_of, cells, dict(errors or {})
-    )
+    errors = _error_cells(snap, columns, file_errors or {})
+    return StatusGrid(table.name, snap.version, batches, columns, feature_of, cells, errors)
+
+
+def _error_cells(
+    snap: Snapshot, columns: list[str], file_errors: dict[tuple[str, int], int]
+) -> dict[tuple[str, str], int]:
+    out: dict[tuple[str, str], int] = {}
+    if not file_errors:
+        return out
+    ids = {c: snap.column(c).column_id for c in columns}
+    for frag in snap.fragments:
+        providers = snap.resolve(frag.fragment_id, list(ids.values()))
+        for name, cid in ids.items():
+            p = providers[cid]
+            n = file_errors.get((p.file_id, cid), 0) if p is not None else 0
+            if n:
+                out[(frag.batch_name, name)] = out.get((frag.batch_name, name), 0) + n
+    return out
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,9 @@ EXTENSIONS_CLASS = "io.omnitable.spark.OmniTableSparkSessionExtensions"
 CATALOG_CLASS = "io.omnitable.spark.catalog.OmniTableCatalog"
 CATALOG_NAME = "omnitable"
 JAR_NAME = "omnitable-spark.jar"
+DELTA_JARS = ("delta-spark_4.1_2.13-4.1.0.jar", "delta-storage-4.1.0.jar")
+DELTA_EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 
 def jar_path() -> Path:
@@ -36,6 +39,26 @@ def jar_path() -> Path:
     return path
 
 
+def delta_jar_paths() -> list[Path] | None:
+    """Paths of the bundled Delta Lake jars, or None when they were not fetched."""
+    root = Path(str(resources.files("omnitable").joinpath("jars")))
+    paths = [root / name for name in DELTA_JARS]
+    return paths if all(p.is_file() for p in paths) else None
+
+
+def require_delta(spark: SparkSession) -> None:
+    """Raise a clear error when ``spark`` cannot read or write Delta tables."""
+    from py4j.java_gateway import JavaClass
+
+    jvm: Any = spark.sparkContext._jvm
+    if not isinstance(jvm.io.delta.tables.DeltaTable, JavaClass):
+        raise MissingDependencyError(
+            "Cannot use error tables: this Spark session has no Delta Lake; start it with "
+            "omnitable.spark_session() (which adds the jars fetched by scripts/fetch-jars.sh) or "
+            "add --packages io.delta:delta-spark_4.1_2.13:4.1.0"
+        )
+
+
 def warehouse_string(warehouse: Warehouse | str | os.PathLike[str] | None) -> str:
     from omnitable.catalog.address import parse_address
 
@@ -48,14 +71,18 @@ def spark_session(
     warehouse: Warehouse | str | os.PathLike[str] | None = None,
     master: str = "local[*]",
     app_name: str = "omnitable",
+    *,
+    delta: bool = True,
     **conf: Any,
 ) -> SparkSession:
     """A SparkSession that reads OmniTable tables.
 
     Configures ``spark.jars`` (the extension jar), ``spark.sql.extensions``, the ``omnitable``
     catalog (``SELECT … FROM omnitable.<table>``) and ``spark.omnitable.warehouse`` (default for
-    ``spark.read.format("omnitable")``). Binds the driver to 127.0.0.1. Extra Spark settings go
-    in ``conf``, e.g. ``spark_session(**{"spark.executor.memory": "2g"})``.
+    ``spark.read.format("omnitable")``). Binds the driver to 127.0.0.1. With ``delta=True`` (and
+    the Delta jars fetched by ``scripts/fetch-jars.sh``) it also wires Delta Lake, which error
+    tables use. Extra Spark settings go in ``conf``, e.g.
+    ``spark_session(**{"spark.executor.memory": "2g"})``.
 
     If a session is already running in this process, Spark reuses it and static settings
     (jars, extensions) cannot change; stop it first.
@@ -79,11 +106,17 @@ def spark_session(
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
+    jars = [jar]
+    extensions = [EXTENSIONS_CLASS]
+    delta_jars = delta_jar_paths() if delta else None
+    if delta_jars is not None:
+        jars += [str(p) for p in delta_jars]
+        extensions.append(DELTA_EXTENSIONS)
+        settings["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
     extra_jars = str(conf.pop("spark.jars", "")).strip(",")
-    settings["spark.jars"] = jar + ("," + extra_jars if extra_jars else "")
-    extensions = str(conf.pop("spark.sql.extensions", "")).strip(",")
-    if extensions:
-        settings["spark.sql.extensions"] = EXTENSIONS_CLASS + "," + extensions
+    settings["spark.jars"] = ",".join(jars + ([extra_jars] if extra_jars else []))
+    extra_ext = str(conf.pop("spark.sql.extensions", "")).strip(",")
+    settings["spark.sql.extensions"] = ",".join(extensions + ([extra_ext] if extra_ext else []))
     settings.update({k: str(v) for k, v in conf.items()})
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():

@@ -1,0 +1,117 @@
+"""Record-level error tables: one Delta table per logical table, under ``<table>/errors``.
+
+A backfill writes one row per record a feature could not compute (NULL outputs in the data)
+before it commits the column files those NULLs live in. Every row names the output file
+(``file_id``); a row is **visible exactly when that file is visible** in the table's snapshot, so
+error rows appear atomically with their run's files, vanish with a failed commit, and are
+resolved when a retry (or recomputation) replaces the file. See docs/errors.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from omnitable.catalog.records import ROW_ID
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from omnitable.catalog.snapshot import Snapshot
+    from omnitable.table import Table
+
+ERROR_SCHEMA = (
+    f"{ROW_ID} BIGINT, batch STRING, fragment_id STRING, row_offset BIGINT, file_id STRING, "
+    "feature STRING, feature_version STRING, kind STRING, exception_type STRING, message STRING, "
+    "traceback STRING, input_digest STRING, run_id STRING, recorded_at TIMESTAMP"
+)
+ERROR_COLUMNS = [part.strip().split(" ")[0] for part in ERROR_SCHEMA.split(",")]
+
+
+def error_location(table: Table) -> str:
+    """URI of the table's error table (a Delta table)."""
+    return table.location.join("errors").uri
+
+
+def append_errors(spark: SparkSession, table: Table, rows: list[dict[str, Any]]) -> None:
+    """Append error rows (dicts with ERROR_COLUMNS) to the table's Delta error table."""
+    if not rows:
+        return
+    import pandas as pd
+
+    from omnitable.spark.session import require_delta
+
+    require_delta(spark)
+    location = error_location(table)
+    table._catalog.register_error_table(table.record, location)
+    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    frame = pd.DataFrame([{c: r.get(c) for c in ERROR_COLUMNS} for r in rows])
+    frame["recorded_at"] = now
+    df = spark.createDataFrame(frame, ERROR_SCHEMA)
+    df.write.format("delta").mode("append").save(location)
+
+
+def read_errors(
+    spark: SparkSession,
+    table: Table,
+    snap: Snapshot,
+    *,
+    feature: str | None = None,
+    run: str | None = None,
+    include_resolved: bool = False,
+) -> DataFrame:
+    """Error rows of ``table`` as a Spark DataFrame (visible rows only, unless asked)."""
+    from pyspark.sql import functions as F
+
+    from omnitable.spark.session import require_delta
+
+    require_delta(spark)
+    location = error_location(table)
+    if not _exists(spark, location):
+        return spark.createDataFrame([], ERROR_SCHEMA)
+    df = spark.read.format("delta").load(location)
+    if feature is not None:
+        df = df.where(F.col("feature") == feature)
+    if run is not None:
+        df = df.where(F.col("run_id") == run)
+    if include_resolved:
+        return df
+    visible = _visible_file_ids(snap)
+    if not visible:
+        return df.limit(0)
+    ids = spark.createDataFrame([(i,) for i in visible], "file_id STRING")
+    return df.join(F.broadcast(ids), "file_id", "left_semi").select(*ERROR_COLUMNS)
+
+
+def error_offsets(
+    spark: SparkSession, table: Table, file_ids: Iterable[str]
+) -> dict[str, list[int]]:
+    """file_id -> sorted row offsets of its error rows (what a retry recomputes)."""
+    from pyspark.sql import functions as F
+
+    wanted = sorted(set(file_ids))
+    location = error_location(table)
+    if not wanted or not _exists(spark, location):
+        return {}
+    rows = (
+        spark.read.format("delta")
+        .load(location)
+        .where(F.col("file_id").isin(wanted))
+        .groupBy("file_id")
+        .agg(F.sort_array(F.collect_set("row_offset")).alias("offsets"))
+        .collect()
+    )
+    return {r.file_id: [int(x) for x in r.offsets] for r in rows}
+
+
+def _visible_file_ids(snap: Snapshot) -> list[str]:
+    live = {f.fragment_id for f in snap.fragments}
+    return [
+        f.file_id for frag, files in snap.files_by_fragment.items() if frag in live for f in files
+    ]
+
+
+def _exists(spark: SparkSession, location: str) -> bool:
+    jvm: Any = spark.sparkContext._jvm
+    return bool(jvm.io.delta.tables.DeltaTable.isDeltaTable(spark._jsparkSession, location))

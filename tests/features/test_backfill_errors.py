@@ -1,0 +1,132 @@
+"""Record-level fault tolerance in backfills: bad records of every kind are isolated, recorded
+in the error table and retried; the ratio policy aborts; without isolation the job fails."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import omnitable
+from omnitable import ROW_ID
+
+from . import omt_faulty_features as faulty
+
+pytestmark = pytest.mark.spark
+
+KINDS = {
+    "RAISE": "exception",
+    "SLEEP": "timeout",
+    "MEM": "memory",
+    "SEGV": "crash",
+    "EXIT": "crash",
+}
+
+
+def _texts(n: int, bad: dict[str, int], seed: int = 7) -> tuple[list[str], dict[int, str]]:
+    rng = random.Random(seed)
+    texts = [f"record number {i} " + "x" * rng.randint(0, 30) for i in range(n)]
+    positions = rng.sample(range(n), sum(bad.values()))
+    marked: dict[int, str] = {}
+    for marker, count in bad.items():
+        for _ in range(count):
+            p = positions.pop()
+            texts[p] = f"{marker} {texts[p]}"
+            marked[p] = marker
+    return texts, marked
+
+
+@pytest.fixture
+def faulty_table(wh: omnitable.Warehouse) -> tuple[omnitable.Table, dict[int, str], list[str]]:
+    texts, marked = _texts(3000, {"RAISE": 3, "SLEEP": 2, "MEM": 1, "SEGV": 1, "EXIT": 1})
+    t = wh.create_table("docs", {"text": "string"})
+    t.append(pa.table({"text": texts}), "b1", target_fragment_rows=1000)
+    t.register(faulty.score)
+    return t, marked, texts
+
+
+def test_bad_records_of_every_kind_are_isolated_and_recorded(faulty_table, spark) -> None:  # type: ignore[no-untyped-def]
+    t, marked, texts = faulty_table
+    result = t.backfill("score").run(spark)
+    assert result.errors == {"score@1": len(marked)}
+    out = t.read(columns=[ROW_ID, "score"])
+    ids = out.column(ROW_ID).to_pylist()
+    scores = out.column("score").to_pylist()
+    for pos, (text, value) in enumerate(zip(texts, scores, strict=True)):
+        if pos in marked:
+            assert value is None, (pos, text)
+        else:
+            assert value == len(text) / 2, (pos, text)
+    errors = {r[ROW_ID]: r for r in (r.asDict() for r in t.errors(spark=spark).collect())}
+    assert set(errors) == {ids[p] for p in marked}
+    for pos, marker in marked.items():
+        e = errors[ids[pos]]
+        assert e["kind"] == KINDS[marker], (marker, e)
+        assert (e["feature"], e["feature_version"], e["batch"]) == ("score", "1", "b1")
+        assert e["run_id"] == result.run_id and e["row_offset"] == pos % 1000
+        assert len(e["input_digest"]) == 64
+    raise_err = next(errors[ids[p]] for p, m in marked.items() if m == "RAISE")
+    assert raise_err["exception_type"] == "ValueError" and "cannot score" in raise_err["message"]
+    assert "ValueError" in raise_err["traceback"]
+    grid = t.status()
+    assert grid.errors[("b1", "score")] == len(marked)
+    assert "err" in str(grid)
+    run = t._catalog.get_run(result.run_id)
+    assert run["metrics"]["errors"] == {"score@1": len(marked)}
+    # readable from Spark SQL too
+    t.errors_view(spark, "docs_errors")
+    assert spark.sql("SELECT count(*) AS n FROM docs_errors").first().n == len(marked)
+
+
+def test_error_ratio_policy_aborts_and_commits_nothing(faulty_table, spark) -> None:  # type: ignore[no-untyped-def]
+    t, marked, _ = faulty_table
+    version = t.version
+    with pytest.raises(omnitable.ErrorRatioExceeded, match="above max_error_ratio") as info:
+        t.backfill("score").run(spark, max_error_ratio=0.0001)
+    assert info.value.failed == len(marked)
+    assert t.version == version
+    assert t.status().state("b1", "score") == "missing"
+    assert t.errors(spark=spark).count() == 0  # the aborted step's error rows are not visible
+
+
+def test_without_isolation_a_bad_record_fails_the_job(wh: omnitable.Warehouse, spark) -> None:  # type: ignore[no-untyped-def]
+    texts, _ = _texts(200, {"RAISE": 1})
+    t = wh.create_table("docs", {"text": "string"})
+    t.append(pa.table({"text": texts}), "b1")
+    t.register(faulty.score)
+    with pytest.raises(Exception, match="cannot score"):
+        t.backfill("score").run(spark, isolation="off")
+    assert t.status().state("b1", "score") == "missing"
+    t.backfill("score").run(spark)  # the same data with isolation completes
+    assert t.status().state("b1", "score") == "done"
+
+
+def test_retry_recomputes_only_failed_records_and_resolves_them(
+    wh: omnitable.Warehouse, spark, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    flag = tmp_path / "service-down"
+    flag.touch()
+    texts = [f"ok {i}" for i in range(500)]
+    for p in (7, 123, 444):
+        texts[p] = f"FLAKY:{flag}"
+    t = wh.create_table("docs", {"text": "string"})
+    t.append(pa.table({"text": texts}), "b1", target_fragment_rows=250)
+    t.register(faulty.score)
+    t.backfill("score").run(spark)
+    assert t.errors(spark=spark).count() == 3
+    assert t.backfill("score").is_empty  # errors alone do not make a column stale
+    flag.unlink()  # the transient failure is over
+    plan = t.backfill("score", retry_errors=True)
+    assert (
+        "retry 2 failed record(s)" in plan.explain() or "retry 1 failed record(s)" in plan.explain()
+    )
+    before = t.read(columns=["score"]).column("score").to_pylist()
+    result = plan.run(spark)
+    assert result.errors == {}
+    after = t.read(columns=["score"]).column("score").to_pylist()
+    assert [a for a, b in zip(after, before, strict=True) if a != b] == [len(texts[7]) / 2] * 3
+    assert t.errors(spark=spark).count() == 0  # resolved: their files were replaced
+    assert t.errors(spark=spark, include_resolved=True).count() == 3
+    assert t.status().errors == {}
