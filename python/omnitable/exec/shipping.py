@@ -9,6 +9,7 @@ top-level package. Each module is shipped once per SparkContext.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
 import sys
 import sysconfig
@@ -33,7 +34,7 @@ def ship_modules(sc: Any, module_names: list[str]) -> list[str]:
             continue
         module = sys.modules.get(top) or importlib.import_module(top)
         path = _source_path(module)
-        if path is None or _installed(path):
+        if path is None or top in _distribution_packages() or _installed(path):
             shipped.add(top)
             continue
         if path.name == "__init__.py":
@@ -45,6 +46,12 @@ def ship_modules(sc: Any, module_names: list[str]) -> list[str]:
             out.append(str(path))
         shipped.add(top)
     return out
+
+
+def _distribution_packages() -> set[str]:
+    """Top-level packages provided by installed distributions (editable installs included):
+    executors get those from their own environment, like omnitable itself."""
+    return set(importlib.metadata.packages_distributions())
 
 
 def _source_path(module: Any) -> Path | None:
