@@ -39,6 +39,14 @@ object OmniTableConf {
   private def positiveLong(s: String): Either[String, Long] =
     s.trim.toLongOption.filter(_ > 0).toRight("expected a positive integer")
 
+  private def nonNegativeInt(max: Int)(s: String): Either[String, Int] =
+    s.trim.toIntOption.filter(v => v >= 0 && v <= max).toRight(s"expected an integer in 0..$max")
+
+  private def oneOf(values: String*)(s: String): Either[String, String] = {
+    val v = s.trim.toLowerCase(Locale.ROOT)
+    if (values.contains(v)) Right(v) else Left(values.mkString("expected one of ", ", ", ""))
+  }
+
   private def boolean(s: String): Either[String, Boolean] =
     s.trim.toLowerCase(Locale.ROOT).toBooleanOption.toRight("expected true or false")
 
@@ -94,6 +102,45 @@ object OmniTableConf {
     boolean
   ))
 
+  /** Values of [[ON_CORRUPT]]. */
+  object OnCorrupt {
+    val Fail = "fail"
+    val SkipFragment = "skip_fragment"
+  }
+
+  val ON_CORRUPT: OmniTableConfEntry[String] = declare(OmniTableConfEntry(
+    "spark.omnitable.read.on_corrupt",
+    Some("on_corrupt"),
+    Some(OnCorrupt.Fail),
+    "What a read does with a column file it cannot open or decode (I/O error, corrupt footer or " +
+      "page, row count that differs from the catalog) once corrupt_retries retries failed: 'fail' " +
+      "the task, or 'skip_fragment': return no row of that fragment, log a warning and report it " +
+      "(metric omnitableCorruptFragments, ScanMetricsListener). Skipping is whole-fragment: with " +
+      "skip_fragment each fragment is read in one partition, and corruption found after a fragment's " +
+      "first rows were returned still fails the task (docs/spark.md, 'Dirty input').",
+    oneOf(OnCorrupt.Fail, OnCorrupt.SkipFragment)
+  ))
+
+  val CORRUPT_RETRIES: OmniTableConfEntry[Int] = declare(OmniTableConfEntry(
+    "spark.omnitable.read.corrupt_retries",
+    Some("corrupt_retries"),
+    Some(2),
+    "How many times a read re-opens a column file that failed to open or decode before on_corrupt " +
+      "applies (transient object-store and network errors usually pass on a retry).",
+    nonNegativeInt(100)
+  ))
+
+  val VECTORED_IO: OmniTableConfEntry[Boolean] = declare(OmniTableConfEntry(
+    "spark.omnitable.read.vectored_io",
+    Some("vectored_io"),
+    Some(false),
+    "Let Parquet fetch column chunks with Hadoop vectored I/O (parallel background range reads; can " +
+      "help on object stores). Off by default because bytes read by background threads escape " +
+      "Spark's task input metrics (inputMetrics.bytesRead, ScanMetricsListener); the omnitableBytesRead " +
+      "scan metric counts them either way.",
+    boolean
+  ))
+
   /** All declared settings, in declaration order (for docs and tests). */
   def entries: Seq[OmniTableConfEntry[_]] = registry.values.toSeq
 
@@ -133,4 +180,7 @@ final class OmniTableConf(options: Map[String, String], session: String => Optio
   def splitFragments: Boolean = get(SPLIT_FRAGMENTS)
   def statsPruning: Boolean = get(STATS_PRUNING)
   def rowGroupFiltering: Boolean = get(ROW_GROUP_FILTERING)
+  def skipCorruptFragments: Boolean = get(ON_CORRUPT) == OnCorrupt.SkipFragment
+  def corruptRetries: Int = get(CORRUPT_RETRIES)
+  def vectoredIo: Boolean = get(VECTORED_IO)
 }

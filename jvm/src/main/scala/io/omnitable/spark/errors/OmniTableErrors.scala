@@ -26,7 +26,7 @@ final class OmniTableAnalysisException(
       Array.empty[org.apache.spark.QueryContext])
 
 /** A read-time error on an executor (a file that breaks the format contract, an I/O failure). */
-final class OmniTableReadException(val omniErrorClass: String, detail: String, cause: Throwable)
+final class OmniTableReadException(val omniErrorClass: String, val detail: String, cause: Throwable)
     extends RuntimeException(s"[$omniErrorClass] $detail", cause)
 
 /**
@@ -185,4 +185,39 @@ object OmniTableErrors {
       "OMNITABLE_FILE_READ",
       s"Cannot read column file $path: ${Option(cause.getMessage).getOrElse(cause.toString)}",
       cause)
+
+  /**
+   * A fragment whose column file stayed unreadable after `attempts` tries. Keeps the class of an
+   * OmniTable read error (misaligned file, ...) and names the fragment and, when known, the row group.
+   */
+  def corruptFragment(
+      fragment: String,
+      file: String,
+      rowGroup: Option[Int],
+      attempts: Int,
+      cause: Throwable,
+      hint: String): OmniTableReadException = {
+    val (cls, detail) = cause match {
+      case o: OmniTableReadException => (o.omniErrorClass, o.detail)
+      case other => ("OMNITABLE_CORRUPT_FILE", s"Cannot read column file $file: ${describe(other)}")
+    }
+    val where = rowGroup.fold("")(rg => s", row group $rg")
+    new OmniTableReadException(
+      cls,
+      s"Cannot read fragment $fragment ($attempts attempt(s)$where): ${detail.stripSuffix(".")}. $hint",
+      cause)
+  }
+
+  /** A footer that points outside its file, or lacks a column the catalog says it carries. */
+  def corruptFooter(path: String, detail: String): OmniTableReadException =
+    new OmniTableReadException(
+      "OMNITABLE_CORRUPT_FILE",
+      s"Cannot read column file $path: its footer is inconsistent ($detail).",
+      null)
+
+  /** The class and message of any throwable, in one line. */
+  def describe(e: Throwable): String = {
+    val msg = Option(e.getMessage).map(_.linesIterator.take(1).mkString).filter(_.nonEmpty)
+    s"${e.getClass.getSimpleName}${msg.fold("")(m => s": $m")}"
+  }
 }

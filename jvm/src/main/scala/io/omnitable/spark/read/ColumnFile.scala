@@ -1,6 +1,7 @@
 package io.omnitable.spark.read
 
 import java.net.URI
+import java.util.Locale
 
 import scala.jdk.CollectionConverters._
 import scala.util.control.NonFatal
@@ -42,10 +43,16 @@ private[read] final class ColumnFile(slice: FileSlice, baseConf: Configuration, 
 
   private lazy val inputFile: HadoopInputFile = HadoopInputFile.fromPath(path, conf)
 
-  lazy val footer: ParquetMetadata = guarded {
-    val stream = inputFile.newStream()
-    try ParquetFileReader.readFooter(inputFile, HadoopReadOptions.builder(conf, path).build(), stream)
-    finally stream.close()
+  private var footerRead: ParquetMetadata = _
+
+  /** The file's footer, read on first use (a failed read is retried on the next use). */
+  def footer: ParquetMetadata = {
+    if (footerRead == null) footerRead = guarded {
+      val stream = inputFile.newStream()
+      try ParquetFileReader.readFooter(inputFile, HadoopReadOptions.builder(conf, path).build(), stream)
+      finally stream.close()
+    }
+    footerRead
   }
 
   lazy val blocks: IndexedSeq[BlockMetaData] = footer.getBlocks.asScala.toIndexedSeq
@@ -58,6 +65,40 @@ private[read] final class ColumnFile(slice: FileSlice, baseConf: Configuration, 
     val rows = rowGroupStarts.last
     if (rows != fragmentRows) throw OmniTableErrors.misalignedFile(slice.uri, rows, fragmentRows)
   }
+
+  /**
+   * Everything that can be checked without decoding data, so that a broken file is found before
+   * any row of its fragment is returned: the footer parses, the file holds exactly the fragment's
+   * rows (and the catalog's row count for it), carries every column the catalog says it does,
+   * and every column chunk to be read lies inside the file.
+   */
+  def validate(fragmentRows: Long): Unit = {
+    checkAlignment(fragmentRows)
+    val rows = rowGroupStarts.last
+    if (rows != slice.rowCount) throw OmniTableErrors.misalignedFile(slice.uri, rows, slice.rowCount)
+    val fields = footer.getFileMetaData.getSchema.getFields.asScala.map(_.getName.toLowerCase(Locale.ROOT)).toSet
+    slice.requestedSchema.fieldNames.find(n => !fields.contains(n.toLowerCase(Locale.ROOT))).foreach { n =>
+      throw OmniTableErrors.corruptFooter(slice.uri, s"no column '$n', which the catalog says it carries")
+    }
+    val length = guarded(inputFile.getLength)
+    val wanted = slice.requestedSchema.fieldNames.map(_.toLowerCase(Locale.ROOT)).toSet
+    blocks.zipWithIndex.foreach { case (block, rg) =>
+      block.getColumns.asScala.filter(c => wanted.contains(c.getPath.toArray.head.toLowerCase(Locale.ROOT))).foreach {
+        c =>
+          val (start, end) = (c.getStartingPos, c.getStartingPos + c.getTotalSize)
+          if (start < 4 || c.getTotalSize < 0 || end > length) {
+            throw OmniTableErrors.corruptFooter(
+              slice.uri,
+              s"row group $rg, column ${c.getPath.toDotString}: bytes [$start, $end) of a $length-byte file")
+          }
+      }
+    }
+  }
+
+  /** The row group holding fragment row `row`, if the footer was read. */
+  def rowGroupAt(row: Long): Option[Int] =
+    if (footerRead == null || row < 0 || row >= rowGroupStarts.last) None
+    else Some(rowGroupsCovering(row, row + 1)._1)
 
   /** Statistics of the column with `physicalName` in row group `rg` (only fields this file provides). */
   def rowGroupStats(rg: Int, column: FilterColumn): Option[StatsView] =

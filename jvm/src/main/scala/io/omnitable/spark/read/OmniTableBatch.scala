@@ -1,28 +1,41 @@
 package io.omnitable.spark.read
 
 import io.omnitable.spark.OmniTableConf
+import io.omnitable.spark.metrics.{ScanReport, ScanReportAccumulator}
 import org.apache.hadoop.conf.Configuration
+import org.apache.parquet.hadoop.ParquetInputFormat
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.connector.read.{Batch, InputPartition, PartitionReaderFactory}
 import org.apache.spark.sql.types.StructType
 
 /** The input partitions of a planned scan and the reader factory executors receive. */
-final class OmniTableBatch(plan: ScanPlan, schema: StructType, pushdown: OmniTableScan.Pushdown, conf: OmniTableConf)
-    extends Batch {
+final class OmniTableBatch(
+    table: String,
+    plan: ScanPlan,
+    schema: StructType,
+    pushdown: OmniTableScan.Pushdown,
+    conf: OmniTableConf) extends Batch {
 
   override def planInputPartitions(): Array[InputPartition] = plan.partitions.toArray
 
   override def createReaderFactory(): PartitionReaderFactory = {
     val spark = SparkSession.active
     val hadoopConf = OmniTableBatch.hadoopConf(spark)
+    hadoopConf.setBoolean(ParquetInputFormat.HADOOP_VECTORED_IO_ENABLED, conf.vectoredIo)
     val broadcast = spark.sparkContext.broadcast(new SerializableHadoopConf(hadoopConf))
+    val report = new ScanReportAccumulator
+    spark.sparkContext.register(report, ScanReport.AccumulatorName)
     new OmniTablePartitionReaderFactory(ReaderContext(
+      table,
       schema,
       conf.batchSize,
       pushdown.rowFilter,
       conf.rowGroupFiltering,
       pushdown.limit.map(_.toLong),
-      broadcast))
+      CorruptInputPolicy(conf.skipCorruptFragments, conf.corruptRetries),
+      report,
+      broadcast
+    ))
   }
 }
 

@@ -22,7 +22,7 @@ final class OmniTableScan(
 
   override def readSchema(): StructType = schema
 
-  override def toBatch: Batch = new OmniTableBatch(plan, schema, pushdown, conf)
+  override def toBatch: Batch = new OmniTableBatch(snap.table.name, plan, schema, pushdown, conf)
 
   override def columnarSupportMode(): Scan.ColumnarSupportMode = Scan.ColumnarSupportMode.SUPPORTED
 

@@ -88,7 +88,8 @@ final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf)
       pruning,
       conf.statsPruning,
       limit,
-      if (conf.splitFragments) Some(conf.maxRowsPerPartition) else None
+      // Skipping corrupt fragments is whole-fragment: never split them then.
+      if (conf.splitFragments && !conf.skipCorruptFragments) Some(conf.maxRowsPerPartition) else None
     )
     val plan = ScanPlanner.plan(snap, handle.reader.loadFragments(snap), request)
     val dataFilter = pushed.map(_._2).filter(_.columns.exists(_.kind == FilterColumn.Data))

@@ -8,9 +8,16 @@ object ReadMetrics {
   val FilesOpened = "omnitableFilesOpened"
   val RowGroupsRead = "omnitableRowGroupsRead"
   val RowGroupsSkipped = "omnitableRowGroupsSkipped"
+  val FragmentsRead = "omnitableFragmentsRead"
+  val CorruptFragments = "omnitableCorruptFragments"
 
-  def all: Array[CustomMetric] =
-    Array(new BytesReadMetric, new FilesOpenedMetric, new RowGroupsReadMetric, new RowGroupsSkippedMetric)
+  def all: Array[CustomMetric] = Array(
+    new BytesReadMetric,
+    new FilesOpenedMetric,
+    new RowGroupsReadMetric,
+    new RowGroupsSkippedMetric,
+    new FragmentsReadMetric,
+    new CorruptFragmentsMetric)
 
   def task(metric: String, v: Long): CustomTaskMetric = new CustomTaskMetric {
     override def name(): String = metric
@@ -36,4 +43,14 @@ class RowGroupsReadMetric extends CustomSumMetric {
 class RowGroupsSkippedMetric extends CustomSumMetric {
   override def name(): String = ReadMetrics.RowGroupsSkipped
   override def description(): String = "row groups skipped by statistics"
+}
+
+class FragmentsReadMetric extends CustomSumMetric {
+  override def name(): String = ReadMetrics.FragmentsRead
+  override def description(): String = "fragments read"
+}
+
+class CorruptFragmentsMetric extends CustomSumMetric {
+  override def name(): String = ReadMetrics.CorruptFragments
+  override def description(): String = "corrupt fragments skipped"
 }
