@@ -14,6 +14,7 @@ one commit per step), so a restarted run skips committed work.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from omnitable.catalog.snapshot import Snapshot
 from omnitable.exceptions import ErrorRatioExceeded, ValidationError
 from omnitable.exec.errors import append_errors, error_offsets
 from omnitable.exec.isolation import MODES
+from omnitable.exec.scan_metrics import ScanMetrics
 from omnitable.exec.shipping import ship_modules
 from omnitable.exec.task import FRAGMENT, OFFSET, compute_partition, step_spec
 from omnitable.format.descriptors import FileDescriptor
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
 
 Progress = Callable[[int, int, int, int], None]  # (step, steps, fragments done, fragments total)
 DEFAULT_MAX_ERROR_RATIO = 0.01
+DEFAULT_MAX_SKIP_RATIO = 0.01
+log = logging.getLogger("omnitable.backfill")
 
 
 @dataclass(frozen=True)
@@ -52,11 +56,16 @@ class RunOptions:
             ``inprocess``, ``subprocess`` or ``off`` (a failing record fails the job).
         max_error_ratio: abort when more than this fraction of a feature's records in a
             checkpoint chunk fail (that chunk commits nothing).
+        on_corrupt: ``skip`` (an input fragment whose files cannot be read, after the reader's
+            retries, is skipped — left missing — and reported) or ``fail`` (the job fails).
+        max_skip_ratio: abort when more than this fraction of a chunk's fragments is skipped.
     """
 
     checkpoint_fragments: int | None = None
     isolation: str = "auto"
     max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO
+    on_corrupt: str = "skip"
+    max_skip_ratio: float = DEFAULT_MAX_SKIP_RATIO
 
     def __post_init__(self) -> None:
         cp = self.checkpoint_fragments
@@ -69,9 +78,12 @@ class RunOptions:
                 f"Cannot run backfill: isolation must be one of {', '.join(MODES)}, "
                 f"got {self.isolation!r}"
             )
-        r = self.max_error_ratio
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r <= 1:
-            raise ValidationError("Cannot run backfill: max_error_ratio must be between 0 and 1")
+        for name in ("max_error_ratio", "max_skip_ratio"):
+            r = getattr(self, name)
+            if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r <= 1:
+                raise ValidationError(f"Cannot run backfill: {name} must be between 0 and 1")
+        if self.on_corrupt not in ("skip", "fail"):
+            raise ValidationError("Cannot run backfill: on_corrupt must be 'skip' or 'fail'")
 
 
 @dataclass
@@ -83,6 +95,9 @@ class StepResult:
     versions: list[int] = field(default_factory=list)
     seconds: float = 0.0
     errors: dict[str, int] = field(default_factory=dict)  # feature@version -> failed records
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # unreadable input fragments
+    bytes_read: int = 0  # compressed column-chunk bytes the step's scans read (Spark metrics)
+    scans: int = 0
 
 
 @dataclass
@@ -106,8 +121,13 @@ class RunResult:
                 out[k] = out.get(k, 0) + v
         return out
 
+    @property
+    def skipped(self) -> list[dict[str, Any]]:
+        return [x for s in self.steps for x in s.skipped]
+
     def summary(self) -> dict[str, Any]:
         return {
+            "skipped": self.skipped,
             "run_id": self.run_id,
             "versions": self.versions,
             "errors": self.errors,
@@ -219,8 +239,14 @@ def _run_step(
             ]
         work = {k: v for k, v in work.items() if v}
         if work:
-            outputs = _execute(session, table, snap, step, work, retry, run_id, index, options)
+            tag = f"omnitable-{run_id}-step{index}-{start // size}"
+            outputs, skipped, scan = _execute(
+                session, table, snap, step, work, retry, run_id, tag, options
+            )
+            out.bytes_read += int(scan.get("omnitableBytesRead", 0))
+            out.scans += int(scan.get("omnitableScans", 0))
             try:
+                _check_skip_ratio(skipped, len(chunk), options.max_skip_ratio)
                 _check_error_ratio(step, outputs, options.max_error_ratio)
                 _record_errors(session, table, snap, outputs, run_id, step)
                 failpoint("backfill.before_commit")
@@ -231,6 +257,7 @@ def _run_step(
                 )
                 raise
             failpoint("backfill.after_commit")
+            out.skipped += skipped
             out.versions.append(version)
             result.versions.append(version)
             out.files += len(outputs)
@@ -259,7 +286,12 @@ def _retry_offsets(
 
 
 def step_dataframe(
-    session: SparkSession, table: Table, snap: Snapshot, step: Step, fragment_ids: list[str]
+    session: SparkSession,
+    table: Table,
+    snap: Snapshot,
+    step: Step,
+    fragment_ids: list[str],
+    on_corrupt: str = "fail",
 ) -> DataFrame:
     """The step's input: one partition per fragment, ids, inputs, SQL feature values and the
     current outputs of features being retried."""
@@ -269,6 +301,7 @@ def step_dataframe(
         .option("versionAsOf", str(snap.version))
         .option("fragments", ",".join(fragment_ids))
         .option("split_fragments", "false")
+        .option("on_corrupt", "skip_fragment" if on_corrupt == "skip" else "fail")
         .load(table.name)
     )
     pandas_inputs = {c for f in step.features if f.kind == "pandas" for c in f.inputs}
@@ -292,9 +325,10 @@ def _execute(
     work: dict[str, list[str]],
     retry: dict[str, dict[str, list[int]]],
     run_id: str,
-    index: int,
+    tag: str,
     options: RunOptions,
-) -> list[TaskOutput]:
+) -> tuple[list[TaskOutput], list[dict[str, Any]], dict[str, Any]]:
+    """Run one chunk's Spark job: (task outputs, skipped unreadable fragments, scan metrics)."""
     frag_ids = sorted({i for ids in work.values() for i in ids})
     by_id = {f.fragment_id: f for f in snap.fragments}
     features = [f.load() for f in step.features if f.name in work]
@@ -310,9 +344,9 @@ def _execute(
         run_id=run_id,
         isolation=options.isolation,
     )
-    df = step_dataframe(session, table, snap, step, frag_ids)
+    df = step_dataframe(session, table, snap, step, frag_ids, options.on_corrupt)
+    metrics = ScanMetrics(session)
     sc = session.sparkContext
-    tag = f"omnitable-{run_id}-step{index}"
     sc.addJobTag(tag)
     sc.setJobDescription(f"backfill {table.name}: {', '.join(f.id for f in features)}")
     try:
@@ -320,6 +354,7 @@ def _execute(
     finally:
         sc.removeJobTag(tag)
         sc.setJobDescription(None)  # type: ignore[arg-type]
+    scan = metrics.for_tag(tag)
     outputs = []
     for r in rows:
         d = json.loads(r.descriptor)
@@ -328,14 +363,51 @@ def _execute(
                 d["feature"], FileDescriptor.from_dict(d["file"]), d["errors"], int(d["computed"])
             )
         )
-    expected = sum(len(v) for v in work.values())
-    if len(outputs) != expected:
+    corrupt = {c["fragment"]: c for c in scan.get("corruptFragments", [])}
+    produced = {(o.feature, o.file.fragment_id) for o in outputs}
+    missing = {fid for name, ids in work.items() for fid in ids if (name, fid) not in produced}
+    unexplained = sorted(missing - set(corrupt))
+    if unexplained:
         delete_quietly(table.location.fs, [table.location.child_path(o.file.path) for o in outputs])
         raise ValidationError(
-            f"Cannot commit backfill step {index}: tasks reported {len(outputs)} files, expected "
-            f"{expected} (a fragment was not read completely)"
+            f"Cannot commit backfill step ({tag}): no output for fragment(s) "
+            f"{', '.join(unexplained[:3])} although the reader did not report them unreadable "
+            "(a fragment was not read completely)"
         )
-    return outputs
+    skipped = []
+    for fid in sorted(missing):
+        c = corrupt[fid]
+        skipped.append(
+            {
+                "fragment": fid,
+                "batch": by_id[fid].batch_name,
+                "file": c.get("file"),
+                "row_group": c.get("rowGroup"),
+                "error": str(c.get("error"))[:1000],
+            }
+        )
+        log.warning(
+            "backfill of %s skipped unreadable fragment %s (batch %s): %s",
+            table.name,
+            fid,
+            by_id[fid].batch_name,
+            c.get("error"),
+        )
+    return outputs, skipped, scan
+
+
+def _check_skip_ratio(skipped: list[dict[str, Any]], fragments: int, max_ratio: float) -> None:
+    if skipped and len(skipped) > max_ratio * fragments:
+        first = skipped[0]
+        raise ErrorRatioExceeded(
+            f"Cannot commit backfill: {len(skipped)} of {fragments} input fragment(s) could not "
+            f"be read ({len(skipped) / fragments:.1%}), above max_skip_ratio={max_ratio:.1%}; "
+            f"nothing of this step was committed. First: fragment {first['fragment']} (batch "
+            f"{first['batch']}), file {first['file']}: {first['error'][:300]}",
+            "(input)",
+            len(skipped),
+            fragments,
+        )
 
 
 def _check_error_ratio(step: Step, outputs: list[TaskOutput], max_ratio: float) -> None:

@@ -132,6 +132,8 @@ class Plan:
         checkpoint_fragments: int | None = None,
         isolation: str = "auto",
         max_error_ratio: float = 0.01,
+        on_corrupt: str = "skip",
+        max_skip_ratio: float = 0.01,
         progress: Callable[[int, int, int, int], None] | None = None,
     ) -> RunResult:
         """Execute the plan on Spark (see :mod:`omnitable.exec.runner` and docs/errors.md).
@@ -144,6 +146,9 @@ class Plan:
                 ``subprocess`` or ``off`` (a failing record then fails the job).
             max_error_ratio: abort (committing nothing for that chunk) when more than this
                 fraction of a feature's records fail.
+            on_corrupt: ``skip`` leaves unreadable input fragments missing and reports them in
+                the result (``RunResult.skipped``); ``fail`` fails the job.
+            max_skip_ratio: abort when more than this fraction of a chunk's fragments is skipped.
             progress: called as ``progress(step, steps, fragments_done, fragments_total)``.
 
         Raises:
@@ -151,7 +156,9 @@ class Plan:
         """
         from omnitable.exec.runner import RunOptions, run_plan
 
-        options = RunOptions(checkpoint_fragments, isolation, max_error_ratio)
+        options = RunOptions(
+            checkpoint_fragments, isolation, max_error_ratio, on_corrupt, max_skip_ratio
+        )
         return run_plan(self, spark, options, progress)
 
 

@@ -1,0 +1,34 @@
+"""Scan metrics as Spark reports them, through the jar's ``ScanMetricsListener``.
+
+The listener aggregates successful tasks' input metrics and the omnitable scans' own metrics
+(bytes of column chunks read, files opened, fragments read, corrupt fragments skipped) per job
+tag. The backfill runner tags each job and reads its bucket after the job.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class ScanMetrics:
+    """Access to the listener of one SparkSession (installed on first use, idempotently)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        jvm: Any = spark.sparkContext._jvm
+        self._listener = jvm.io.omnitable.spark.metrics.ScanMetricsListener
+        self._listener.install(spark.sparkContext._jsc.sc())
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything counted since the last reset (after draining Spark's listener bus)."""
+        return dict(json.loads(self._listener.snapshot()))
+
+    def for_tag(self, tag: str) -> dict[str, Any]:
+        """Metrics of the jobs that carried ``tag`` (empty when none ran)."""
+        return dict(self.snapshot().get("byJobTag", {}).get(tag, {}))
+
+    def reset(self) -> None:
+        self._listener.reset()

@@ -1,0 +1,96 @@
+"""Spark's own scan metrics prove fusion (an input shared by fused features is read once per
+fragment), and unreadable input fragments are skipped up to a ratio and reported."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import omnitable
+
+from . import omt_test_features as F
+
+pytestmark = pytest.mark.spark
+
+FEATURES = [F.shout, F.first_char, F.clean]  # all read `text`
+
+
+def _table(wh: omnitable.Warehouse, name: str) -> omnitable.Table:
+    t = wh.create_table(name, {"text": "string", "other": "string"})
+    t.append(
+        pa.table(
+            {"text": [f"some text number {i} " * 5 for i in range(3000)], "other": ["o"] * 3000}
+        ),
+        "b1",
+        target_fragment_rows=1000,
+    )
+    t.register(*FEATURES)
+    return t
+
+
+def test_fused_features_read_their_shared_input_once(wh: omnitable.Warehouse, spark) -> None:  # type: ignore[no-untyped-def]
+    fused = _table(wh, "fused")
+    plan = fused.backfill([f.name for f in FEATURES])
+    assert len(plan.steps) == 1 and len(plan.steps[0].features) == 3
+    result = plan.run(spark)
+    (step,) = result.steps
+    assert step.scans == 1
+    separate = _table(wh, "separate")
+    per_feature = [separate.backfill(f.name).run(spark).steps[0] for f in FEATURES]
+    assert [s.scans for s in per_feature] == [1, 1, 1]
+    # Spark-reported bytes: each separate backfill reads `text` fully, the fused one once
+    assert all(s.bytes_read == step.bytes_read for s in per_feature)
+    assert sum(s.bytes_read for s in per_feature) == 3 * step.bytes_read
+    snap = fused.snapshot()
+    text_id = snap.column("text").column_id
+    base_bytes = sum(
+        f.size_bytes
+        for fr in snap.fragments
+        for f in [snap.resolve(fr.fragment_id, [text_id])[text_id]]
+        if f
+    )
+    assert step.bytes_read <= base_bytes  # only `text` chunks, never `other`
+    run = fused._catalog.get_run(result.run_id)
+    assert run["metrics"]["steps"][0]["bytes_read"] == step.bytes_read
+
+
+def _corrupt_one_fragment(t: omnitable.Table) -> str:
+    snap = t.snapshot()
+    frag = snap.fragments[1]
+    col = snap.column("text")
+    victim = snap.resolve(frag.fragment_id, [col.column_id])[col.column_id]
+    assert victim is not None
+    path = t.location.child_path(victim.path)
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:  # keep the size, destroy the footer
+        f.write(data[: len(data) - 64] + b"\0" * 64)
+    with pytest.raises(pa.ArrowInvalid):
+        pq.read_metadata(path)
+    return frag.fragment_id
+
+
+def test_unreadable_input_fragment_is_skipped_and_reported(wh: omnitable.Warehouse, spark) -> None:  # type: ignore[no-untyped-def]
+    t = _table(wh, "dirty")
+    bad = _corrupt_one_fragment(t)
+    result = t.backfill("shout").run(spark, max_skip_ratio=0.5)
+    assert [s["fragment"] for s in result.skipped] == [bad]
+    assert result.skipped[0]["batch"] == "b1" and result.skipped[0]["error"]
+    assert t.status().state("b1", "shout") == "partial"
+    run = t._catalog.get_run(result.run_id)
+    assert [s["fragment"] for s in run["metrics"]["skipped"]] == [bad]
+    plan = t.backfill("shout")  # the skipped fragment stays missing, ready for a later run
+    assert [f.fragment_id for f in plan.steps[0].fragments] == [bad]
+
+
+def test_skip_ratio_and_fail_mode(wh: omnitable.Warehouse, spark) -> None:  # type: ignore[no-untyped-def]
+    t = _table(wh, "dirty")
+    _corrupt_one_fragment(t)
+    version = t.version
+    with pytest.raises(omnitable.ErrorRatioExceeded, match="could not be read"):
+        t.backfill("shout").run(spark)  # 1 of 3 fragments > the default 1 %
+    assert t.version == version
+    with pytest.raises(Exception, match="OMNITABLE_"):
+        t.backfill("shout").run(spark, on_corrupt="fail")
+    assert t.version == version
