@@ -44,6 +44,14 @@ def _split(value: str | None) -> list[str] | None:
     default=None,
     help="Commit every N fragments per step (restarts skip committed work).",
 )
+@click.option("--retry-errors", is_flag=True, help="Recompute records that failed earlier.")
+@click.option(
+    "--max-error-ratio",
+    type=float,
+    default=0.01,
+    show_default=True,
+    help="Abort when more than this fraction of a feature's records fail.",
+)
 @click.option(
     "--master",
     default="local[*]",
@@ -65,6 +73,8 @@ def backfill(
     batches: str | None,
     explain: bool,
     checkpoint: int | None,
+    retry_errors: bool,
+    max_error_ratio: float,
     master: str,
     paths: tuple[str, ...],
 ) -> None:
@@ -74,7 +84,7 @@ def backfill(
     targets = _split(features) or []
     out = ctx.out
     with ctx.connect() as wh:
-        plan = wh.table(table).backfill(targets, _split(batches))
+        plan = wh.table(table).backfill(targets, _split(batches), retry_errors=retry_errors)
         out.message(plan.explain())
         if explain or plan.is_empty:
             out.result({"plan": plan.explain(), "ran": False}, lambda c: None)
@@ -98,7 +108,12 @@ def backfill(
                     tasks[step] = bar.add_task(f"step {step}/{steps} fragments", total=total)
                 bar.update(tasks[step], completed=done)
 
-            result = plan.run(spark, checkpoint_fragments=checkpoint, progress=progress)
+            result = plan.run(
+                spark,
+                checkpoint_fragments=checkpoint,
+                max_error_ratio=max_error_ratio,
+                progress=progress,
+            )
         grid = wh.table(table).status()
 
     def render(console: Console) -> None:
@@ -108,6 +123,13 @@ def backfill(
                 f"{s.rows} rows, {s.files} files in {s.seconds:.1f}s"
             )
         console.print(f"run {result.run_id} committed version(s) {result.versions}")
+        for key, count in result.errors.items():
+            console.print(f"[yellow]{count} record(s) failed {key}[/]: see Table.errors()")
+        for s in result.skipped:
+            console.print(
+                f"[yellow]skipped unreadable fragment {s['fragment']}[/] "
+                f"(batch {s['batch']}): {s['error'][:200]}"
+            )
         console.print(str(grid))
 
     out.result({"run": result.summary(), "status": grid.to_pandas().to_dict()}, render)
