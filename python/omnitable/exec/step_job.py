@@ -1,0 +1,167 @@
+"""One Spark job of a backfill step: read the step's inputs, compute in Python workers.
+
+The input is read through the ``omnitable`` data source (one input partition per whole fragment,
+rows in order, only the inputs' column files opened, unreadable fragments skipped when asked),
+SQL features are evaluated in the JVM, and :func:`omnitable.exec.task.compute_partition` runs in
+Python workers with ``mapInArrow``. The job is tagged so its scan metrics can be read back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from omnitable.catalog.records import ROW_ID
+from omnitable.catalog.snapshot import Snapshot
+from omnitable.exceptions import ValidationError
+from omnitable.exec.errors import error_offsets
+from omnitable.exec.scan_metrics import ScanMetrics
+from omnitable.exec.task import FRAGMENT, OFFSET, compute_partition, step_spec
+from omnitable.format.descriptors import FileDescriptor
+from omnitable.format.fs import delete_quietly
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from omnitable.features.planner import Step
+    from omnitable.table import Table
+
+log = logging.getLogger("omnitable.backfill")
+
+
+@dataclass
+class TaskOutput:
+    """One file a task wrote, with the records that failed while computing it."""
+
+    feature: str
+    file: FileDescriptor
+    errors: list[dict[str, Any]]
+    computed: int
+
+
+def retry_offsets(
+    session: SparkSession, table: Table, step: Step, chunk_ids: set[str]
+) -> dict[str, dict[str, list[int]]]:
+    wanted = {
+        name: {frag: file for frag, file in per.items() if frag in chunk_ids}
+        for name, per in step.retry.items()
+    }
+    offsets = error_offsets(session, table, [f for per in wanted.values() for f in per.values()])
+    return {
+        name: {frag: offsets.get(file, []) for frag, file in per.items()}
+        for name, per in wanted.items()
+    }
+
+
+def step_dataframe(
+    session: SparkSession,
+    table: Table,
+    snap: Snapshot,
+    step: Step,
+    fragment_ids: list[str],
+    on_corrupt: str = "fail",
+) -> DataFrame:
+    """The step's input: one partition per fragment, ids, inputs, SQL feature values and the
+    current outputs of features being retried."""
+    df = (
+        session.read.format("omnitable")
+        .option("warehouse", table.warehouse.uri)
+        .option("versionAsOf", str(snap.version))
+        .option("fragments", ",".join(fragment_ids))
+        .option("split_fragments", "false")
+        .option("on_corrupt", "skip_fragment" if on_corrupt == "skip" else "fail")
+        .load(table.name)
+    )
+    pandas_inputs = {c for f in step.features if f.kind == "pandas" for c in f.inputs}
+    cols = [FRAGMENT, OFFSET, ROW_ID] + [c for c in step.inputs if c in pandas_inputs]
+    for f in step.features:
+        if f.name in step.retry:
+            cols += [o for o in f.outputs if o not in cols]
+    exprs = [f"`{c}`" for c in cols]
+    for f in step.features:
+        if f.kind == "sql":
+            ((out, ddl),) = f.outputs.items()
+            exprs.append(f"CAST(({f.expr}) AS {ddl}) AS `{out}`")
+    return df.selectExpr(*exprs)
+
+
+def execute_chunk(
+    session: SparkSession,
+    table: Table,
+    snap: Snapshot,
+    step: Step,
+    work: dict[str, list[str]],
+    retry: dict[str, dict[str, list[int]]],
+    run_id: str,
+    tag: str,
+    isolation: str,
+    on_corrupt: str,
+) -> tuple[list[TaskOutput], list[dict[str, Any]], dict[str, Any]]:
+    """Run one chunk's Spark job: (task outputs, skipped unreadable fragments, scan metrics)."""
+    frag_ids = sorted({i for ids in work.values() for i in ids})
+    by_id = {f.fragment_id: f for f in snap.fragments}
+    features = [f.load() for f in step.features if f.name in work]
+    spec = step_spec(
+        root=table.warehouse.root.uri,
+        location=table.record.location,
+        features=features,
+        work=work,
+        retry=retry,
+        row_counts={i: by_id[i].row_count for i in frag_ids},
+        paths={i: by_id[i].path for i in frag_ids},
+        options=table.warehouse.write_options,
+        run_id=run_id,
+        isolation=isolation,
+    )
+    df = step_dataframe(session, table, snap, step, frag_ids, on_corrupt)
+    metrics = ScanMetrics(session)
+    sc = session.sparkContext
+    sc.addJobTag(tag)
+    sc.setJobDescription(f"backfill {table.name}: {', '.join(f.id for f in features)}")
+    try:
+        rows = df.mapInArrow(lambda it: compute_partition(spec, it), "descriptor string").collect()
+    finally:
+        sc.removeJobTag(tag)
+        sc.setJobDescription(None)  # type: ignore[arg-type]
+    scan = metrics.for_tag(tag)
+    outputs = []
+    for r in rows:
+        d = json.loads(r.descriptor)
+        outputs.append(
+            TaskOutput(
+                d["feature"], FileDescriptor.from_dict(d["file"]), d["errors"], int(d["computed"])
+            )
+        )
+    corrupt = {c["fragment"]: c for c in scan.get("corruptFragments", [])}
+    produced = {(o.feature, o.file.fragment_id) for o in outputs}
+    missing = {fid for name, ids in work.items() for fid in ids if (name, fid) not in produced}
+    unexplained = sorted(missing - set(corrupt))
+    if unexplained:
+        delete_quietly(table.location.fs, [table.location.child_path(o.file.path) for o in outputs])
+        raise ValidationError(
+            f"Cannot commit backfill step ({tag}): no output for fragment(s) "
+            f"{', '.join(unexplained[:3])} although the reader did not report them unreadable "
+            "(a fragment was not read completely)"
+        )
+    skipped = []
+    for fid in sorted(missing):
+        c = corrupt[fid]
+        skipped.append(
+            {
+                "fragment": fid,
+                "batch": by_id[fid].batch_name,
+                "file": c.get("file"),
+                "row_group": c.get("rowGroup"),
+                "error": str(c.get("error"))[:1000],
+            }
+        )
+        log.warning(
+            "backfill of %s skipped unreadable fragment %s (batch %s): %s",
+            table.name,
+            fid,
+            by_id[fid].batch_name,
+            c.get("error"),
+        )
+    return outputs, skipped, scan
