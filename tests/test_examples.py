@@ -14,6 +14,10 @@ PLAIN = sorted(p for p in EXAMPLES.glob("*.py") if not p.name.startswith("spark"
 
 @pytest.mark.parametrize("script", PLAIN, ids=lambda p: p.name)
 def test_example_runs(script: Path, tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "wh")], capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "wh")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
