@@ -10,7 +10,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from omnitable.catalog.commit import CommitRequest
 from omnitable.catalog.records import APPEND_NAME, MAIN, ROW_ID, CommitRecord, TableRecord
 from omnitable.catalog.snapshot import Snapshot
 from omnitable.exceptions import (
@@ -22,7 +21,7 @@ from omnitable.format.reader import FragmentReader, ReadStats
 from omnitable.format.writer import WriteOptions, new_id, write_fragment
 from omnitable.ingest import columns as add_cols
 from omnitable.ingest.conform import Conformer
-from omnitable.ingest.local import duplicate_ids, ingest_batches
+from omnitable.ingest.local import append_request, duplicate_ids, ingest_batches
 from omnitable.ingest.sources import is_spark_dataframe, record_batches
 
 if TYPE_CHECKING:
@@ -262,22 +261,15 @@ class Table:
             old_ids = {b.batch_id for b in old}
             if result.supplied_ids is not None:
                 self._check_supplied_ids(snap, result.supplied_ids, old_ids)
-            req = CommitRequest(
-                op="append",
-                base_version=snap.version,
-                run_id=run_id,
-                summary={
-                    "batch": append_name,
-                    "rows": result.rows,
-                    "fragments": len(result.fragments),
-                    "replaced": bool(old),
-                },
-                new_batches=[(batch_id, append_name)],
-                removed_batches=sorted(old_ids),
-                new_fragments=result.fragments,
-                removed_fragments=[f.fragment_id for f in snap.fragments if f.batch_id in old_ids],
-                supplied_id_range=result.id_range,
-                next_row_id_at_least=None if result.id_range is None else result.id_range[1] + 1,
+            req = append_request(
+                snap,
+                batch_id,
+                append_name,
+                old_ids,
+                result.fragments,
+                result.id_range,
+                run_id,
+                "local",
             )
             version = int(self._catalog.commit(self.record, req))
         except BaseException as exc:

@@ -7,14 +7,6 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
 from omnitable.cli.main import Context
 
@@ -92,21 +84,10 @@ def backfill(
         from omnitable.spark.session import spark_session
 
         spark = spark_session(wh, master=master)
-        console = out.err if out.as_json else out.console
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as bar:
-            tasks: dict[int, TaskID] = {}
+        with out.progress() as report:
 
             def progress(step: int, steps: int, done: int, total: int) -> None:
-                if step not in tasks:
-                    tasks[step] = bar.add_task(f"step {step}/{steps} fragments", total=total)
-                bar.update(tasks[step], completed=done)
+                report(f"step {step}/{steps} fragments", done, total)
 
             result = plan.run(
                 spark,

@@ -6,14 +6,6 @@ from dataclasses import asdict
 
 import click
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
 from omnitable.cli.main import Context
 
@@ -35,22 +27,7 @@ def demo(ctx: Context, limit: int | None, master: str, no_spark: bool) -> None:
     out = ctx.out
     with ctx.connect() as wh:
         out.message(f"[bold]OmniTable demo[/] in {wh.uri}")
-        console = out.err if out.as_json else out.console
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as bar:
-            tasks: dict[str, TaskID] = {}
-
-            def progress(step: str, done: int, total: int) -> None:
-                if step not in tasks:
-                    tasks[step] = bar.add_task(step, total=total)
-                bar.update(tasks[step], completed=done, total=total)
-
+        with out.progress() as progress:
             result = run_demo(
                 wh,
                 limit,

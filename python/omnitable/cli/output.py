@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table as RichTable
 
 
@@ -41,3 +51,26 @@ class Output:
         for r in rows:
             t.add_row(*[str(v) for v in r])
         return t
+
+    @contextmanager
+    def progress(self) -> Iterator[Callable[[str, int, int], None]]:
+        """A progress display for long steps: yields ``report(step, done, total)``.
+
+        Bars go to stderr in JSON mode so stdout stays parseable; they vanish when done.
+        """
+        console = self.err if self.as_json else self.console
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=console, transient=True) as bar:
+            tasks: dict[str, TaskID] = {}
+
+            def report(step: str, done: int, total: int) -> None:
+                if step not in tasks:
+                    tasks[step] = bar.add_task(step, total=total)
+                bar.update(tasks[step], completed=done, total=total)
+
+            yield report

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from omnitable.catalog.commit import CommitRequest
 from omnitable.catalog.records import ROW_ID
+from omnitable.catalog.snapshot import Snapshot
 from omnitable.exceptions import ValidationError
 from omnitable.format.descriptors import FragmentDescriptor
 from omnitable.format.writer import WriteOptions
@@ -135,6 +137,38 @@ def ingest_batches(
     if supplied:
         result.supplied_ids = np.concatenate(id_parts) if id_parts else np.array([], np.int64)
     return result
+
+
+def append_request(
+    snap: Snapshot,
+    batch_id: str,
+    append_name: str,
+    replaced: set[str],
+    fragments: list[FragmentDescriptor],
+    id_range: tuple[int, int] | None,
+    run_id: str,
+    engine: str,
+) -> CommitRequest:
+    """The commit of one append: the new batch and its fragments, replacing ``replaced``
+    batches (mode="replace"), moving ``next_row_id`` past supplied ids."""
+    return CommitRequest(
+        op="append",
+        base_version=snap.version,
+        run_id=run_id,
+        summary={
+            "batch": append_name,
+            "rows": sum(f.row_count for f in fragments),
+            "fragments": len(fragments),
+            "replaced": bool(replaced),
+            "engine": engine,
+        },
+        new_batches=[(batch_id, append_name)],
+        removed_batches=sorted(replaced),
+        new_fragments=fragments,
+        removed_fragments=[f.fragment_id for f in snap.fragments if f.batch_id in replaced],
+        supplied_id_range=id_range,
+        next_row_id_at_least=None if id_range is None else id_range[1] + 1,
+    )
 
 
 def duplicate_ids(ids: np.ndarray, limit: int = 5) -> list[int]:

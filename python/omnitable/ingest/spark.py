@@ -18,14 +18,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from omnitable.catalog.commit import CommitRequest
 from omnitable.catalog.records import ROW_ID, ColumnRecord
 from omnitable.exceptions import ValidationError
 from omnitable.format.descriptors import FragmentDescriptor
 from omnitable.format.fs import delete_quietly, resolve_location
 from omnitable.format.writer import WriteOptions, new_id, write_fragment
 from omnitable.ingest.conform import Conformer
-from omnitable.ingest.local import FragmentCutter
+from omnitable.ingest.local import FragmentCutter, append_request
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -112,23 +111,8 @@ def append_spark(
             id_range = (int(agg[0]), int(agg[1]))
             _check_existing_ids(table, snap, df, id_range, {b.batch_id for b in old})
         old_ids = {b.batch_id for b in old}
-        req = CommitRequest(
-            op="append",
-            base_version=snap.version,
-            run_id=run_id,
-            summary={
-                "batch": append_name,
-                "rows": rows_total,
-                "fragments": len(fragments),
-                "replaced": bool(old),
-                "engine": "spark",
-            },
-            new_batches=[(batch_id, append_name)],
-            removed_batches=sorted(old_ids),
-            new_fragments=fragments,
-            removed_fragments=[f.fragment_id for f in snap.fragments if f.batch_id in old_ids],
-            supplied_id_range=id_range,
-            next_row_id_at_least=None if id_range is None else id_range[1] + 1,
+        req = append_request(
+            snap, batch_id, append_name, old_ids, fragments, id_range, run_id, "spark"
         )
         version = int(catalog.commit(table.record, req))
     except BaseException as exc:
