@@ -141,8 +141,62 @@ object OmniTableConf {
     boolean
   ))
 
+  private def fraction(s: String): Either[String, Double] =
+    s.trim.toDoubleOption.filter(v => v > 0 && v <= 1).toRight("expected a number in (0, 1]")
+
+  // --- optimizer rules (session settings only; docs/optimizer.md) ------------------------------
+
+  val FUSE_SCANS: OmniTableConfEntry[Boolean] = declare(OmniTableConfEntry(
+    "spark.omnitable.optimizer.fuse_scans",
+    None,
+    Some(true),
+    "Rule FuseOmniTableScans: reads of the same table snapshot joined on _ai_unique_id_ become one scan.",
+    boolean
+  ))
+
+  val FUSE_PYTHON_UDFS: OmniTableConfEntry[Boolean] = declare(OmniTableConfEntry(
+    "spark.omnitable.optimizer.fuse_python_udfs",
+    None,
+    Some(true),
+    "Rule FusePythonUDFs: deterministic Python UDFs of one eval type that Spark would evaluate in " +
+      "stacked Python round trips over the same inputs are evaluated in one pass.",
+    boolean
+  ))
+
+  val FUSE_PYTHON_UDFS_ACROSS_FILTERS: OmniTableConfEntry[Boolean] = declare(OmniTableConfEntry(
+    "spark.omnitable.optimizer.fuse_python_udfs_across_filters",
+    None,
+    Some(true),
+    "Let FusePythonUDFs move a UDF below a filter on computed (UDF) values, so it also runs on rows " +
+      "that filter removes (Spark does not promise short-circuit evaluation of deterministic UDFs " +
+      "either). false: never move a UDF below any filter.",
+    boolean
+  ))
+
+  val LATE_MATERIALIZATION: OmniTableConfEntry[Boolean] = declare(OmniTableConfEntry(
+    "spark.omnitable.optimizer.late_materialization",
+    None,
+    Some(true),
+    "Rule LateMaterializeFilteredColumns: scans under a selective filter read the filter's columns " +
+      "first and the other columns only for rows (and pages) that pass.",
+    boolean
+  ))
+
+  val LATE_MATERIALIZATION_MAX_SELECTIVITY: OmniTableConfEntry[Double] = declare(OmniTableConfEntry(
+    "spark.omnitable.optimizer.late_materialization_max_selectivity",
+    None,
+    Some(0.25),
+    "Late materialization is used only when the filter is estimated (from catalog statistics) to " +
+      "keep at most this fraction of the rows.",
+    fraction
+  ))
+
   /** All declared settings, in declaration order (for docs and tests). */
   def entries: Seq[OmniTableConfEntry[_]] = registry.values.toSeq
+
+  /** Session settings as seen by optimizer rules and planner strategies (the running query's SQLConf). */
+  def fromSQLConf(): OmniTableConf =
+    new OmniTableConf(Map.empty, key => Option(org.apache.spark.sql.internal.SQLConf.get.getConfString(key, null)))
 
   /** Settings of one read: `options` are the read's options (any key case). */
   def apply(options: Map[String, String]): OmniTableConf = {
@@ -183,4 +237,9 @@ final class OmniTableConf(options: Map[String, String], session: String => Optio
   def skipCorruptFragments: Boolean = get(ON_CORRUPT) == OnCorrupt.SkipFragment
   def corruptRetries: Int = get(CORRUPT_RETRIES)
   def vectoredIo: Boolean = get(VECTORED_IO)
+  def fuseScans: Boolean = get(FUSE_SCANS)
+  def fusePythonUdfs: Boolean = get(FUSE_PYTHON_UDFS)
+  def fusePythonUdfsAcrossFilters: Boolean = get(FUSE_PYTHON_UDFS_ACROSS_FILTERS)
+  def lateMaterialization: Boolean = get(LATE_MATERIALIZATION)
+  def lateMaterializationMaxSelectivity: Double = get(LATE_MATERIALIZATION_MAX_SELECTIVITY)
 }

@@ -1,5 +1,6 @@
 package io.omnitable.spark
 
+import io.omnitable.spark.optimizer.FuseOmniTableScans
 import org.apache.spark.sql.SparkSessionExtensions
 import org.apache.spark.sql.catalyst.FunctionIdentifier
 import org.apache.spark.sql.catalyst.InternalRow
@@ -19,8 +20,9 @@ class OmniTableSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
     // omnitable_version(): proves the extension is loaded and tells which jar a session runs.
     extensions.injectFunction(OmniTableSparkSessionExtensions.versionFunction)
 
-    // --- parser / analyzer / optimizer / planner rules -----------------------------------
-    // (none yet: scans of logical tables are planned by the DataSource V2 connector)
+    // --- optimizer (operator optimization batch, before Spark pushes filters into scans) ---
+    // FuseOmniTableScans: reads of one snapshot joined on _ai_unique_id_ read the files once.
+    extensions.injectOptimizerRule(_ => FuseOmniTableScans)
   }
 }
 

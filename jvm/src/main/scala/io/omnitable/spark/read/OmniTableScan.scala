@@ -18,7 +18,9 @@ final class OmniTableScan(
     schema: StructType,
     val plan: ScanPlan,
     val pushdown: OmniTableScan.Pushdown,
-    conf: OmniTableConf) extends Scan with SupportsReportStatistics {
+    conf: OmniTableConf,
+    /** What optimizer rules did to this read (see io.omnitable.spark.optimizer.OptimizerMarks), for EXPLAIN. */
+    val optimizer: Seq[String] = Nil) extends Scan with SupportsReportStatistics {
 
   override def readSchema(): StructType = schema
 
@@ -56,7 +58,8 @@ final class OmniTableScan(
     ) ++
       (if (pushdown.declined.isEmpty) Nil
        else Seq(s"declined=[${pushdown.declined.map(_._1.toString).mkString(", ")}]")) ++
-      pushdown.limit.map(l => s"limit=$l")
+      pushdown.limit.map(l => s"limit=$l") ++
+      (if (optimizer.isEmpty) Nil else Seq(optimizer.mkString("optimizer=[", "; ", "]")))
     parts.mkString(", ")
   }
 

@@ -3,6 +3,7 @@ package io.omnitable.spark.read
 import scala.collection.mutable
 
 import io.omnitable.spark.OmniTableConf
+import io.omnitable.spark.optimizer.OptimizerMarks
 import io.omnitable.spark.source.TableHandle
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.connector.expressions.filter.Predicate
@@ -27,7 +28,7 @@ import org.apache.spark.sql.types.StructType
  *  - Limit: Spark only pushes one when no predicate is left for it; fragments past the limit
  *    are not read and each reader stops at the limit.
  */
-final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf)
+final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf, marks: OptimizerMarks = OptimizerMarks.Empty)
     extends ScanBuilder
     with SupportsPushDownV2Filters
     with SupportsPushDownRequiredColumns
@@ -102,7 +103,8 @@ final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf)
         declined.toSeq,
         limit,
         if (dataFilter.isEmpty) None else Some(Filter.and(dataFilter.toSeq))),
-      conf
+      conf,
+      marks.describe
     )
   }
 }

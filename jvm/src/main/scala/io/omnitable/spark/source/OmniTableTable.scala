@@ -5,6 +5,7 @@ import java.util
 import scala.jdk.CollectionConverters._
 
 import io.omnitable.spark.OmniTableConf
+import io.omnitable.spark.optimizer.OptimizerMarks
 import io.omnitable.spark.read.{OmniTableScanBuilder, ReadColumn}
 import org.apache.spark.sql.connector.catalog.{
   MetadataColumn,
@@ -22,7 +23,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  * columns in position order. Read-only; metadata columns `_ai_fragment_` and `_ai_row_offset_`
  * are available by name.
  */
-final class OmniTableTable(val handle: TableHandle) extends Table with SupportsRead with SupportsMetadataColumns {
+final class OmniTableTable(val handle: TableHandle, val marks: OptimizerMarks = OptimizerMarks.Empty)
+    extends Table
+    with SupportsRead
+    with SupportsMetadataColumns {
 
   private val snap = handle.snapshot
 
@@ -55,7 +59,28 @@ final class OmniTableTable(val handle: TableHandle) extends Table with SupportsR
 
   override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = {
     val merged = handle.options ++ options.asCaseSensitiveMap().asScala
-    new OmniTableScanBuilder(handle, OmniTableConf(merged))
+    new OmniTableScanBuilder(handle, OmniTableConf(merged), marks)
+  }
+
+  /** The same table, read with what the optimizer rules decided (see [[OptimizerMarks]]). */
+  def withMarks(m: OptimizerMarks): OmniTableTable = new OmniTableTable(handle, m)
+
+  /**
+   * What makes two reads return the same rows: warehouse, table, resolved snapshot, batch and
+   * fragment restrictions and every other option (snapshot-naming options are covered by the
+   * resolved version and segments, so `tag=t1` and `versionAsOf=3` can match).
+   */
+  def readIdentity(relationOptions: Map[String, String]): Product = {
+    val naming = Set("path", "table", "warehouse", "versionasof", "timestampasof", "branch", "tag")
+    val opts = (handle.options ++ relationOptions).map { case (k, v) => k.toLowerCase(java.util.Locale.ROOT) -> v }
+    (
+      snap.warehouse,
+      snap.table.tableId,
+      snap.snapshot.version,
+      snap.snapshot.segments,
+      handle.batches,
+      handle.fragments,
+      opts.filter { case (k, _) => !naming.contains(k) })
   }
 
   override def toString: String = s"OmniTableTable(${snap.table.name}, ${snap.snapshot.label})"

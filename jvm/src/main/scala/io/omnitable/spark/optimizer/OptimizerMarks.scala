@@ -1,0 +1,30 @@
+package io.omnitable.spark.optimizer
+
+import org.apache.spark.sql.catalyst.expressions.Expression
+import org.apache.spark.sql.catalyst.trees.TreeNodeTag
+
+/**
+ * What OmniTable's optimizer rules decided about one read. The marks travel inside the plan —
+ * on the relation's table ([[io.omnitable.spark.source.OmniTableTable.marks]]), so the scan
+ * built from it prints them in EXPLAIN — never in a side table.
+ *
+ * @param fusedReads how many reads of the snapshot [[FuseOmniTableScans]] merged into this one (1: none)
+ * @param lateMaterialization the filter conjuncts [[LateMaterializeFilteredColumns]] asks the scan
+ *   to evaluate before reading the other columns; the scan applies them only if Spark pushes the
+ *   same predicates to it (proof that the filter still sits directly on the scan)
+ */
+final case class OptimizerMarks(fusedReads: Int = 1, lateMaterialization: Option[Seq[Expression]] = None) {
+
+  def isEmpty: Boolean = fusedReads == 1 && lateMaterialization.isEmpty
+
+  /** One line per rule that fired, for EXPLAIN. */
+  def describe: Seq[String] =
+    (if (fusedReads > 1) Seq(s"${FuseOmniTableScans.ruleName}: $fusedReads reads -> 1 scan") else Nil)
+}
+
+object OptimizerMarks {
+  val Empty: OptimizerMarks = OptimizerMarks()
+
+  /** Tag on logical nodes a rule rewrote: the rule names (tests and plan inspection read it). */
+  val FiredRules: TreeNodeTag[Seq[String]] = TreeNodeTag[Seq[String]]("omnitable.firedRules")
+}
