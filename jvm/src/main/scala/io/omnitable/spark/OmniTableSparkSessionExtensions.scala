@@ -1,6 +1,6 @@
 package io.omnitable.spark
 
-import io.omnitable.spark.optimizer.FuseOmniTableScans
+import io.omnitable.spark.optimizer.{FuseOmniTableScans, LateMaterializeFilteredColumns}
 import org.apache.spark.sql.SparkSessionExtensions
 import org.apache.spark.sql.catalyst.FunctionIdentifier
 import org.apache.spark.sql.catalyst.InternalRow
@@ -23,6 +23,9 @@ class OmniTableSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
     // --- optimizer (operator optimization batch, before Spark pushes filters into scans) ---
     // FuseOmniTableScans: reads of one snapshot joined on _ai_unique_id_ read the files once.
     extensions.injectOptimizerRule(_ => FuseOmniTableScans)
+    // LateMaterializeFilteredColumns: a selective filter's columns are read first, payload only
+    // for the rows that pass (runs after fusion so a fused scan is marked as a whole).
+    extensions.injectOptimizerRule(_ => LateMaterializeFilteredColumns)
   }
 }
 

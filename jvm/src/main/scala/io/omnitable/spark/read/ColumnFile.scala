@@ -3,6 +3,7 @@ package io.omnitable.spark.read
 import java.net.URI
 import java.util.Locale
 
+import scala.collection.mutable
 import scala.jdk.CollectionConverters._
 import scala.util.control.NonFatal
 
@@ -20,7 +21,11 @@ import org.apache.parquet.hadoop.util.HadoopInputFile
 import org.apache.parquet.io.api.Binary
 import org.apache.parquet.schema.LogicalTypeAnnotation
 import org.apache.parquet.schema.PrimitiveType.PrimitiveTypeName
-import org.apache.spark.sql.execution.datasources.parquet.{ParquetReadSupport, VectorizedParquetRecordReader}
+import org.apache.spark.sql.execution.datasources.parquet.{
+  OmniTableRowRangesReader,
+  ParquetReadSupport,
+  VectorizedParquetRecordReader
+}
 import org.apache.spark.sql.types._
 
 /**
@@ -130,18 +135,78 @@ private[read] final class ColumnFile(slice: FileSlice, baseConf: Configuration, 
     val selected = new ParquetMetadata(footer.getFileMetaData, blocks.slice(first, last + 1).asJava)
     val reader = new VectorizedParquetRecordReader(null, "CORRECTED", "UTC", "CORRECTED", "UTC", false, batchSize)
     try {
-      val attempt = new TaskAttemptID(new TaskID(new JobID(), TaskType.MAP, 0), 0)
-      reader.initialize(
-        new FileSplit(path, 0, Long.MaxValue, Array.empty[String]),
-        new TaskAttemptContextImpl(conf, attempt),
-        Some(inputFile),
-        Some(inputFile.newStream()),
-        Some(selected)
-      )
+      initialize(reader, selected)
       new FileCursor(slice.uri, reader, start - rowGroupStarts(first), end - start)
     } catch {
       case NonFatal(e) => reader.close(); throw e
     }
+  }
+
+  /**
+   * A cursor over the fragment rows `rows(from..)` (increasing) of this file: only row groups
+   * holding some of them are read; with an offset index (page index) on every requested column
+   * only the pages holding them are fetched and only those rows decoded, otherwise the row groups
+   * from the first to the last wanted row are decoded and the wanted rows picked out.
+   */
+  def openRows(rows: Array[Long], from: Int): RowsCursor.Opened = guarded {
+    val wanted = java.util.Arrays.copyOfRange(rows, from, rows.length)
+    val starts = rowGroupStarts
+    val perGroup = mutable.ArrayBuffer.empty[(Int, Array[Long])] // row group -> wanted rows within it
+    var j = 0
+    blocks.indices.foreach { rg =>
+      var k = j
+      while (k < wanted.length && wanted(k) < starts(rg + 1)) k += 1
+      if (k > j) perGroup += rg -> wanted.slice(j, k).map(_ - starts(rg))
+      j = k
+    }
+    val names = slice.requestedSchema.fieldNames.map(_.toLowerCase(Locale.ROOT)).toSet
+    def chunks(rg: Int) =
+      blocks(rg).getColumns.asScala.filter(c => names.contains(c.getPath.toArray.head.toLowerCase(Locale.ROOT)))
+    val indexed = perGroup.forall { case (rg, _) => chunks(rg).forall(_.getOffsetIndexReference != null) }
+    if (wanted.isEmpty || !indexed) {
+      val (first, last) = if (wanted.isEmpty) (0, -1) else rowGroupsCovering(wanted.head, wanted.last + 1)
+      val inner = if (wanted.isEmpty) None else Some(open(wanted.head, wanted.last + 1))
+      RowsCursor.Opened(
+        new RowsCursor.Picking(inner, wanted),
+        if (last < first) 0L else chunkBytes(first, last),
+        last - first + 1L)
+    } else {
+      val selected = perGroup.map(_._1)
+      val footerOfSelected = new ParquetMetadata(footer.getFileMetaData, selected.map(blocks(_)).asJava)
+      val fileReader = new ParquetFileReader(
+        inputFile,
+        footerOfSelected,
+        HadoopReadOptions.builder(conf, path).build(),
+        inputFile.newStream())
+      val reader = new OmniTableRowRangesReader(batchSize)
+      try {
+        val ranges = perGroup.map { case (rg, rel) =>
+          OmniTableRowRangesReader.rowRanges(blocks(rg).getRowCount, RowsCursor.runs(rel))
+        }
+        val bytes = perGroup.map { case (rg, rel) =>
+          chunks(rg).map(c => RowsCursor.pageBytes(c, fileReader.readOffsetIndex(c), rel)).sum
+        }.sum
+        initialize(reader, footerOfSelected)
+        reader.restrictTo(fileReader, ranges.toIndexedSeq)
+        RowsCursor.Opened(new FileCursor(slice.uri, reader, 0, wanted.length.toLong), bytes, selected.size.toLong)
+      } catch {
+        case NonFatal(e) =>
+          reader.close()
+          fileReader.close()
+          throw e
+      }
+    }
+  }
+
+  private def initialize(reader: VectorizedParquetRecordReader, selected: ParquetMetadata): Unit = {
+    val attempt = new TaskAttemptID(new TaskID(new JobID(), TaskType.MAP, 0), 0)
+    reader.initialize(
+      new FileSplit(path, 0, Long.MaxValue, Array.empty[String]),
+      new TaskAttemptContextImpl(conf, attempt),
+      Some(inputFile),
+      Some(inputFile.newStream()),
+      Some(selected)
+    )
   }
 
   private def guarded[T](body: => T): T =

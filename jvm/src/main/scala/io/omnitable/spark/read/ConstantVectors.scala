@@ -57,6 +57,29 @@ private[read] final class RowOffsetColumnVector(base: Long) extends ColumnVector
   override def getChild(ordinal: Int): ColumnVector = unsupported
 }
 
+/** `_ai_row_offset_` of chosen rows (late materialization): row `i` is `rows(from + i)`. */
+private[read] final class LongSliceColumnVector(rows: Array[Long], from: Int) extends ColumnVector(LongType) {
+  override def close(): Unit = ()
+  override def closeIfFreeable(): Unit = ()
+  override def hasNull(): Boolean = false
+  override def numNulls(): Int = 0
+  override def isNullAt(rowId: Int): Boolean = false
+  override def getLong(rowId: Int): Long = rows(from + rowId)
+  private def unsupported = throw new UnsupportedOperationException("_ai_row_offset_ is a bigint column")
+  override def getBoolean(rowId: Int): Boolean = unsupported
+  override def getByte(rowId: Int): Byte = unsupported
+  override def getShort(rowId: Int): Short = unsupported
+  override def getInt(rowId: Int): Int = unsupported
+  override def getFloat(rowId: Int): Float = unsupported
+  override def getDouble(rowId: Int): Double = unsupported
+  override def getArray(rowId: Int): ColumnarArray = unsupported
+  override def getMap(ordinal: Int): ColumnarMap = unsupported
+  override def getDecimal(rowId: Int, precision: Int, scale: Int): Decimal = unsupported
+  override def getUTF8String(rowId: Int): UTF8String = unsupported
+  override def getBinary(rowId: Int): Array[Byte] = unsupported
+  override def getChild(ordinal: Int): ColumnVector = unsupported
+}
+
 private[read] object ConstantVectors {
 
   /** A string constant for every row (`_ai_append_name_`, `_ai_fragment_`). */

@@ -10,7 +10,7 @@ import org.apache.spark.sql.vectorized.{ColumnarBatch, ColumnVector}
  * takes as many rows as every file has ready and advances all cursors by that amount.
  */
 private[read] final class FileCursor(uri: String, reader: VectorizedParquetRecordReader, skip: Long, rows: Long)
-    extends AutoCloseable {
+    extends RowCursor {
 
   private val batch: ColumnarBatch = reader.resultBatch()
   private var pos = 0
@@ -18,7 +18,7 @@ private[read] final class FileCursor(uri: String, reader: VectorizedParquetRecor
   private var remaining = rows
 
   /** Rows ready in the current batch (at least 1 while rows remain; loads the next batch). */
-  def available(): Int = {
+  override def available(): Int = {
     while (pos >= batch.numRows() || toSkip > 0) {
       if (pos >= batch.numRows()) {
         if (!reader.nextBatch()) throw OmniTableErrors.fileEndedEarly(uri, remaining)
@@ -32,9 +32,9 @@ private[read] final class FileCursor(uri: String, reader: VectorizedParquetRecor
   }
 
   /** Field `i` for the next `n` rows (a view; valid until the next [[advance]] past it). */
-  def column(i: Int, n: Int): ColumnVector = OffsetColumnVector.view(batch.column(i), pos, n)
+  override def column(i: Int, n: Int): ColumnVector = OffsetColumnVector.view(batch.column(i), pos, n)
 
-  def advance(n: Int): Unit = {
+  override def advance(n: Int): Unit = {
     pos += n
     remaining -= n
   }

@@ -11,6 +11,7 @@ import io.omnitable.spark.metrics.{CorruptFragment, ScanReport, ScanReportAccumu
 import org.apache.spark.{TaskContext, TaskKilledException}
 import org.apache.spark.broadcast.Broadcast
 import org.apache.spark.internal.Logging
+import org.apache.spark.sql.catalyst.expressions.Predicate
 import org.apache.spark.sql.connector.metric.CustomTaskMetric
 import org.apache.spark.sql.connector.read.PartitionReader
 import org.apache.spark.sql.types.StructType
@@ -26,10 +27,32 @@ final case class ReaderContext(
     limit: Option[Long],
     corrupt: CorruptInputPolicy,
     report: ScanReportAccumulator,
-    hadoopConf: Broadcast[SerializableHadoopConf])
+    hadoopConf: Broadcast[SerializableHadoopConf],
+    late: Option[LateMaterialization] = None,
+    /**
+     * True for the inner reader of late materialization: its rows never leave the outer reader
+     * (so a corrupt fragment can be skipped whenever found) and its fragment is counted by the outer one.
+     */
+    inner: Boolean = false)
 
 /** What a reader does with a file it cannot read: retry, then skip the fragment or fail. */
 final case class CorruptInputPolicy(skipFragment: Boolean, retries: Int, backoffMillis: Long = 50)
+
+/** Rows of a fragment a reader returns: a contiguous range, or chosen rows (late materialization). */
+private[read] sealed trait RowSet {
+  def size: Long
+}
+
+private[read] object RowSet {
+  final case class Range(start: Long, end: Long) extends RowSet {
+    def size: Long = end - start
+  }
+
+  /** Fragment rows in increasing order. */
+  final case class Rows(rows: Array[Long]) extends RowSet {
+    def size: Long = rows.length.toLong
+  }
+}
 
 /**
  * The merge-on-read zip (DESIGN.md §6): reads one fragment row range by opening one Parquet
@@ -41,6 +64,11 @@ final case class CorruptInputPolicy(skipFragment: Boolean, retries: Int, backoff
  *
  * With pushed data filters, row groups whose Parquet statistics rule the filter out (in the
  * file that carries the column) are skipped in every file, which keeps the zip aligned.
+ *
+ * Late materialization (`ctx.late`): an inner reader first reads only the predicate columns
+ * (with their row offsets), the condition keeps the rows it holds for, and then every column is
+ * read for those rows only ([[RowsCursor]]: only the pages holding them are fetched and only
+ * they are decoded). The rows returned are exactly those; Spark's filter above re-checks them.
  *
  * Dirty input (docs/spark.md, "Dirty input"): before the first row is returned, every file's
  * footer is read and checked ([[ColumnFile.validate]]) and every file's first batch decoded. Any
@@ -58,16 +86,16 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
   private lazy val appendName = ConstantVectors.string(part.batchName, ctx.batchSize)
   private lazy val fragmentId = ConstantVectors.string(part.fragmentId, ctx.batchSize)
 
-  private var ranges: Iterator[(Long, Long)] = _
-  private val cursors = new Array[FileCursor](files.length)
-  private var rangeEnd = 0L
-  private var rangeRemaining = 0L
-  private var nextRow = 0L
+  private var sets: Iterator[RowSet] = _
+  private var set: RowSet = RowSet.Range(0, 0)
+  private val cursors = new Array[RowCursor](files.length)
+  private var consumed = 0L // rows of `set` returned so far
   private var emitted = 0L
   private var current: ColumnarBatch = _
   private var skipped, reported = false
 
   private var bytesRead, filesOpened, rowGroupsRead, rowGroupsSkipped = 0L
+  private var inner: Option[FragmentColumnarReader] = None
 
   override def next(): Boolean =
     if (skipped) false
@@ -82,22 +110,23 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
     }
 
   private def advance(): Boolean = {
-    if (ranges == null) ranges = start().iterator
+    if (sets == null) sets = start().iterator
     if (ctx.limit.exists(emitted >= _)) return false
-    while (rangeRemaining == 0) {
+    while (consumed == set.size) {
       closeCursors()
-      if (!ranges.hasNext) return false
-      openRange(ranges.next())
+      if (!sets.hasNext) return false
+      set = sets.next()
+      consumed = 0
+      openSet()
     }
     val cap = if (files.isEmpty) Int.MaxValue.toLong else ctx.batchSize.toLong
-    var n = math.min(rangeRemaining, cap)
+    var n = math.min(set.size - consumed, cap)
     ctx.limit.foreach(l => n = math.min(n, l - emitted))
     var i = 0
     while (i < cursors.length) { n = math.min(n, available(i).toLong); i += 1 }
     current = assemble(n.toInt)
     cursors.foreach(_.advance(n.toInt))
-    rangeRemaining -= n
-    nextRow += n
+    consumed += n
     emitted += n
     true
   }
@@ -106,6 +135,7 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
 
   override def close(): Unit = {
     closeCursors()
+    inner.foreach(_.close())
     if (!reported) {
       reported = true
       ctx.report.add(ScanReport(fragmentsRead, filesOpened, bytesRead, rowGroupsRead, rowGroupsSkipped))
@@ -113,16 +143,22 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
   }
 
   /** 1 once a partition starting a fragment was opened and not skipped (a fragment counts once). */
-  private def fragmentsRead: Long = if (ranges != null && !skipped && part.rowStart == 0) 1L else 0L
+  private def fragmentsRead: Long =
+    if (!ctx.inner && sets != null && !skipped && part.rowStart == 0) 1L else 0L
 
-  override def currentMetricsValues(): Array[CustomTaskMetric] = Array(
-    ReadMetrics.task(ReadMetrics.BytesRead, bytesRead),
-    ReadMetrics.task(ReadMetrics.FilesOpened, filesOpened),
-    ReadMetrics.task(ReadMetrics.RowGroupsRead, rowGroupsRead),
-    ReadMetrics.task(ReadMetrics.RowGroupsSkipped, rowGroupsSkipped),
-    ReadMetrics.task(ReadMetrics.FragmentsRead, fragmentsRead),
-    ReadMetrics.task(ReadMetrics.CorruptFragments, if (skipped) 1L else 0L)
-  )
+  override def currentMetricsValues(): Array[CustomTaskMetric] = {
+    val in = inner.map(_.counters).getOrElse(Array(0L, 0L, 0L, 0L))
+    Array(
+      ReadMetrics.task(ReadMetrics.BytesRead, bytesRead + in(0)),
+      ReadMetrics.task(ReadMetrics.FilesOpened, filesOpened + in(1)),
+      ReadMetrics.task(ReadMetrics.RowGroupsRead, rowGroupsRead + in(2)),
+      ReadMetrics.task(ReadMetrics.RowGroupsSkipped, rowGroupsSkipped + in(3)),
+      ReadMetrics.task(ReadMetrics.FragmentsRead, fragmentsRead),
+      ReadMetrics.task(ReadMetrics.CorruptFragments, if (skipped) 1L else 0L)
+    )
+  }
+
+  private def counters: Array[Long] = Array(bytesRead, filesOpened, rowGroupsRead, rowGroupsSkipped)
 
   private def assemble(n: Int): ColumnarBatch = {
     val vectors = new Array[ColumnVector](part.sources.length)
@@ -133,7 +169,10 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
         case ColumnSource.Nulls => new NullColumnVector(ctx.readSchema(k).dataType, n)
         case ColumnSource.AppendName => appendName
         case ColumnSource.FragmentId => fragmentId
-        case ColumnSource.RowOffset => new RowOffsetColumnVector(nextRow)
+        case ColumnSource.RowOffset => set match {
+            case RowSet.Range(start, _) => new RowOffsetColumnVector(start + consumed)
+            case RowSet.Rows(rows) => new LongSliceColumnVector(rows, consumed.toInt)
+          }
       }
       k += 1
     }
@@ -142,36 +181,79 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
 
   private def newFile(i: Int): ColumnFile = new ColumnFile(part.files(i), ctx.hadoopConf.value.value, ctx.batchSize)
 
-  /** Validates every file (footer, row counts, chunk bounds), then plans the row ranges to read. */
-  private def start(): Seq[(Long, Long)] = {
+  /** Validates every file (footer, row counts, chunk bounds), then plans the rows to read. */
+  private def start(): Seq[RowSet] = {
     files.indices.foreach { i =>
       retrying(i, -1)(files(i).validate(part.fragmentRows)) { files(i) = newFile(i) }
       filesOpened += 1
     }
-    planRanges()
+    val ranges = planRanges()
+    ctx.late match {
+      case Some(late) if ranges.nonEmpty => Seq(RowSet.Rows(survivors(late, ranges)))
+      case _ => ranges.map { case (s, e) => RowSet.Range(s, e) }
+    }
   }
 
-  private def openRange(range: (Long, Long)): Unit = {
-    val (start, end) = range
-    rangeEnd = end
-    rangeRemaining = end - start
-    nextRow = start
-    files.indices.foreach(i => cursors(i) = retrying(i, start)(openCursor(i, start))(reopen(i)))
+  /**
+   * Late materialization, phase 1: the rows of `ranges` for which the condition holds, read
+   * with an inner reader of the predicate columns only (plus their row offsets).
+   */
+  private def survivors(late: LateMaterialization, ranges: Seq[(Long, Long)]): Array[Long] = {
+    val (innerPart, innerSchema) = LatePartitions.predicatePart(part, ctx.readSchema, late.predicateColumns)
+    val reader = new FragmentColumnarReader(
+      innerPart,
+      ctx.copy(readSchema = innerSchema, limit = None, late = None, inner = true))
+    inner = Some(reader)
+    val predicate = Predicate.create(late.condition)
+    predicate.initialize(Option(TaskContext.get()).map(_.partitionId()).getOrElse(0))
+    val offsetColumn = late.predicateColumns.length
+    val out = new mutable.ArrayBuilder.ofLong
+    while (reader.next()) {
+      val batch = reader.get()
+      val offsets = batch.column(offsetColumn)
+      var i = 0
+      while (i < batch.numRows()) {
+        if (predicate.eval(batch.getRow(i))) out += offsets.getLong(i)
+        i += 1
+      }
+    }
+    if (reader.wasSkipped) throw FragmentSkipped // the inner reader reported it
+    out.result()
   }
 
-  private def openCursor(i: Int, start: Long): FileCursor = {
+  private def wasSkipped: Boolean = skipped
+
+  private def openSet(): Unit = files.indices.foreach(i => cursors(i) = retrying(i, rowAt(0))(openCursor(i))(reopen(i)))
+
+  /** Fragment row of the `k`-th row from the current position of `set` (-1 past its end). */
+  private def rowAt(k: Long): Long = set match {
+    case RowSet.Range(start, end) => if (start + consumed + k < end) start + consumed + k else -1
+    case RowSet.Rows(rows) => if (consumed + k < rows.length) rows((consumed + k).toInt) else -1
+  }
+
+  /** A cursor over file `i` for the rest of `set`. */
+  private def openCursor(i: Int): RowCursor = {
     val f = files(i)
-    val (first, last) = f.rowGroupsCovering(start, rangeEnd)
-    val cursor = f.open(start, rangeEnd)
-    rowGroupsRead += last - first + 1
-    bytesRead += f.chunkBytes(first, last)
-    cursor
+    set match {
+      case RowSet.Range(start, end) =>
+        val from = start + consumed
+        val (first, last) = f.rowGroupsCovering(from, end)
+        val cursor = f.open(from, end)
+        rowGroupsRead += last - first + 1
+        bytesRead += f.chunkBytes(first, last)
+        cursor
+      case RowSet.Rows(rows) =>
+        val opened = f.openRows(rows, consumed.toInt)
+        rowGroupsRead += opened.rowGroups
+        bytesRead += opened.bytes
+        opened.cursor
+    }
   }
 
   /** Rows file `i` has decoded from the current row on (decodes its next batch if needed). */
-  private def available(i: Int): Int = retrying(i, nextRow)(cursors(i).available()) {
+  private def available(i: Int): Int = retrying(i, rowAt(0))(cursors(i).available()) {
     reopen(i)
-    cursors(i) = openCursor(i, nextRow)
+    cursors(i) = openCursor(i)
   }
 
   /** A fresh reader of file `i` (re-reads and re-checks its footer), without a cursor yet. */
@@ -210,7 +292,7 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
     val uri = part.files(i).uri
     val rowGroup = files(i).rowGroupAt(row)
     val wholeFragment = part.rowStart == 0 && part.rowEnd == part.fragmentRows
-    if (ctx.corrupt.skipFragment && emitted == 0 && wholeFragment) {
+    if (ctx.corrupt.skipFragment && (emitted == 0 || ctx.inner) && wholeFragment) {
       val error = OmniTableErrors.describe(e)
       logWarning(
         s"Skipping fragment ${part.fragmentId} of table ${ctx.table} (on_corrupt=skip_fragment): column file " +
@@ -238,7 +320,7 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
       cursors(i) = null
     }
 
-  private def closeQuietly(c: FileCursor): Unit =
+  private def closeQuietly(c: RowCursor): Unit =
     if (c != null) {
       try c.close()
       catch { case NonFatal(e) => logDebug(s"Ignoring an error closing a column file: $e") }

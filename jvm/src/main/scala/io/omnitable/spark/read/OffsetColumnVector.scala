@@ -56,3 +56,49 @@ private[read] object OffsetColumnVector {
   def view(vector: ColumnVector, offset: Int, numRows: Int): ColumnVector =
     if (offset == 0) vector else new OffsetColumnVector(vector, offset, numRows)
 }
+
+/**
+ * A zero-copy view of chosen rows of `delegate`: row `i` of this vector is row
+ * `indices(from + i)` of the delegate (`n` rows). Late materialization uses it to pick the rows
+ * that passed the filter out of batches a file without page indexes decoded in full.
+ */
+private[read] final class IndexedColumnVector(delegate: ColumnVector, indices: Array[Int], from: Int, n: Int)
+    extends ColumnVector(delegate.dataType()) {
+
+  private lazy val children: Array[ColumnVector] = dataType() match {
+    case s: StructType => Array.tabulate(s.length)(i => new IndexedColumnVector(delegate.getChild(i), indices, from, n))
+    case _ => Array.empty
+  }
+
+  @inline private def at(rowId: Int): Int = indices(from + rowId)
+
+  override def close(): Unit = ()
+  override def closeIfFreeable(): Unit = ()
+
+  override def hasNull(): Boolean = delegate.hasNull() && numNulls() > 0
+
+  override def numNulls(): Int =
+    if (!delegate.hasNull()) 0
+    else {
+      var c = 0
+      var i = 0
+      while (i < n) { if (delegate.isNullAt(at(i))) c += 1; i += 1 }
+      c
+    }
+
+  override def isNullAt(rowId: Int): Boolean = delegate.isNullAt(at(rowId))
+  override def getBoolean(rowId: Int): Boolean = delegate.getBoolean(at(rowId))
+  override def getByte(rowId: Int): Byte = delegate.getByte(at(rowId))
+  override def getShort(rowId: Int): Short = delegate.getShort(at(rowId))
+  override def getInt(rowId: Int): Int = delegate.getInt(at(rowId))
+  override def getLong(rowId: Int): Long = delegate.getLong(at(rowId))
+  override def getFloat(rowId: Int): Float = delegate.getFloat(at(rowId))
+  override def getDouble(rowId: Int): Double = delegate.getDouble(at(rowId))
+  override def getArray(rowId: Int): ColumnarArray = delegate.getArray(at(rowId))
+  override def getMap(rowId: Int): ColumnarMap = delegate.getMap(at(rowId))
+  override def getDecimal(rowId: Int, precision: Int, scale: Int): Decimal =
+    delegate.getDecimal(at(rowId), precision, scale)
+  override def getUTF8String(rowId: Int): UTF8String = delegate.getUTF8String(at(rowId))
+  override def getBinary(rowId: Int): Array[Byte] = delegate.getBinary(at(rowId))
+  override def getChild(ordinal: Int): ColumnVector = children(ordinal)
+}

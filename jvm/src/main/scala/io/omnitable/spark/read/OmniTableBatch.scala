@@ -14,7 +14,8 @@ final class OmniTableBatch(
     plan: ScanPlan,
     schema: StructType,
     pushdown: OmniTableScan.Pushdown,
-    conf: OmniTableConf) extends Batch {
+    conf: OmniTableConf,
+    late: Option[LateMaterialization]) extends Batch {
 
   override def planInputPartitions(): Array[InputPartition] = plan.partitions.toArray
 
@@ -34,7 +35,8 @@ final class OmniTableBatch(
       pushdown.limit.map(_.toLong),
       CorruptInputPolicy(conf.skipCorruptFragments, conf.corruptRetries),
       report,
-      broadcast
+      broadcast,
+      late
     ))
   }
 }

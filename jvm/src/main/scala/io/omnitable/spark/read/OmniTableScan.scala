@@ -20,11 +20,13 @@ final class OmniTableScan(
     val pushdown: OmniTableScan.Pushdown,
     conf: OmniTableConf,
     /** What optimizer rules did to this read (see io.omnitable.spark.optimizer.OptimizerMarks), for EXPLAIN. */
-    val optimizer: Seq[String] = Nil) extends Scan with SupportsReportStatistics {
+    val optimizer: Seq[String] = Nil,
+    /** Late materialization executors apply (decided in the scan builder), if any. */
+    val lateMaterialization: Option[LateMaterialization] = None) extends Scan with SupportsReportStatistics {
 
   override def readSchema(): StructType = schema
 
-  override def toBatch: Batch = new OmniTableBatch(snap.table.name, plan, schema, pushdown, conf)
+  override def toBatch: Batch = new OmniTableBatch(snap.table.name, plan, schema, pushdown, conf, lateMaterialization)
 
   override def columnarSupportMode(): Scan.ColumnarSupportMode = Scan.ColumnarSupportMode.SUPPORTED
 

@@ -45,9 +45,11 @@ final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf, marks
   private val pushed = mutable.ArrayBuffer.empty[(Predicate, Filter)]
   private val exact = mutable.ArrayBuffer.empty[Filter]
   private val declined = mutable.ArrayBuffer.empty[(Predicate, String)]
+  private val offered = mutable.ArrayBuffer.empty[Predicate]
   private var limit: Option[Int] = None
 
-  override def pushPredicates(predicates: Array[Predicate]): Array[Predicate] =
+  override def pushPredicates(predicates: Array[Predicate]): Array[Predicate] = {
+    offered ++= predicates
     predicates.filter { p =>
       converter.convert(p) match {
         case Conversion.Converted(filter, complete) =>
@@ -61,6 +63,7 @@ final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf, marks
           true
       }
     }
+  }
 
   override def pushedPredicates(): Array[Predicate] = pushed.map(_._1).toArray
 
@@ -92,11 +95,30 @@ final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf, marks
       // Skipping corrupt fragments is whole-fragment: never split them then.
       if (conf.splitFragments && !conf.skipCorruptFragments) Some(conf.maxRowsPerPartition) else None
     )
-    val plan = ScanPlanner.plan(snap, handle.reader.loadFragments(snap), request)
+    val fragments = handle.reader.loadFragments(snap)
+    val plan = ScanPlanner.plan(snap, fragments, request)
     val dataFilter = pushed.map(_._2).filter(_.columns.exists(_.kind == FilterColumn.Data))
+    val schema = ReadColumn.schema(readColumns)
+    val late = marks.lateMaterialization.map { conjuncts =>
+      val kept = plan.partitions.map(_.fragmentId).toSet
+      LateMaterialization.decide(
+        conjuncts,
+        offered.toSeq,
+        schema,
+        readColumns,
+        p =>
+          converter.convert(p) match {
+            case Conversion.Converted(f, _) => Some(f)
+            case _ => None
+          },
+        fragments.filter(f => kept.contains(f.fragmentId)),
+        OmniTableConf.fromSQLConf().lateMaterializationMaxSelectivity
+      )
+    }
+    late.foreach(d => logInfo(s"Scan of ${snap.table.name}: ${d.explain}"))
     new OmniTableScan(
       snap,
-      ReadColumn.schema(readColumns),
+      schema,
       plan,
       OmniTableScan.Pushdown(
         pushed.map(_._1).toSeq,
@@ -104,7 +126,8 @@ final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf, marks
         limit,
         if (dataFilter.isEmpty) None else Some(Filter.and(dataFilter.toSeq))),
       conf,
-      marks.describe
+      marks.describe ++ late.map(_.explain),
+      late.flatMap(_.plan)
     )
   }
 }

@@ -88,4 +88,18 @@ class CorruptInputSuite extends AnyFunSuite with SharedSparkSession {
     assert(split.rdd.getNumPartitions == 8)
     assert(whole.rdd.getNumPartitions == 2)
   }
+
+  test("with late materialization, corruption in the filter's columns is skippable anywhere in the fragment") {
+    spark.conf.set("spark.omnitable.optimizer.late_materialization_max_selectivity", "1.0")
+    try {
+      val frags = clean ++ Seq("footer", "first_row_group", "later_row_group").map(id)
+      val df = read(frags, "on_corrupt" -> "skip_fragment").where("text LIKE '%1 z%'").select("x", "text")
+      assert(df.queryExecution.explainString(org.apache.spark.sql.execution.SimpleMode)
+        .contains("LateMaterializeFilteredColumns: on"))
+      val expected = read(clean).where("text LIKE '%1 z%'").select("x", "text").collect().map(_.getLong(0)).sorted
+      assert(df.collect().map(_.getLong(0)).sorted.toSeq == expected.toSeq)
+      val exec = df.queryExecution.executedPlan.collectFirst { case b: BatchScanExec => b }.get
+      assert(exec.metrics(ReadMetrics.CorruptFragments).value == 3)
+    } finally spark.conf.unset("spark.omnitable.optimizer.late_materialization_max_selectivity")
+  }
 }

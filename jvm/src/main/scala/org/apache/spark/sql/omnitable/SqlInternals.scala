@@ -1,0 +1,15 @@
+package org.apache.spark.sql.omnitable
+
+import org.apache.spark.sql.catalyst.expressions.Expression
+import org.apache.spark.sql.connector.expressions.filter.Predicate
+import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Strategy
+
+/**
+ * The `private[sql]` Spark SQL APIs OmniTable needs, in one place (this package sits inside
+ * `org.apache.spark.sql` for that reason only). Pinned to the Spark line the jar is built for.
+ */
+object SqlInternals {
+
+  /** The V2 predicate Spark pushes into a scan for the filter conjunct `e`, if it pushes one. */
+  def translateFilterV2(e: Expression): Option[Predicate] = DataSourceV2Strategy.translateFilterV2(e)
+}
