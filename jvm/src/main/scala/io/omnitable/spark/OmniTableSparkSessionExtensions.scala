@@ -1,6 +1,6 @@
 package io.omnitable.spark
 
-import io.omnitable.spark.optimizer.{FuseOmniTableScans, LateMaterializeFilteredColumns}
+import io.omnitable.spark.optimizer.{FuseOmniTableScans, FusePythonUDFs, LateMaterializeFilteredColumns}
 import org.apache.spark.sql.SparkSessionExtensions
 import org.apache.spark.sql.catalyst.FunctionIdentifier
 import org.apache.spark.sql.catalyst.InternalRow
@@ -26,6 +26,10 @@ class OmniTableSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
     // LateMaterializeFilteredColumns: a selective filter's columns are read first, payload only
     // for the rows that pass (runs after fusion so a fused scan is marked as a whole).
     extensions.injectOptimizerRule(_ => LateMaterializeFilteredColumns)
+
+    // --- planner (Python UDFs are only extracted into evaluation nodes after the optimizer) --
+    // FusePythonUDFs: stacked Python evaluations over the same inputs run as one Python pass.
+    extensions.injectPlannerStrategy(session => FusePythonUDFs(session))
   }
 }
 

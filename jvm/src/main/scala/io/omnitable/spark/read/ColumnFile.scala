@@ -21,11 +21,7 @@ import org.apache.parquet.hadoop.util.HadoopInputFile
 import org.apache.parquet.io.api.Binary
 import org.apache.parquet.schema.LogicalTypeAnnotation
 import org.apache.parquet.schema.PrimitiveType.PrimitiveTypeName
-import org.apache.spark.sql.execution.datasources.parquet.{
-  OmniTableRowRangesReader,
-  ParquetReadSupport,
-  VectorizedParquetRecordReader
-}
+import org.apache.spark.sql.execution.datasources.parquet.{ParquetReadSupport, VectorizedParquetRecordReader}
 import org.apache.spark.sql.types._
 
 /**
@@ -178,10 +174,10 @@ private[read] final class ColumnFile(slice: FileSlice, baseConf: Configuration, 
         footerOfSelected,
         HadoopReadOptions.builder(conf, path).build(),
         inputFile.newStream())
-      val reader = new OmniTableRowRangesReader(batchSize)
+      val reader = new RowRangesParquetReader(batchSize)
       try {
         val ranges = perGroup.map { case (rg, rel) =>
-          OmniTableRowRangesReader.rowRanges(blocks(rg).getRowCount, RowsCursor.runs(rel))
+          RowRangesParquetReader.rowRanges(blocks(rg).getRowCount, RowsCursor.runs(rel))
         }
         val bytes = perGroup.map { case (rg, rel) =>
           chunks(rg).map(c => RowsCursor.pageBytes(c, fileReader.readOffsetIndex(c), rel)).sum

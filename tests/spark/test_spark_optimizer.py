@@ -1,0 +1,225 @@
+"""OmniTable's Catalyst rules seen from PySpark: FusePythonUDFs (plan shape, bytes sent to Python,
+equal results with the rule on and off, back-off cases) and the optimizer settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import omnitable
+
+pytestmark = pytest.mark.spark
+
+FUSE = "spark.omnitable.optimizer.fuse_python_udfs"
+ACROSS = "spark.omnitable.optimizer.fuse_python_udfs_across_filters"
+
+
+def _udfs() -> dict[str, Any]:
+    from pyspark.sql.functions import pandas_udf, udf
+
+    @pandas_udf("double")  # type: ignore[call-overload]
+    def length(s: pd.Series) -> pd.Series:
+        return s.str.len().astype(float)
+
+    @pandas_udf("double")  # type: ignore[call-overload]
+    def vowels(s: pd.Series) -> pd.Series:
+        return s.str.count("[aeiou]").astype(float)
+
+    @pandas_udf("double")  # type: ignore[call-overload]
+    def words(s: pd.Series) -> pd.Series:
+        return s.str.split().str.len().astype(float)
+
+    @pandas_udf("string")  # type: ignore[call-overload]
+    def first(s: pd.Series) -> pd.Series:
+        return s.str.slice(0, 3)
+
+    @udf("int")  # type: ignore[misc]
+    def plain_len(s):  # type: ignore[no-untyped-def]  # no hints: pyspark would read them as Arrow types
+        return None if s is None else len(s)
+
+    return {"length": length, "vowels": vowels, "words": words, "first": first, "plain": plain_len}
+
+
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[omnitable.Table]:
+    wh = omnitable.connect(tmp_path_factory.mktemp("opt") / "wh")
+    rng = np.random.default_rng(11)
+    n = 3000
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz     "))
+    text = ["".join(rng.choice(letters, int(k))) for k in rng.integers(0, 80, n)]
+    t = wh.create_table("docs", {"n": "bigint", "text": "string"}, groups={"wide": ["text"]})
+    t.append(pa.table({"n": range(n), "text": text}), "b1", target_fragment_rows=1000)
+    yield t
+    wh.close()
+
+
+def _read(spark: Any, t: omnitable.Table) -> Any:
+    return spark.read.format("omnitable").option("warehouse", t.warehouse.uri).load(t.name)
+
+
+def _plan(df: Any) -> str:
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
+def _python_bytes_sent(df: Any) -> int:
+    """Sum of the pythonDataSent metric over the executed plan (after running it)."""
+    df.collect()
+    total = 0
+    stack = [df._jdf.queryExecution().executedPlan()]
+    while stack:
+        node = stack.pop()
+        metric = node.metrics().get("pythonDataSent")
+        if metric.isDefined():
+            total += int(metric.get().value())
+        children = node.children()
+        stack.extend(children.apply(i) for i in range(children.size()))
+    return total
+
+
+def _rows(df: Any) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r) for r in df.collect())
+
+
+def _same_with_rule(spark: Any, query: Callable[[], Any], key: str = FUSE) -> None:
+    spark.conf.set(key, "true")
+    try:
+        on = _rows(query())
+        spark.conf.set(key, "false")
+        off = _rows(query())
+    finally:
+        spark.conf.unset(key)
+    assert on == off
+
+
+def test_stacked_udfs_with_filters_run_in_one_python_pass(spark: Any, docs: Any) -> None:
+    u = _udfs()
+
+    def query() -> Any:
+        return (
+            _read(spark, docs)
+            .withColumn("a", u["length"]("text"))
+            .filter("a > 5")
+            .withColumn("b", u["vowels"]("text"))
+            .filter("b > 2")
+            .withColumn("c", u["words"]("text"))
+            .withColumn("d", u["first"]("text"))
+        )
+
+    plan = _plan(query())
+    assert "FusedPythonEval" in plan and "FusePythonUDFs: 2 Python evaluations -> 1" in plan
+    assert "ArrowEvalPython" not in plan
+    _same_with_rule(spark, query)
+    fused = _python_bytes_sent(query())
+    spark.conf.set(FUSE, "false")
+    try:
+        assert "FusedPythonEval" not in _plan(query())
+        separate = _python_bytes_sent(query())
+    finally:
+        spark.conf.unset(FUSE)
+    assert 0 < fused < separate
+
+
+def test_never_fuses_non_deterministic_udfs(spark: Any, docs: Any) -> None:
+    u = _udfs()
+    noisy = u["vowels"].asNondeterministic()
+
+    def query() -> Any:
+        return (
+            _read(spark, docs)
+            .withColumn("a", u["length"]("text"))
+            .filter("a > 5")
+            .withColumn("b", noisy("text"))
+            .filter("b > 2")
+        )
+
+    assert "FusedPythonEval" not in _plan(query())
+    assert len(query().collect()) > 0
+
+
+def test_filters_on_raw_columns_and_the_setting_stop_fusion(spark: Any, docs: Any) -> None:
+    from pyspark.sql.functions import col
+
+    u = _udfs()
+
+    def guarded() -> Any:  # the filter also reads `text`: it may be a guard for the UDF above
+        return (
+            _read(spark, docs)
+            .withColumn("a", u["length"]("text"))
+            .filter((col("a") > 5) | col("text").startswith("x"))
+            .withColumn("b", u["vowels"]("text"))
+        )
+
+    def on_computed() -> Any:
+        return (
+            _read(spark, docs)
+            .withColumn("a", u["length"]("text"))
+            .filter("a > 5")
+            .withColumn("b", u["vowels"]("text"))
+        )
+
+    assert "FusedPythonEval" not in _plan(guarded())
+    _same_with_rule(spark, guarded)
+    assert "FusedPythonEval" in _plan(on_computed())
+    spark.conf.set(ACROSS, "false")
+    try:
+        assert "FusedPythonEval" not in _plan(on_computed())
+    finally:
+        spark.conf.unset(ACROSS)
+
+
+def test_different_eval_types_are_not_fused_together(spark: Any, docs: Any) -> None:
+    u = _udfs()
+
+    def query() -> Any:
+        return (
+            _read(spark, docs)
+            .withColumn("a", u["plain"]("text"))
+            .filter("a > 5")
+            .withColumn("b", u["vowels"]("text"))
+        )
+
+    plan = _plan(query())
+    # the two evaluations of plain_len (filter, then projection) fuse; vowels (pandas) stays apart
+    assert "ArrowEvalPython [vowels(" in plan
+    fused = [line for line in plan.splitlines() if "FusedPythonEval" in line]
+    assert len(fused) == 1 and "plain_len" in fused[0] and "vowels" not in fused[0]
+    _same_with_rule(spark, query)
+
+
+def test_random_chains_give_the_same_rows(spark: Any, docs: Any) -> None:
+    from pyspark.sql.functions import col
+
+    u = _udfs()
+    numeric = ["length", "vowels", "words"]
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        picks = [numeric[i] for i in rng.integers(0, len(numeric), 3)]
+        cuts = [float(v) for v in rng.integers(0, 20, 3)]
+
+        def query(picks: list[str] = picks, cuts: list[float] = cuts) -> Any:
+            df = _read(spark, docs)
+            for k, (name, cut) in enumerate(zip(picks, cuts, strict=True)):
+                df = df.withColumn(f"f{k}", u[name]("text"))
+                if k % 2 == 0:
+                    df = df.filter(col(f"f{k}") >= cut)
+            return df.select("n", *[f"f{k}" for k in range(3)])
+
+        _same_with_rule(spark, query)
+
+
+def test_scan_rules_can_be_turned_off_from_python(spark: Any, docs: Any, tmp_path: Path) -> None:
+    df = _read(spark, docs)
+    joined = df.select("_ai_unique_id_", "n").join(
+        df.select("_ai_unique_id_", "text"), "_ai_unique_id_"
+    )
+    assert "FuseOmniTableScans: 2 reads -> 1 scan" in _plan(joined)
+    _same_with_rule(spark, lambda: joined, key="spark.omnitable.optimizer.fuse_scans")
+    filtered = df.where("n < 30").select("text")
+    assert "LateMaterializeFilteredColumns: on" in _plan(filtered)
+    _same_with_rule(spark, lambda: filtered, key="spark.omnitable.optimizer.late_materialization")
