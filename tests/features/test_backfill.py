@@ -154,3 +154,15 @@ def test_ids_are_untouched_and_rows_stay_aligned(docs: omnitable.Table, spark) -
     assert [t.strip().lower() for t in after.column("text").to_pylist()] == after.column(
         "clean"
     ).to_pylist()
+
+
+def test_output_type_change_keeps_one_file_per_group(docs: omnitable.Table, spark) -> None:  # type: ignore[no-untyped-def]
+    docs.backfill("text_len", batches=["b2"]).run(spark)
+    docs.register(omnitable.sql_feature("text_len", "length(text)", "bigint", "2"))
+    assert docs.status().state("b2", "text_len") == "missing"  # a new column replaced the old
+    docs.backfill("text_len", batches=["b2"]).run(spark)
+    snap = docs.snapshot()
+    for frag in snap.fragments_of(["b2"]):
+        groups = [f.group_name for f in snap.files_by_fragment[frag.fragment_id]]
+        assert groups.count("text_len") == 1  # the int file was replaced, not left behind
+    assert _col(docs, "text_len", "b2") == [len(s) for s in TEXTS]

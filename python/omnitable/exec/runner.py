@@ -336,9 +336,10 @@ def _commit(
     lineage: list[LineageEntry] = []
     for o in outputs:
         f, desc = feats[o.feature], o.file
-        out_ids = {by_name[c].column_id for c in f.outputs}
+        # the feature's group holds only its outputs (registration guarantees it): the new file
+        # replaces every earlier one, also files of outputs whose type changed (old column ids)
         for old in snap.files_by_fragment.get(desc.fragment_id, []):
-            if old.group_name == f.name and set(old.columns) <= out_ids:
+            if old.group_name == f.name:
                 removed.append(old.file_id)
         names = [i for i in f.inputs if i in by_name]
         providers = snap.resolve(desc.fragment_id, [by_name[i].column_id for i in names])
