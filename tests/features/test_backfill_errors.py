@@ -130,3 +130,21 @@ def test_retry_recomputes_only_failed_records_and_resolves_them(
     assert t.errors(spark=spark).count() == 0  # resolved: their files were replaced
     assert t.errors(spark=spark, include_resolved=True).count() == 3
     assert t.status().errors == {}
+
+
+def test_error_rows_are_visible_only_with_their_files(
+    wh: omnitable.Warehouse, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    texts, _ = _texts(200, {"RAISE": 2})
+    t = wh.create_table("docs", {"text": "string"})
+    t.append(pa.table({"text": texts}), "b1")
+    t.register(faulty.score)
+    # the error rows are written, then the catalog commit fails: nothing becomes visible
+    monkeypatch.setenv("OMNITABLE_FAILPOINTS", "backfill.before_commit=raise")
+    with pytest.raises(RuntimeError, match="failpoint"):
+        t.backfill("score").run(spark)
+    assert t.errors(spark=spark).count() == 0
+    assert t.errors(spark=spark, include_resolved=True).count() == 2
+    monkeypatch.delenv("OMNITABLE_FAILPOINTS")
+    t.backfill("score").run(spark)
+    assert t.errors(spark=spark).count() == 2  # now with the committed files
