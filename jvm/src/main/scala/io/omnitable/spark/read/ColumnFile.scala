@@ -194,6 +194,36 @@ private[read] final class ColumnFile(slice: FileSlice, baseConf: Configuration, 
     }
   }
 
+  /**
+   * `(bytes of the pages holding any of `rows`, bytes of all pages)` of the requested columns'
+   * chunks in the row groups `rows` falls in; without offset indexes every page counts.
+   */
+  def pagesHolding(rows: Array[Long]): (Long, Long) = guarded {
+    if (rows.isEmpty) (0L, 0L)
+    else {
+      val (first, last) = rowGroupsCovering(rows.head, rows.last + 1)
+      val total = chunkBytes(first, last)
+      val names = slice.requestedSchema.fieldNames.map(_.toLowerCase(Locale.ROOT)).toSet
+      val reader =
+        new ParquetFileReader(inputFile, footer, HadoopReadOptions.builder(conf, path).build(), inputFile.newStream())
+      try {
+        val starts = rowGroupStarts
+        val holding = (first to last).iterator.map { rg =>
+          val lo = java.util.Arrays.binarySearch(rows, starts(rg)) match { case i if i >= 0 => i; case i => -i - 1 }
+          val hi = java.util.Arrays.binarySearch(rows, starts(rg + 1)) match { case i if i >= 0 => i; case i => -i - 1 }
+          val rel = java.util.Arrays.copyOfRange(rows, lo, hi).map(_ - starts(rg))
+          blocks(rg).getColumns.asScala.filter(c => names.contains(c.getPath.toArray.head.toLowerCase(Locale.ROOT)))
+            .map { c =>
+              if (rel.isEmpty) 0L
+              else if (c.getOffsetIndexReference == null) c.getTotalSize
+              else RowsCursor.pageBytes(c, reader.readOffsetIndex(c), rel)
+            }.sum
+        }.sum
+        (holding, total)
+      } finally reader.close()
+    }
+  }
+
   private def initialize(reader: VectorizedParquetRecordReader, selected: ParquetMetadata): Unit = {
     val attempt = new TaskAttemptID(new TaskID(new JobID(), TaskType.MAP, 0), 0)
     reader.initialize(

@@ -188,11 +188,28 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
       filesOpened += 1
     }
     val ranges = planRanges()
+    val whole = ranges.map { case (s, e) => RowSet.Range(s, e) }
     ctx.late match {
-      case Some(late) if ranges.nonEmpty => Seq(RowSet.Rows(survivors(late, ranges)))
-      case _ => ranges.map { case (s, e) => RowSet.Range(s, e) }
+      case Some(late) if ranges.nonEmpty =>
+        val rows = survivors(late, ranges)
+        if (paysOff(rows, ranges.map { case (s, e) => e - s }.sum)) Seq(RowSet.Rows(rows)) else whole
+      case _ => whole
     }
   }
+
+  /**
+   * Late materialization, phase 2 or not: reading only the pages holding `rows` pays when it
+   * skips a good share of the bytes, or when so few rows pass that skipping the decoding of the
+   * others pays alone (measured: `benchmarks/optimizer.py`). Otherwise the fragment is read as
+   * usual (all rows; Spark's filter drops them) — only the predicate columns were read twice.
+   */
+  private def paysOff(rows: Array[Long], total: Long): Boolean =
+    rows.isEmpty || rows.length <= LateMaterialization.DecodeOnlyMaxFraction * total || {
+      val (holding, all) = files.indices.map { i =>
+        retrying(i, -1)(files(i).pagesHolding(rows)) { files(i) = newFile(i) }
+      }.foldLeft((0L, 0L)) { case ((h, a), (x, y)) => (h + x, a + y) }
+      holding <= LateMaterialization.MaxBytesFraction * all
+    }
 
   /**
    * Late materialization, phase 1: the rows of `ranges` for which the condition holds, read

@@ -19,6 +19,15 @@ final case class LateMaterialization(condition: Expression, predicateColumns: Ar
 
 object LateMaterialization {
 
+  /**
+   * Per fragment, after the predicate columns were read: rows are read selectively when the
+   * pages holding the passing rows are at most this share of the bytes...
+   */
+  val MaxBytesFraction = 0.8
+
+  /** ...or when at most this share of the rows passed (decoding only them pays by itself). */
+  val DecodeOnlyMaxFraction = 0.03
+
   /** What the scan decided: the plan for executors (None: read as usual) and a line for EXPLAIN. */
   final case class Decision(plan: Option[LateMaterialization], explain: String)
 

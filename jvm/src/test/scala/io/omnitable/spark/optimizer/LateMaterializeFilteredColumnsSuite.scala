@@ -24,7 +24,7 @@ class LateMaterializeFilteredColumnsSuite extends OptimizerSuiteBase {
   }
 
   test("a selective filter reads its columns first and the rest only for the rows that pass") {
-    def q = opt().where("k < 2").select("_ai_unique_id_", "text", "late", "k", "_ai_row_offset_", "_ai_fragment_")
+    def q = opt().where("k < 1").select("_ai_unique_id_", "text", "late", "k", "_ai_row_offset_", "_ai_fragment_")
     assert(explain(q).contains("LateMaterializeFilteredColumns: on (reads k first; estimated selectivity"))
     val (rowsOn, _) = scanned(q)
     assert(rowsOn == q.count())
