@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,12 +35,11 @@ def main() -> None:
             row_group_size=256 + b * 100,
             target_fragment_rows=1000,
         )
-    os.environ["SPARK_HOME"] = str(Path(__import__("pyspark").__file__).parent)
-    spark = omnitable.spark_session(
-        wh,
-        master="local-cluster[2,1,1024]",
-        **{"spark.ui.enabled": "false", "spark.executor.memory": "768m"},
-    )
+    import pyspark
+
+    os.environ["SPARK_HOME"] = str(Path(str(pyspark.__file__)).parent)
+    conf: dict[str, Any] = {"spark.ui.enabled": "false", "spark.executor.memory": "768m"}
+    spark = omnitable.spark_session(wh, master="local-cluster[2,1,1024]", **conf)
     try:
         sc = spark.sparkContext
         df = t.to_spark(spark).where("a >= 100").select(ROW_ID, "a", "s", "tags")
@@ -49,7 +49,7 @@ def main() -> None:
             key=lambda r: r[ROW_ID],
         )
         # local-cluster runs no tasks in the driver: every scan task ran in an executor JVM
-        executors = int(sc._jsc.sc().getExecutorIds().size())  # type: ignore[attr-defined]
+        executors = int(sc._jsc.sc().getExecutorIds().size())
         assert got == want, "local-cluster read differs from Table.read()"
         assert len(got) > 0
         print(f"OK rows={len(got)} executors={executors} partitions={df.rdd.getNumPartitions()}")

@@ -33,13 +33,13 @@ def _udfs() -> dict[str, Any]:
 
     @pandas_udf("double")  # type: ignore[call-overload]
     def words(s: pd.Series) -> pd.Series:
-        return s.str.split().str.len().astype(float)
+        return s.str.count(r"\S+").astype(float)
 
     @pandas_udf("string")  # type: ignore[call-overload]
     def first(s: pd.Series) -> pd.Series:
         return s.str.slice(0, 3)
 
-    @udf("int")  # type: ignore[misc]
+    @udf("int")
     def plain_len(s):  # type: ignore[no-untyped-def]  # no hints: pyspark would read them as Arrow types
         return None if s is None else len(s)
 
@@ -123,6 +123,12 @@ def test_stacked_udfs_with_filters_run_in_one_python_pass(spark: Any, docs: Any)
     finally:
         spark.conf.unset(FUSE)
     assert 0 < fused < separate
+    spark.conf.set("spark.sql.adaptive.enabled", "true")
+    try:  # planned by a strategy, so adaptive execution plans it the same way
+        assert "FusedPythonEval" in _plan(query())
+        _same_with_rule(spark, query)
+    finally:
+        spark.conf.set("spark.sql.adaptive.enabled", "false")
 
 
 def test_never_fuses_non_deterministic_udfs(spark: Any, docs: Any) -> None:

@@ -97,4 +97,14 @@ class FuseOmniTableScansSuite extends OptimizerSuiteBase {
       assertSameWithRule(Key)(a.join(b2, Seq(id), how))
     }
   }
+
+  test("the rules fire and keep results with adaptive query execution too") {
+    withConf("spark.sql.adaptive.enabled" -> "true") {
+      assert(explain(fourProjections(opt())).contains("FuseOmniTableScans: 4 reads -> 1 scan"))
+      assertSameWithRule(Key)(fourProjections(opt()).where("k < 50"))
+      def late = opt().where("k < 1").select("text", "s")
+      assert(explain(late).contains("LateMaterializeFilteredColumns: on"))
+      assertSameWithRule("spark.omnitable.optimizer.late_materialization")(late)
+    }
+  }
 }
