@@ -9,18 +9,22 @@ import org.apache.spark.sql.catalyst.expressions.{
   And,
   Attribute,
   AttributeMap,
+  AttributeReference,
   EqualNullSafe,
   EqualTo,
   Expression,
   KnownNullable,
+  Literal,
   NamedExpression,
+  Or,
   PredicateHelper
 }
 import org.apache.spark.sql.catalyst.plans.{FullOuter, Inner, JoinType, LeftOuter, LeftSemi, RightOuter}
-import org.apache.spark.sql.catalyst.plans.logical.{Filter, Join, JoinHint, LogicalPlan, Project}
+import org.apache.spark.sql.catalyst.plans.logical.{Expand, Filter, Join, JoinHint, LogicalPlan, Project, Union}
 import org.apache.spark.sql.catalyst.rules.Rule
-import org.apache.spark.sql.catalyst.trees.TreePattern.JOIN
+import org.apache.spark.sql.catalyst.trees.TreePattern.{JOIN, UNION}
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation
+import org.apache.spark.sql.types.BooleanType
 
 /**
  * Scan fusion (DESIGN.md §2, §8): two reads of the same omnitable snapshot joined on
@@ -38,14 +42,17 @@ import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation
  *  - left/right/full outer join: only when the outer side(s) have no filters and `cond` is the
  *    key equality alone (then every row is matched), with the join's nullability kept.
  *
- * Repeated application fuses n-way joins (4 projections joined on the key → 1 scan). The fused
+ * Repeated application fuses n-way joins (4 projections joined on the key → 1 scan). A
+ * `UNION ALL` of reads of one snapshot (per-feature DataFrames stacked into one) becomes one read
+ * whose rows are expanded into every branch's row, kept where that branch's filters hold. The fused
  * relation's table carries `fusedReads` in its [[OptimizerMarks]] (EXPLAIN: `FuseOmniTableScans:
  * n reads -> 1 scan`) and the new Project the [[OptimizerMarks.FiredRules]] tag.
  *
  * Backs off (leaves the join alone) for: join hints; different snapshots (versions, branches,
  * tags), tables, batch/fragment restrictions or options; any non-deterministic expression,
  * user-defined function or subquery on either side; other join types (anti, cross) or
- * conditions without the key equality; outer joins whose outer side is filtered.
+ * conditions without the key equality; outer joins whose outer side is filtered; unions by
+ * name with missing columns, or with any branch that is not such a read.
  * Turned off by `spark.omnitable.optimizer.fuse_scans=false`.
  */
 object FuseOmniTableScans extends Rule[LogicalPlan] with PredicateHelper with Logging {
@@ -56,7 +63,47 @@ object FuseOmniTableScans extends Rule[LogicalPlan] with PredicateHelper with Lo
     if (!OmniTableConf.fromSQLConf().fuseScans) plan
     else plan.transformUpWithPruning(_.containsPattern(JOIN)) {
       case j: Join if j.hint == JoinHint.NONE => fuse(j).getOrElse(j)
+    }.transformUpWithPruning(_.containsPattern(UNION)) {
+      case u: Union if u.children.size > 1 && !u.byName && !u.allowMissingCol => fuseUnion(u).getOrElse(u)
     }
+
+  /**
+   * `UNION ALL` of n reads of one snapshot → one read whose rows are each expanded into the n
+   * branches' rows (Spark's `Expand`), each kept where its branch's filters hold. Under the
+   * expansion the relation is filtered by the OR of the branches' filters (so pushdown still
+   * prunes); a branch without filters keeps every row.
+   */
+  private def fuseUnion(u: Union): Option[LogicalPlan] = {
+    val chains = u.children.map(chain)
+    if (chains.exists(_.isEmpty)) return None
+    val all = chains.flatten
+    if (!all.tail.forall(c => sameRows(all.head.relation, c.relation))) return None
+    // A fresh instance: the union's output ids (its first branch's) must not name relation columns.
+    val relation = all.tail.foldLeft(all.head.relation)((acc, c) => merge(acc, c.relation)._1).newInstance()
+    val branches = all.map { c =>
+      val toBase = merge(relation, c.relation)._2
+      def onBase(e: Expression): Expression = e.transformUp {
+        case a: Attribute if toBase.contains(a) => toBase(a)
+      }
+      val values = c.project.map {
+        case a: Alias => onBase(a.child)
+        case other => onBase(other)
+      }
+      (values, c.filters.map(onBase).reduceOption(And).getOrElse(Literal(true)))
+    }
+    val reads = all.map(c => marks(c.relation).fusedReads).sum
+    val scan = withReads(relation, reads)
+    val source = if (branches.exists(_._2 == Literal(true))) scan else Filter(branches.map(_._2).reduce(Or), scan)
+    val keep = AttributeReference("__omnitable_keep", BooleanType, nullable = true)()
+    val expand = Expand(branches.map { case (values, k) => values :+ k }, u.output :+ keep, source)
+    val fused = Project(u.output, Filter(keep, expand))
+    fused.setTagValue(OptimizerMarks.FiredRules, Seq(ruleName))
+    logInfo(s"$ruleName: fused $reads reads of ${table(relation).name()} (UNION ALL)")
+    Some(fused)
+  }
+
+  private def withReads(r: DataSourceV2Relation, reads: Int): DataSourceV2Relation =
+    r.copy(table = table(r).withMarks(OptimizerMarks(fusedReads = reads)))
 
   private def fuse(join: Join): Option[LogicalPlan] =
     for {

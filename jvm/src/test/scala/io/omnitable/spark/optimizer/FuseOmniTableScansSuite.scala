@@ -107,4 +107,22 @@ class FuseOmniTableScansSuite extends OptimizerSuiteBase {
       assertSameWithRule("spark.omnitable.optimizer.late_materialization")(late)
     }
   }
+
+  test("a UNION ALL of per-column reads of one snapshot reads one scan") {
+    import org.apache.spark.sql.functions.lit
+    def long(base: => DataFrame) = Seq("k" -> "k < 50", "x" -> "x IS NOT NULL", "late" -> "").map { case (c, f) =>
+      val b = if (f.isEmpty) base else base.where(f)
+      b.select(col(id), lit(c).as("feature"), col(c).cast("double").as("value"), col("_ai_row_offset_"))
+    }.reduce(_.unionAll(_))
+    val df = long(opt())
+    assert(scans(df).size == 1)
+    assert(explain(df).contains("FuseOmniTableScans: 3 reads -> 1 scan"))
+    assertSameWithRule(Key)(long(opt()))
+    assertSameWithRule(Key)(long(opt()).where("value > 0").groupBy("feature").count())
+    val v1 = optManifest.get("v1").asText()
+    def mixed = opt().select(id, "k").unionAll(opt("versionAsOf" -> v1).select(id, "k"))
+    assert(scans(mixed).size == 2)
+    def random = opt().where(rand(1) < 0.5).select(id).unionAll(opt().select(id))
+    assert(scans(random).size == 2)
+  }
 }
