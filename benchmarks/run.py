@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-BENCHMARKS = ["python_read", "spark_read", "backfill_fusion", "isolation"]
+BENCHMARKS = ["python_read", "spark_read", "backfill_fusion", "isolation", "optimizer"]
 
 
 def main(argv: list[str]) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -423,14 +424,12 @@ class Table:
         self, row_group_size: int | None, target_fragment_rows: int | None
     ) -> WriteOptions:
         base = self.warehouse.write_options
-        return WriteOptions(
+        return dataclasses.replace(
+            base,
             row_group_size=base.row_group_size if row_group_size is None else row_group_size,
-            compression=base.compression,
-            compression_level=base.compression_level,
             target_fragment_rows=(
                 base.target_fragment_rows if target_fragment_rows is None else target_fragment_rows
             ),
-            target_fragment_bytes=base.target_fragment_bytes,
         ).validated()
 
 

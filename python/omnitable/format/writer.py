@@ -29,6 +29,11 @@ class WriteOptions:
     row_group_size: int = 131_072
     compression: str = "zstd"
     compression_level: int = 3
+    # files of wide rows (>= wide_row_bytes per row, e.g. text payloads) get small pages, checked
+    # every 64 rows, so readers can skip the pages that hold no surviving row (late
+    # materialization through the page index); narrow files keep pyarrow's 1 MiB pages
+    wide_row_bytes: int = 256
+    wide_data_page_size: int = 64 * 1024
     target_fragment_rows: int = 1_048_576
     target_fragment_bytes: int = 512 * 1024 * 1024
 
@@ -90,6 +95,7 @@ def write_column_file(
             compression_level=options.compression_level,
             use_compliant_nested_type=True,
             write_page_index=True,
+            **_page_settings(data, options),
         ) as writer,
     ):
         writer.write_table(physical, row_group_size=options.row_group_size)
@@ -104,6 +110,12 @@ def write_column_file(
         columns=stats,
         feature_versions=dict(feature_versions or {}),
     )
+
+
+def _page_settings(data: pa.Table, options: WriteOptions) -> dict[str, int]:
+    if data.num_rows and data.nbytes / data.num_rows >= options.wide_row_bytes:
+        return {"data_page_size": options.wide_data_page_size, "write_batch_size": 64}
+    return {}
 
 
 def write_fragment(
