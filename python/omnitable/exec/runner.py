@@ -224,6 +224,8 @@ def _run_step(
                 i for i in work.get(name, []) if i not in per_frag or retry.get(name, {}).get(i)
             ]
         work = {k: v for k, v in work.items() if v}
+        outputs: list[TaskOutput] = []
+        skipped: list[dict[str, Any]] = []
         if work:
             tag = f"omnitable-{run_id}-step{index}-{start // size}"
             outputs, skipped, scan = execute_chunk(
@@ -240,8 +242,16 @@ def _run_step(
             )
             out.bytes_read += int(scan.get("omnitableBytesRead", 0))
             out.scans += int(scan.get("omnitableScans", 0))
+        try:
+            _check_skip_ratio(skipped, len(chunk), options.max_skip_ratio)
+        except BaseException:
+            delete_quietly(
+                table.location.fs, [table.location.child_path(o.file.path) for o in outputs]
+            )
+            raise
+        out.skipped += skipped
+        if outputs:  # nothing to commit when every fragment of the chunk was skipped
             try:
-                _check_skip_ratio(skipped, len(chunk), options.max_skip_ratio)
                 _check_error_ratio(step, outputs, options.max_error_ratio)
                 _record_errors(session, table, snap, outputs, run_id, step)
                 failpoint("backfill.before_commit")
@@ -252,7 +262,6 @@ def _run_step(
                 )
                 raise
             failpoint("backfill.after_commit")
-            out.skipped += skipped
             out.versions.append(version)
             result.versions.append(version)
             out.files += len(outputs)
