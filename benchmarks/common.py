@@ -6,13 +6,17 @@ reports medians and ratios, never absolute thresholds.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent.parent / ".bench"
+BENCH_DIR = Path(
+    os.environ.get("OMNITABLE_BENCH_DIR") or Path(__file__).resolve().parent.parent / ".bench"
+)
+"""Where benchmarks write their data (``OMNITABLE_BENCH_DIR``, default ``.bench/`` in the repo)."""
 
 
 def time_interleaved(

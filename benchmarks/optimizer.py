@@ -222,7 +222,7 @@ def bench_late_materialization(
     data = pa.table(
         {
             "k": rng.integers(0, 1000, rows),  # uniform: k < 10 keeps 1 %, k < 100 keeps 10 %
-            "run": (np.arange(rows) // 2000) % 100,  # runs of 2,000 rows: run = 7 keeps 1 %
+            "run": np.arange(rows) * 100 // rows,  # 100 runs of rows/100 rows: run = 7 keeps 1 %
             "text": _random_text(rng, rows, 2000),
         }
     )

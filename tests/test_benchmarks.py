@@ -1,0 +1,50 @@
+"""Every benchmark runs end to end at a tiny scale through ``benchmarks/run.py``.
+
+This guards the one-command benchmarks against rot; the figures printed at this scale mean
+nothing and nothing here checks a timing. Each benchmark asserts its own correctness checks
+(equal results across variants, the expected failures in the dirty isolation run).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TINY = {
+    "python_read": "--rows 20000 --repeats 1",
+    "isolation": "--rows 20000 --batch 5000 --repeats 1 --moderate-rows 5000",
+    "spark_read": "--rows 20000 --repeats 1",
+    "backfill_fusion": "--rows 20000 --fragment-rows 5000",
+    "optimizer": "--rows 20000 --udf-rows 5000 --text-rows 5000 --repeats 1",
+}
+
+
+def test_every_benchmark_has_a_tiny_scale() -> None:
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.run import BENCHMARKS
+
+    assert sorted(TINY) == sorted(BENCHMARKS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(TINY))
+def test_benchmark_runs(name: str, tmp_path: Path) -> None:
+    env = {**os.environ, "OMNITABLE_BENCH_DIR": str(tmp_path), "SPARK_LOCAL_IP": "127.0.0.1"}
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), name, *TINY[name].split()],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"#### benchmark: {name}" in proc.stdout
+    assert "skipping" not in proc.stderr
