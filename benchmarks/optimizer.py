@@ -18,7 +18,6 @@ Run: ./dev bench optimizer [--rows N] [--text-rows N] [--repeats R]
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +27,7 @@ import pandas as pd
 import pyarrow as pa
 
 from benchmarks.common import BENCH_DIR, fmt_bytes, fmt_ratio, fmt_seconds, report, time_interleaved
+from omnitable.exec.scan_metrics import ScanMetrics, plan_metric_total
 
 FUSE_SCANS = "spark.omnitable.optimizer.fuse_scans"
 FUSE_UDFS = "spark.omnitable.optimizer.fuse_python_udfs"
@@ -44,36 +44,17 @@ def _random_text(rng: np.random.Generator, rows: int, length: int) -> pa.Array:
 
 
 class Meter:
-    """Bytes Spark reports: the ScanMetricsListener's totals and plan metrics."""
+    """Bytes the scans of one run read, from the jar's ScanMetricsListener."""
 
     def __init__(self, spark: Any) -> None:
-        self.spark = spark
-        self.listener = spark.sparkContext._jvm.io.omnitable.spark.metrics.ScanMetricsListener
-        self.listener.install(spark.sparkContext._jsc.sc())
+        self.metrics = ScanMetrics(spark)
 
     def scan_bytes(self, run: Callable[[], Any]) -> tuple[int, int]:
         """(omnitableBytesRead, task inputMetrics.bytesRead) of one run."""
-        self.listener.reset()
+        self.metrics.reset()
         run()
-        total = json.loads(self.listener.snapshot())["total"]
+        total = self.metrics.snapshot()["total"]
         return int(total["omnitableBytesRead"]), int(total["bytesRead"])
-
-    @staticmethod
-    def python_bytes_sent(df: Any) -> int:
-        """Runs `df`; the sum of pythonDataSent over its executed plan."""
-        df.collect()
-        plan = df._jdf.queryExecution().executedPlan()
-        if plan.nodeName() == "AdaptiveSparkPlan":
-            plan = plan.executedPlan()
-        total, stack = 0, [plan]
-        while stack:
-            node = stack.pop()
-            metric = node.metrics().get("pythonDataSent")
-            if metric.isDefined():
-                total += int(metric.get().value())
-            children = node.children()
-            stack.extend(children.apply(i) for i in range(children.size()))
-        return total
 
 
 def _with(spark: Any, key: str, value: bool, fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -165,7 +146,9 @@ def bench_udf_fusion(spark: Any, wh: Any, rows: int, repeats: int) -> dict[str, 
         )
 
     def sent(on: bool) -> int:
-        return int(_with(spark, FUSE_UDFS, on, lambda: Meter.python_bytes_sent(frame()))())
+        return int(
+            _with(spark, FUSE_UDFS, on, lambda: plan_metric_total(frame(), "pythonDataSent"))()
+        )
 
     fused_bytes, separate_bytes = sent(True), sent(False)
     fused = _with(spark, FUSE_UDFS, True, lambda: frame().collect())

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 import omnitable
+from omnitable.exec.scan_metrics import plan_metric_total
 
 pytestmark = pytest.mark.spark
 
@@ -67,21 +68,6 @@ def _plan(df: Any) -> str:
     return str(df._jdf.queryExecution().executedPlan().toString())
 
 
-def _python_bytes_sent(df: Any) -> int:
-    """Sum of the pythonDataSent metric over the executed plan (after running it)."""
-    df.collect()
-    total = 0
-    stack = [df._jdf.queryExecution().executedPlan()]
-    while stack:
-        node = stack.pop()
-        metric = node.metrics().get("pythonDataSent")
-        if metric.isDefined():
-            total += int(metric.get().value())
-        children = node.children()
-        stack.extend(children.apply(i) for i in range(children.size()))
-    return total
-
-
 def _rows(df: Any) -> list[tuple[Any, ...]]:
     return sorted(tuple(r) for r in df.collect())
 
@@ -115,11 +101,11 @@ def test_stacked_udfs_with_filters_run_in_one_python_pass(spark: Any, docs: Any)
     assert "FusedPythonEval" in plan and "FusePythonUDFs: 2 Python evaluations -> 1" in plan
     assert "ArrowEvalPython" not in plan
     _same_with_rule(spark, query)
-    fused = _python_bytes_sent(query())
+    fused = plan_metric_total(query(), "pythonDataSent")
     spark.conf.set(FUSE, "false")
     try:
         assert "FusedPythonEval" not in _plan(query())
-        separate = _python_bytes_sent(query())
+        separate = plan_metric_total(query(), "pythonDataSent")
     finally:
         spark.conf.unset(FUSE)
     assert 0 < fused < separate

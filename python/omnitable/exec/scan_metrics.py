@@ -1,4 +1,5 @@
-"""Scan metrics as Spark reports them, through the jar's ``ScanMetricsListener``.
+"""Scan metrics as Spark reports them, through the jar's ``ScanMetricsListener``, and SQL
+metrics summed over an executed plan.
 
 The listener aggregates successful tasks' input metrics and the omnitable scans' own metrics
 (bytes of column chunks read, files opened, fragments read, corrupt fragments skipped) per job
@@ -11,7 +12,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
 class ScanMetrics:
@@ -32,3 +33,24 @@ class ScanMetrics:
 
     def reset(self) -> None:
         self._listener.reset()
+
+
+def plan_metric_total(df: DataFrame, metric: str) -> int:
+    """Run ``df`` (collect) and return the sum of SQL metric ``metric`` over its executed plan.
+
+    For example ``pythonDataSent``: the bytes Spark sent to Python workers. An adaptive plan
+    is read in its final form. Nodes without the metric count 0.
+    """
+    df.collect()
+    plan = df._jdf.queryExecution().executedPlan()
+    if plan.nodeName() == "AdaptiveSparkPlan":
+        plan = plan.executedPlan()
+    total, stack = 0, [plan]
+    while stack:
+        node = stack.pop()
+        value = node.metrics().get(metric)
+        if value.isDefined():
+            total += int(value.get().value())
+        children = node.children()
+        stack.extend(children.apply(i) for i in range(children.size()))
+    return total

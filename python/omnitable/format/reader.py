@@ -29,6 +29,7 @@ from omnitable.catalog.snapshot import Snapshot
 from omnitable.exceptions import CorruptInputError, UnknownColumnError, ValidationError
 from omnitable.format.fs import Location
 from omnitable.format.stats import decode_value
+from omnitable.format.types import ARROW_VALUE_ERRORS
 
 LATE_MATERIALIZATION_MAX_SELECTIVITY = 0.25
 _INDEX = "__omnitable_row__"
@@ -121,7 +122,7 @@ class FragmentReader:
         )
         try:
             survivors = pred.filter(where).column(_INDEX).to_numpy()
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        except ARROW_VALUE_ERRORS as exc:
             raise ValidationError(f"Cannot evaluate filter {where}: {exc}") from None
         schema = pa.schema([self._field(c) for c in out_cols])
         if len(survivors) == 0:
@@ -183,7 +184,7 @@ class FragmentReader:
         )
         try:
             list(dummy.get_fragments(filter=where))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        except ARROW_VALUE_ERRORS as exc:
             msg = str(exc).splitlines()[0]
             if "No match for FieldRef" in msg:
                 raise UnknownColumnError(

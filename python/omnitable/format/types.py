@@ -15,6 +15,10 @@ import pyarrow as pa
 
 from omnitable.exceptions import ValidationError
 
+ARROW_VALUE_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+"""What Arrow raises for a cast, a conversion or an expression it cannot apply to the data;
+callers turn it into a specific OmniTable error."""
+
 _PRIMITIVE_TO_ARROW: dict[str, pa.DataType] = {
     "boolean": pa.bool_(),
     "tinyint": pa.int8(),

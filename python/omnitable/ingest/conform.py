@@ -6,7 +6,7 @@ import pyarrow as pa
 
 from omnitable.catalog.records import APPEND_NAME, ROW_ID, ColumnRecord
 from omnitable.exceptions import SchemaMismatchError, UnknownColumnError, ValidationError
-from omnitable.format.types import canonical_arrow_type, to_ddl
+from omnitable.format.types import ARROW_VALUE_ERRORS, canonical_arrow_type, to_ddl
 
 
 class Conformer:
@@ -97,7 +97,7 @@ class Conformer:
             )
         try:
             return arr.cast(target, safe=True)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        except ARROW_VALUE_ERRORS as exc:
             raise SchemaMismatchError(
                 f"Cannot ingest column '{name}' into table '{self.table_name}': cannot convert "
                 f"{to_ddl(canonical)} to {to_ddl(target)} ({str(exc).splitlines()[0]})"

@@ -34,14 +34,13 @@ private[read] final class NullColumnVector(dataType: DataType, numRows: Int) ext
   override def getChild(ordinal: Int): ColumnVector = children(ordinal)
 }
 
-/** `_ai_row_offset_`: row `i` of the batch is fragment row `base + i` (computed, never stored). */
-private[read] final class RowOffsetColumnVector(base: Long) extends ColumnVector(LongType) {
+/** `_ai_row_offset_` values computed per row, never stored: a non-null bigint column. */
+private[read] abstract class RowOffsetVector extends ColumnVector(LongType) {
   override def close(): Unit = ()
   override def closeIfFreeable(): Unit = ()
   override def hasNull(): Boolean = false
   override def numNulls(): Int = 0
   override def isNullAt(rowId: Int): Boolean = false
-  override def getLong(rowId: Int): Long = base + rowId
   private def unsupported = throw new UnsupportedOperationException("_ai_row_offset_ is a bigint column")
   override def getBoolean(rowId: Int): Boolean = unsupported
   override def getByte(rowId: Int): Byte = unsupported
@@ -57,27 +56,14 @@ private[read] final class RowOffsetColumnVector(base: Long) extends ColumnVector
   override def getChild(ordinal: Int): ColumnVector = unsupported
 }
 
+/** `_ai_row_offset_` of a row range: row `i` of the batch is fragment row `base + i`. */
+private[read] final class RowOffsetColumnVector(base: Long) extends RowOffsetVector {
+  override def getLong(rowId: Int): Long = base + rowId
+}
+
 /** `_ai_row_offset_` of chosen rows (late materialization): row `i` is `rows(from + i)`. */
-private[read] final class LongSliceColumnVector(rows: Array[Long], from: Int) extends ColumnVector(LongType) {
-  override def close(): Unit = ()
-  override def closeIfFreeable(): Unit = ()
-  override def hasNull(): Boolean = false
-  override def numNulls(): Int = 0
-  override def isNullAt(rowId: Int): Boolean = false
+private[read] final class LongSliceColumnVector(rows: Array[Long], from: Int) extends RowOffsetVector {
   override def getLong(rowId: Int): Long = rows(from + rowId)
-  private def unsupported = throw new UnsupportedOperationException("_ai_row_offset_ is a bigint column")
-  override def getBoolean(rowId: Int): Boolean = unsupported
-  override def getByte(rowId: Int): Byte = unsupported
-  override def getShort(rowId: Int): Short = unsupported
-  override def getInt(rowId: Int): Int = unsupported
-  override def getFloat(rowId: Int): Float = unsupported
-  override def getDouble(rowId: Int): Double = unsupported
-  override def getArray(rowId: Int): ColumnarArray = unsupported
-  override def getMap(ordinal: Int): ColumnarMap = unsupported
-  override def getDecimal(rowId: Int, precision: Int, scale: Int): Decimal = unsupported
-  override def getUTF8String(rowId: Int): UTF8String = unsupported
-  override def getBinary(rowId: Int): Array[Byte] = unsupported
-  override def getChild(ordinal: Int): ColumnVector = unsupported
 }
 
 private[read] object ConstantVectors {
