@@ -117,7 +117,7 @@ class Table:
         return sum(f.row_count for f in self.snapshot(version=version, with_files=False).fragments)
 
     def __repr__(self) -> str:
-        return f"Table({self.name!r}, warehouse={self.warehouse.uri!r})"
+        return f"Table({self.name!r}, warehouse={self.warehouse.address.redacted()!r})"
 
     # -- reading --------------------------------------------------------------------------
 
@@ -177,10 +177,11 @@ class Table:
         batches: list[str] | None = None,
     ) -> DataFrame:
         """This table as a Spark DataFrame through the ``omnitable`` data source."""
-        from omnitable.spark.session import active_or_new_session
+        from omnitable.spark.session import active_or_new_session, warehouse_read_option
 
         session = active_or_new_session(spark, self.warehouse)
-        reader = session.read.format("omnitable").option("warehouse", self.warehouse.uri)
+        wh = warehouse_read_option(session, self.warehouse)
+        reader = session.read.format("omnitable").option("warehouse", wh)
         if version is not None:
             reader = reader.option("versionAsOf", str(version))
         if branch is not None:

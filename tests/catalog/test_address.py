@@ -4,8 +4,11 @@ from pathlib import Path
 
 import pytest
 
+import omnitable
 from omnitable.catalog.address import parse_address
 from omnitable.exceptions import ValidationError
+from omnitable.spark.session import spark_session
+from omnitable.spark.submit_args import submit_args
 
 
 def test_directory_means_sqlite_file_inside(tmp_path: Path) -> None:
@@ -32,19 +35,19 @@ def test_sqlite_url(tmp_path: Path) -> None:
 def test_postgres_env_password_resolved_at_connect_and_never_rendered(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    addr = parse_address("postgresql://bob:env:OMT_TEST_PW@db.internal:5433/wh")
-    monkeypatch.setenv("OMT_TEST_PW", "s3cret")
+    addr = parse_address("postgresql://bob:env:OMNITABLE_TEST_PW@db.internal:5433/wh")
+    monkeypatch.setenv("OMNITABLE_TEST_PW", "s3cret")
     url = addr.connect_url()
     assert url.password == "s3cret"
     assert url.drivername == "postgresql+psycopg"
     assert "s3cret" not in addr.redacted() and "s3cret" not in repr(addr)
-    assert "env:OMT_TEST_PW" in addr.warehouse_string()
+    assert "env:OMNITABLE_TEST_PW" in addr.warehouse_string()
 
 
 def test_postgres_missing_env_password_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OMT_UNSET_PW", raising=False)
-    addr = parse_address("postgresql://bob:env:OMT_UNSET_PW@localhost/wh")
-    with pytest.raises(ValidationError, match="OMT_UNSET_PW"):
+    monkeypatch.delenv("OMNITABLE_UNSET_PW", raising=False)
+    addr = parse_address("postgresql://bob:env:OMNITABLE_UNSET_PW@localhost/wh")
+    with pytest.raises(ValidationError, match="OMNITABLE_UNSET_PW"):
         addr.connect_url()
 
 
@@ -69,3 +72,69 @@ def test_a_file_is_not_a_warehouse_directory(tmp_path: Path) -> None:
     f.write_text("x")
     with pytest.raises(ValidationError, match="is a file"):
         parse_address(f)
+
+
+def test_env_password_outside_allowed_prefixes_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMNITABLE_ENV_PREFIXES", raising=False)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-s3cret")
+    addr = parse_address("postgresql://bob:env:AWS_SECRET_ACCESS_KEY@evil.example/db")
+    with pytest.raises(ValidationError, match="outside the allowed prefixes") as exc:
+        addr.connect_url()
+    assert "OMNITABLE_, PG" in str(exc.value) and "aws-s3cret" not in str(exc.value)
+    monkeypatch.setenv("PGPASSWORD", "pg-pw")
+    assert parse_address("postgresql://bob:env:PGPASSWORD@h/db").connect_url().password == "pg-pw"
+
+
+def test_env_prefixes_are_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMNITABLE_ENV_PREFIXES", " MYAPP_ , ")
+    monkeypatch.setenv("MYAPP_PW", "mine")
+    monkeypatch.setenv("OMNITABLE_PW", "omni")
+    assert parse_address("postgresql://u:env:MYAPP_PW@h/db").connect_url().password == "mine"
+    with pytest.raises(ValidationError, match="MYAPP_"):
+        parse_address("postgresql://u:env:OMNITABLE_PW@h/db").connect_url()
+
+
+@pytest.mark.postgres
+def test_connect_reads_only_allowed_env_passwords(
+    pg_databases: object, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On a real server: the right password under a disallowed name is never sent."""
+    addr = parse_address(pg_databases.create())  # type: ignore[attr-defined]
+    monkeypatch.delenv("OMNITABLE_ENV_PREFIXES", raising=False)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", str(addr.connect_url().password))
+    foreign = addr.url.set(password="env:AWS_SECRET_ACCESS_KEY").render_as_string(False)
+    with pytest.raises(ValidationError, match="outside the allowed prefixes"):
+        omnitable.connect(foreign, root=str(tmp_path / "data"))
+    monkeypatch.setenv("OMNITABLE_ENV_PREFIXES", "OMNITABLE_,AWS_")
+    with omnitable.connect(foreign, root=str(tmp_path / "data")) as wh:
+        assert wh.tables() == []
+
+
+def test_redacted_hides_secret_query_parameters() -> None:
+    addr = parse_address("postgresql://u:hunter2@h/db?sslmode=require&password=pw1&SSLPassword=pw2")
+    shown = addr.redacted()
+    assert not any(s in shown for s in ("hunter2", "pw1", "pw2")), shown
+    assert "sslmode=require" in shown
+    assert "pw1" not in repr(addr)
+
+
+@pytest.mark.parametrize(
+    "literal",
+    [
+        "postgresql://u:hunter2@h/db",
+        "postgresql://u@h/db?password=hunter2",
+        "postgresql://u:env:OMNITABLE_PW@h/db?sslpassword=hunter2",
+    ],
+)
+def test_spark_is_never_given_a_literal_password(literal: str) -> None:
+    addr = parse_address(literal)
+    assert addr.has_literal_password
+    for give in (addr.spark_warehouse_string, lambda: submit_args(literal)):
+        with pytest.raises(ValidationError, match="env:NAME") as exc:
+            give()
+        assert "hunter2" not in str(exc.value)
+    with pytest.raises(ValidationError, match="literal password"):
+        spark_session(literal)
+    ok = parse_address("postgresql://u:env:OMNITABLE_PW@h/db?sslmode=require")
+    assert not ok.has_literal_password
+    assert ok.spark_warehouse_string() == "postgresql://u:env:OMNITABLE_PW@h/db?sslmode=require"

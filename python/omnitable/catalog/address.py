@@ -2,8 +2,11 @@
 
 A warehouse string is a directory (SQLite ``catalog.db`` inside, data root = the directory), a
 ``sqlite:///…`` URL, or a ``postgresql://user:password@host:port/db`` URL whose password may be
-``env:NAME`` (read from the environment when a connection opens, never stored or logged).
-The JVM reader implements the same rules (docs/catalog.md, "Addressing a catalog").
+``env:NAME`` (read from the environment when a connection opens, never stored or logged). Only
+variables whose name starts with an allowed prefix are read (``OMNITABLE_ENV_PREFIXES``, a comma
+list, default ``OMNITABLE_,PG``), so an address cannot send any other secret of this process to
+the server it names. The JVM reader implements the same rules (docs/catalog.md, "Addressing a
+catalog").
 """
 
 from __future__ import annotations
@@ -20,6 +23,42 @@ from omnitable.exceptions import ValidationError
 DEFAULT_WAREHOUSE = "omnitable-warehouse"
 SQLITE_FILE = "catalog.db"
 _SCHEMES = ("sqlite", "postgresql", "postgres")
+ENV_PREFIXES_VAR = "OMNITABLE_ENV_PREFIXES"
+DEFAULT_ENV_PREFIXES = ("OMNITABLE_", "PG")
+ENV_REFERENCE = "env:"
+# Query parameters of a PostgreSQL URL that carry a secret (libpq and pgjdbc names).
+SECRET_QUERY_KEYS = frozenset({"password", "sslpassword"})
+
+
+def allowed_env_prefixes() -> tuple[str, ...]:
+    """Prefixes an ``env:NAME`` password's variable must start with (``OMNITABLE_ENV_PREFIXES``)."""
+    raw = os.environ.get(ENV_PREFIXES_VAR)
+    if raw is None:
+        return DEFAULT_ENV_PREFIXES
+    return tuple(p.strip() for p in raw.split(",") if p.strip())
+
+
+def read_env_password(name: str, where: str) -> str:
+    """The value of the allowed environment variable ``name`` (an ``env:NAME`` password).
+
+    Raises:
+        ValidationError: ``name`` is outside the allowed prefixes, or the variable is not set.
+    """
+    prefixes = allowed_env_prefixes()
+    if not any(name.startswith(p) for p in prefixes):
+        allowed = ", ".join(prefixes) or "none"
+        raise ValidationError(
+            f"Cannot open catalog {where}: the password refers to environment variable {name}, "
+            f"which is outside the allowed prefixes ({allowed}); store the password in a variable "
+            f"such as OMNITABLE_PG_PASSWORD, or add its prefix to {ENV_PREFIXES_VAR}"
+        )
+    value = os.environ.get(name)
+    if value is None:
+        raise ValidationError(
+            f"Cannot open catalog {where}: the password refers to environment variable {name}, "
+            "which is not set"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -44,32 +83,59 @@ class CatalogAddress:
         if url.get_backend_name() == "postgresql":
             url = url.set(drivername="postgresql+psycopg")
             password = url.password
-            if isinstance(password, str) and password.startswith("env:"):
-                name = password[4:]
-                value = os.environ.get(name)
-                if value is None:
-                    raise ValidationError(
-                        f"Cannot open catalog {self.redacted()}: the password refers to environment "
-                        f"variable {name}, which is not set"
-                    )
+            if isinstance(password, str) and password.startswith(ENV_REFERENCE):
+                value = read_env_password(password[len(ENV_REFERENCE) :], self.redacted())
                 url = url.set(password=value)
         return url
 
+    @property
+    def has_env_password(self) -> bool:
+        """Whether the password is an ``env:NAME`` reference."""
+        password = self.url.password
+        return isinstance(password, str) and password.startswith(ENV_REFERENCE)
+
+    @property
+    def has_literal_password(self) -> bool:
+        """Whether the address holds a password itself (not an ``env:NAME`` reference)."""
+        literal = isinstance(self.url.password, str) and not self.has_env_password
+        return literal or any(k.lower() in SECRET_QUERY_KEYS for k in self.url.query)
+
     def redacted(self) -> str:
-        """The address with any password hidden, safe for messages and logs."""
-        return self.url.render_as_string(hide_password=True)
+        """The address with any password (user info or query parameter) hidden, safe to log."""
+        url = self.url
+        secret = {k: "***" for k in url.query if k.lower() in SECRET_QUERY_KEYS}
+        if secret:
+            url = url.update_query_dict(secret)
+        return url.render_as_string(hide_password=True)
+
+    def spark_warehouse_string(self) -> str:
+        """:meth:`warehouse_string` for Spark settings and read options, which must hold no secret.
+
+        Raises:
+            ValidationError: the address holds a literal password (Spark would show it in its UI,
+                event logs, ``SET`` output and the configuration shipped to executors).
+        """
+        if self.has_literal_password:
+            raise ValidationError(
+                f"Cannot give warehouse {self.redacted()} to Spark: it holds a literal password, "
+                "which Spark would show in its UI, event logs and SET output and copy to "
+                "executors; put the password in an environment variable and write it as "
+                "env:NAME, e.g. postgresql://user:env:OMNITABLE_PG_PASSWORD@host/db"
+            )
+        return self.warehouse_string()
 
     def warehouse_string(self) -> str:
         """The address as a string other processes (Spark, the JVM, CLI) can be given.
 
-        Literal passwords are kept (they are needed to connect); prefer ``env:NAME``.
+        Literal passwords are kept (they are needed to connect); prefer ``env:NAME``. Spark is
+        never given one: see :meth:`spark_warehouse_string`.
         """
         if self.sqlite_dir is not None and self.url.database == str(self.sqlite_dir / SQLITE_FILE):
             return str(self.sqlite_dir)
         rendered = self.url.render_as_string(hide_password=False)
         password = self.url.password
-        if isinstance(password, str) and password.startswith("env:"):
-            rendered = rendered.replace("env%3A", "env:", 1)
+        if isinstance(password, str) and password.startswith(ENV_REFERENCE):
+            rendered = rendered.replace("env%3A", ENV_REFERENCE, 1)
         return rendered
 
     def __repr__(self) -> str:

@@ -21,6 +21,7 @@ from omnitable.exec.scan_metrics import ScanMetrics
 from omnitable.exec.task import FRAGMENT, OFFSET, compute_partition, step_spec
 from omnitable.format.descriptors import FileDescriptor
 from omnitable.format.fs import delete_quietly
+from omnitable.spark.session import warehouse_read_option
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -67,7 +68,7 @@ def step_dataframe(
     current outputs of features being retried."""
     df = (
         session.read.format("omnitable")
-        .option("warehouse", table.warehouse.uri)
+        .option("warehouse", warehouse_read_option(session, table.warehouse))
         .option("versionAsOf", str(snap.version))
         .option("fragments", ",".join(fragment_ids))
         .option("split_fragments", "false")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from importlib import resources
@@ -22,6 +23,10 @@ JAR_NAME = "omnitable-spark.jar"
 DELTA_JARS = ("delta-spark_4.1_2.13-4.1.0.jar", "delta-storage-4.1.0.jar")
 DELTA_EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+WAREHOUSE_KEY = "spark.omnitable.warehouse"
+# More warehouses configured for a session; the JVM reads the env:NAME password of a `warehouse`
+# read option only for a warehouse configured there (docs/spark.md, "Credentials").
+WAREHOUSES_PREFIX = "spark.omnitable.warehouses."
 
 
 def jar_path() -> Path:
@@ -60,11 +65,33 @@ def require_delta(spark: SparkSession) -> None:
 
 
 def warehouse_string(warehouse: Warehouse | str | os.PathLike[str] | None) -> str:
+    """The warehouse string for Spark settings and read options.
+
+    Raises:
+        ValidationError: the address holds a literal password (Spark would show it in its UI,
+            event logs and ``SET`` output and copy it to executors); ``env:NAME`` is required.
+    """
     from omnitable.catalog.address import parse_address
 
     if warehouse is None or isinstance(warehouse, (str, os.PathLike)):
-        return parse_address(warehouse).warehouse_string()
-    return warehouse.uri
+        return parse_address(warehouse).spark_warehouse_string()
+    return warehouse.address.spark_warehouse_string()
+
+
+def warehouse_read_option(session: SparkSession, warehouse: Warehouse) -> str:
+    """The ``warehouse`` read option for reading ``warehouse`` in ``session``.
+
+    An address with an ``env:NAME`` password is also configured for the session
+    (``spark.omnitable.warehouses.<hash>``) unless it is the session's warehouse already: the JVM
+    resolves such a password from a read option only for a warehouse configured for the session.
+    Raises ValidationError for literal passwords (see :func:`warehouse_string`).
+    """
+    wh = warehouse_string(warehouse)
+    if warehouse.address.has_env_password and session.conf.get(WAREHOUSE_KEY, None) != wh:
+        key = WAREHOUSES_PREFIX + hashlib.sha256(wh.encode()).hexdigest()[:16]
+        if session.conf.get(key, None) != wh:
+            session.conf.set(key, wh)
+    return wh
 
 
 def spark_session(
@@ -86,6 +113,10 @@ def spark_session(
 
     If a session is already running in this process, Spark reuses it and static settings
     (jars, extensions) cannot change; stop it first.
+
+    Raises:
+        ValidationError: the warehouse address holds a literal password; write it ``env:NAME``
+            (Spark settings show in its UI, event logs and ``SET`` output and reach executors).
     """
     try:
         from pyspark.sql import SparkSession
@@ -102,7 +133,7 @@ def spark_session(
         "spark.sql.extensions": EXTENSIONS_CLASS,
         f"spark.sql.catalog.{CATALOG_NAME}": CATALOG_CLASS,
         f"spark.sql.catalog.{CATALOG_NAME}.warehouse": wh,
-        "spark.omnitable.warehouse": wh,
+        WAREHOUSE_KEY: wh,
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
     }

@@ -191,6 +191,21 @@ object OmniTableConf {
     fraction
   ))
 
+  /** Session keys `spark.omnitable.warehouses.<alias>`: more warehouses configured for the session. */
+  val WarehousesPrefix = "spark.omnitable.warehouses."
+
+  /**
+   * The warehouses configured for the active session: `spark.omnitable.warehouse`, every
+   * `spark.omnitable.warehouses.<alias>` and every `spark.sql.catalog.<name>.warehouse`.
+   */
+  def configuredWarehouses(): Seq[String] = {
+    val session = SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession)
+    session.toSeq.flatMap(_.conf.getAll).collect {
+      case (k, v) if k == WAREHOUSE.sessionKey || k.startsWith(WarehousesPrefix) => v.trim
+      case (k, v) if k.startsWith("spark.sql.catalog.") && k.endsWith(".warehouse") => v.trim
+    }
+  }
+
   /** All declared settings, in declaration order (for docs and tests). */
   def entries: Seq[OmniTableConfEntry[_]] = registry.values.toSeq
 
@@ -229,6 +244,9 @@ final class OmniTableConf(options: Map[String, String], session: String => Optio
     getOption(entry).getOrElse(throw new IllegalStateException(s"${entry.sessionKey} has no default"))
 
   def warehouse: String = getOption(WAREHOUSE).getOrElse(throw OmniTableErrors.missingWarehouse())
+
+  /** Whether [[warehouse]] comes from the options (rather than the session setting). */
+  def warehouseFromOptions: Boolean = WAREHOUSE.optionKey.exists(k => lowered.contains(k.toLowerCase(Locale.ROOT)))
   def batchSize: Int = get(BATCH_SIZE)
   def maxRowsPerPartition: Long = get(MAX_ROWS_PER_PARTITION)
   def splitFragments: Boolean = get(SPLIT_FRAGMENTS)

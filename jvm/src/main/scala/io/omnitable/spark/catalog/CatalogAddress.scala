@@ -35,6 +35,10 @@ final case class PostgresAddress(
     query: String,
     display: String) extends CatalogAddress {
 
+  /** Whether the address holds a password itself: a literal one, or a secret query parameter. */
+  def hasLiteralPassword: Boolean =
+    password.exists(_.isInstanceOf[Secret.Literal]) || CatalogAddress.hasSecretParameter(query)
+
   def jdbcUrl: String = {
     val h = if (host.contains(":") && !host.startsWith("[")) s"[$host]" else host
     s"jdbc:postgresql://$h:$port/$database" + (if (query.isEmpty) "" else s"?$query")
@@ -46,6 +50,18 @@ object CatalogAddress {
   val SqliteFileName = "catalog.db"
 
   private val SchemeRe = "^([A-Za-z][A-Za-z0-9+.-]*)://.*$".r
+
+  /** Query parameters of a PostgreSQL URL that carry a secret (pgjdbc and libpq names). */
+  val SecretParameters: Set[String] = Set("password", "sslpassword")
+
+  private def parameterName(param: String): String = {
+    val name = param.takeWhile(_ != '=')
+    (try decode(name)
+    catch { case _: IllegalArgumentException => name }).toLowerCase(Locale.ROOT)
+  }
+
+  private[catalog] def hasSecretParameter(query: String): Boolean =
+    query.nonEmpty && query.split('&').exists(p => SecretParameters.contains(parameterName(p)))
 
   /** Parses a warehouse string; relative paths are relative to this JVM's working directory. */
   def parse(warehouse: String): CatalogAddress = {
@@ -113,8 +129,24 @@ object CatalogAddress {
 
   private def decode(s: String): String = URLDecoder.decode(s.replace("+", "%2B"), StandardCharsets.UTF_8)
 
-  /** The address with a literal password replaced by `***` (an `env:NAME` reference is kept). */
+  /**
+   * The address with a literal password and the values of secret query parameters (`password`,
+   * `sslpassword`) replaced by `***`; an `env:NAME` reference is kept.
+   */
   def redact(value: String): String = {
+    val hidden = redactUserInfo(value)
+    val hostStart = math.max(hidden.lastIndexOf('@'), hidden.indexOf("://"))
+    val q = hidden.indexOf('?', math.max(hostStart, 0))
+    if (q < 0) hidden
+    else {
+      val params = hidden.substring(q + 1).split("&", -1).map { p =>
+        if (SecretParameters.contains(parameterName(p))) p.takeWhile(_ != '=') + "=***" else p
+      }
+      hidden.substring(0, q) + "?" + params.mkString("&")
+    }
+  }
+
+  private def redactUserInfo(value: String): String = {
     val at = value.lastIndexOf('@')
     val start = value.indexOf("://")
     if (at < 0 || start < 0 || at < start) return value
@@ -123,7 +155,7 @@ object CatalogAddress {
     if (colon < 0) value
     else {
       val pw = info.substring(colon + 1)
-      if (decode(pw).startsWith("env:")) value
+      if (pw.startsWith("env:") || pw.startsWith("env%3A") || pw.startsWith("env%3a")) value
       else value.substring(0, start + 3) + info.substring(0, colon) + ":***" + value.substring(at)
     }
   }

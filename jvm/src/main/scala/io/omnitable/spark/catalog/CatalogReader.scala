@@ -182,3 +182,41 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
     }
   }
 }
+
+object CatalogReader {
+
+  /**
+   * The reader of a warehouse configured in setting `key` (a session or catalog setting). A
+   * literal password there is refused: Spark shows settings in its UI, event logs and `SET`
+   * output and copies them into the Hadoop configuration executors get.
+   */
+  def configured(key: String, warehouse: String, env: JdbcConnector.Env = JdbcConnector.systemEnv): CatalogReader =
+    checked(warehouse, env, s"setting $key")
+
+  /**
+   * The reader of a warehouse named by a read option. A literal password is refused (Spark prints
+   * read options in plans: EXPLAIN, event logs), and an `env:NAME` password is read only when the
+   * same warehouse string is among `configured` (see `OmniTableConf.configuredWarehouses`): a
+   * per-query option must not send this process's secrets to a server it chooses.
+   */
+  def fromReadOption(
+      warehouse: String,
+      configured: => Seq[String],
+      env: JdbcConnector.Env = JdbcConnector.systemEnv): CatalogReader = {
+    val reader = checked(warehouse, env, "read option 'warehouse'")
+    reader.address match {
+      case a: PostgresAddress
+          if a.password.exists(_.isInstanceOf[Secret.FromEnv]) &&
+            !configured.contains(warehouse.trim) => throw OmniTableErrors.envPasswordInReadOption(a.display)
+      case _ => reader
+    }
+  }
+
+  private def checked(warehouse: String, env: JdbcConnector.Env, where: String): CatalogReader = {
+    val reader = new CatalogReader(warehouse, env)
+    reader.address match {
+      case a: PostgresAddress if a.hasLiteralPassword => throw OmniTableErrors.passwordInConfig(a.display, where)
+      case _ => reader
+    }
+  }
+}

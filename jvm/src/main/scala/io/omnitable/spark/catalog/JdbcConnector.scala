@@ -16,6 +16,23 @@ object JdbcConnector {
   type Env = String => Option[String]
   val systemEnv: Env = name => Option(System.getenv(name))
 
+  /** Variable holding the comma list of prefixes an `env:NAME` password may name (as in Python). */
+  val EnvPrefixesVariable = "OMNITABLE_ENV_PREFIXES"
+  val DefaultEnvPrefixes: Seq[String] = Seq("OMNITABLE_", "PG")
+
+  /** Prefixes an `env:NAME` password's variable must start with: `OMNITABLE_ENV_PREFIXES` or the default. */
+  def allowedEnvPrefixes(env: Env): Seq[String] =
+    env(EnvPrefixesVariable).map(_.split(',').map(_.trim).filter(_.nonEmpty).toSeq).getOrElse(DefaultEnvPrefixes)
+
+  /** The value of the `env:NAME` password `name`, if its name is allowed and it is set. */
+  def envPassword(display: String, name: String, env: Env): String = {
+    val prefixes = allowedEnvPrefixes(env)
+    if (!prefixes.exists(p => name.startsWith(p))) {
+      throw OmniTableErrors.envVariableNotAllowed(display, name, prefixes, EnvPrefixesVariable)
+    }
+    env(name).getOrElse(throw OmniTableErrors.missingEnvVariable(display, name))
+  }
+
   /**
    * A connection in a read-only transaction with a consistent view of the catalog (SQLite WAL
    * read transaction / PostgreSQL REPEATABLE READ), so a snapshot is never resolved across a
@@ -51,8 +68,7 @@ object JdbcConnector {
     a.user.foreach(props.setProperty("user", _))
     a.password.foreach {
       case Secret.Literal(pw) => props.setProperty("password", pw)
-      case Secret.FromEnv(name) =>
-        props.setProperty("password", env(name).getOrElse(throw OmniTableErrors.missingEnvVariable(a.display, name)))
+      case Secret.FromEnv(name) => props.setProperty("password", envPassword(a.display, name, env))
     }
     props.setProperty("ApplicationName", "omnitable-spark")
     props.setProperty("readOnly", "true")

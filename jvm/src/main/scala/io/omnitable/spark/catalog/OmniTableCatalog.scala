@@ -32,9 +32,19 @@ class OmniTableCatalog extends TableCatalog {
 
   override def name(): String = catalogName
 
-  /** Resolved on first use, so a session may set `spark.omnitable.warehouse` after startup. */
+  /**
+   * Resolved on first use, so a session may set `spark.omnitable.warehouse` after startup. The
+   * catalog's `warehouse` option, else that session setting: configuration, so `env:NAME`
+   * passwords resolve and literal ones are refused.
+   */
   private def reader: CatalogReader = {
-    if (cachedReader == null) cachedReader = new CatalogReader(OmniTableConf(catalogOptions).warehouse)
+    if (cachedReader == null) {
+      val conf = OmniTableConf(catalogOptions)
+      val key =
+        if (conf.warehouseFromOptions) s"spark.sql.catalog.$catalogName.warehouse"
+        else OmniTableConf.WAREHOUSE.sessionKey
+      cachedReader = CatalogReader.configured(key, conf.warehouse)
+    }
     cachedReader
   }
 

@@ -57,6 +57,35 @@ object OmniTableErrors {
         "which is not set on this machine. Export it before starting Spark."
     )
 
+  def envVariableNotAllowed(
+      warehouse: String,
+      name: String,
+      prefixes: Seq[String],
+      prefixesVariable: String): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_CREDENTIAL_NOT_ALLOWED",
+      s"Cannot open warehouse '$warehouse': the password refers to environment variable '$name', " +
+        s"which is outside the allowed prefixes (${if (prefixes.isEmpty) "none" else prefixes.mkString(", ")}). " +
+        s"Store the password in a variable such as OMNITABLE_PG_PASSWORD, or add its prefix to $prefixesVariable."
+    )
+
+  def envPasswordInReadOption(warehouse: String): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_CREDENTIAL_NOT_ALLOWED",
+      s"Cannot open warehouse '$warehouse': an env:NAME password is read only for warehouses configured " +
+        "for the session (spark.omnitable.warehouse, spark.sql.catalog.<name>.warehouse or " +
+        "spark.omnitable.warehouses.<alias>), not for one named by a read option alone. Configure it " +
+        "(omnitable.spark_session(warehouse=...) or Table.to_spark() do) or read it through its catalog."
+    )
+
+  def passwordInConfig(warehouse: String, where: String): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_PASSWORD_IN_CONFIG",
+      s"Cannot open warehouse '$warehouse': $where holds a literal password, which Spark would show (UI, " +
+        "event logs, SET and EXPLAIN output) and copy to executors. Put the password in an environment " +
+        "variable and write it as env:NAME, e.g. postgresql://user:env:OMNITABLE_PG_PASSWORD@host/db."
+    )
+
   def cannotConnect(warehouse: String, cause: Throwable): OmniTableAnalysisException =
     analysis(
       "OMNITABLE_CATALOG_UNAVAILABLE",

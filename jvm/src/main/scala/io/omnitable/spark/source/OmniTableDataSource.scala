@@ -17,7 +17,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  * `spark.read.format("omnitable").option("warehouse", uri).load("web")`: one logical table.
  * Options: `warehouse` (else session `spark.omnitable.warehouse`), `versionAsOf`,
  * `timestampAsOf`, `branch`, `tag`, `batches` (comma list) and the `spark.omnitable.read.*`
- * settings by their short names (see [[OmniTableConf]]).
+ * settings by their short names (see [[OmniTableConf]]). A `warehouse` option with an `env:NAME`
+ * password must name a warehouse configured for the session (`CatalogReader.fromReadOption`).
  */
 class OmniTableDataSource extends TableProvider with DataSourceRegister {
 
@@ -48,7 +49,11 @@ class OmniTableDataSource extends TableProvider with DataSourceRegister {
     case Some((opts, h)) if opts == options => h
     case _ =>
       val conf = OmniTableConf(options)
-      val h = TableHandle.load(new CatalogReader(conf.warehouse), ReadOptions.parse(options), options)
+      val reader =
+        if (conf.warehouseFromOptions)
+          CatalogReader.fromReadOption(conf.warehouse, OmniTableConf.configuredWarehouses())
+        else CatalogReader.configured(OmniTableConf.WAREHOUSE.sessionKey, conf.warehouse)
+      val h = TableHandle.load(reader, ReadOptions.parse(options), options)
       loaded = Some(options -> h)
       h
   }

@@ -44,6 +44,50 @@ class CatalogAddressSuite extends AnyFunSuite {
     assert(CatalogAddress.parse("postgresql://u:env:PW@h/d").display.contains("env:PW"))
   }
 
+  test("secret query parameters are redacted and count as literal passwords") {
+    val a = CatalogAddress.parse("postgresql://u@h/d?sslmode=require&password=hunter2&SSLPassword=k3y")
+      .asInstanceOf[PostgresAddress]
+    assert(!a.display.contains("hunter2") && !a.display.contains("k3y"), a.display)
+    assert(a.display == "postgresql://u@h/d?sslmode=require&password=***&SSLPassword=***")
+    assert(a.hasLiteralPassword)
+    val env = CatalogAddress.parse("postgresql://u:env:OMNITABLE_PW@h/d?sslmode=require").asInstanceOf[PostgresAddress]
+    assert(!env.hasLiteralPassword)
+    val e = intercept[OmniTableAnalysisException](CatalogAddress.parse("postgresql://u:pw@h?password=hunter2"))
+    assert(!e.getMessage.contains("hunter2") && !e.getMessage.contains(":pw@"), e.getMessage)
+  }
+
+  test("env: passwords read only variables under the allowed prefixes") {
+    val vars = Map("AWS_SECRET_ACCESS_KEY" -> "aws-secret", "OMNITABLE_PW" -> "omni", "MYAPP_PW" -> "mine")
+    val env: JdbcConnector.Env = vars.get
+    // port 1: a connection attempt would fail with another error than the one expected here
+    val aws = CatalogAddress.parse("postgresql://u:env:AWS_SECRET_ACCESS_KEY@127.0.0.1:1/d")
+    val e = intercept[OmniTableAnalysisException](JdbcConnector.open(aws, env))
+    assert(e.omniErrorClass == "OMNITABLE_CREDENTIAL_NOT_ALLOWED", e.getMessage)
+    assert(e.getMessage.contains("OMNITABLE_, PG") && !e.getMessage.contains("aws-secret"))
+    assert(JdbcConnector.envPassword("d", "OMNITABLE_PW", env) == "omni")
+    val custom: JdbcConnector.Env = (vars + ("OMNITABLE_ENV_PREFIXES" -> "MYAPP_")).get
+    assert(JdbcConnector.envPassword("d", "MYAPP_PW", custom) == "mine")
+    intercept[OmniTableAnalysisException](JdbcConnector.envPassword("d", "OMNITABLE_PW", custom))
+  }
+
+  test("a read option's env: password resolves only for a configured warehouse") {
+    val wh = "postgresql://u:env:OMNITABLE_PW@127.0.0.1:1/d"
+    val e = intercept[OmniTableAnalysisException](CatalogReader.fromReadOption(wh, Seq.empty))
+    assert(e.omniErrorClass == "OMNITABLE_CREDENTIAL_NOT_ALLOWED" && e.getMessage.contains("spark.omnitable.warehouse"))
+    assert(CatalogReader.fromReadOption(wh, Seq("/other", wh)).address.isInstanceOf[PostgresAddress])
+  }
+
+  test("a literal password in a setting or read option is refused without showing it") {
+    for (wh <- Seq("postgresql://u:hunter2@h/d", "postgresql://u@h/d?sslpassword=hunter2")) {
+      val e = intercept[OmniTableAnalysisException](CatalogReader.configured("spark.omnitable.warehouse", wh))
+      assert(e.omniErrorClass == "OMNITABLE_PASSWORD_IN_CONFIG" && e.getMessage.contains("env:NAME"))
+      assert(!e.getMessage.contains("hunter2") && e.getMessage.contains("spark.omnitable.warehouse"), e.getMessage)
+      val o = intercept[OmniTableAnalysisException](CatalogReader.fromReadOption(wh, Seq(wh)))
+      assert(o.omniErrorClass == "OMNITABLE_PASSWORD_IN_CONFIG" && !o.getMessage.contains("hunter2"))
+    }
+    assert(CatalogReader.configured("k", "postgresql://u:env:OMNITABLE_PW@h/d").display.contains("env:OMNITABLE_PW"))
+  }
+
   test("other schemes are refused with the accepted forms") {
     val e = intercept[OmniTableAnalysisException](CatalogAddress.parse("mysql://h/d"))
     assert(e.getMessage.contains("unsupported scheme 'mysql'") && e.getMessage.contains("postgresql://"))
