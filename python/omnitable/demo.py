@@ -75,7 +75,7 @@ def run_demo(
             say(f"dropped the previous demo table '{name}'")
         except NotFoundError:
             pass
-    result = DemoResult(wh.uri)
+    result = DemoResult(wh.address.display())
     code = _build_code(wh, limit, progress, say)
     docs = _build_docs(wh, limit, progress, say)
     result.findings.update(_explore_code(code, say))

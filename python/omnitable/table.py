@@ -117,7 +117,7 @@ class Table:
         return sum(f.row_count for f in self.snapshot(version=version, with_files=False).fragments)
 
     def __repr__(self) -> str:
-        return f"Table({self.name!r}, warehouse={self.warehouse.address.redacted()!r})"
+        return f"Table({self.name!r}, warehouse={self.warehouse.address.display()!r})"
 
     # -- reading --------------------------------------------------------------------------
 

@@ -60,7 +60,11 @@ class Warehouse:
 
     @property
     def uri(self) -> str:
-        """The warehouse string other processes (Spark, CLI) can open it with."""
+        """The warehouse string other processes (Spark, CLI) can open it with.
+
+        A literal password is kept (Spark refuses such an address; prefer ``env:NAME``); use
+        ``address.display()`` for output.
+        """
         return self.address.warehouse_string()
 
     def create_table(

@@ -115,7 +115,7 @@ def test_redacted_hides_secret_query_parameters() -> None:
     shown = addr.redacted()
     assert not any(s in shown for s in ("hunter2", "pw1", "pw2")), shown
     assert "sslmode=require" in shown
-    assert "pw1" not in repr(addr)
+    assert "pw1" not in repr(addr) and addr.display() == shown
 
 
 @pytest.mark.parametrize(
@@ -138,3 +138,16 @@ def test_spark_is_never_given_a_literal_password(literal: str) -> None:
     ok = parse_address("postgresql://u:env:OMNITABLE_PW@h/db?sslmode=require")
     assert not ok.has_literal_password
     assert ok.spark_warehouse_string() == "postgresql://u:env:OMNITABLE_PW@h/db?sslmode=require"
+
+
+@pytest.mark.postgres
+def test_table_repr_hides_a_literal_password(pg_databases: object, tmp_path: Path) -> None:
+    base = parse_address(pg_databases.create())  # type: ignore[attr-defined]
+    password = str(base.connect_url().password)
+    literal = base.url.set(password=password).render_as_string(False)
+    with omnitable.connect(literal, root=str(tmp_path / "data")) as wh:
+        t = wh.create_table("t", {"x": "long"})
+        assert f":{password}@" not in repr(t) and ":***@" in repr(t)
+        assert f":{password}@" not in repr(wh)
+    with omnitable.connect(tmp_path / "wh") as local:
+        assert repr(local.create_table("t", {"x": "long"})).endswith(f"{str(tmp_path / 'wh')!r})")

@@ -108,6 +108,10 @@ class CatalogAddress:
             url = url.update_query_dict(secret)
         return url.render_as_string(hide_password=True)
 
+    def display(self) -> str:
+        """:meth:`warehouse_string` with any literal password hidden, for messages and output."""
+        return self.redacted() if self.has_literal_password else self.warehouse_string()
+
     def spark_warehouse_string(self) -> str:
         """:meth:`warehouse_string` for Spark settings and read options, which must hold no secret.
 

@@ -26,7 +26,7 @@ def demo(ctx: Context, limit: int | None, master: str, no_spark: bool) -> None:
 
     out = ctx.out
     with ctx.connect() as wh:
-        out.message(f"[bold]OmniTable demo[/] in {wh.uri}")
+        out.message(f"[bold]OmniTable demo[/] in {wh.address.display()}")
         with out.progress() as progress:
             result = run_demo(
                 wh,
