@@ -135,6 +135,9 @@ def test_spark_is_never_given_a_literal_password(literal: str) -> None:
         assert "hunter2" not in str(exc.value)
     with pytest.raises(ValidationError, match="literal password"):
         spark_session(literal)
+    for key in ("spark.omnitable.warehouse", "spark.sql.catalog.omnitable.warehouse"):
+        with pytest.raises(ValidationError, match="literal password"):
+            spark_session(None, **{key: literal})
     ok = parse_address("postgresql://u:env:OMNITABLE_PW@h/db?sslmode=require")
     assert not ok.has_literal_password
     assert ok.spark_warehouse_string() == "postgresql://u:env:OMNITABLE_PW@h/db?sslmode=require"

@@ -24,6 +24,7 @@ DELTA_JARS = ("delta-spark_4.1_2.13-4.1.0.jar", "delta-storage-4.1.0.jar")
 DELTA_EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 WAREHOUSE_KEY = "spark.omnitable.warehouse"
+CATALOG_WAREHOUSE_KEY = f"spark.sql.catalog.{CATALOG_NAME}.warehouse"
 # More warehouses configured for a session; the JVM reads the env:NAME password of a `warehouse`
 # read option only for a warehouse configured there (docs/spark.md, "Credentials").
 WAREHOUSES_PREFIX = "spark.omnitable.warehouses."
@@ -132,7 +133,7 @@ def spark_session(
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.extensions": EXTENSIONS_CLASS,
         f"spark.sql.catalog.{CATALOG_NAME}": CATALOG_CLASS,
-        f"spark.sql.catalog.{CATALOG_NAME}.warehouse": wh,
+        CATALOG_WAREHOUSE_KEY: wh,
         WAREHOUSE_KEY: wh,
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -149,6 +150,9 @@ def spark_session(
     extra_ext = str(conf.pop("spark.sql.extensions", "")).strip(",")
     settings["spark.sql.extensions"] = ",".join(extensions + ([extra_ext] if extra_ext else []))
     settings.update({k: str(v) for k, v in conf.items()})
+    for key, value in settings.items():
+        if key in (WAREHOUSE_KEY, CATALOG_WAREHOUSE_KEY) or key.startswith(WAREHOUSES_PREFIX):
+            warehouse_string(value)  # refuses a literal password given through ``conf``
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
