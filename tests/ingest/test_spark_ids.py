@@ -1,0 +1,32 @@
+"""The driver does not trust the ids Spark tasks generated from their partition ids."""
+
+from __future__ import annotations
+
+import pytest
+
+import omnitable
+from omnitable import ROW_ID
+from omnitable.format.descriptors import FileDescriptor, FragmentDescriptor
+from omnitable.format.stats import ColumnStats
+from omnitable.ingest.ids import check_reserved
+
+
+def _fragment(lo: int, hi: int, seq: int) -> FragmentDescriptor:
+    stats = ColumnStats(0, str(lo), str(hi))
+    f = FileDescriptor(f"f{seq}", f"fr{seq}", "base", "p", hi - lo + 1, 1, {ROW_ID: stats})
+    return FragmentDescriptor(f"fr{seq}", "b", hi - lo + 1, "p", [f], seq)
+
+
+def test_generated_ids_outside_the_reservation_are_refused() -> None:
+    check_reserved([_fragment(0, 9, 0), _fragment(100, 109, 1)], 0, 199)
+    with pytest.raises(omnitable.ValidationError, match="outside the reserved range"):
+        check_reserved([_fragment(0, 9, 0), _fragment(200, 209, 1)], 0, 199)
+    with pytest.raises(omnitable.ValidationError, match="same sequence number"):
+        check_reserved([_fragment(0, 9, 0), _fragment(10, 19, 0)], 0, 199)
+
+
+def test_overlapping_generated_ranges_are_refused() -> None:
+    from omnitable.ingest.ids import IdClaim
+
+    with pytest.raises(omnitable.ValidationError, match="overlap"):
+        IdClaim.generated([_fragment(0, 9, 0), _fragment(5, 14, 1)], 0)
