@@ -60,3 +60,16 @@ def test_unreachable_catalog_after_a_lost_commit_keeps_the_files(
         from omnitable.catalog.commit import find_commit
 
         assert find_commit(conn, t.record.table_id, err.value.token) == 1
+
+
+def test_add_columns_whose_commit_landed_returns_its_version(
+    wh: omnitable.Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = wh.create_table("t", {"x": "double"})
+    t.append(pa.table({"x": [1.0, 2.0]}), "b")
+    ids = t.read(columns=["_ai_unique_id_"]).column(0)
+    monkeypatch.setenv("OMNITABLE_FAILPOINTS", "commit.after_commit=disconnect")
+    version = t.add_columns(pa.table({"_ai_unique_id_": ids, "y": [3.0, 4.0]}))
+    monkeypatch.delenv("OMNITABLE_FAILPOINTS")
+    assert version == 2 == t.version
+    assert t.read(columns=["y"]).column("y").to_pylist() == [3.0, 4.0]

@@ -30,3 +30,22 @@ def test_overlapping_generated_ranges_are_refused() -> None:
 
     with pytest.raises(omnitable.ValidationError, match="overlap"):
         IdClaim.generated([_fragment(0, 9, 0), _fragment(5, 14, 1)], 0)
+
+
+@pytest.mark.spark
+def test_spark_supplied_ids_checked_against_existing_rows_in_spark(
+    wh: omnitable.Warehouse,
+    spark,  # type: ignore[no-untyped-def]
+) -> None:
+    import pyarrow as pa
+
+    t = wh.create_table("s", {"x": "double"})
+    existing = [-(2**62), 5, 2**62]
+    t.append(pa.table({ROW_ID: existing, "x": [1.0, 2.0, 3.0]}), "one")
+    df = spark.createDataFrame([(5, 1.0), (7, 2.0), (2**62, 3.0)], [ROW_ID, "x"])
+    with pytest.raises(omnitable.ValidationError, match=r"2 supplied _ai_unique_id_ value\(s\)"):
+        t.append(df, "two")
+    t.append(spark.createDataFrame([(6, 1.0), (2**61, 2.0)], [ROW_ID, "x"]), "three")
+    assert sorted(t.read(columns=[ROW_ID]).column(ROW_ID).to_pylist()) == sorted(
+        [*existing, 6, 2**61]
+    )

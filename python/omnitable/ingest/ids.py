@@ -18,13 +18,14 @@ import numpy as np
 
 from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, IdsNotChecked
-from omnitable.catalog.records import APPEND_NAME, ROW_ID
+from omnitable.catalog.records import ROW_ID
 from omnitable.exceptions import CommitConflict, ValidationError
 from omnitable.format.descriptors import FragmentDescriptor
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from omnitable.catalog.records import FileRecord, FragmentRecord
     from omnitable.catalog.snapshot import Snapshot
     from omnitable.table import Table
 
@@ -108,25 +109,22 @@ def check_reserved(fragments: list[FragmentDescriptor], lo: int, hi: int) -> Non
 def find_clashes(
     table: Table, snap: Snapshot, claim: IdClaim, batch_names: Iterable[str]
 ) -> tuple[int, list[int]]:
-    """(how many, a few) claimed ids present in the batches ``batch_names`` of ``snap``."""
-    names = sorted(set(batch_names))
-    if not names:
+    """(how many, a few) claimed ids present in the batches ``batch_names`` of ``snap``.
+
+    Only fragments whose ``ROW_ID`` statistics may overlap the claim are read: locally one at a
+    time, or in Spark (their id column files joined with the claimed DataFrame)."""
+    candidates = _candidates(snap, claim, batch_names)
+    if not candidates:
         return 0, []
     if claim.spark_ids is not None:
-        return _spark_clashes(table, snap, claim, names)
+        uris = [table.location.child_uri(f.path) for _, f in candidates]
+        return _spark_clashes(claim.spark_ids, uris, snap.column(ROW_ID).physical_name)
     from omnitable.format.reader import FragmentReader
 
     reader = FragmentReader(table.location, snap)
-    rid = snap.column(ROW_ID).column_id
     count = 0
     sample: list[int] = []
-    for frag in snap.fragments_of(names):
-        provider = snap.resolve(frag.fragment_id, [rid])[rid]
-        if provider is None:
-            continue
-        bounds = provider.columns[rid].stats.int_bounds()
-        if bounds is not None and not claim.may_overlap(*bounds):
-            continue
+    for frag, _ in candidates:
         values = reader.read_fragment(frag, [ROW_ID]).column(ROW_ID).to_numpy()
         hits = claim.clashes(values)
         count += len(hits)
@@ -134,19 +132,30 @@ def find_clashes(
     return count, sample
 
 
-def _spark_clashes(
-    table: Table, snap: Snapshot, claim: IdClaim, names: list[str]
-) -> tuple[int, list[int]]:
+def _candidates(
+    snap: Snapshot, claim: IdClaim, batch_names: Iterable[str]
+) -> list[tuple[FragmentRecord, FileRecord]]:
+    """Fragments of ``batch_names`` (with their id file) whose ids may overlap the claim."""
+    names = sorted(set(batch_names))
+    if not names:
+        return []
+    rid = snap.column(ROW_ID).column_id
+    out = []
+    for frag in snap.fragments_of(names):
+        provider = snap.resolve(frag.fragment_id, [rid])[rid]
+        if provider is None:
+            continue
+        bounds = provider.columns[rid].stats.int_bounds()
+        if bounds is None or claim.may_overlap(*bounds):
+            out.append((frag, provider))
+    return out
+
+
+def _spark_clashes(ids: DataFrame, uris: list[str], physical: str) -> tuple[int, list[int]]:
     from pyspark.sql import functions as F
 
-    assert claim.spark_ids is not None and claim.bounds is not None
-    lo, hi = claim.bounds
-    existing = (
-        table.to_spark(claim.spark_ids.sparkSession, version=snap.version)
-        .where(F.col(APPEND_NAME).isin(names) & F.col(ROW_ID).between(lo, hi))
-        .select(ROW_ID)
-    )
-    joined = claim.spark_ids.select(ROW_ID).join(existing, ROW_ID)
+    existing = ids.sparkSession.read.parquet(*uris).select(F.col(physical).alias(ROW_ID))
+    joined = ids.select(ROW_ID).join(existing, ROW_ID)
     sample = [int(r[0]) for r in joined.limit(SAMPLE).collect()]
     return (joined.count() if sample else 0), sample
 
