@@ -49,3 +49,19 @@ def test_spark_supplied_ids_checked_against_existing_rows_in_spark(
     assert sorted(t.read(columns=[ROW_ID]).column(ROW_ID).to_pylist()) == sorted(
         [*existing, 6, 2**61]
     )
+
+
+def test_id_claims_locate_ids_exactly() -> None:
+    import numpy as np
+
+    from omnitable.ingest.ids import IdClaim
+
+    gen = IdClaim.generated([_fragment(10, 19, 0), _fragment(40, 49, 1)], 0)
+    assert gen.may_overlap(0, 10) and gen.may_overlap(45, 100) and not gen.may_overlap(20, 39)
+    values = np.array([9, 10, 19, 20, 39, 40, 49, 50], np.int64)
+    assert gen.clashes(values).tolist() == [10, 19, 40, 49]
+    empty = IdClaim.generated([], 0)
+    assert not empty.may_overlap(0, 2**62) and empty.clashes(values).tolist() == []
+    given = IdClaim(0, supplied=np.array([-(2**62), 7, 2**62], np.int64))
+    assert given.may_overlap(5, 8) and not given.may_overlap(8, 2**61)
+    assert given.clashes(values).tolist() == []

@@ -74,6 +74,8 @@ class IdClaim:
         """The claimed ids among ``values`` (local claims only)."""
         if self.supplied is not None:
             return values[np.isin(values, self.supplied)]
+        if len(self.intervals) == 0:
+            return values[:0]
         starts, ends = self.intervals[:, 0], self.intervals[:, 1]
         i = np.searchsorted(starts, values, "right") - 1
         inside = (i >= 0) & (values <= ends[np.maximum(i, 0)])
