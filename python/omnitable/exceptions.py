@@ -63,6 +63,19 @@ class CatalogError(OmniTableError):
     """The catalog database could not be reached or used."""
 
 
+class CommitOutcomeUnknown(CatalogError):
+    """The connection was lost during a commit and the catalog could not be asked whether it
+    landed; the written files were kept.
+
+    Attributes:
+        token: the commit's token (``commits.commit_token`` once it is found).
+    """
+
+    def __init__(self, message: str, token: str) -> None:
+        super().__init__(message)
+        self.token = token
+
+
 class CatalogVersionError(CatalogError):
     """The catalog was created by another schema version than this software ships."""
 

@@ -15,6 +15,7 @@ from omnitable.catalog.records import APPEND_NAME, MAIN, ROW_ID, CommitRecord, T
 from omnitable.catalog.snapshot import Snapshot
 from omnitable.exceptions import (
     AlreadyExistsError,
+    CommitOutcomeUnknown,
     ValidationError,
 )
 from omnitable.format.fs import Location, delete_quietly
@@ -22,6 +23,7 @@ from omnitable.format.reader import FragmentReader, ReadStats
 from omnitable.format.writer import WriteOptions, new_id, write_fragment
 from omnitable.ingest import columns as add_cols
 from omnitable.ingest.conform import Conformer
+from omnitable.ingest.ids import IdClaim, check_existing, commit_append
 from omnitable.ingest.local import append_request, duplicate_ids, ingest_batches
 from omnitable.ingest.sources import is_spark_dataframe, record_batches
 
@@ -261,8 +263,7 @@ class Table:
                 lambda n: self._catalog.reserve_row_ids(self.record, n),
             )
             old_ids = {b.batch_id for b in old}
-            if result.supplied_ids is not None:
-                self._check_supplied_ids(snap, result.supplied_ids, old_ids)
+            claim = self._id_claim(snap, result.supplied_ids, result.fragments, old_ids)
             req = append_request(
                 snap,
                 batch_id,
@@ -273,43 +274,30 @@ class Table:
                 run_id,
                 "local",
             )
-            version = int(self._catalog.commit(self.record, req))
+            version = commit_append(self, req, claim)
         except BaseException as exc:
-            delete_quietly(location.fs, written)
+            if not isinstance(exc, CommitOutcomeUnknown):  # the commit may reference them
+                delete_quietly(location.fs, written)
             self._catalog.finish_run(run_id, "failed", message=str(exc)[:2000])
             raise
         self._catalog.finish_run(run_id, "succeeded", {"rows": result.rows, "version": version})
         return version
 
-    def _check_supplied_ids(self, snap: Snapshot, ids: np.ndarray, replaced: set[str]) -> None:
-        dupes = duplicate_ids(ids)
+    def _id_claim(
+        self, snap: Snapshot, supplied: np.ndarray | None, fragments: list[Any], replaced: set[str]
+    ) -> IdClaim:
+        """The append's row ids; supplied ids are checked for duplicates and against ``snap``."""
+        if supplied is None:
+            return IdClaim.generated(fragments, snap.version)
+        dupes = duplicate_ids(supplied)
         if dupes:
             raise ValidationError(
                 f"Cannot append to table '{self.name}': duplicate {ROW_ID} values in the input, "
                 f"e.g. {dupes}"
             )
-        if len(ids) == 0:
-            return
-        lo, hi = int(ids.min()), int(ids.max())
-        reader = FragmentReader(self.location, snap)
-        row_id = snap.column(ROW_ID)
-        for frag in snap.fragments:
-            if frag.batch_id in replaced:
-                continue
-            provider = snap.resolve(frag.fragment_id, [row_id.column_id])[row_id.column_id]
-            if provider is None:
-                continue
-            st = provider.columns[row_id.column_id].stats
-            if not st.may_overlap(lo, hi):
-                continue
-            existing = reader.read_fragment(frag, [ROW_ID]).column(ROW_ID).to_numpy()
-            clash = np.intersect1d(existing, ids)
-            if len(clash):
-                raise ValidationError(
-                    f"Cannot append to table '{self.name}': {len(clash)} supplied {ROW_ID} "
-                    f"value(s) already exist (batch '{frag.batch_name}'), e.g. "
-                    f"{[int(x) for x in clash[:5]]}"
-                )
+        claim = IdClaim(snap.version, supplied=np.unique(supplied))
+        check_existing(self, snap, claim, replaced)
+        return claim
 
     def add_columns(self, data: Any, group: str | None = None) -> int:
         """Attach new columns to existing rows, keyed by ``_ai_unique_id_``; returns the version.

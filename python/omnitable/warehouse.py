@@ -9,6 +9,7 @@ from typing import Any, TypeAlias, Union
 
 import pyarrow as pa
 
+from omnitable._failpoints import failpoint
 from omnitable.catalog.address import CatalogAddress, parse_address
 from omnitable.catalog.catalog import Catalog, check_table_name
 from omnitable.catalog.commit import NewColumn
@@ -107,9 +108,13 @@ class Warehouse:
     def drop_table(self, name: str, purge: bool = True) -> None:
         """Remove a table from the catalog (one transaction), then delete its directory.
 
-        With ``purge=False`` the files stay on storage, unreferenced. Raises NotFoundError.
+        The directory is unique to the dropped table's id, so a table re-created under the same
+        name (even concurrently) keeps its files. Readers holding a snapshot of the dropped table
+        fail once its files are gone. With ``purge=False`` the files stay on storage,
+        unreferenced (and such readers keep working). Raises NotFoundError.
         """
         record = self.catalog.drop_table(name)
+        failpoint("warehouse.before_purge")
         if purge:
             loc = self.root.join(record.location)
             with contextlib.suppress(OSError):

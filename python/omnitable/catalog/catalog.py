@@ -5,19 +5,41 @@ All catalog writes of OmniTable go through this class (Python owns the catalog; 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import os
 import re
+import socket
+import threading
 import uuid
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 
+from omnitable._failpoints import failpoint
 from omnitable.catalog.address import CatalogAddress
-from omnitable.catalog.commit import CommitRequest, NewColumn, commit, utcnow
-from omnitable.catalog.records import BASE_GROUP, MAIN, ROW_ID, CommitRecord, TableRecord
+from omnitable.catalog.commit import CommitRequest, NewColumn, commit, find_commit, utcnow
+from omnitable.catalog.records import (
+    BASE_GROUP,
+    MAIN,
+    MAX_ROW_ID,
+    ROW_ID,
+    CommitRecord,
+    TableRecord,
+)
 from omnitable.catalog.snapshot import Snapshot, load_snapshot, segments_for, visible_clause
 from omnitable.catalog.store import CatalogStore
-from omnitable.exceptions import AlreadyExistsError, NotFoundError, ValidationError
+from omnitable.exceptions import (
+    AlreadyExistsError,
+    CatalogError,
+    CommitOutcomeUnknown,
+    NotFoundError,
+    ValidationError,
+)
+
+HEARTBEAT_S = 30.0  # a running run refreshes heartbeat_at this often
+ABANDONED_AFTER_S = 300.0  # a running run without a heartbeat for this long is abandoned
 
 TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
@@ -44,6 +66,7 @@ class Catalog:
     def __init__(self, address: CatalogAddress, root: str | None = None) -> None:
         self.address = address
         self.store = CatalogStore(address)
+        self._heartbeats: dict[str, _Heartbeat] = {}
         try:
             self.store.ensure_schema()
             self.root = self._resolve_root(root)
@@ -78,6 +101,9 @@ class Catalog:
         return stored
 
     def close(self) -> None:
+        for beat in self._heartbeats.values():
+            beat.stop()
+        self._heartbeats.clear()
         self.store.close()
 
     # -- tables ---------------------------------------------------------------------------
@@ -87,10 +113,26 @@ class Catalog:
     ) -> TableRecord:
         check_table_name(name)
         table_id = uuid.uuid4().hex
+        try:
+            self._insert_table(name, table_id, columns, properties)
+        except IntegrityError as exc:  # a concurrent create_table of the same name won
+            raise AlreadyExistsError(
+                f"Cannot create table '{name}': it was created concurrently by another process"
+            ) from exc
+        return self.get_table(name)
+
+    def _insert_table(
+        self,
+        name: str,
+        table_id: str,
+        columns: list[NewColumn],
+        properties: dict[str, Any] | None,
+    ) -> None:
         now = utcnow()
         with self.store.write() as conn:
             if conn.execute(text("SELECT 1 FROM tables WHERE name = :n"), {"n": name}).first():
                 raise AlreadyExistsError(f"Cannot create table '{name}': it already exists")
+            failpoint("catalog.create_table")
             conn.execute(
                 text(
                     "INSERT INTO tables (table_id, name, location, next_row_id, next_column_id, "
@@ -99,7 +141,7 @@ class Catalog:
                 {
                     "id": table_id,
                     "n": name,
-                    "loc": name,
+                    "loc": f"{name}-{table_id}",  # unique per table id (see drop_table)
                     "p": json.dumps(properties or {}, sort_keys=True),
                     "now": now,
                 },
@@ -154,7 +196,6 @@ class Catalog:
                 ),
                 {"t": table_id, "now": now},
             )
-        return self.get_table(name)
 
     def get_table(self, name: str) -> TableRecord:
         check_table_name(name)
@@ -213,7 +254,40 @@ class Catalog:
             return segments_for(conn, table, branch=branch)[1]
 
     def commit(self, table: TableRecord, request: CommitRequest) -> int:
-        return commit(self.store, table.table_id, request)
+        """Apply ``request`` (see :func:`omnitable.catalog.commit.commit`).
+
+        When the connection is lost during the transaction (the outcome of COMMIT is unknown),
+        the catalog is asked whether the commit landed (by its token) before any error is
+        raised: it returns the version when it did.
+
+        Raises:
+            CommitOutcomeUnknown: the connection was lost and the catalog cannot be asked; the
+                caller must keep the files it wrote (the commit may reference them).
+        """
+        try:
+            return commit(self.store, table.table_id, request)
+        except CatalogError as exc:
+            version = self._lookup_commit(table, request, exc)
+            if version is None:
+                raise
+            return version
+
+    def _lookup_commit(
+        self, table: TableRecord, request: CommitRequest, cause: CatalogError
+    ) -> int | None:
+        try:
+            with self.store.write() as conn:  # waits for the lost transaction's row lock
+                self.store.lock_table(conn, table.table_id)
+                failpoint("commit.lookup")
+                return find_commit(conn, table.table_id, request.token)
+        except CatalogError as exc:
+            raise CommitOutcomeUnknown(
+                f"Cannot confirm the {request.op} commit on table '{table.name}': the catalog "
+                f"connection was lost during the commit ({cause}) and the catalog is still "
+                f"unreachable ({exc}); its files were kept. Check Table.history() for commit "
+                f"token {request.token} once the catalog is back.",
+                request.token,
+            ) from cause
 
     def reserve_row_ids(self, table: TableRecord, count: int) -> int:
         """Reserve ``count`` fresh ``_ai_unique_id_`` values; returns the first one."""
@@ -226,6 +300,12 @@ class Catalog:
             ).scalar()
             if start is None:
                 raise NotFoundError(f"Cannot reserve row ids: table '{table.name}' was dropped")
+            if int(start) + count > MAX_ROW_ID:
+                raise ValidationError(
+                    f"Cannot reserve {count} row ids on table '{table.name}': the {ROW_ID} space "
+                    f"is exhausted (next free id {start}, largest {MAX_ROW_ID}; supplied ids "
+                    "moved it there); supply the ids of new rows instead"
+                )
             conn.execute(
                 text("UPDATE tables SET next_row_id = :n WHERE table_id = :t"),
                 {"n": int(start) + count, "t": table.table_id},
@@ -276,14 +356,15 @@ class Catalog:
     # -- features -------------------------------------------------------------------------
 
     def feature_rows(self, table: TableRecord, name: str | None = None) -> list[dict[str, Any]]:
-        """Registered feature versions (oldest registration first), optionally of one name."""
+        """Registered feature versions, oldest registration first in catalog (commit) order,
+        optionally of one name."""
         q = "SELECT * FROM features WHERE table_id = :t"
         params: dict[str, Any] = {"t": table.table_id}
         if name is not None:
             q += " AND name = :n"
             params["n"] = name
         with self.store.read() as conn:
-            rows = conn.execute(text(q + " ORDER BY registered_at, name, version"), params)
+            rows = conn.execute(text(q + " ORDER BY registered_version, name, version"), params)
             return [{**dict(r._mapping), "definition": json.loads(r.definition)} for r in rows]
 
     # -- record-level errors ----------------------------------------------------------------
@@ -318,22 +399,30 @@ class Catalog:
     # -- runs -----------------------------------------------------------------------------
 
     def start_run(self, table: TableRecord, kind: str, plan: dict[str, Any] | None = None) -> str:
+        """Record a running run of this process (host, pid) and keep its heartbeat fresh until
+        :meth:`finish_run`."""
         run_id = f"{kind}-{uuid.uuid4().hex[:16]}"
+        now = utcnow()
         with self.store.write() as conn:
             conn.execute(
                 text(
                     "INSERT INTO runs (run_id, table_id, kind, status, plan, metrics, message, "
-                    "started_at, finished_at) VALUES (:r, :t, :k, 'running', :p, NULL, NULL, "
-                    ":now, NULL)"
+                    "started_at, finished_at, host, pid, heartbeat_at) VALUES (:r, :t, :k, "
+                    "'running', :p, NULL, NULL, :now, NULL, :host, :pid, :now)"
                 ),
                 {
                     "r": run_id,
                     "t": table.table_id,
                     "k": kind,
                     "p": json.dumps(plan or {}, sort_keys=True, default=str),
-                    "now": utcnow(),
+                    "now": now,
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
                 },
             )
+        beat = _Heartbeat(self.store, run_id)
+        self._heartbeats[run_id] = beat
+        beat.start()
         return run_id
 
     def finish_run(
@@ -343,6 +432,9 @@ class Catalog:
         metrics: dict[str, Any] | None = None,
         message: str | None = None,
     ) -> None:
+        beat = self._heartbeats.pop(run_id, None)
+        if beat is not None:
+            beat.stop()
         with self.store.write() as conn:
             conn.execute(
                 text(
@@ -359,14 +451,77 @@ class Catalog:
             )
 
     def get_run(self, run_id: str) -> dict[str, Any]:
+        """One run; ``status`` is ``abandoned`` for a ``running`` run whose driver is gone."""
         with self.store.read() as conn:
             row = conn.execute(text("SELECT * FROM runs WHERE run_id = :r"), {"r": run_id}).first()
         if row is None:
             raise NotFoundError(f"Cannot find run '{run_id}'")
-        d = dict(row._mapping)
-        for k in ("plan", "metrics"):
-            d[k] = json.loads(d[k]) if d[k] else {}
-        return d
+        return _run_dict(row)
+
+    def list_runs(self, table: TableRecord) -> list[dict[str, Any]]:
+        """The table's runs, newest first, with ``abandoned`` status as in :meth:`get_run`."""
+        with self.store.read() as conn:
+            rows = conn.execute(
+                text("SELECT * FROM runs WHERE table_id = :t ORDER BY started_at DESC, run_id"),
+                {"t": table.table_id},
+            ).all()
+        return [_run_dict(r) for r in rows]
+
+
+class _Heartbeat:
+    """Refreshes a running run's ``heartbeat_at`` every HEARTBEAT_S from a daemon thread."""
+
+    def __init__(self, store: CatalogStore, run_id: str) -> None:
+        self.store, self.run_id = store, run_id
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{run_id}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(HEARTBEAT_S):
+            try:
+                with self.store.write() as conn:
+                    conn.execute(
+                        text(
+                            "UPDATE runs SET heartbeat_at = :now WHERE run_id = :r "
+                            "AND status = 'running'"
+                        ),
+                        {"now": utcnow(), "r": self.run_id},
+                    )
+            except CatalogError:  # the catalog is away for a while; the next beat retries
+                continue
+
+
+def _run_dict(row: Any) -> dict[str, Any]:
+    d = dict(row._mapping)
+    for k in ("plan", "metrics"):
+        d[k] = json.loads(d[k]) if d[k] else {}
+    if d["status"] == "running" and _driver_gone(d["host"], d["pid"], d["heartbeat_at"]):
+        d["status"] = "abandoned"
+    return d
+
+
+def _driver_gone(host: str | None, pid: int | None, heartbeat_at: str | None) -> bool:
+    """True when the run's driver process is dead on this host, or silent for too long."""
+    if host == socket.gethostname() and pid is not None:
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # alive, owned by another user
+            pass
+    if heartbeat_at is None:
+        return False
+    beat = dt.datetime.strptime(heartbeat_at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=dt.timezone.utc
+    )
+    age = (dt.datetime.now(dt.timezone.utc) - beat).total_seconds()
+    return age > ABANDONED_AFTER_S
 
 
 def _normalize_root(root: str, address: CatalogAddress) -> str:

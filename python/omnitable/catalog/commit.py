@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, text
 
@@ -65,6 +66,30 @@ class FeatureRow:
     fingerprint: str
 
 
+class RowIdClaim(Protocol):
+    """The ``_ai_unique_id_`` values a commit adds (generated ranges and/or supplied ids).
+
+    ``checked_version``: ids of commits up to this version were already checked exactly
+    against the claim; the commit pre-filters the later ones with :meth:`may_overlap`.
+    """
+
+    checked_version: int
+
+    def may_overlap(self, lo: int, hi: int) -> bool:
+        """False only when no claimed id lies in ``[lo, hi]``."""
+        ...
+
+
+class IdsNotChecked(CommitConflict):
+    """Commits after ``claim.checked_version`` (up to ``head``) added ids that may clash with
+    the claim; the caller checks them exactly, moves ``checked_version`` to ``head`` and
+    retries. Nothing was committed."""
+
+    def __init__(self, message: str, head: int) -> None:
+        super().__init__(message, [("*", ROW_ID)])
+        self.head = head
+
+
 @dataclass
 class CommitRequest:
     """Everything one operation changes. Files reference columns by name."""
@@ -83,9 +108,10 @@ class CommitRequest:
     removed_fragments: list[str] = field(default_factory=list)
     new_files: list[FileDescriptor] = field(default_factory=list)  # for existing fragments
     removed_files: list[str] = field(default_factory=list)
-    supplied_id_range: tuple[int, int] | None = None
+    row_ids: RowIdClaim | None = None
     next_row_id_at_least: int | None = None
     lineage: list[LineageEntry] = field(default_factory=list)
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)  # finds the commit afterwards
 
     def all_new_files(self) -> list[FileDescriptor]:
         return [f for frag in self.new_fragments for f in frag.files] + list(self.new_files)
@@ -99,7 +125,7 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
         NotFoundError: the table or branch no longer exists.
         AlreadyExistsError / ValidationError: the request is inconsistent with the head state.
     """
-    with store.write() as conn:
+    with store.write(failpoints="commit") as conn:
         store.lock_table(conn, table_id)
         table_row = conn.execute(
             text("SELECT * FROM tables WHERE table_id = :t"), {"t": table_id}
@@ -121,7 +147,7 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
             ).scalar_one()
         )
         failpoint("commit.before_insert")
-        now = utcnow()
+        now = _commit_time(conn, table_id)
         removed_column_ids = [column_ids[name] for name in req.removed_columns]
         next_column_id = _insert_columns(conn, table, req, version, column_ids)
         if removed_column_ids:
@@ -132,14 +158,15 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
                 ),
                 [{"v": version, "t": table_id, "c": c} for c in removed_column_ids],
             )
-        _upsert_features(conn, table_id, req, now)
+        _upsert_features(conn, table_id, req, version, now)
         _insert_data(conn, table_id, req, version, column_ids, now)
         failpoint("commit.mid_insert")
         _apply_removals(conn, table_id, req, version)
         conn.execute(
             text(
                 "INSERT INTO commits (table_id, version, parent_version, branch, op, run_id, "
-                "summary, committed_at) VALUES (:t, :v, :p, :b, :op, :r, :s, :now)"
+                "summary, committed_at, commit_token) VALUES (:t, :v, :p, :b, :op, :r, :s, :now, "
+                ":tok)"
             ),
             {
                 "t": table_id,
@@ -150,6 +177,7 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
                 "r": req.run_id,
                 "s": json.dumps(req.summary, sort_keys=True),
                 "now": now,
+                "tok": req.token,
             },
         )
         conn.execute(
@@ -164,7 +192,26 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
             {"c": next_column_id, "r": next_row, "t": table_id},
         )
         failpoint("commit.before_end")
-        return version
+    return version
+
+
+def _commit_time(conn: Connection, t: str) -> str:
+    """Now, but never earlier than the table's latest commit (clocks of writers may differ), so
+    ``committed_at`` never decreases with the version."""
+    last = conn.execute(
+        text("SELECT MAX(committed_at) FROM commits WHERE table_id = :t"), {"t": t}
+    ).scalar()
+    now = utcnow()
+    return now if last is None or now >= last else str(last)
+
+
+def find_commit(conn: Connection, table_id: str, token: str) -> int | None:
+    """The version of the commit made with ``token``, or None when it did not land."""
+    found = conn.execute(
+        text("SELECT version FROM commits WHERE table_id = :t AND commit_token = :k"),
+        {"t": table_id, "k": token},
+    ).scalar()
+    return None if found is None else int(found)
 
 
 # -- validation ---------------------------------------------------------------------------------
@@ -275,8 +322,8 @@ def _validate(
 
     if concurrent:
         _check_cell_conflicts(conn, t, req, head)
-        if req.supplied_id_range is not None:
-            _check_id_range_conflicts(conn, t, req, column_ids)
+        _check_feature_conflicts(conn, t, req)
+    _check_id_overlaps(conn, t, req, head)
     return column_ids
 
 
@@ -357,28 +404,55 @@ def _check_cell_conflicts(conn: Connection, t: str, req: CommitRequest, head: in
         )
 
 
-def _check_id_range_conflicts(
-    conn: Connection, t: str, req: CommitRequest, column_ids: dict[str, int]
-) -> None:
-    assert req.supplied_id_range is not None
-    lo, hi = req.supplied_id_range
+def _check_id_overlaps(conn: Connection, t: str, req: CommitRequest, head: int) -> None:
+    """Pre-filter the row ids of commits after ``req.row_ids.checked_version`` by their file
+    statistics; any possible overlap raises :class:`IdsNotChecked` (the exact check reads ids,
+    which the caller does outside the transaction)."""
+    claim = req.row_ids
+    if claim is None or claim.checked_version >= head:
+        return
     rows = conn.execute(
         text(
             "SELECT fc.min_value, fc.max_value FROM files fi JOIN file_columns fc ON "
             "fc.table_id = fi.table_id AND fc.file_id = fi.file_id "
-            "WHERE fi.table_id = :t AND fi.branch = :b AND fi.added_version > :base "
-            "AND fc.column_id = :rid"
+            "WHERE fi.table_id = :t AND fi.branch = :b AND fi.added_version > :since "
+            "AND fc.column_id = 0"
         ),
-        {"t": t, "b": req.branch, "base": req.base_version, "rid": column_ids[ROW_ID]},
+        {"t": t, "b": req.branch, "since": claim.checked_version},
     )
     for r in rows:
-        if r.min_value is not None and int(r.min_value) <= hi and int(r.max_value) >= lo:
-            raise CommitConflict(
-                f"Cannot commit {req.op}: a concurrent commit added rows whose "
-                f"_ai_unique_id_ range overlaps the supplied ids [{lo}, {hi}]; re-run to check "
-                "for duplicates",
-                [("*", ROW_ID)],
+        if r.min_value is None or r.max_value is None:
+            overlap = True
+        else:
+            overlap = claim.may_overlap(int(r.min_value), int(r.max_value))
+        if overlap:
+            raise IdsNotChecked(
+                f"Cannot commit {req.op}: commits after version {claim.checked_version} added "
+                f"{ROW_ID} values that may overlap this commit's; check them and retry",
+                head,
             )
+
+
+def _check_feature_conflicts(conn: Connection, t: str, req: CommitRequest) -> None:
+    """A registration validated its feature graph on ``base_version``: any feature registered
+    since then may make that graph invalid (e.g. a cycle), so it conflicts."""
+    if not req.features:
+        return
+    rows = conn.execute(
+        text(
+            "SELECT name, version FROM features WHERE table_id = :t AND registered_version > :v "
+            "ORDER BY registered_version"
+        ),
+        {"t": t, "v": req.base_version},
+    ).all()
+    if rows:
+        names = ", ".join(f"{r.name}@{r.version}" for r in rows)
+        raise CommitConflict(
+            f"Cannot commit {req.op}: feature(s) {names} were registered by a concurrent commit "
+            f"after version {req.base_version}; nothing was committed. Re-run the registration "
+            "on the new version.",
+            [("*", r.name) for r in rows],
+        )
 
 
 # -- inserts ------------------------------------------------------------------------------------
@@ -535,13 +609,13 @@ def _insert_data(
         )
 
 
-def _upsert_features(conn: Connection, t: str, req: CommitRequest, now: str) -> None:
+def _upsert_features(conn: Connection, t: str, req: CommitRequest, version: int, now: str) -> None:
     for f in req.features:
-        params = {"t": t, "n": f.name, "v": f.version, "now": now}
+        params = {"t": t, "n": f.name, "v": f.version, "now": now, "rv": version}
         updated = conn.execute(
             text(
-                "UPDATE features SET registered_at = :now WHERE table_id = :t AND name = :n "
-                "AND version = :v"
+                "UPDATE features SET registered_at = :now, registered_version = :rv "
+                "WHERE table_id = :t AND name = :n AND version = :v"
             ),
             params,
         ).rowcount
@@ -549,7 +623,8 @@ def _upsert_features(conn: Connection, t: str, req: CommitRequest, now: str) -> 
             conn.execute(
                 text(
                     "INSERT INTO features (table_id, name, version, kind, definition, fingerprint, "
-                    "registered_at) VALUES (:t, :n, :v, :k, :d, :fp, :now)"
+                    "registered_at, registered_version) VALUES (:t, :n, :v, :k, :d, :fp, :now, "
+                    ":rv)"
                 ),
                 {
                     **params,

@@ -16,6 +16,7 @@ APPEND_NAME = "_ai_append_name_"
 SYSTEM_COLUMNS = (ROW_ID, APPEND_NAME)
 BASE_GROUP = "base"
 MAIN = "main"
+MAX_ROW_ID = 2**63 - 1  # the largest _ai_unique_id_ (int64)
 
 
 @dataclass(frozen=True)

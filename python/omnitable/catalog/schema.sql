@@ -6,7 +6,7 @@
 -- UTC text ('2026-11-29T11:24:37.123456Z'), JSON documents as TEXT.
 -- Statements are separated by lines holding a single ';'.
 --
--- omnitable-schema-version: 1
+-- omnitable-schema-version: 2
 
 CREATE TABLE IF NOT EXISTS omnitable_meta (
     key   TEXT PRIMARY KEY,
@@ -14,7 +14,8 @@ CREATE TABLE IF NOT EXISTS omnitable_meta (
 )
 ;
 -- One row per logical wide table. `location` is the table's data directory relative to the
--- warehouse root (or an absolute URI). `next_row_id` is the first `_ai_unique_id_` not yet
+-- warehouse root (or an absolute URI); it is unique per table id (`<name>-<table_id>`), so a
+-- dropped table's purge never touches a re-created table of the same name. `next_row_id` is the first `_ai_unique_id_` not yet
 -- reserved; reservations are never handed out twice (gaps are allowed).
 CREATE TABLE IF NOT EXISTS tables (
     table_id        TEXT PRIMARY KEY,
@@ -54,7 +55,9 @@ CREATE TABLE IF NOT EXISTS columns (
 ;
 -- Commits: one per table version. Versions are allocated per table, across branches, in
 -- increasing order. `parent_version` is the version the commit was applied on (NULL for the
--- table's creation). `summary` is a JSON object (rows, files, bytes, ...).
+-- table's creation). `summary` is a JSON object (rows, files, bytes, ...). `committed_at` never
+-- decreases with the version within a table. `commit_token` is unique per commit attempt: a
+-- writer whose connection dropped during COMMIT looks it up to learn whether the commit landed.
 CREATE TABLE IF NOT EXISTS commits (
     table_id        TEXT NOT NULL,
     version         BIGINT NOT NULL,
@@ -64,8 +67,11 @@ CREATE TABLE IF NOT EXISTS commits (
     run_id          TEXT,
     summary         TEXT NOT NULL,
     committed_at    TEXT NOT NULL,
+    commit_token    TEXT,
     PRIMARY KEY (table_id, version)
 )
+;
+CREATE INDEX IF NOT EXISTS commits_by_token ON commits (table_id, commit_token)
 ;
 -- Named refs. kind = branch | tag. A branch's `version` is its head; `parent_branch` and
 -- `fork_version` say where it forked (NULL for main). A tag pins `version` on `parent_branch`.
@@ -151,6 +157,8 @@ CREATE TABLE IF NOT EXISTS file_columns (
 ;
 -- Registered features, every version ever registered. `definition` is a JSON document
 -- (inputs, outputs, kind, import reference or SQL, preferences); `fingerprint` hashes the code.
+-- `registered_version` is the table version whose commit (re-)registered it: the current version
+-- of a feature is the row with the highest `registered_version` (catalog order, not wall clock).
 CREATE TABLE IF NOT EXISTS features (
     table_id        TEXT NOT NULL,
     name            TEXT NOT NULL,
@@ -159,11 +167,14 @@ CREATE TABLE IF NOT EXISTS features (
     definition      TEXT NOT NULL,
     fingerprint     TEXT NOT NULL,
     registered_at   TEXT NOT NULL,
+    registered_version BIGINT NOT NULL,
     PRIMARY KEY (table_id, name, version)
 )
 ;
 -- Runs: one execution (ingest, backfill, governance) with plan, status, timings and metrics.
--- status = running | succeeded | failed | aborted.
+-- status = running | succeeded | failed | aborted. `host` and `pid` name the driver process;
+-- it refreshes `heartbeat_at` while it runs, so a `running` row whose driver is gone (pid dead on
+-- that host, or no heartbeat for a while) is reported as `abandoned`.
 CREATE TABLE IF NOT EXISTS runs (
     run_id          TEXT PRIMARY KEY,
     table_id        TEXT NOT NULL,
@@ -173,7 +184,10 @@ CREATE TABLE IF NOT EXISTS runs (
     metrics         TEXT,
     message         TEXT,
     started_at      TEXT NOT NULL,
-    finished_at     TEXT
+    finished_at     TEXT,
+    host            TEXT,
+    pid             BIGINT,
+    heartbeat_at    TEXT
 )
 ;
 -- Lineage of derived column files: which feature version produced a column in a file, from

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
+from omnitable._failpoints import failpoint
 from omnitable.catalog.address import CatalogAddress
 from omnitable.exceptions import CatalogError, CatalogVersionError
 
@@ -186,18 +187,21 @@ class CatalogStore:
                     yield conn
 
     @contextmanager
-    def write(self) -> Iterator[Connection]:
+    def write(self, failpoints: str | None = None) -> Iterator[Connection]:
         """A write transaction; commits when the block ends, rolls back on any exception.
 
         On SQLite the transaction holds the database write lock from its first statement.
-        On PostgreSQL, callers serialize per table with :meth:`lock_table`.
+        On PostgreSQL, callers serialize per table with :meth:`lock_table`. ``failpoints``
+        names the ``<failpoints>.after_commit`` fault-injection point (tests only).
         """
         with (
             self._translate_errors("write"),
             self.engine.connect().execution_options(omnitable_write=True) as conn,
-            conn.begin(),
         ):
-            yield conn
+            with conn.begin():
+                yield conn
+            if failpoints is not None:
+                failpoint(f"{failpoints}.after_commit")
 
     def lock_table(self, conn: Connection, table_id: str) -> None:
         """Serialize commits on one table (no-op on SQLite, whose writers are serialized)."""

@@ -2,7 +2,9 @@
 
 Registration validates the whole graph (inputs exist, outputs unique, no cycles), refuses changed
 code under an unchanged version, checks that pandas features import back from their stored
-reference, and commits the feature versions together with their output columns.
+reference, and commits the feature versions together with their output columns. The commit
+conflicts when another registration committed since the graph was validated (so two concurrent
+registrations cannot form a cycle).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, FeatureRow, NewColumn
 from omnitable.catalog.records import APPEND_NAME
 from omnitable.exceptions import NotFoundError, ValidationError
@@ -24,7 +27,8 @@ _STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 
 
 def current_features(table: Table) -> dict[str, Feature]:
-    """Current version of every registered feature (the most recently registered one)."""
+    """Current version of every registered feature: the one whose registration committed last
+    (catalog commit order, not wall-clock time)."""
     out: dict[str, Feature] = {}
     for row in table._catalog.feature_rows(table.record):
         out[row["name"]] = Feature.from_definition(row["definition"], row["fingerprint"])
@@ -120,6 +124,7 @@ def register(table: Table, features: tuple[Feature, ...]) -> int | None:
         removed_columns=removed,
         features=rows,
     )
+    failpoint("register.before_commit")
     return int(table._catalog.commit(table.record, req))
 
 

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from omnitable.catalog.commit import CommitRequest, NewColumn
 from omnitable.catalog.records import APPEND_NAME, ROW_ID
-from omnitable.exceptions import AlreadyExistsError, ValidationError
+from omnitable.exceptions import AlreadyExistsError, CommitOutcomeUnknown, ValidationError
 from omnitable.format.fs import delete_quietly
 from omnitable.format.reader import FragmentReader
 from omnitable.format.types import canonical_arrow_type, to_ddl
@@ -131,8 +131,9 @@ def add_columns(table: Table, data: Any, group: str | None) -> int:
             new_files=files,
         )
         return int(table._catalog.commit(table.record, req))
-    except BaseException:
-        delete_quietly(location.fs, written)
+    except BaseException as exc:
+        if not isinstance(exc, CommitOutcomeUnknown):  # the commit may reference them
+            delete_quietly(location.fs, written)
         raise
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from omnitable.catalog.commit import CommitRequest
-from omnitable.catalog.records import ROW_ID
+from omnitable.catalog.records import MAX_ROW_ID, ROW_ID
 from omnitable.catalog.snapshot import Snapshot
 from omnitable.exceptions import ValidationError
 from omnitable.format.descriptors import FragmentDescriptor
@@ -150,7 +150,8 @@ def append_request(
     engine: str,
 ) -> CommitRequest:
     """The commit of one append: the new batch and its fragments, replacing ``replaced``
-    batches (mode="replace"), moving ``next_row_id`` past supplied ids."""
+    batches (mode="replace"), moving ``next_row_id`` past supplied ids (``id_range``). The
+    caller sets its row-id claim (see :func:`omnitable.ingest.ids.commit_append`)."""
     return CommitRequest(
         op="append",
         base_version=snap.version,
@@ -166,8 +167,7 @@ def append_request(
         removed_batches=sorted(replaced),
         new_fragments=fragments,
         removed_fragments=[f.fragment_id for f in snap.fragments if f.batch_id in replaced],
-        supplied_id_range=id_range,
-        next_row_id_at_least=None if id_range is None else id_range[1] + 1,
+        next_row_id_at_least=None if id_range is None else min(id_range[1] + 1, MAX_ROW_ID),
     )
 
 

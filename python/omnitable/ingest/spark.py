@@ -19,11 +19,12 @@ import numpy as np
 import pyarrow as pa
 
 from omnitable.catalog.records import ROW_ID, ColumnRecord
-from omnitable.exceptions import ValidationError
+from omnitable.exceptions import CommitOutcomeUnknown, ValidationError
 from omnitable.format.descriptors import FragmentDescriptor
 from omnitable.format.fs import delete_quietly, resolve_location
 from omnitable.format.writer import WriteOptions, new_id, write_fragment
 from omnitable.ingest.conform import Conformer
+from omnitable.ingest.ids import IdClaim, check_existing, check_reserved, commit_append
 from omnitable.ingest.local import FragmentCutter, append_request
 
 if TYPE_CHECKING:
@@ -105,20 +106,26 @@ def append_spark(
             ]
         rows_total = sum(f.row_count for f in fragments)
         id_range = None
+        old_ids = {b.batch_id for b in old}
         if supplied and rows_total:
             agg = df.agg(F.min(ROW_ID), F.max(ROW_ID)).first()
             assert agg is not None
             id_range = (int(agg[0]), int(agg[1]))
-            _check_existing_ids(table, snap, df, id_range, {b.batch_id for b in old})
-        old_ids = {b.batch_id for b in old}
+            claim = IdClaim(snap.version, spark_ids=df.select(ROW_ID), bounds=id_range)
+            check_existing(table, snap, claim, old_ids)
+        else:
+            if not supplied:
+                check_reserved(fragments, id_base, id_base + (max(1, partitions) << ID_SHIFT) - 1)
+            claim = IdClaim.generated(fragments, snap.version)
         req = append_request(
             snap, batch_id, append_name, old_ids, fragments, id_range, run_id, "spark"
         )
-        version = int(catalog.commit(table.record, req))
+        version = commit_append(table, req, claim)
     except BaseException as exc:
-        delete_quietly(
-            location.fs, [location.child_path(f.path) for fr in fragments for f in fr.files]
-        )
+        if not isinstance(exc, CommitOutcomeUnknown):  # the commit may reference them
+            delete_quietly(
+                location.fs, [location.child_path(f.path) for fr in fragments for f in fr.files]
+            )
         catalog.finish_run(run_id, "failed", message=str(exc)[:2000])
         raise
     catalog.finish_run(run_id, "succeeded", {"rows": rows_total, "version": version})
@@ -129,42 +136,6 @@ def _empty_arrow(df: DataFrame) -> pa.Table:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(df.schema).empty_table()
-
-
-def _check_existing_ids(
-    table: Table, snap: Snapshot, df: DataFrame, id_range: tuple[int, int], replaced: set[str]
-) -> None:
-    from omnitable.format.reader import FragmentReader
-
-    lo, hi = id_range
-    reader = FragmentReader(table.location, snap)
-    rid = snap.column(ROW_ID).column_id
-    existing: list[np.ndarray] = []
-    for frag in snap.fragments:
-        if frag.batch_id in replaced:
-            continue
-        provider = snap.resolve(frag.fragment_id, [rid])[rid]
-        if provider is None:
-            continue
-        st = provider.columns[rid].stats
-        if not st.may_overlap(lo, hi):
-            continue
-        existing.append(reader.read_fragment(frag, [ROW_ID]).column(ROW_ID).to_numpy())
-    if not existing:
-        return
-    ids = np.concatenate(existing)
-    spark = df.sparkSession
-    clash = (
-        df.select(ROW_ID)
-        .join(spark.createDataFrame([(int(x),) for x in ids], [ROW_ID]), ROW_ID)
-        .limit(5)
-        .collect()
-    )
-    if clash:
-        raise ValidationError(
-            f"Cannot append to table '{table.name}': supplied {ROW_ID} values already exist, "
-            f"e.g. {[r[0] for r in clash]}"
-        )
 
 
 def _write_partition(spec_json: str, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

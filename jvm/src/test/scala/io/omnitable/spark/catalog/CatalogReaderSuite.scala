@@ -71,7 +71,8 @@ class CatalogReaderSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(snap.columns.map(_.name) == Seq("_ai_unique_id_", "score", "k", "name", "payload"))
     assert(snap.columns.map(_.groupName) == Seq("base", "hot", "hot", "base", "wide"))
     assert(snap.batchNames == Seq("p1", "p2", "p3", "p4"))
-    assert(snap.dataRoot.startsWith("file:") && snap.tableUri.endsWith("/wh/pruning"))
+    // a table's directory is unique per table id: <name>-<table_id>
+    assert(snap.dataRoot.startsWith("file:") && snap.tableUri.endsWith(s"/wh/pruning-${snap.table.tableId}"))
     val fragments = reader.loadFragments(snap)
     assert(fragments.size == 20 && fragments.forall(_.rowCount == 1000))
     assert(fragments.map(_.batchName).distinct == Seq("p1", "p2", "p3", "p4"), "fragments come in table order")

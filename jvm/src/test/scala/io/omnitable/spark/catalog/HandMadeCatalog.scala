@@ -28,7 +28,7 @@ final class HandMadeCatalog {
   }
 
   def commit(version: Long, branch: String, at: String): Unit =
-    exec(s"INSERT INTO commits VALUES ('$tableId', $version, NULL, '$branch', 'test', NULL, '{}', '$at')")
+    exec(s"INSERT INTO commits VALUES ('$tableId', $version, NULL, '$branch', 'test', NULL, '{}', '$at', NULL)")
 
   def ref(name: String, kind: String, version: Long, parent: Option[String], fork: Option[Long]): Unit =
     exec(s"INSERT INTO refs VALUES ('$tableId', '$name', '$kind', $version, " +

@@ -1,0 +1,75 @@
+"""A lost connection during COMMIT: the writer asks the catalog (by the commit's token) whether
+the commit landed before deleting any file it wrote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import omnitable
+from omnitable.exceptions import CatalogError, CommitOutcomeUnknown
+
+
+def data_files(t: omnitable.Table) -> set[Path]:
+    root = Path(t.location.path)
+    return {p for p in root.rglob("*") if p.is_file() and "errors" not in p.parts}
+
+
+def test_commit_that_landed_before_the_connection_dropped_keeps_its_files(
+    wh: omnitable.Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = wh.create_table("t", {"x": "double"})
+    monkeypatch.setenv("OMNITABLE_FAILPOINTS", "commit.after_commit=disconnect")
+    version = t.append(pa.table({"x": [1.0, 2.0, 3.0]}), "b", target_fragment_rows=2)
+    monkeypatch.delenv("OMNITABLE_FAILPOINTS")
+    assert version == 1 == t.version
+    assert t.read(columns=["x"]).column("x").to_pylist() == [1.0, 2.0, 3.0]
+    assert len(data_files(t)) == 2
+    assert wh.catalog.list_runs(t.record)[0]["status"] == "succeeded"
+
+
+def test_commit_that_did_not_land_deletes_its_files(
+    wh: omnitable.Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = wh.create_table("t", {"x": "double"})
+    monkeypatch.setenv("OMNITABLE_FAILPOINTS", "commit.before_end=disconnect")
+    with pytest.raises(CatalogError, match="server closed the connection"):
+        t.append(pa.table({"x": [1.0, 2.0, 3.0]}), "b")
+    monkeypatch.delenv("OMNITABLE_FAILPOINTS")
+    assert t.version == 0
+    assert data_files(t) == set()
+    assert wh.catalog.list_runs(t.record)[0]["status"] == "failed"
+
+
+def test_unreachable_catalog_after_a_lost_commit_keeps_the_files(
+    wh: omnitable.Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = wh.create_table("t", {"x": "double"})
+    monkeypatch.setenv(
+        "OMNITABLE_FAILPOINTS", "commit.after_commit=disconnect,commit.lookup=disconnect"
+    )
+    with pytest.raises(CommitOutcomeUnknown, match="files were kept") as err:
+        t.append(pa.table({"x": [1.0, 2.0]}), "b")
+    monkeypatch.delenv("OMNITABLE_FAILPOINTS")
+    # the commit did land: its files must still be there, and the token finds it
+    assert t.version == 1
+    assert t.read(columns=["x"]).column("x").to_pylist() == [1.0, 2.0]
+    with wh.catalog.store.read() as conn:
+        from omnitable.catalog.commit import find_commit
+
+        assert find_commit(conn, t.record.table_id, err.value.token) == 1
+
+
+def test_add_columns_whose_commit_landed_returns_its_version(
+    wh: omnitable.Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = wh.create_table("t", {"x": "double"})
+    t.append(pa.table({"x": [1.0, 2.0]}), "b")
+    ids = t.read(columns=["_ai_unique_id_"]).column(0)
+    monkeypatch.setenv("OMNITABLE_FAILPOINTS", "commit.after_commit=disconnect")
+    version = t.add_columns(pa.table({"_ai_unique_id_": ids, "y": [3.0, 4.0]}))
+    monkeypatch.delenv("OMNITABLE_FAILPOINTS")
+    assert version == 2 == t.version
+    assert t.read(columns=["y"]).column("y").to_pylist() == [3.0, 4.0]
