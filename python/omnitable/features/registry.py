@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, FeatureRow, NewColumn
 from omnitable.catalog.records import APPEND_NAME
 from omnitable.exceptions import NotFoundError, ValidationError
@@ -120,6 +121,7 @@ def register(table: Table, features: tuple[Feature, ...]) -> int | None:
         removed_columns=removed,
         features=rows,
     )
+    failpoint("register.before_commit")
     return int(table._catalog.commit(table.record, req))
 
 
