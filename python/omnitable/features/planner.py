@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from omnitable.catalog.records import FragmentRecord
 from omnitable.catalog.snapshot import Snapshot
-from omnitable.exceptions import CommitConflict, NotFoundError, ValidationError
+from omnitable.exceptions import NotFoundError, ValidationError
 from omnitable.features.definition import Feature
 from omnitable.features.graph import FeatureGraph
 from omnitable.features.state import BatchState, batch_state, fragment_status, load_read_sets
@@ -77,10 +77,10 @@ class Plan:
     reused: list[Reuse]
     states: dict[tuple[str, str], BatchState] = field(default_factory=dict)
     recompute_reasons: dict[tuple[str, str], str] = field(default_factory=dict)
-    # plans the same backfill again from the table's current version (set by Table.backfill);
-    # a run after a CommitConflict uses it instead of the decisions that no longer hold
+    # plans the same backfill again from the table's current version (set by Table.backfill):
+    # a plan executes its decisions once, a later run() re-plans first
     replan: Callable[[], Plan] | None = field(default=None, repr=False)
-    conflicted: bool = False
+    executed: bool = False
 
     @property
     def is_empty(self) -> bool:
@@ -160,26 +160,25 @@ class Plan:
             progress: called as ``progress(step, steps, fragments_done, fragments_total)``.
 
         Raises:
-            ErrorRatioExceeded, CommitConflict, ValidationError. After a CommitConflict (a
-            concurrent commit changed what the plan decided on or what a chunk read), committed
-            chunks stay, and calling ``run()`` again re-plans from the current version first.
+            ErrorRatioExceeded, CommitConflict (a concurrent commit changed what the plan
+            decided on or what a chunk read; committed chunks stay), ValidationError.
+
+        A plan executes its decisions once: calling ``run()`` again (after a conflict, a failure
+        or a success) first re-plans from the table's current version, so committed work is
+        skipped and decisions that no longer hold are never executed.
         """
         from omnitable.exec.runner import RunOptions, run_plan
 
         options = RunOptions(
             checkpoint_fragments, isolation, max_error_ratio, on_corrupt, max_skip_ratio
         )
-        if self.conflicted and self.replan is not None:
+        if self.executed and self.replan is not None:
             fresh = self.replan()
             for name in ("base_version", "batches", "steps", "reused", "states"):
                 setattr(self, name, getattr(fresh, name))
             self.recompute_reasons = fresh.recompute_reasons
-            self.conflicted = False
-        try:
-            return run_plan(self, spark, options, progress)
-        except CommitConflict:
-            self.conflicted = True  # what the plan decided on changed: re-plan on the next run
-            raise
+        self.executed = True
+        return run_plan(self, spark, options, progress)
 
 
 def make_plan(
