@@ -7,6 +7,9 @@ connection is lost (``OperationalError`` with ``connection_invalidated``); ``=pa
 the FIRST thread reaching the point create ``DIR/<point>.reached`` and wait (up to 120 s) until
 ``DIR/<point>.go`` exists, while later arrivals pass (so a test can interleave two writers).
 Several entries are separated by commas. Unset, every point is a no-op.
+
+In-process tests can also run a callback once at a point (:func:`hooked`): a deterministic way to
+make a second writer commit between one operation's snapshot and its commit.
 """
 
 from __future__ import annotations
@@ -15,12 +18,34 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 _pause_lock = threading.Lock()
+_hooks: dict[str, Callable[[], None]] = {}
+_hooks_lock = threading.Lock()
+
+
+@contextmanager
+def hooked(name: str, fn: Callable[[], None]) -> Iterator[None]:
+    """Run ``fn`` the first time any thread reaches failpoint ``name`` inside the block (once:
+    ``fn`` may itself pass the same point)."""
+    with _hooks_lock:
+        _hooks[name] = fn
+    try:
+        yield
+    finally:
+        with _hooks_lock:
+            _hooks.pop(name, None)
 
 
 def failpoint(name: str) -> None:
+    if _hooks:
+        with _hooks_lock:
+            fn = _hooks.pop(name, None)
+        if fn is not None:
+            fn()
     spec = os.environ.get("OMNITABLE_FAILPOINTS")
     if not spec:
         return

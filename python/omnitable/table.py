@@ -355,7 +355,9 @@ class Table:
             batches = [batches]
         graph = table_graph(self)
         counts = self._catalog.error_counts(self.record) if retry_errors else None
-        return make_plan(self, graph, self.snapshot(), list(targets), batches, retry_errors, counts)
+        plan = make_plan(self, graph, self.snapshot(), list(targets), batches, retry_errors, counts)
+        plan.replan = lambda: self.backfill(targets, batches, retry_errors=retry_errors)
+        return plan
 
     def status(self, version: int | None = None) -> StatusGrid:
         """Batch x derived-column grid of done / stale / missing / partial, with the number of

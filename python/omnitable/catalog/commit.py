@@ -2,7 +2,9 @@
 
 A :class:`CommitRequest` lists everything one operation adds and removes. :func:`commit` applies
 it in ONE database transaction after validating it against the branch head: cells written by a
-concurrent commit since ``base_version`` → :class:`CommitConflict`, nothing applied.
+concurrent commit since ``base_version``, or anything the operation relied on that no longer holds
+(its read set and planned files, feature versions, the column ids its files were written for,
+column-group ownership) → :class:`CommitConflict`, nothing applied.
 See docs/catalog.md, "Commits and concurrency".
 """
 
@@ -90,6 +92,18 @@ class IdsNotChecked(CommitConflict):
         self.head = head
 
 
+@dataclass(frozen=True)
+class ExpectedProvider:
+    """What an operation relied on: the file providing ``column`` in ``fragment_id`` (None: no
+    file) when it read its inputs (``role="input"``, the read set) or planned the file it patches
+    or replaces (``role="target"``). The commit conflicts when the head says otherwise."""
+
+    fragment_id: str
+    column: str
+    file_id: str | None
+    role: str = "input"
+
+
 @dataclass
 class CommitRequest:
     """Everything one operation changes. Files reference columns by name."""
@@ -112,6 +126,9 @@ class CommitRequest:
     next_row_id_at_least: int | None = None
     lineage: list[LineageEntry] = field(default_factory=list)
     token: str = field(default_factory=lambda: uuid.uuid4().hex)  # finds the commit afterwards
+    expected_providers: list[ExpectedProvider] = field(default_factory=list)
+    # feature name -> the version the operation computed; it must still be the current one
+    feature_versions: dict[str, str] = field(default_factory=dict)
 
     def all_new_files(self) -> list[FileDescriptor]:
         return [f for frag in self.new_fragments for f in frag.files] + list(self.new_files)
@@ -324,6 +341,10 @@ def _validate(
         _check_cell_conflicts(conn, t, req, head)
         _check_feature_conflicts(conn, t, req)
     _check_id_overlaps(conn, t, req, head)
+    _check_column_binding(req, column_ids)
+    _check_group_ownership(conn, t, req, segments)
+    _check_feature_versions(conn, t, req)
+    _check_expected_providers(conn, t, req, segments, column_ids)
     return column_ids
 
 
@@ -453,6 +474,156 @@ def _check_feature_conflicts(conn: Connection, t: str, req: CommitRequest) -> No
             "on the new version.",
             [("*", r.name) for r in rows],
         )
+
+
+def _check_column_binding(req: CommitRequest, column_ids: dict[str, int]) -> None:
+    """A file written for given column ids (``FileDescriptor.column_ids``) attaches only to those
+    ids: a column replaced since (a feature re-registered with a new output type) conflicts."""
+    for f in req.all_new_files():
+        for name, bound in f.column_ids.items():
+            head = column_ids.get(name)
+            if head is not None and head != bound:
+                raise CommitConflict(
+                    f"Cannot commit {req.op}: column '{name}' was replaced by a concurrent commit "
+                    f"(its type changed: column id {bound} is now {head}) after file {f.path} "
+                    "was written for it; nothing was committed. Re-plan and run again.",
+                    [(f.fragment_id, name)],
+                )
+
+
+def _check_group_ownership(
+    conn: Connection, t: str, req: CommitRequest, segments: list[Segment]
+) -> None:
+    """A column group holds the outputs of one feature or raw columns, never both (a backfill
+    replaces its feature's group files); checked at the head so racing commits cannot mix them."""
+    if not req.new_columns:
+        return
+    removed = set(req.removed_columns)
+    params: dict[str, Any] = {"t": t}
+    vis = visible_clause("c", segments, params)
+    held: dict[str, list[tuple[str, str | None, int]]] = defaultdict(list)
+    for r in conn.execute(
+        text(
+            "SELECT name, group_name, feature, added_version FROM columns c "
+            f"WHERE c.table_id = :t AND {vis} AND c.state <> 'dropped'"
+        ),
+        params,
+    ):
+        if r.name not in removed:
+            held[r.group_name].append((r.name, r.feature, int(r.added_version)))
+    for col in req.new_columns:
+        clash = [x for x in held[col.group_name] if x[1] != col.feature]
+        if not clash:
+            continue
+        owner = f"outputs of feature '{clash[0][1]}'" if clash[0][1] else "raw column(s)"
+        mine = f"output of feature '{col.feature}'" if col.feature else "a raw column"
+        racing = any(added > req.base_version for _, _, added in clash)
+        detail = (
+            f"Cannot commit {req.op}: column group '{col.group_name}' holds {owner} "
+            f"({', '.join(x[0] for x in clash[:5])})"
+            + (", added by a concurrent commit" if racing else "")
+            + f", so column '{col.name}' ({mine}) cannot be stored in it (a backfill replaces the "
+            "files of its feature's group); choose another group name or rename the feature"
+        )
+        if racing:
+            raise CommitConflict(detail, [("*", col.name)])
+        raise ValidationError(detail)
+
+
+def current_feature_versions(conn: Connection, t: str) -> dict[str, str]:
+    """Feature name -> its current version (the order of ``Catalog.feature_rows``: last wins)."""
+    rows = conn.execute(
+        text(
+            "SELECT name, version FROM features WHERE table_id = :t "
+            "ORDER BY registered_version, name, version"
+        ),
+        {"t": t},
+    )
+    return {r.name: r.version for r in rows}
+
+
+def _check_feature_versions(conn: Connection, t: str, req: CommitRequest) -> None:
+    """The feature versions an operation computed must still be current at the head."""
+    if not req.feature_versions:
+        return
+    current = current_feature_versions(conn, t)
+    for name, version in sorted(req.feature_versions.items()):
+        now = current.get(name)
+        if now != version:
+            raise CommitConflict(
+                f"Cannot commit {req.op} of {name}@{version}: the current version of feature "
+                f"'{name}' is now {now or '(none)'} (registered by a concurrent commit after the "
+                "plan); nothing of this chunk was committed. Re-plan and run again.",
+                [("*", name)],
+            )
+
+
+def _check_expected_providers(
+    conn: Connection,
+    t: str,
+    req: CommitRequest,
+    segments: list[Segment],
+    column_ids: dict[str, int],
+) -> None:
+    """Every file the operation read (its read set) or planned to patch or replace must still
+    provide its column in its fragment at the head."""
+    if not req.expected_providers:
+        return
+    head = _head_providers(
+        conn, t, segments, sorted({e.fragment_id for e in req.expected_providers})
+    )
+    stale = [
+        e
+        for e in req.expected_providers
+        if head.get((e.fragment_id, column_ids.get(e.column, -1))) != e.file_id
+    ]
+    if not stale:
+        return
+    parts = []
+    for role, what in (
+        ("target", "the file(s) it patches or replaces for column(s) {} were replaced"),
+        ("input", "its input column(s) {} were recomputed"),
+    ):
+        mine = [e for e in stale if e.role == role]
+        if mine:
+            cols = ", ".join(sorted({e.column for e in mine}))
+            frags = len({e.fragment_id for e in mine})
+            parts.append(
+                what.format(cols) + f" in {frags} fragment(s) (e.g. {mine[0].fragment_id})"
+            )
+    raise CommitConflict(
+        f"Cannot commit {req.op}: {' and '.join(parts)} by a concurrent commit after it planned "
+        "or read them; nothing of this chunk was committed. Re-plan and run again.",
+        sorted({(e.fragment_id, e.column) for e in stale}),
+    )
+
+
+def _head_providers(
+    conn: Connection, t: str, segments: list[Segment], fragment_ids: list[str]
+) -> dict[tuple[str, int], str]:
+    """(fragment id, column id) -> the visible file providing it (the newest, as in
+    ``Snapshot.resolve``)."""
+    best: dict[tuple[str, int], tuple[int, str]] = {}
+    for i in range(0, len(fragment_ids), _CHUNK):
+        params: dict[str, Any] = {"t": t}
+        vis = visible_clause("fi", segments, params)
+        marks = []
+        for j, v in enumerate(fragment_ids[i : i + _CHUNK]):
+            params[f"id{j}"] = v
+            marks.append(f":id{j}")
+        rows = conn.execute(
+            text(
+                "SELECT fi.fragment_id, fc.column_id, fi.file_id, fi.added_version FROM files fi "
+                "JOIN file_columns fc ON fc.table_id = fi.table_id AND fc.file_id = fi.file_id "
+                f"WHERE fi.table_id = :t AND {vis} AND fi.fragment_id IN ({', '.join(marks)})"
+            ),
+            params,
+        )
+        for r in rows:
+            key = (r.fragment_id, int(r.column_id))
+            if key not in best or int(r.added_version) > best[key][0]:
+                best[key] = (int(r.added_version), r.file_id)
+    return {k: v[1] for k, v in best.items()}
 
 
 # -- inserts ------------------------------------------------------------------------------------

@@ -20,9 +20,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from omnitable._failpoints import failpoint
-from omnitable.catalog.commit import CommitRequest, LineageEntry
+from omnitable.catalog.commit import CommitRequest, ExpectedProvider, LineageEntry
+from omnitable.catalog.records import ColumnRecord, FragmentRecord
 from omnitable.catalog.snapshot import Snapshot
-from omnitable.exceptions import ErrorRatioExceeded, ValidationError
+from omnitable.exceptions import (
+    CommitConflict,
+    CommitOutcomeUnknown,
+    ErrorRatioExceeded,
+    ValidationError,
+)
 from omnitable.exec.errors import append_errors
 from omnitable.exec.isolation import MODES
 from omnitable.exec.shipping import ship_modules
@@ -32,6 +38,7 @@ from omnitable.format.fs import delete_quietly
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from omnitable.features.definition import Feature
     from omnitable.features.planner import Plan, Step
     from omnitable.table import Table
 
@@ -214,6 +221,7 @@ def _run_step(
         chunk = fragments[start : start + size]
         chunk_ids = {f.fragment_id for f in chunk}
         snap = table.snapshot()
+        _check_plan_holds(snap, step, chunk)
         work = {
             name: [f.fragment_id for f in frags if f.fragment_id in chunk_ids]
             for name, frags in step.work.items()
@@ -256,10 +264,12 @@ def _run_step(
                 _record_errors(session, table, snap, outputs, run_id, step)
                 failpoint("backfill.before_commit")
                 version = _commit(table, snap, step, outputs, run_id)
-            except BaseException:
-                delete_quietly(
-                    table.location.fs, [table.location.child_path(o.file.path) for o in outputs]
-                )
+            except BaseException as exc:
+                if not isinstance(exc, CommitOutcomeUnknown):  # the commit may reference them
+                    delete_quietly(
+                        table.location.fs,
+                        [table.location.child_path(o.file.path) for o in outputs],
+                    )
                 raise
             failpoint("backfill.after_commit")
             out.versions.append(version)
@@ -336,20 +346,68 @@ def _record_errors(
     append_errors(session, table, rows)
 
 
+def _check_plan_holds(snap: Snapshot, step: Step, chunk: list[FragmentRecord]) -> None:
+    """Fail a chunk early when what its plan decided on changed before it started: fragments
+    gone (batch replaced), or files it patches or replaces replaced. The commit checks the same
+    again at the head (see :func:`_commit`)."""
+    live = {f.fragment_id for f in snap.fragments}
+    gone = [f for f in chunk if f.fragment_id not in live]
+    if gone:
+        raise CommitConflict(
+            f"Cannot run backfill step of {', '.join(f.id for f in step.features)}: "
+            f"{len(gone)} planned fragment(s) were removed by a concurrent commit (batch "
+            f"'{gone[0].batch_name}' replaced or compacted) after the plan; nothing of this chunk "
+            "was committed. Re-plan and run again.",
+            [(f.fragment_id, "*") for f in gone],
+        )
+    by_name = {c.name: c for c in snap.columns}
+    chunk_ids = {f.fragment_id for f in chunk}
+    changed = []
+    for (fid, col), planned in step.targets.items():
+        if fid in chunk_ids:
+            cid = by_name[col].column_id if col in by_name else -1
+            now = snap.resolve(fid, [cid])[cid]
+            if (now.file_id if now else None) != planned:
+                changed.append((fid, col))
+    if changed:
+        raise CommitConflict(
+            f"Cannot run backfill step of {', '.join(f.id for f in step.features)}: the file(s) "
+            f"it patches or replaces for column(s) {', '.join(sorted({c for _, c in changed}))} "
+            f"in {len({f for f, _ in changed})} fragment(s) were replaced by a concurrent commit "
+            "after the plan; nothing of this chunk was committed. Re-plan and run again.",
+            changed,
+        )
+
+
+def _owned_files(
+    snap: Snapshot, by_id: dict[int, ColumnRecord], f: Feature, fragment_id: str
+) -> list[str]:
+    """Files of ``fragment_id`` a new file of ``f`` replaces: those in ``f``'s group holding only
+    ``f``'s outputs (also outputs replaced by a type change: no longer visible columns)."""
+    return [
+        old.file_id
+        for old in snap.files_by_fragment.get(fragment_id, [])
+        if old.group_name == f.name
+        and all(by_id[c].feature == f.name for c in old.columns if c in by_id)
+    ]
+
+
 def _commit(
     table: Table, snap: Snapshot, step: Step, outputs: list[TaskOutput], run_id: str
 ) -> int:
+    """Commit one chunk's files with lineage. The commit also checks, at the head, the chunk's
+    read set (the input files its lineage records), the files the plan patches or replaces, the
+    feature versions computed and the output column ids the files were written for."""
     feats = {f.name: f for f in step.features}
     by_name = {c.name: c for c in snap.columns}
+    by_id = {c.column_id: c for c in snap.columns}
     removed: list[str] = []
     lineage: list[LineageEntry] = []
+    expected: list[ExpectedProvider] = []
     for o in outputs:
         f, desc = feats[o.feature], o.file
-        # the feature's group holds only its outputs (registration guarantees it): the new file
-        # replaces every earlier one, also files of outputs whose type changed (old column ids)
-        for old in snap.files_by_fragment.get(desc.fragment_id, []):
-            if old.group_name == f.name:
-                removed.append(old.file_id)
+        removed += _owned_files(snap, by_id, f, desc.fragment_id)
+        desc.column_ids = {c: step.column_ids[c] for c in f.outputs if c in step.column_ids}
         names = [i for i in f.inputs if i in by_name]
         providers = snap.resolve(desc.fragment_id, [by_name[i].column_id for i in names])
         inputs = [
@@ -359,6 +417,15 @@ def _commit(
                 "version": p.added_version if p else None,
             }
             for name, p in zip(names, providers.values(), strict=True)
+        ]
+        expected += [
+            ExpectedProvider(desc.fragment_id, name, p.file_id if p else None)
+            for name, p in zip(names, providers.values(), strict=True)
+        ]
+        expected += [
+            ExpectedProvider(desc.fragment_id, c, step.targets[(desc.fragment_id, c)], "target")
+            for c in f.outputs
+            if (desc.fragment_id, c) in step.targets
         ]
         engine = "spark-sql" if f.kind == "sql" else "pandas"
         lineage.extend(
@@ -378,5 +445,7 @@ def _commit(
         new_files=[o.file for o in outputs],
         removed_files=removed,
         lineage=lineage,
+        expected_providers=expected,
+        feature_versions={feats[o.feature].name: feats[o.feature].version for o in outputs},
     )
     return int(table._catalog.commit(table.record, req))

@@ -19,7 +19,7 @@ from omnitable.catalog.snapshot import Snapshot
 from omnitable.exceptions import NotFoundError, ValidationError
 from omnitable.features.definition import Feature
 from omnitable.features.graph import FeatureGraph
-from omnitable.features.state import BatchState, batch_state, fragment_status
+from omnitable.features.state import BatchState, batch_state, fragment_status, load_read_sets
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,6 +39,10 @@ class Step:
     estimated_input_bytes: int = 0
     # feature name -> fragment id -> file whose failed records are recomputed (retry_errors)
     retry: dict[str, dict[str, str]] = field(default_factory=dict)
+    # what the plan decided on, checked again by each chunk's commit: output column -> its
+    # column id, and (fragment id, output column) -> the file providing it (None: missing)
+    column_ids: dict[str, int] = field(default_factory=dict)
+    targets: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
     @property
     def fragments(self) -> list[FragmentRecord]:
@@ -73,6 +77,10 @@ class Plan:
     reused: list[Reuse]
     states: dict[tuple[str, str], BatchState] = field(default_factory=dict)
     recompute_reasons: dict[tuple[str, str], str] = field(default_factory=dict)
+    # plans the same backfill again from the table's current version (set by Table.backfill):
+    # a plan executes its decisions once, a later run() re-plans first
+    replan: Callable[[], Plan] | None = field(default=None, repr=False)
+    executed: bool = False
 
     @property
     def is_empty(self) -> bool:
@@ -152,13 +160,24 @@ class Plan:
             progress: called as ``progress(step, steps, fragments_done, fragments_total)``.
 
         Raises:
-            ErrorRatioExceeded, CommitConflict, ValidationError.
+            ErrorRatioExceeded, CommitConflict (a concurrent commit changed what the plan
+            decided on or what a chunk read; committed chunks stay), ValidationError.
+
+        A plan executes its decisions once: calling ``run()`` again (after a conflict, a failure
+        or a success) first re-plans from the table's current version, so committed work is
+        skipped and decisions that no longer hold are never executed.
         """
         from omnitable.exec.runner import RunOptions, run_plan
 
         options = RunOptions(
             checkpoint_fragments, isolation, max_error_ratio, on_corrupt, max_skip_ratio
         )
+        if self.executed and self.replan is not None:
+            fresh = self.replan()
+            for name in ("base_version", "batches", "steps", "reused", "states"):
+                setattr(self, name, getattr(fresh, name))
+            self.recompute_reasons = fresh.recompute_reasons
+        self.executed = True
         return run_plan(self, spark, options, progress)
 
 
@@ -186,6 +205,7 @@ def make_plan(
     recompute: dict[str, list[FragmentRecord]] = {}
     recompute_ids: dict[str, set[str]] = {}
     plan = Plan(table, snap.version, target_features, batch_names, [], [])
+    read_sets = load_read_sets(table, snap)
     for name in graph.topological(closure):
         f = graph.features[name]
         deps = graph.deps(name)
@@ -193,7 +213,7 @@ def make_plan(
         per_batch: dict[str, list[str]] = defaultdict(list)
         reasons: dict[str, str] = {}
         for frag in fragments:
-            st = fragment_status(snap, f, frag)
+            st = fragment_status(snap, f, frag, read_sets)
             per_batch[frag.batch_name].append(st.state)
             upstream = [d for d in deps if frag.fragment_id in recompute_ids.get(d, set())]
             if st.state != "done":
@@ -224,7 +244,21 @@ def make_plan(
     plan.steps = _fuse(graph, levels, recompute, snap)
     for step in plan.steps:
         step.retry = {n: retry[n] for n in step.work if n in retry}
+        _record_targets(snap, step)
     return plan
+
+
+def _record_targets(snap: Snapshot, step: Step) -> None:
+    """Remember the output column ids and the files providing them that ``step`` replaces."""
+    by_name = {c.name: c for c in snap.columns}
+    for f in step.features:
+        outs = [o for o in f.outputs if o in by_name]
+        step.column_ids.update({o: by_name[o].column_id for o in outs})
+        for frag in step.work[f.name]:
+            providers = snap.resolve(frag.fragment_id, [by_name[o].column_id for o in outs])
+            for o in outs:
+                p = providers[by_name[o].column_id]
+                step.targets[(frag.fragment_id, o)] = p.file_id if p else None
 
 
 def _resolve_targets(table: Table, graph: FeatureGraph, targets: list[str]) -> list[str]:

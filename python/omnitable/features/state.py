@@ -1,20 +1,28 @@
 """Column state, derived from the catalog (DESIGN §4 invariant 4): never stored, always computed.
 
 A feature F@v is **done** in a fragment when every output column is provided by a visible file
-whose ``feature_version`` is v and no input column's providing file is newer than the outputs'.
-It is **stale** when the outputs exist but were computed by another version or before an input was
-recomputed, and **missing** when some output has no file in the fragment.
+whose ``feature_version`` is v, every input file its lineage records (its read set) is still the
+input's providing file, and no input column's providing file is newer than the outputs'. It is
+**stale** when the outputs exist but were computed by another version or from inputs that were
+recomputed since, and **missing** when some output has no file in the fragment.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from sqlalchemy import text
 
 from omnitable.catalog.records import FragmentRecord
-from omnitable.catalog.snapshot import Snapshot
+from omnitable.catalog.snapshot import Snapshot, visible_clause
 from omnitable.features.definition import Feature
+
+if TYPE_CHECKING:
+    from omnitable.table import Table
 
 FragmentState = Literal["done", "stale", "missing"]
 BatchState = Literal["done", "stale", "missing", "partial"]
@@ -26,8 +34,33 @@ class FragmentStatus:
     reason: str
 
 
-def fragment_status(snap: Snapshot, f: Feature, frag: FragmentRecord) -> FragmentStatus:
-    """State of feature ``f`` (at its current version) in one fragment."""
+ReadSets = Mapping[str, Mapping[str, "str | None"]]  # file id -> input column -> input file id
+
+
+def load_read_sets(table: Table, snap: Snapshot) -> dict[str, dict[str, str | None]]:
+    """Read set of every visible derived file, from its lineage: input column -> input file."""
+    params: dict[str, Any] = {"t": table.record.table_id}
+    vis = visible_clause("fi", snap.segments, params)
+    out: dict[str, dict[str, str | None]] = {}
+    with table._catalog.store.read() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT l.file_id, l.inputs FROM lineage l JOIN files fi ON fi.table_id = "
+                f"l.table_id AND fi.file_id = l.file_id WHERE l.table_id = :t AND {vis}"
+            ),
+            params,
+        )
+        for r in rows:
+            if r.file_id not in out:  # every output column of a file has the same inputs
+                out[r.file_id] = {i["column"]: i["file_id"] for i in json.loads(r.inputs)}
+    return out
+
+
+def fragment_status(
+    snap: Snapshot, f: Feature, frag: FragmentRecord, read_sets: ReadSets | None = None
+) -> FragmentStatus:
+    """State of feature ``f`` (at its current version) in one fragment; ``read_sets`` (from
+    :func:`load_read_sets`) adds the lineage check."""
     by_name = {c.name: c for c in snap.columns}
     out_ids = [by_name[o].column_id for o in f.outputs if o in by_name]
     if len(out_ids) != len(f.outputs):
@@ -42,10 +75,17 @@ def fragment_status(snap: Snapshot, f: Feature, frag: FragmentRecord) -> Fragmen
         found = ", ".join(sorted(str(v) for v in versions))
         return FragmentStatus("stale", f"computed by version {found}, current is {f.version}")
     computed_at = min(p.added_version for p in outs if p is not None)
-    for name, cid in zip(f.inputs, in_ids, strict=False):
+    in_names = [i for i in f.inputs if i in by_name]
+    for name, cid in zip(in_names, in_ids, strict=True):
         p = providers[cid]
         if p is not None and p.added_version > computed_at:
             return FragmentStatus("stale", f"input '{name}' changed at version {p.added_version}")
+        for out in outs:
+            read = (read_sets or {}).get(out.file_id if out else "", {})
+            if name in read and read[name] != (p.file_id if p else None):
+                return FragmentStatus(
+                    "stale", f"input '{name}' was recomputed after this was computed (lineage)"
+                )
     return FragmentStatus("done", f"computed at version {computed_at}")
 
 

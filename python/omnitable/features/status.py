@@ -10,7 +10,12 @@ from sqlalchemy import text
 
 from omnitable.catalog.snapshot import Snapshot, visible_clause
 from omnitable.features.definition import Feature
-from omnitable.features.state import BatchState, batch_state, fragment_status
+from omnitable.features.state import (
+    BatchState,
+    batch_state,
+    fragment_status,
+    load_read_sets,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -79,10 +84,11 @@ def status_grid(
     feature_of: dict[str, str] = {}
     cells: dict[tuple[str, str], BatchState] = {}
     batches = [b.name for b in snap.batches]
+    read_sets = load_read_sets(table, snap)
     for f in sorted(features.values(), key=lambda x: x.name):
         states: dict[str, list[Any]] = {b: [] for b in batches}
         for frag in snap.fragments:
-            states[frag.batch_name].append(fragment_status(snap, f, frag).state)
+            states[frag.batch_name].append(fragment_status(snap, f, frag, read_sets).state)
         for out in f.outputs:
             columns.append(out)
             feature_of[out] = f.id

@@ -12,7 +12,11 @@ from omnitable.format.stats import ColumnStats
 
 @dataclass
 class FileDescriptor:
-    """One written column file. ``path`` is relative to the table location."""
+    """One written column file. ``path`` is relative to the table location.
+
+    ``column_ids`` binds columns (by name) to the column ids (and so the types) the file was
+    written for; the commit rejects a file whose column was replaced since. Empty: unbound.
+    """
 
     file_id: str
     fragment_id: str
@@ -22,6 +26,7 @@ class FileDescriptor:
     size_bytes: int
     columns: dict[str, ColumnStats] = field(default_factory=dict)
     feature_versions: dict[str, str] = field(default_factory=dict)
+    column_ids: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

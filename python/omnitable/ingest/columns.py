@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, NewColumn
 from omnitable.catalog.records import APPEND_NAME, ROW_ID
 from omnitable.exceptions import AlreadyExistsError, CommitOutcomeUnknown, ValidationError
@@ -130,6 +131,7 @@ def add_columns(table: Table, data: Any, group: str | None) -> int:
             new_columns=[NewColumn(n, to_ddl(types[n]), True, group) for n in new_names],
             new_files=files,
         )
+        failpoint("add_columns.before_commit")
         return int(table._catalog.commit(table.record, req))
     except BaseException as exc:
         if not isinstance(exc, CommitOutcomeUnknown):  # the commit may reference them
