@@ -16,6 +16,9 @@ import org.apache.spark.unsafe.types.UTF8String
 class OmniTableSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
 
   override def apply(extensions: SparkSessionExtensions): Unit = {
+    // The jar runs on the Spark line it was built for only: fail here, not later in a rule.
+    SparkVersionCheck.verified
+
     // --- functions -----------------------------------------------------------------------
     // omnitable_version(): proves the extension is loaded and tells which jar a session runs.
     extensions.injectFunction(OmniTableSparkSessionExtensions.versionFunction)
