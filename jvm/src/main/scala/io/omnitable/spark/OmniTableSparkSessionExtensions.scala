@@ -31,7 +31,8 @@ class OmniTableSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
     extensions.injectOptimizerRule(_ => LateMaterializeFilteredColumns)
 
     // --- planner (Python UDFs are only extracted into evaluation nodes after the optimizer) --
-    // FusePythonUDFs: stacked Python evaluations over the same inputs run as one Python pass.
+    // FusePythonUDFs: a UDF Spark evaluates again above the filter that needed it runs once
+    // (never on rows a filter removed).
     extensions.injectPlannerStrategy(session => FusePythonUDFs(session))
   }
 }
