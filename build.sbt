@@ -69,7 +69,7 @@ lazy val root = (project in file("."))
       val schema = out / "schema.sql"
       IO.copyFile(baseDirectory.value / "python" / "omnitable" / "catalog" / "schema.sql", schema)
       val props = out / "version.properties"
-      IO.write(props, s"version=${version.value}\n")
+      IO.write(props, s"version=${version.value}\nspark=$sparkVersion\n")
       Seq(schema, props)
     }.taskValue,
 

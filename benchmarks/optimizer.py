@@ -4,7 +4,10 @@ Spark runs local[2]; variants are timed interleaved (medians), bytes come from S
   (a) FuseOmniTableScans: 4 projections of one table (4 column groups) joined on
       `_ai_unique_id_` and summed — one scan vs 4 scans and 3 joins;
   (b) FusePythonUDFs: 4 pandas UDFs over one text column written as 4 `withColumn` calls with
-      a filter after each of the first three — bytes sent to Python (`pythonDataSent`) and time;
+      a filter after each of the first three — bytes sent to and received from Python
+      (`pythonDataSent`, `pythonDataReceived`) and time. The 3 filter UDFs are evaluated once
+      instead of twice; the 4th still runs only on the rows the filters keep, so `text` is still
+      sent twice (the rule never moves a UDF below a filter);
   (c) LateMaterializeFilteredColumns: filters keeping 1 % and 10 % of the rows (uniform random
       column) and 1 % (a column clustered in runs of rows) over a table with a ~2 KB text
       payload per row — time, compressed column-chunk bytes the scans read (omnitableBytesRead)
@@ -145,12 +148,12 @@ def bench_udf_fusion(spark: Any, wh: Any, rows: int, repeats: int) -> dict[str, 
             .selectExpr("sum(letters)", "sum(vowels)", "sum(spaces)", "sum(words)", "count(*)")
         )
 
-    def sent(on: bool) -> int:
-        return int(
-            _with(spark, FUSE_UDFS, on, lambda: plan_metric_total(frame(), "pythonDataSent"))()
-        )
+    def metric(on: bool, name: str) -> int:
+        return int(_with(spark, FUSE_UDFS, on, lambda: plan_metric_total(frame(), name))())
 
-    fused_bytes, separate_bytes = sent(True), sent(False)
+    fused_bytes, separate_bytes = metric(True, "pythonDataSent"), metric(False, "pythonDataSent")
+    fused_back = metric(True, "pythonDataReceived")
+    separate_back = metric(False, "pythonDataReceived")
     fused = _with(spark, FUSE_UDFS, True, lambda: frame().collect())
     separate = _with(spark, FUSE_UDFS, False, lambda: frame().collect())
     assert fused() == separate(), "UDF fusion changed the result"
@@ -161,6 +164,8 @@ def bench_udf_fusion(spark: Any, wh: Any, rows: int, repeats: int) -> dict[str, 
             ("bytes sent to Python, fused", fmt_bytes(fused_bytes), ""),
             ("bytes sent to Python, not fused", fmt_bytes(separate_bytes), ""),
             ("bytes: not fused / fused", fmt_ratio(separate_bytes / max(fused_bytes, 1)), ""),
+            ("bytes received from Python, fused", fmt_bytes(fused_back), ""),
+            ("bytes received from Python, not fused", fmt_bytes(separate_back), ""),
             ("time, fused", fmt_seconds(times["fused"]), ""),
             ("time, not fused", fmt_seconds(times["separate"]), ""),
             (
@@ -172,6 +177,7 @@ def bench_udf_fusion(spark: Any, wh: Any, rows: int, repeats: int) -> dict[str, 
     )
     return {
         "udf_fusion_bytes_ratio": separate_bytes / max(fused_bytes, 1),
+        "udf_fusion_received_ratio": separate_back / max(fused_back, 1),
         "udf_fusion_speedup": times["separate"] / times["fused"],
     }
 

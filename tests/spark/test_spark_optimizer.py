@@ -18,7 +18,6 @@ from omnitable.exec.scan_metrics import plan_metric_total
 pytestmark = pytest.mark.spark
 
 FUSE = "spark.omnitable.optimizer.fuse_python_udfs"
-ACROSS = "spark.omnitable.optimizer.fuse_python_udfs_across_filters"
 
 
 def _udfs() -> dict[str, Any]:
@@ -83,7 +82,89 @@ def _same_with_rule(spark: Any, query: Callable[[], Any], key: str = FUSE) -> No
     assert on == off
 
 
-def test_stacked_udfs_with_filters_run_in_one_python_pass(spark: Any, docs: Any) -> None:
+def _guarded_udfs() -> dict[str, Any]:
+    """`valid` (a filter UDF) and `parse` variants that raise on any row `valid` rejects: a query
+    that filters on `valid` before calling `parse` fails if `parse` ever sees a rejected row."""
+    from pyspark.sql.functions import pandas_udf, udf
+
+    @pandas_udf("boolean")  # type: ignore[call-overload]
+    def valid(s: pd.Series) -> pd.Series:
+        return s.str.len() > 20
+
+    @pandas_udf("double")  # type: ignore[call-overload]
+    def parse(s: pd.Series) -> pd.Series:
+        if (s.str.len() <= 20).any():
+            raise ValueError("parse called on a row the filter removed")
+        return s.str.len().astype(float)
+
+    @udf("double")
+    def parse_plain(s):  # type: ignore[no-untyped-def]
+        if len(s) <= 20:
+            raise ValueError("parse_plain called on a row the filter removed")
+        return float(len(s))
+
+    return {"valid": valid, "parse": parse, "parse_plain": parse_plain}
+
+
+def test_udfs_never_run_on_rows_a_filter_removed(spark: Any, docs: Any) -> None:
+    from pyspark.sql.functions import col
+
+    u, g = _udfs(), _guarded_udfs()
+    long_rows = _read(spark, docs).where("length(text) > 20").count()
+
+    def issue() -> Any:  # the query of issue 10, item 14
+        return (
+            _read(spark, docs)
+            .withColumn("ok", g["valid"]("text"))
+            .filter("ok")
+            .withColumn("n", g["parse"]("text"))
+        )
+
+    def on_computed() -> Any:  # a filter on a computed value guards the next UDF
+        return (
+            _read(spark, docs)
+            .withColumn("a", u["length"]("text"))
+            .filter("a > 20")
+            .withColumn("b", u["vowels"]("text"))
+            .filter(col("b") >= 0)
+            .withColumn("n", g["parse"]("text"))
+        )
+
+    def plain() -> Any:
+        return (
+            _read(spark, docs)
+            .withColumn("a", u["plain"]("text"))
+            .filter("a > 20")
+            .withColumn("n", g["parse_plain"]("text"))
+        )
+
+    for query in (issue, on_computed, plain):
+        assert len(query().collect()) == long_rows
+        _same_with_rule(spark, query)
+    assert "FusePythonUDFs: 2 Python evaluations -> 2, 1 shared" in _plan(issue())
+
+
+def test_a_filter_udf_is_evaluated_once(spark: Any, docs: Any) -> None:
+    u = _udfs()
+
+    def query() -> Any:  # Spark evaluates `length` for the filter, then again for the column
+        return _read(spark, docs).withColumn("a", u["length"]("text")).filter("a > 5")
+
+    plan = _plan(query())
+    assert "FusePythonUDFs: 2 Python evaluations -> 1, 1 shared" in plan
+    assert "ArrowEvalPython" not in plan
+    _same_with_rule(spark, query)
+    fused = plan_metric_total(query(), "pythonDataSent")
+    spark.conf.set(FUSE, "false")
+    try:
+        assert "FusedPythonEval" not in _plan(query())
+        separate = plan_metric_total(query(), "pythonDataSent")
+    finally:
+        spark.conf.unset(FUSE)
+    assert 0 < fused < separate
+
+
+def test_stacked_udfs_reuse_the_filter_udfs_below(spark: Any, docs: Any) -> None:
     u = _udfs()
 
     def query() -> Any:
@@ -98,14 +179,16 @@ def test_stacked_udfs_with_filters_run_in_one_python_pass(spark: Any, docs: Any)
         )
 
     plan = _plan(query())
-    assert "FusedPythonEval" in plan and "FusePythonUDFs: 2 Python evaluations -> 1" in plan
-    assert "ArrowEvalPython" not in plan
+    # length and vowels (evaluated below the filter) are reused; words and first stay above it
+    assert "FusePythonUDFs: 2 Python evaluations -> 2, 2 shared" in plan
+    above = [line for line in plan.splitlines() if "ArrowEvalPython" in line]
+    assert len(above) == 1 and "words(" in above[0] and "length(" not in above[0]
     _same_with_rule(spark, query)
-    fused = plan_metric_total(query(), "pythonDataSent")
+    fused = plan_metric_total(query(), "pythonDataReceived")
     spark.conf.set(FUSE, "false")
     try:
         assert "FusedPythonEval" not in _plan(query())
-        separate = plan_metric_total(query(), "pythonDataSent")
+        separate = plan_metric_total(query(), "pythonDataReceived")
     finally:
         spark.conf.unset(FUSE)
     assert 0 < fused < separate
@@ -122,24 +205,20 @@ def test_never_fuses_non_deterministic_udfs(spark: Any, docs: Any) -> None:
     noisy = u["vowels"].asNondeterministic()
 
     def query() -> Any:
-        return (
-            _read(spark, docs)
-            .withColumn("a", u["length"]("text"))
-            .filter("a > 5")
-            .withColumn("b", noisy("text"))
-            .filter("b > 2")
-        )
+        return _read(spark, docs).withColumn("b", noisy("text")).filter("b > 2")
 
     assert "FusedPythonEval" not in _plan(query())
     assert len(query().collect()) > 0
 
 
-def test_filters_on_raw_columns_and_the_setting_stop_fusion(spark: Any, docs: Any) -> None:
+def test_filters_on_raw_columns_still_share_and_the_setting_stops_fusion(
+    spark: Any, docs: Any
+) -> None:
     from pyspark.sql.functions import col
 
     u = _udfs()
 
-    def guarded() -> Any:  # the filter also reads `text`: it may be a guard for the UDF above
+    def guarded() -> Any:  # the filter also reads `text`
         return (
             _read(spark, docs)
             .withColumn("a", u["length"]("text"))
@@ -147,22 +226,13 @@ def test_filters_on_raw_columns_and_the_setting_stop_fusion(spark: Any, docs: An
             .withColumn("b", u["vowels"]("text"))
         )
 
-    def on_computed() -> Any:
-        return (
-            _read(spark, docs)
-            .withColumn("a", u["length"]("text"))
-            .filter("a > 5")
-            .withColumn("b", u["vowels"]("text"))
-        )
-
-    assert "FusedPythonEval" not in _plan(guarded())
+    assert "FusePythonUDFs: 2 Python evaluations -> 2, 1 shared" in _plan(guarded())
     _same_with_rule(spark, guarded)
-    assert "FusedPythonEval" in _plan(on_computed())
-    spark.conf.set(ACROSS, "false")
+    spark.conf.set(FUSE, "false")
     try:
-        assert "FusedPythonEval" not in _plan(on_computed())
+        assert "FusedPythonEval" not in _plan(guarded())
     finally:
-        spark.conf.unset(ACROSS)
+        spark.conf.unset(FUSE)
 
 
 def test_different_eval_types_are_not_fused_together(spark: Any, docs: Any) -> None:
@@ -215,3 +285,24 @@ def test_scan_rules_can_be_turned_off_from_python(spark: Any, docs: Any, tmp_pat
     filtered = df.where("n < 30").select("text")
     assert "LateMaterializeFilteredColumns: on" in _plan(filtered)
     _same_with_rule(spark, lambda: filtered, key="spark.omnitable.optimizer.late_materialization")
+
+
+def test_identical_scans_share_exchanges_and_cached_data(spark: Any, docs: Any) -> None:
+    from pyspark.sql import functions as sf
+
+    def self_join(base: Any) -> Any:
+        agg = base.groupBy("n").agg(sf.sum("n").alias("s"), sf.max("text").alias("t"))
+        return agg.join(agg.select("n", sf.col("s").alias("s2"), sf.col("t").alias("t2")), "n")
+
+    for base in (_read(spark, docs), _read(spark, docs).where("n < 30")):
+        df = self_join(base)
+        assert "ReusedExchange" in _plan(df)
+        assert df.count() == base.count()
+    cached = _read(spark, docs).select("n", "text")
+    cached.cache()
+    try:
+        later = _read(spark, docs).select("n", "text").where("n > 3")
+        assert "InMemoryTableScan" in _plan(later)
+        assert later.count() == len(docs.read(["n"])) - 4
+    finally:
+        cached.unpersist()

@@ -158,18 +158,9 @@ object OmniTableConf {
     "spark.omnitable.optimizer.fuse_python_udfs",
     None,
     Some(true),
-    "Rule FusePythonUDFs: deterministic Python UDFs of one eval type that Spark would evaluate in " +
-      "stacked Python round trips over the same inputs are evaluated in one pass.",
-    boolean
-  ))
-
-  val FUSE_PYTHON_UDFS_ACROSS_FILTERS: OmniTableConfEntry[Boolean] = declare(OmniTableConfEntry(
-    "spark.omnitable.optimizer.fuse_python_udfs_across_filters",
-    None,
-    Some(true),
-    "Let FusePythonUDFs move a UDF below a filter on computed (UDF) values, so it also runs on rows " +
-      "that filter removes (Spark does not promise short-circuit evaluation of deterministic UDFs " +
-      "either). false: never move a UDF below any filter.",
+    "Rule FusePythonUDFs: a deterministic Python UDF that Spark evaluates again above a filter (or " +
+      "twice) is evaluated once, and stacked evaluations of one eval type with no filter between " +
+      "them run in one pass; no UDF runs on rows Spark would not run it on.",
     boolean
   ))
 
@@ -257,7 +248,6 @@ final class OmniTableConf(options: Map[String, String], session: String => Optio
   def vectoredIo: Boolean = get(VECTORED_IO)
   def fuseScans: Boolean = get(FUSE_SCANS)
   def fusePythonUdfs: Boolean = get(FUSE_PYTHON_UDFS)
-  def fusePythonUdfsAcrossFilters: Boolean = get(FUSE_PYTHON_UDFS_ACROSS_FILTERS)
   def lateMaterialization: Boolean = get(LATE_MATERIALIZATION)
   def lateMaterializationMaxSelectivity: Double = get(LATE_MATERIALIZATION_MAX_SELECTIVITY)
 }

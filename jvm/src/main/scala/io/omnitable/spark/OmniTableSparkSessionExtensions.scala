@@ -16,6 +16,9 @@ import org.apache.spark.unsafe.types.UTF8String
 class OmniTableSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
 
   override def apply(extensions: SparkSessionExtensions): Unit = {
+    // The jar runs on the Spark line it was built for only: fail here, not later in a rule.
+    SparkVersionCheck.verified
+
     // --- functions -----------------------------------------------------------------------
     // omnitable_version(): proves the extension is loaded and tells which jar a session runs.
     extensions.injectFunction(OmniTableSparkSessionExtensions.versionFunction)
@@ -28,7 +31,8 @@ class OmniTableSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
     extensions.injectOptimizerRule(_ => LateMaterializeFilteredColumns)
 
     // --- planner (Python UDFs are only extracted into evaluation nodes after the optimizer) --
-    // FusePythonUDFs: stacked Python evaluations over the same inputs run as one Python pass.
+    // FusePythonUDFs: a UDF Spark evaluates again above the filter that needed it runs once
+    // (never on rows a filter removed).
     extensions.injectPlannerStrategy(session => FusePythonUDFs(session))
   }
 }

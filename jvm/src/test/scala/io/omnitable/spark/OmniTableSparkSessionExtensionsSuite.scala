@@ -17,4 +17,16 @@ class OmniTableSparkSessionExtensionsSuite extends AnyFunSuite with SharedSparkS
     val e = intercept[AnalysisException](spark.sql("SELECT omnitable_version(1)").collect())
     assert(e.getMessage.contains("Cannot call omnitable_version"))
   }
+
+  test("the Spark version is checked when OmniTable loads: another line fails fast naming the supported one") {
+    assert(SparkVersionCheck.supported == "4.1.x")
+    SparkVersionCheck.check(org.apache.spark.SPARK_VERSION)
+    Seq("4.1.0", "4.1.1", "4.1.3-SNAPSHOT").foreach(SparkVersionCheck.check)
+    Seq("3.5.1", "4.0.1", "4.2.0", "5.1.0", "garbage").foreach { v =>
+      val e = intercept[AnalysisException](SparkVersionCheck.check(v))
+      assert(e.getMessage.contains(s"Spark $v"), e.getMessage)
+      assert(e.getMessage.contains("Spark 4.1.x"), e.getMessage)
+      assert(e.getMessage.startsWith("[OMNITABLE_UNSUPPORTED_SPARK_VERSION] Cannot load OmniTable"), e.getMessage)
+    }
+  }
 }

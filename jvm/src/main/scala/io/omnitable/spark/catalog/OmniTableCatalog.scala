@@ -4,7 +4,7 @@ import java.util
 
 import scala.jdk.CollectionConverters._
 
-import io.omnitable.spark.OmniTableConf
+import io.omnitable.spark.{OmniTableConf, SparkVersionCheck}
 import io.omnitable.spark.errors.OmniTableErrors
 import io.omnitable.spark.source.{OmniTableTable, ReadOptions, TableHandle}
 import org.apache.spark.sql.catalyst.analysis.{NoSuchNamespaceException, NoSuchTableException}
@@ -26,6 +26,7 @@ class OmniTableCatalog extends TableCatalog {
   @volatile private var cachedReader: CatalogReader = _
 
   override def initialize(name: String, options: CaseInsensitiveStringMap): Unit = {
+    SparkVersionCheck.verified
     catalogName = name
     catalogOptions = options.asCaseSensitiveMap().asScala.toMap
   }

@@ -38,6 +38,16 @@ object OmniTableErrors {
   private def analysis(cls: String, msg: String, cause: Throwable = null): OmniTableAnalysisException =
     new OmniTableAnalysisException(cls, msg, Option(cause))
 
+  // --- runtime ------------------------------------------------------------------------------
+
+  def unsupportedSparkVersion(running: String, supported: String, builtAgainst: String): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_UNSUPPORTED_SPARK_VERSION",
+      s"Cannot load OmniTable on Spark $running: this jar uses Spark internals and runs on Spark " +
+        s"$supported only (built against $builtAgainst). Run it on Spark $supported, or build the jar " +
+        "for your Spark version."
+    )
+
   // --- warehouse and catalog ---------------------------------------------------------------
 
   def missingWarehouse(): OmniTableAnalysisException = analysis(

@@ -13,6 +13,8 @@ import org.apache.spark.sql.catalyst.expressions.{
   EqualNullSafe,
   EqualTo,
   Expression,
+  If,
+  KnownNotNull,
   KnownNullable,
   Literal,
   NamedExpression,
@@ -44,7 +46,8 @@ import org.apache.spark.sql.types.BooleanType
  *
  * Repeated application fuses n-way joins (4 projections joined on the key → 1 scan). A
  * `UNION ALL` of reads of one snapshot (per-feature DataFrames stacked into one) becomes one read
- * whose rows are expanded into every branch's row, kept where that branch's filters hold. The fused
+ * whose rows are expanded into every branch's row, kept where that branch's filters hold (a
+ * branch's expressions are evaluated only on those rows). The fused
  * relation's table carries `fusedReads` in its [[OptimizerMarks]] (EXPLAIN: `FuseOmniTableScans:
  * n reads -> 1 scan`) and the new Project the [[OptimizerMarks.FiredRules]] tag.
  *
@@ -69,8 +72,9 @@ object FuseOmniTableScans extends Rule[LogicalPlan] with PredicateHelper with Lo
 
   /**
    * `UNION ALL` of n reads of one snapshot → one read whose rows are each expanded into the n
-   * branches' rows (Spark's `Expand`), each kept where its branch's filters hold. Under the
-   * expansion the relation is filtered by the OR of the branches' filters (so pushdown still
+   * branches' rows (Spark's `Expand`), each kept where its branch's filters hold; a branch's
+   * values are evaluated only on the rows it keeps (wrapped in `If(filters, value, NULL)`), so
+   * they never see, or fail on, another branch's rows. Under the expansion the relation is filtered by the OR of the branches' filters (so pushdown still
    * prunes); a branch without filters keeps every row.
    */
   private def fuseUnion(u: Union): Option[LogicalPlan] = {
@@ -94,9 +98,18 @@ object FuseOmniTableScans extends Rule[LogicalPlan] with PredicateHelper with Lo
     val reads = all.map(c => marks(c.relation).fusedReads).sum
     val scan = withReads(relation, reads)
     val source = if (branches.exists(_._2 == Literal(true))) scan else Filter(branches.map(_._2).reduce(Or), scan)
+    // A branch's values are computed only on rows its filters keep (If): computing them on the
+    // other branches' rows could fail (ANSI) or cost. Hence nullable slots, made non-null again above.
     val keep = AttributeReference("__omnitable_keep", BooleanType, nullable = true)()
-    val expand = Expand(branches.map { case (values, k) => values :+ k }, u.output :+ keep, source)
-    val fused = Project(u.output, Filter(keep, expand))
+    val slots = u.output.map(a => AttributeReference(a.name, a.dataType, nullable = true, a.metadata)())
+    val projections = branches.map {
+      case (values, Literal(true, BooleanType)) => values :+ Literal(true)
+      case (values, k) => values.map(v => If(k, v, Literal(null, v.dataType))) :+ k
+    }
+    val output = u.output.zip(slots).map { case (o, s) =>
+      Alias(if (o.nullable) s else KnownNotNull(s), o.name)(o.exprId, o.qualifier, Some(o.metadata))
+    }
+    val fused = Project(output, Filter(keep, Expand(projections, slots :+ keep, source)))
     fused.setTagValue(OptimizerMarks.FiredRules, Seq(ruleName))
     logInfo(s"$ruleName: fused $reads reads of ${table(relation).name()} (UNION ALL)")
     Some(fused)

@@ -1,49 +1,43 @@
 package io.omnitable.spark.optimizer
 
+import scala.collection.mutable
+
 import io.omnitable.spark.OmniTableConf
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.expressions.{
-  Alias,
-  Attribute,
-  AttributeSet,
-  Expression,
-  NamedExpression,
-  PredicateHelper,
-  PythonUDF
-}
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeSet, Expression, PythonUDF}
 import org.apache.spark.sql.catalyst.plans.logical.{ArrowEvalPython, BatchEvalPython, Filter, LogicalPlan, Project}
 import org.apache.spark.sql.execution.{FilterExec, ProjectExec, SparkPlan, SparkStrategy}
 import org.apache.spark.sql.execution.python.{ArrowEvalPythonExec, BatchEvalPythonExec}
 
 /**
- * Shared-input Python UDF fusion (DESIGN.md §8): Python UDFs that Spark evaluates in stacked
- * round trips — each sending its input columns to Python again — are evaluated in one pass.
+ * Python UDF sharing (DESIGN.md §8): Python UDFs that Spark evaluates in stacked round trips are
+ * evaluated once each, and in fewer passes where that cannot change which rows they see.
  *
  * Matches (when planning) a chain `Eval_k → (Project | Filter)* → Eval_k-1 → … → Eval_1 → child`
  * of Spark's Python evaluation nodes (`ArrowEvalPython`, `BatchEvalPython`, as
  * `ExtractPythonUDFs` leaves them) of one eval type: scalar pandas UDFs, Arrow-batched or plain
- * Python UDFs. Typical source: `withColumn(udf1) → filter → withColumn(udf2) → filter → …`, where
- * Spark also re-evaluates the UDFs a filter needs. Rewrites it into one [[FusedPythonEvalExec]]
- * over `child` computing every UDF whose inputs are columns of `child` (each distinct UDF
- * once: copies are shared), then the chain's Filters and Projects (which pass the new results
- * up) and, where an upper evaluation stood, whatever UDFs could not move (they take results of
- * other UDFs as input) plus aliases keeping every result's expression id.
+ * Python UDFs. Typical source: `withColumn(udf1) → filter → withColumn(udf2) → …`, where Spark
+ * evaluates the UDFs a filter needs below it, then again above it. Rewrites it, keeping every
+ * Filter and Project where it was:
  *
- * Semantics: every row the Python workers see is a row they would have seen without fusion,
- * except rows removed by filters the moved UDFs now run before. Spark does not promise
- * short-circuit evaluation of deterministic UDFs (its own optimizer already pushes UDF predicates
- * below other filters), so a moved UDF may only pass a Filter that tests computed (UDF) values
- * only; a filter reading any raw column — possibly a guard such as `text IS NOT NULL` — ends the
- * chain, and `spark.omnitable.optimizer.fuse_python_udfs_across_filters=false` makes
- * every Filter end it.
+ *  - a UDF already computed lower in the chain (the same deterministic call on the same inputs:
+ *    a filter's UDF Spark evaluates again above the filter, or a copy) is not evaluated again:
+ *    its result is passed up from below, where it was computed on a superset of the rows;
+ *  - a UDF whose inputs are columns below the lowest evaluation of its stretch (the evaluations
+ *    with no Filter between them) joins that evaluation: same rows, one pass;
+ *  - every other UDF stays where Spark put it.
+ *
+ * So a UDF runs only on rows Spark would run it on: never below a Filter it stood above (a filter,
+ * whether on raw columns or computed values, may be a guard for it). The lowest evaluation becomes
+ * a [[FusedPythonEvalExec]] (EXPLAIN: `FusePythonUDFs: n Python evaluations -> m, s shared`).
  *
  * Backs off for: non-deterministic UDFs or expressions anywhere in the chain (an evaluation
  * holding one ends it), different eval types (one pass runs one type), other eval types (grouped
  * map, iterator UDFs), other operators in between. Turned off by
  * `spark.omnitable.optimizer.fuse_python_udfs=false`.
  */
-case class FusePythonUDFs(session: SparkSession) extends SparkStrategy with PredicateHelper with Logging {
+case class FusePythonUDFs(session: SparkSession) extends SparkStrategy with Logging {
   import FusePythonUDFs.Eval
 
   override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
@@ -53,92 +47,43 @@ case class FusePythonUDFs(session: SparkSession) extends SparkStrategy with Pred
 
   private def fuse(top: Eval): Option[SparkPlan] = {
     if (!top.deterministic) return None
-    val acrossFilters = OmniTableConf.fromSQLConf().fusePythonUdfsAcrossFilters
-    // The chain from top (head) down to the lowest fusible evaluation (last).
-    val chain = Iterator.iterate[Option[LogicalPlan]](Some(top.child)) {
-      case Some(Project(list, c)) if list.forall(_.deterministic) => Some(c)
-      case Some(f @ Filter(cond, c)) if acrossFilters && onComputedValues(f, cond) => Some(c)
-      case Some(Eval(e)) if e.evalType == top.evalType && e.deterministic => Some(e.child)
-      case _ => None
-    }.takeWhile(_.isDefined).map(_.get).toSeq
-    val lowest = chain.lastIndexWhere {
-      case Eval(e) => e.evalType == top.evalType && e.deterministic
-      case _ => false
-    }
-    if (lowest < 0) return None
-    val Eval(bottom) = chain(lowest): @unchecked
-    val between = chain.take(lowest) // nodes strictly between top and bottom, top-down
-    val uppers = (top +: between.collect { case Eval(e) => e }).reverse // bottom-up, excluding bottom
-    val inputs = bottom.child.outputSet
-
-    // Which UDFs move into the bottom evaluation, and which existing result each shares.
-    val fusedUdfs = scala.collection.mutable.ArrayBuffer[PythonUDF]() ++ bottom.udfs
-    val fusedRes = scala.collection.mutable.ArrayBuffer[Attribute]() ++ bottom.resultAttrs
-    val byCanon = scala.collection.mutable.Map[Expression, Attribute]() ++
-      bottom.udfs.map(_.canonicalized).zip(bottom.resultAttrs)
-    final case class Moved(udf: PythonUDF, result: Attribute, as: Attribute) // `as`: the fused result it reads
-    val moved = uppers.map { e =>
-      e -> e.udfs.zip(e.resultAttrs).collect {
-        case (u, r) if u.references.subsetOf(inputs) =>
-          byCanon.get(u.canonicalized) match {
-            case Some(existing) => Moved(u, r, existing)
-            case None =>
-              fusedUdfs += u
-              fusedRes += r
-              byCanon(u.canonicalized) = r
-              Moved(u, r, r)
-          }
+    val nodes = (top.node +: FusePythonUDFs.chainBelow(top)).reverse // bottom-up
+    if (nodes.size < 2) return None
+    val p = FusePythonUDFs.place(nodes)
+    if (p.moved == 0 && p.shared == 0) return None
+    val Eval(bottom) = nodes.head: @unchecked
+    val evaluations = nodes.count(Eval.unapply(_).isDefined)
+    val passes = p.computes.values.count(_.nonEmpty)
+    var cur: SparkPlan = planLater(bottom.child)
+    nodes.zipWithIndex.foreach { case (node, i) =>
+      // Results evaluations above need from here: those computed at or below this position.
+      val wanted = nodes.indices.drop(i + 1).flatMap(p.wants).distinct
+      def passUp(plan: SparkPlan, keep: AttributeSet): Seq[Attribute] = {
+        val present = AttributeSet(plan.output)
+        wanted.filter(a => present.contains(a) && !keep.contains(a))
       }
-    }.toMap
-    val movedCount = moved.values.map(_.size).sum
-    if (movedCount == 0) return None
-    val shared = moved.values.flatten.count(m => m.as != m.result) +
-      bottom.udfs.map(_.canonicalized).groupBy(identity).values.count(_.size > 1)
-
-    // Results each position must pass up: those read by moved UDFs' evaluations above it.
-    def neededAbove(upperEvals: Seq[Eval]): Seq[Attribute] =
-      upperEvals.flatMap(e => moved(e).map(_.as)).distinct
-
-    var cur: SparkPlan = FusedPythonEvalExec(
-      fusedUdfs.toSeq,
-      fusedRes.toSeq,
-      planLater(bottom.child),
-      top.evalType,
-      uppers.size + 1,
-      shared)
-    val bottomUp = (top.node +: between).reverse // every node above bottom, bottom-up
-    bottomUp.zipWithIndex.foreach { case (node, i) =>
-      val above = bottomUp.drop(i).collect { case Eval(e) => e }
       node match {
         case Filter(cond, _) => cur = FilterExec(cond, cur)
-        case Project(list, _) =>
-          val keep = AttributeSet(list.map(_.toAttribute))
-          cur = ProjectExec(list ++ neededAbove(above).filterNot(keep.contains), cur)
+        case Project(list, _) => cur = ProjectExec(list ++ passUp(cur, AttributeSet(list.map(_.toAttribute))), cur)
         case Eval(e) =>
-          val staying = e.udfs.zip(e.resultAttrs).filterNot { case (_, r) => moved(e).exists(_.result == r) }
-          if (staying.nonEmpty) cur = evalExec(staying.map(_._1), staying.map(_._2), cur, e.evalType)
-          val aliases: Seq[NamedExpression] = moved(e).filter(m => m.as != m.result).map { m =>
-            Alias(m.as, m.result.name)(m.result.exprId, m.result.qualifier, Some(m.result.metadata))
-          }
-          val passUp = neededAbove(above.filterNot(_ == e))
-          val wanted = e.node.output ++ passUp.filterNot(a => e.node.outputSet.contains(a))
+          val here = p.computes.getOrElse(i, Nil)
+          if (i == 0) {
+            cur = FusedPythonEvalExec(here.map(_._1), here.map(_._2), cur, top.evalType, evaluations, passes, p.shared)
+          } else if (here.nonEmpty) cur = evalExec(here.map(_._1), here.map(_._2), cur, e.evalType)
+          val aliases = p.reused.getOrElse(i, Nil).map { case (r, src) =>
+            r.exprId -> Alias(src, r.name)(r.exprId, r.qualifier, Some(r.metadata))
+          }.toMap
           val present = AttributeSet(cur.output)
-          val list = wanted.map {
+          val list = (e.node.output ++ passUp(cur, e.node.outputSet)).map {
             case a if present.contains(a) => a
-            case a => aliases.find(_.exprId == a.exprId).getOrElse(a)
+            case a => aliases.getOrElse(a.exprId, a)
           }
           if (list.map(_.exprId) != cur.output.map(_.exprId)) cur = ProjectExec(list, cur)
         case other => throw new IllegalStateException(s"FusePythonUDFs: unexpected ${other.nodeName} in a chain")
       }
     }
-    logInfo(s"FusePythonUDFs: ${uppers.size + 1} Python evaluations -> 1 ($movedCount UDFs moved, $shared shared)")
+    logInfo(s"FusePythonUDFs: $evaluations Python evaluations -> $passes (${p.moved} UDFs moved, ${p.shared} shared)")
     Some(cur)
-  }
-
-  /** Whether the filter tests only values Python UDFs below it computed (no raw column: no guard). */
-  private def onComputedValues(f: Filter, cond: Expression): Boolean = {
-    val computed = AttributeSet(f.child.collect { case Eval(e) => e.resultAttrs }.flatten)
-    cond.deterministic && splitConjunctivePredicates(cond).forall(c => c.references.subsetOf(computed))
   }
 
   private def evalExec(udfs: Seq[PythonUDF], res: Seq[Attribute], child: SparkPlan, evalType: Int): SparkPlan =
@@ -171,6 +116,63 @@ object FusePythonUDFs {
     }
   }
 
+  /** The chain below `top`, top-down, down to its lowest evaluation (empty: none). */
+  private def chainBelow(top: Eval): Seq[LogicalPlan] = {
+    def next(p: LogicalPlan): Option[LogicalPlan] = p match { // the child, if `p` belongs to the chain
+      case Project(list, c) if list.forall(_.deterministic) => Some(c)
+      case Filter(cond, c) if cond.deterministic => Some(c)
+      case Eval(e) if e.evalType == top.evalType && e.deterministic => Some(e.child)
+      case _ => None
+    }
+    val nodes = Iterator.unfold(top.child)(p => next(p).map(c => (p, c))).toSeq
+    nodes.take(nodes.lastIndexWhere(Eval.unapply(_).isDefined) + 1)
+  }
+
+  /**
+   * Where each UDF of a chain is computed, by position in `nodes` (the chain bottom-up).
+   *
+   * @param computes the UDFs (and result attributes) each evaluation computes
+   * @param reused results an evaluation takes from an equal UDF computed at or below it (result → source)
+   * @param wants what each evaluation needs passed up from below: reused sources and moved results
+   */
+  private final case class Placement(
+      computes: Map[Int, Seq[(PythonUDF, Attribute)]],
+      reused: Map[Int, Seq[(Attribute, Attribute)]],
+      wants: Int => Seq[Attribute],
+      moved: Int,
+      shared: Int)
+
+  private def place(nodes: Seq[LogicalPlan]): Placement = {
+    val computes = mutable.Map[Int, mutable.ArrayBuffer[(PythonUDF, Attribute)]]()
+    val reused = mutable.Map[Int, mutable.ArrayBuffer[(Attribute, Attribute)]]()
+    val movedOut = mutable.Map[Int, mutable.ArrayBuffer[Attribute]]()
+    val byCanon = mutable.Map[Expression, Attribute]()
+    var stretch: Option[(Int, Eval)] = None // the lowest evaluation since the last Filter
+    nodes.zipWithIndex.foreach {
+      case (_: Filter, _) => stretch = None
+      case (Eval(e), i) =>
+        val (lowest, target) = stretch.getOrElse(i -> e)
+        stretch = Some(lowest -> target)
+        e.udfs.zip(e.resultAttrs).foreach { case (u, r) =>
+          byCanon.get(u.canonicalized) match {
+            case Some(src) => reused.getOrElseUpdate(i, mutable.ArrayBuffer()) += r -> src
+            case None =>
+              val at = if (u.references.subsetOf(target.child.outputSet)) lowest else i
+              computes.getOrElseUpdate(at, mutable.ArrayBuffer()) += u -> r
+              if (at != i) movedOut.getOrElseUpdate(i, mutable.ArrayBuffer()) += r
+              byCanon(u.canonicalized) = r
+          }
+        }
+      case _ =>
+    }
+    Placement(
+      computes.view.mapValues(_.toSeq).toMap,
+      reused.view.mapValues(_.toSeq).toMap,
+      i => reused.get(i).toSeq.flatten.map(_._2) ++ movedOut.get(i).toSeq.flatten,
+      movedOut.values.map(_.size).sum,
+      reused.values.map(_.size).sum
+    )
+  }
 }
 
 /** The eval types FusePythonUDFs handles (pyspark's `PythonEvalType`; Spark's JVM copy is private). */

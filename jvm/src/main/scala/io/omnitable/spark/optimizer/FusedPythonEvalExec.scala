@@ -8,12 +8,14 @@ import org.apache.spark.sql.execution.metric.SQLMetric
 import org.apache.spark.sql.execution.python.{ArrowEvalPythonExec, BatchEvalPythonExec}
 
 /**
- * One Python pass evaluating UDFs that Spark would have evaluated in `evaluations` passes
- * ([[FusePythonUDFs]]). Runs exactly as Spark's own `ArrowEvalPythonExec` /
- * `BatchEvalPythonExec` with all the UDFs (which it delegates to, metrics included: bytes sent
- * to Python are `pythonDataSent`); it exists so that EXPLAIN and the SQL UI say the rule fired.
+ * The lowest Python evaluation of a chain [[FusePythonUDFs]] rewrote. Runs exactly as Spark's own
+ * `ArrowEvalPythonExec` / `BatchEvalPythonExec` with its UDFs (which it delegates to, metrics
+ * included: bytes sent to Python are `pythonDataSent`); it exists so that EXPLAIN and the SQL UI
+ * say the rule fired and what it did to the chain.
  *
- * @param shared UDFs that appeared in more than one pass and are now computed once
+ * @param evaluations the chain's Python evaluations before the rule
+ * @param passes those left after it (this one included)
+ * @param shared UDF evaluations the chain no longer runs: their results come from an equal UDF below
  */
 case class FusedPythonEvalExec(
     udfs: Seq[PythonUDF],
@@ -21,6 +23,7 @@ case class FusedPythonEvalExec(
     child: SparkPlan,
     evalType: Int,
     evaluations: Int,
+    passes: Int,
     shared: Int) extends UnaryExecNode {
 
   @transient private lazy val delegate: SparkPlan =
@@ -40,7 +43,7 @@ case class FusedPythonEvalExec(
   override def simpleString(maxFields: Int): String = {
     val sharing = if (shared > 0) s", $shared shared" else ""
     s"$nodeName ${udfs.mkString("[", ", ", "]")}, ${resultAttrs.mkString("[", ", ", "]")}, $evalType " +
-      s"(FusePythonUDFs: $evaluations Python evaluations -> 1$sharing)"
+      s"(FusePythonUDFs: $evaluations Python evaluations -> $passes$sharing)"
   }
 
   override protected def withNewChildInternal(newChild: SparkPlan): FusedPythonEvalExec = copy(child = newChild)

@@ -1,6 +1,6 @@
 package io.omnitable.spark.optimizer
 
-import org.apache.spark.sql.catalyst.expressions.Expression
+import org.apache.spark.sql.catalyst.expressions.{AttributeReference, Expression, ExprId}
 import org.apache.spark.sql.catalyst.trees.TreeNodeTag
 
 /**
@@ -12,8 +12,24 @@ import org.apache.spark.sql.catalyst.trees.TreeNodeTag
  * @param lateMaterialization the filter conjuncts [[LateMaterializeFilteredColumns]] asks the scan
  *   to evaluate before reading the other columns; the scan applies them only if Spark pushes the
  *   same predicates to it (proof that the filter still sits directly on the scan)
+ *
+ * Equal marks ask for the same reads: the conjuncts compare by column name, not by expression id
+ * (equal reads in two parts of a plan carry different ids), so equal tables stay equal.
  */
 final case class OptimizerMarks(fusedReads: Int = 1, lateMaterialization: Option[Seq[Expression]] = None) {
+
+  private lazy val identity: (Int, Option[Seq[Expression]]) = (
+    fusedReads,
+    lateMaterialization.map(_.map(_.transform {
+      case a: AttributeReference => AttributeReference(a.name, a.dataType, a.nullable, a.metadata)(ExprId(0))
+    })))
+
+  override def equals(other: Any): Boolean = other match {
+    case m: OptimizerMarks => identity == m.identity
+    case _ => false
+  }
+
+  override def hashCode(): Int = identity.hashCode()
 
   def isEmpty: Boolean = fusedReads == 1 && lateMaterialization.isEmpty
 

@@ -17,6 +17,16 @@ final class OmniTableBatch(
     conf: OmniTableConf,
     late: Option[LateMaterialization]) extends Batch {
 
+  /** Equal batches read the same rows the same way: Spark then reuses an exchange between them. */
+  override def equals(other: Any): Boolean = other match {
+    case b: OmniTableBatch => identity == b.identity
+    case _ => false
+  }
+
+  override def hashCode(): Int = identity.hashCode()
+
+  private lazy val identity: Seq[Any] = OmniTableBatch.identity(table, plan, schema, pushdown, conf, late)
+
   override def planInputPartitions(): Array[InputPartition] = plan.partitions.toArray
 
   override def createReaderFactory(): PartitionReaderFactory = {
@@ -42,6 +52,27 @@ final class OmniTableBatch(
 }
 
 private[read] object OmniTableBatch {
+
+  /**
+   * What a batch reads and how: the partitions (files, row ranges, column sources), the read
+   * schema, what was pushed, late materialization and the reader settings. Arrays compare by
+   * content.
+   */
+  def identity(
+      table: String,
+      plan: ScanPlan,
+      schema: StructType,
+      pushdown: OmniTableScan.Pushdown,
+      conf: OmniTableConf,
+      late: Option[LateMaterialization]): Seq[Any] = Seq(
+    table,
+    schema,
+    plan.partitions.map(p =>
+      (p.fragmentId, p.batchName, p.fragmentRows, p.rowStart, p.rowEnd, p.files.toSeq, p.sources.toSeq)),
+    pushdown,
+    late.map(l => (l.condition, l.predicateColumns.toSeq)),
+    (conf.batchSize, conf.rowGroupFiltering, conf.skipCorruptFragments, conf.corruptRetries, conf.vectoredIo)
+  )
 
   /** Settings Spark's Parquet reader reads from the Hadoop conf, with the session's values. */
   private val ParquetSettings = Seq(

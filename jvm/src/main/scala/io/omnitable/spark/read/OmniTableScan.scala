@@ -65,6 +65,27 @@ final class OmniTableScan(
     parts.mkString(", ")
   }
 
+  /**
+   * Scans are equal when they read the same snapshot into the same batches and the optimizer
+   * marked them alike (Spark compares scans of logical plans, and reuses exchanges between
+   * equal batches: [[OmniTableBatch]]).
+   */
+  override def equals(other: Any): Boolean = other match {
+    case s: OmniTableScan => identity == s.identity
+    case _ => false
+  }
+
+  override def hashCode(): Int = identity.hashCode()
+
+  private lazy val identity: Seq[Any] = Seq(
+    snap.warehouse,
+    snap.table.tableId,
+    snap.snapshot.version,
+    snap.snapshot.segments,
+    optimizer,
+    OmniTableBatch.identity(snap.table.name, plan, schema, pushdown, conf, lateMaterialization)
+  )
+
   override def toString: String = description()
 }
 

@@ -4,7 +4,7 @@ import java.util
 
 import scala.jdk.CollectionConverters._
 
-import io.omnitable.spark.OmniTableConf
+import io.omnitable.spark.{OmniTableConf, SparkVersionCheck}
 import io.omnitable.spark.catalog.CatalogReader
 import io.omnitable.spark.errors.OmniTableErrors
 import org.apache.spark.sql.connector.catalog.{Table, TableProvider}
@@ -45,9 +45,12 @@ class OmniTableDataSource extends TableProvider with DataSourceRegister {
     new OmniTableTable(handle(properties.asScala.toMap))
   }
 
+  // Checked on use, not in the constructor: Spark instantiates every registered source to
+  // look up any format name.
   private def handle(options: Map[String, String]): TableHandle = loaded match {
     case Some((opts, h)) if opts == options => h
     case _ =>
+      SparkVersionCheck.verified
       val conf = OmniTableConf(options)
       val reader =
         if (conf.warehouseFromOptions)

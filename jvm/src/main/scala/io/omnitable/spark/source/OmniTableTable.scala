@@ -83,5 +83,19 @@ final class OmniTableTable(val handle: TableHandle, val marks: OptimizerMarks = 
       opts.filter { case (k, _) => !naming.contains(k) })
   }
 
+  /**
+   * Tables are equal when they read the same rows ([[readIdentity]] with the table's own options)
+   * with the same [[OptimizerMarks]]: Spark then finds cached data (`CACHE TABLE`) for a later
+   * read of the same snapshot, and reuses work between identical reads.
+   */
+  override def equals(other: Any): Boolean = other match {
+    case t: OmniTableTable => identity == t.identity
+    case _ => false
+  }
+
+  override def hashCode(): Int = identity.hashCode()
+
+  private lazy val identity: (Product, OptimizerMarks) = (readIdentity(Map.empty), marks)
+
   override def toString: String = s"OmniTableTable(${snap.table.name}, ${snap.snapshot.label})"
 }

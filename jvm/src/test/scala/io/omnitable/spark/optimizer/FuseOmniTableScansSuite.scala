@@ -125,4 +125,19 @@ class FuseOmniTableScansSuite extends OptimizerSuiteBase {
     def random = opt().where(rand(1) < 0.5).select(id).unionAll(opt().select(id))
     assert(scans(random).size == 2)
   }
+
+  test("a UNION ALL branch's expressions and filters run only on that branch's rows (ANSI)") {
+    import org.apache.spark.sql.functions.lit
+    def q = opt().where("k <> 0").select(col(id), (lit(100) / col("k")).as("v"))
+      .unionAll(opt().where("k <> 0 AND 100 / k > 5").select(col(id), (lit(1) / col("k")).as("v")))
+      .unionAll(opt().where("k = 0").select(col(id), lit(0.0).as("v")))
+    withConf("spark.sql.ansi.enabled" -> "true") {
+      assert(scans(q).size == 1)
+      assert(explain(q).contains("FuseOmniTableScans: 3 reads -> 1 scan"))
+      val zeros = opt().where("k = 0").count()
+      assert(zeros > 0, "the table must hold rows with k = 0")
+      assert(q.where("v = 0.0").count() == zeros)
+      assertSameWithRule(Key)(q)
+    }
+  }
 }
