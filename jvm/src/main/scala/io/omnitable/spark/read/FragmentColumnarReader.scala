@@ -54,6 +54,9 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
   private var skipped, reported = false
 
   private var bytesRead, filesOpened, rowGroupsRead, rowGroupsSkipped = 0L
+  // the partition's rows, once aligned to row groups (`part.alignTo`)
+  private var rowStart = part.rowStart
+  private var rowEnd = part.rowEnd
   private var inner: Option[FragmentColumnarReader] = None
 
   override def next(): Boolean =
@@ -146,7 +149,12 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
       retrying(i, -1)(files(i).validate(part.fragmentRows)) { files(i) = newFile(i) }
       filesOpened += 1
     }
-    val ranges = planRanges()
+    if (part.alignTo >= 0) {
+      val starts = files(part.alignTo).rowGroupStarts
+      rowStart = ScanPlanner.alignToRowGroup(starts, part.rowStart)
+      rowEnd = ScanPlanner.alignToRowGroup(starts, part.rowEnd)
+    }
+    val ranges = planRanges().filter { case (s, e) => e > s }
     val whole = ranges.map { case (s, e) => RowSet.Range(s, e) }
     ctx.late match {
       case Some(late) if ranges.nonEmpty =>
@@ -175,7 +183,8 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
    * with an inner reader of the predicate columns only (plus their row offsets).
    */
   private def survivors(late: LateMaterialization, ranges: Seq[(Long, Long)]): Array[Long] = {
-    val (innerPart, innerSchema) = LatePartitions.predicatePart(part, ctx.readSchema, late.predicateColumns)
+    val aligned = part.copy(rowStart = rowStart, rowEnd = rowEnd, alignTo = -1)
+    val (innerPart, innerSchema) = LatePartitions.predicatePart(aligned, ctx.readSchema, late.predicateColumns)
     val reader = new FragmentColumnarReader(
       innerPart,
       ctx.copy(readSchema = innerSchema, limit = None, late = None, inner = true))
@@ -308,7 +317,7 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
 
   /** The partition's row range minus the row groups that statistics rule out, in order. */
   private def planRanges(): Seq[(Long, Long)] = {
-    val whole = Seq((part.rowStart, part.rowEnd))
+    val whole = Seq((rowStart, rowEnd))
     ctx.rowFilter match {
       case Some(filter) if ctx.rowGroupFiltering && files.nonEmpty =>
         val excluded = mutable.ArrayBuffer.empty[(Long, Long)]
@@ -316,7 +325,7 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
           val starts = f.rowGroupStarts
           f.blocks.indices.foreach { rg =>
             val (lo, hi) = (starts(rg), starts(rg + 1))
-            if (lo < part.rowEnd && hi > part.rowStart) {
+            if (lo < rowEnd && hi > rowStart) {
               val view: FilterColumn => StatsView = c =>
                 c.kind match {
                   case FilterColumn.Data => f.rowGroupStats(rg, c).getOrElse(StatsView.unknown(hi - lo))
