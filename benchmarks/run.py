@@ -11,7 +11,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-BENCHMARKS = ["python_read", "spark_read", "backfill_fusion", "isolation", "optimizer"]
+BENCHMARKS = [
+    "python_read",
+    "spark_read",
+    "backfill_fusion",
+    "isolation",
+    "optimizer",
+    "reader_memory",
+]
 
 
 def main(argv: list[str]) -> int:

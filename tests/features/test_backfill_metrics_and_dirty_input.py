@@ -94,3 +94,22 @@ def test_skip_ratio_and_fail_mode(wh: omnitable.Warehouse, spark) -> None:  # ty
     with pytest.raises(Exception, match="OMNITABLE_"):
         t.backfill("shout").run(spark, on_corrupt="fail")
     assert t.version == version
+
+
+def test_input_that_is_not_corrupt_fails_the_backfill(wh: omnitable.Warehouse, spark) -> None:  # type: ignore[no-untyped-def]
+    """A readable input file whose `text` holds integers (schema drift) is not skipped as
+    corruption: the run fails with the cause and commits nothing."""
+    t = _table(wh, "drift")
+    snap = t.snapshot()
+    col = snap.column("text")
+    victim = snap.resolve(snap.fragments[1].fragment_id, [col.column_id])[col.column_id]
+    assert victim is not None
+    path = t.location.child_path(victim.path)
+    data = pq.read_table(path)
+    i = data.schema.get_field_index(col.physical_name)
+    pq.write_table(data.set_column(i, col.physical_name, pa.array(range(1000), pa.int64())), path)
+    version = t.version
+    with pytest.raises(Exception, match="OMNITABLE_SCHEMA_MISMATCH") as info:
+        t.backfill("shout").run(spark, max_skip_ratio=0.5)
+    assert "not corruption" in str(info.value)
+    assert t.version == version

@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import omnitable
@@ -25,21 +28,8 @@ def _listener(spark: Any) -> Any:
 @pytest.fixture
 def dirty(tmp_path: Path) -> tuple[omnitable.Table, str]:
     """3 fragments of 400 rows; the `text` file of the middle one is truncated."""
-    wh = omnitable.connect(tmp_path / "wh")
-    t = wh.create_table("docs", {"n": "bigint", "text": "string"}, groups={"wide": ["text"]})
-    n = 1200
-    t.append(
-        pa.table({"n": range(n), "text": [f"doc {i} " + "w" * (i % 30) for i in range(n)]}),
-        "b1",
-        target_fragment_rows=400,
-        row_group_size=100,
-    )
-    snap = t.snapshot()
-    frags = [f.fragment_id for f in snap.fragments]
-    (bad,) = [f for f in snap.files_by_fragment[frags[1]] if f.group_name == "wide"]
-    path = Path(t.location.child_path(bad.path))
-    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    return t, frags[1]
+    t, bad, _ = _broken(tmp_path, "truncated")
+    return t, bad
 
 
 def _read(spark: Any, t: omnitable.Table, **options: str) -> Any:
@@ -115,3 +105,73 @@ def test_listener_counts_rereads(spark: Any, tmp_path: Path) -> None:
     once = bytes_read(1)
     assert once > 0
     assert bytes_read(3) == 3 * once
+
+
+def _broken(tmp_path: Path, how: str) -> tuple[omnitable.Table, str, Path]:
+    """3 fragments of 400 rows; the `text` file of the middle one broken as ``how`` says:
+    (table, that fragment's id, that file)."""
+    wh = omnitable.connect(tmp_path / how)
+    t = wh.create_table("docs", {"n": "bigint", "text": "string"}, groups={"wide": ["text"]})
+    t.append(
+        pa.table({"n": range(1200), "text": [f"doc {i} " + "w" * (i % 30) for i in range(1200)]}),
+        "b1",
+        target_fragment_rows=400,
+        row_group_size=100,
+    )
+    snap = t.snapshot()
+    bad = snap.fragments[1].fragment_id
+    (f,) = [f for f in snap.files_by_fragment[bad] if f.group_name == "wide"]
+    path = Path(t.location.child_path(f.path))
+    if how == "truncated":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif how == "garbage":  # same size, no Parquet magic
+        path.write_bytes(
+            (bytes(range(256)) * (path.stat().st_size // 256 + 1))[: path.stat().st_size]
+        )
+    elif how == "wrong_type":  # a valid file of the right rows whose column holds integers
+        name = pq.read_schema(path).names[0]
+        pq.write_table(pa.table({name: pa.array(range(400), pa.int64())}), path)
+    elif how == "unreadable":
+        path.chmod(0)
+    elif how == "missing":
+        path.unlink()
+    elif how == "unknown_scheme":  # the files live on a store no FileSystem is configured for
+        with sqlite3.connect(tmp_path / how / "catalog.db") as db:
+            db.execute(
+                "UPDATE omnitable_meta SET value = 'nosuchfs://bucket/wh' WHERE key = 'root'"
+            )
+    return t, bad, path
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage"])
+def test_skip_fragment_skips_genuine_corruption(spark: Any, tmp_path: Path, how: str) -> None:
+    t, _, _ = _broken(tmp_path, how)
+    df = _read(spark, t, on_corrupt="skip_fragment", corrupt_retries="0").select("n", "text")
+    assert sorted(r.n for r in df.collect()) == list(range(0, 400)) + list(range(800, 1200))
+
+
+@pytest.mark.parametrize(
+    ("how", "cause"),
+    [
+        ("wrong_type", "OMNITABLE_SCHEMA_MISMATCH"),
+        ("unreadable", "Permission denied"),
+        ("missing", "FileNotFoundException"),
+        ("unknown_scheme", 'No FileSystem for scheme "nosuchfs"'),
+    ],
+)
+def test_skip_fragment_fails_on_what_is_not_corruption(
+    spark: Any, tmp_path: Path, how: str, cause: str
+) -> None:
+    """Schema drift, permission denied, a missing file or file system: the read fails with the
+    cause instead of silently skipping the fragment."""
+    t, _, path = _broken(tmp_path, how)
+    if how == "unreadable" and os.access(path, os.R_OK):
+        pytest.skip(
+            "this process may read a chmod 000 file (root with CAP_DAC_OVERRIDE); run pytest under "
+            "`setpriv --bounding-set=-dac_override,-dac_read_search` to include this case"
+        )
+    with pytest.raises(Exception) as info:
+        _read(spark, t, on_corrupt="skip_fragment").select("n", "text").collect()
+    msg = str(info.value)
+    assert cause in msg, msg
+    assert "not corruption" in msg, msg

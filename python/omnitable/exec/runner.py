@@ -59,8 +59,9 @@ class RunOptions:
             ``inprocess``, ``subprocess`` or ``off`` (a failing record fails the job).
         max_error_ratio: abort when more than this fraction of a feature's records in a
             checkpoint chunk fail (that chunk commits nothing).
-        on_corrupt: ``skip`` (an input fragment whose files cannot be read, after the reader's
+        on_corrupt: ``skip`` (an input fragment with a corrupt file, after the reader's
             retries, is skipped — left missing — and reported) or ``fail`` (the job fails).
+            Other read errors (schema drift, missing file, permissions) always fail the job.
         max_skip_ratio: abort when more than this fraction of a chunk's fragments is skipped.
     """
 

@@ -154,8 +154,9 @@ class Plan:
                 ``subprocess`` or ``off`` (a failing record then fails the job).
             max_error_ratio: abort (committing nothing for that chunk) when more than this
                 fraction of a feature's records fail.
-            on_corrupt: ``skip`` leaves unreadable input fragments missing and reports them in
-                the result (``RunResult.skipped``); ``fail`` fails the job.
+            on_corrupt: ``skip`` leaves corrupt input fragments missing and reports them in
+                the result (``RunResult.skipped``); ``fail`` fails the job. Read errors that are
+                not corruption (schema drift, missing file, permissions) always fail the job.
             max_skip_ratio: abort when more than this fraction of a chunk's fragments is skipped.
             progress: called as ``progress(step, steps, fragments_done, fragments_total)``.
 

@@ -27,6 +27,9 @@ class WriteOptions:
     """How files are laid out. Readers accept any values; these only tune size and speed."""
 
     row_group_size: int = 131_072
+    # row groups also stop at about this many bytes of Arrow data (≈ uncompressed size), which
+    # bounds what a reader holds per file: it fetches a row group's column chunks at once
+    row_group_bytes: int | None = 64 * 1024 * 1024
     compression: str = "zstd"
     compression_level: int = 3
     # files of wide rows (>= wide_row_bytes per row, e.g. text payloads) get small pages, checked
@@ -41,6 +44,13 @@ class WriteOptions:
         if not isinstance(self.row_group_size, int) or self.row_group_size < 1:
             raise ValidationError(
                 f"Cannot write: row_group_size must be a positive integer, got {self.row_group_size!r}"
+            )
+        if self.row_group_bytes is not None and (
+            not isinstance(self.row_group_bytes, int) or self.row_group_bytes < 1
+        ):
+            raise ValidationError(
+                "Cannot write: row_group_bytes must be a positive integer or None, got "
+                f"{self.row_group_bytes!r}"
             )
         if not isinstance(self.target_fragment_rows, int) or self.target_fragment_rows < 1:
             raise ValidationError(
@@ -98,7 +108,7 @@ def write_column_file(
             **_page_settings(data, options),
         ) as writer,
     ):
-        writer.write_table(physical, row_group_size=options.row_group_size)
+        writer.write_table(physical, row_group_size=row_group_rows(data, options))
     size = location.fs.get_file_info(path).size or 0
     return FileDescriptor(
         file_id=file_id,
@@ -110,6 +120,15 @@ def write_column_file(
         columns=stats,
         feature_versions=dict(feature_versions or {}),
     )
+
+
+def row_group_rows(data: pa.Table, options: WriteOptions) -> int:
+    """Rows per row group for ``data``: ``row_group_size``, fewer where that many rows of the
+    average size would exceed ``row_group_bytes`` (never below 1)."""
+    rows = options.row_group_size
+    if options.row_group_bytes is not None and data.num_rows and data.nbytes:
+        rows = min(rows, max(1, int(options.row_group_bytes * data.num_rows // data.nbytes)))
+    return rows
 
 
 def _page_settings(data: pa.Table, options: WriteOptions) -> dict[str, int]:

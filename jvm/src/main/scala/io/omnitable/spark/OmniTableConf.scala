@@ -112,12 +112,14 @@ object OmniTableConf {
     "spark.omnitable.read.on_corrupt",
     Some("on_corrupt"),
     Some(OnCorrupt.Fail),
-    "What a read does with a column file it cannot open or decode (I/O error, corrupt footer or " +
-      "page, row count that differs from the catalog) once corrupt_retries retries failed: 'fail' " +
-      "the task, or 'skip_fragment': return no row of that fragment, log a warning and report it " +
+    "What a read does with a corrupt column file (unreadable footer or page, bad magic, checksum or " +
+      "decompression failure, truncated file, row count that differs from the catalog) once " +
+      "corrupt_retries retries failed: 'fail' the task, or 'skip_fragment': return no row of that " +
+      "fragment, log a warning and report it " +
       "(metric omnitableCorruptFragments, ScanMetricsListener). Skipping is whole-fragment: with " +
       "skip_fragment each fragment is read in one partition, and corruption found after a fragment's " +
-      "first rows were returned still fails the task (docs/spark.md, 'Dirty input').",
+      "first rows were returned still fails the task. Errors that are not corruption (schema drift, a " +
+      "missing file or file system, permission denied) always fail (docs/spark.md, 'Dirty input').",
     oneOf(OnCorrupt.Fail, OnCorrupt.SkipFragment)
   ))
 
@@ -125,8 +127,8 @@ object OmniTableConf {
     "spark.omnitable.read.corrupt_retries",
     Some("corrupt_retries"),
     Some(2),
-    "How many times a read re-opens a column file that failed to open or decode before on_corrupt " +
-      "applies (transient object-store and network errors usually pass on a retry).",
+    "How many times a read re-opens a column file that is corrupt or failed with an I/O error before " +
+      "on_corrupt applies (transient object-store and network errors usually pass on a retry).",
     nonNegativeInt(100)
   ))
 

@@ -203,9 +203,14 @@ object OmniTableErrors {
 
   // --- executors ------------------------------------------------------------------------------
 
+  val MisalignedFile = "OMNITABLE_MISALIGNED_FILE"
+  val CorruptFile = "OMNITABLE_CORRUPT_FILE"
+  val FileRead = "OMNITABLE_FILE_READ"
+  val SchemaMismatch = "OMNITABLE_SCHEMA_MISMATCH"
+
   def misalignedFile(path: String, fileRows: Long, fragmentRows: Long): OmniTableReadException =
     new OmniTableReadException(
-      "OMNITABLE_MISALIGNED_FILE",
+      MisalignedFile,
       s"Cannot read column file $path: it holds $fileRows rows but its fragment has $fragmentRows " +
         "(alignment invariant broken; the file was modified outside OmniTable).",
       null
@@ -213,7 +218,7 @@ object OmniTableErrors {
 
   def fileEndedEarly(path: String, missingRows: Long): OmniTableReadException =
     new OmniTableReadException(
-      "OMNITABLE_MISALIGNED_FILE",
+      MisalignedFile,
       s"Cannot read column file $path: it ended $missingRows rows before its fragment's end " +
         "(alignment invariant broken; the file was modified outside OmniTable).",
       null
@@ -221,7 +226,7 @@ object OmniTableErrors {
 
   def fileReadFailed(path: String, cause: Throwable): OmniTableReadException =
     new OmniTableReadException(
-      "OMNITABLE_FILE_READ",
+      FileRead,
       s"Cannot read column file $path: ${Option(cause.getMessage).getOrElse(cause.toString)}",
       cause)
 
@@ -238,7 +243,7 @@ object OmniTableErrors {
       hint: String): OmniTableReadException = {
     val (cls, detail) = cause match {
       case o: OmniTableReadException => (o.omniErrorClass, o.detail)
-      case other => ("OMNITABLE_CORRUPT_FILE", s"Cannot read column file $file: ${describe(other)}")
+      case other => (CorruptFile, s"Cannot read column file $file: ${describe(other)}")
     }
     val where = rowGroup.fold("")(rg => s", row group $rg")
     new OmniTableReadException(
@@ -247,12 +252,60 @@ object OmniTableErrors {
       cause)
   }
 
-  /** A footer that points outside its file, or lacks a column the catalog says it carries. */
+  /**
+   * A fragment whose column file could not be read for a reason other than corruption (schema
+   * drift, a missing file or file system, permissions, ...): never skipped, the cause is kept.
+   */
+  def unreadableFragment(
+      fragment: String,
+      file: String,
+      rowGroup: Option[Int],
+      attempts: Int,
+      cause: Throwable): OmniTableReadException = {
+    val drift = cause match {
+      case o: OmniTableReadException if o.omniErrorClass == SchemaMismatch => Some(o.detail)
+      case _ => causes(cause).collectFirst {
+          case s: org.apache.spark.sql.execution.datasources.SchemaColumnConvertNotSupportedException =>
+            s"Cannot read column file $file: its column '${s.getColumn.stripPrefix("[").stripSuffix("]")}' is " +
+              s"stored as ${s.getPhysicalType}, which does not convert to the catalog's type ${s.getLogicalType}"
+        }
+    }
+    val (cls, detail) = (cause, drift) match {
+      case (_, Some(d)) => (SchemaMismatch, d)
+      case (o: OmniTableReadException, _) => (o.omniErrorClass, o.detail)
+      case (other, _) => (FileRead, s"Cannot read column file $file: ${describe(other)}")
+    }
+    val where = rowGroup.fold("")(rg => s", row group $rg")
+    new OmniTableReadException(
+      cls,
+      s"Cannot read fragment $fragment ($attempts attempt(s)$where): ${detail.stripSuffix(".")}. This is not " +
+        "corruption of the file's bytes, so on_corrupt=skip_fragment does not skip it: fix the cause (file " +
+        "system configuration, permissions, the file's schema) and read again.",
+      cause
+    )
+  }
+
+  /** A footer that points outside its file. */
   def corruptFooter(path: String, detail: String): OmniTableReadException =
     new OmniTableReadException(
-      "OMNITABLE_CORRUPT_FILE",
+      CorruptFile,
       s"Cannot read column file $path: its footer is inconsistent ($detail).",
       null)
+
+  /** A file that lacks a column the catalog says it carries (schema drift, not corruption). */
+  def schemaMismatch(path: String, detail: String): OmniTableReadException =
+    new OmniTableReadException(
+      SchemaMismatch,
+      s"Cannot read column file $path: its schema does not match the catalog ($detail).",
+      null)
+
+  /** `e` and its causes, outermost first (at most 32; a cycle ends the list). */
+  def causes(e: Throwable): Seq[Throwable] = {
+    val out = scala.collection.mutable.ArrayBuffer.empty[Throwable]
+    var t = e
+    while (t != null && out.length < 32 && !out.exists(_ eq t)) { out += t; t = t.getCause }
+    out.toSeq
+  }
 
   /** The class and message of any throwable, in one line. */
   def describe(e: Throwable): String = {

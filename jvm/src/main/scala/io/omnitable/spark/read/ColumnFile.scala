@@ -79,7 +79,7 @@ private[read] final class ColumnFile(slice: FileSlice, baseConf: Configuration, 
     if (rows != slice.rowCount) throw OmniTableErrors.misalignedFile(slice.uri, rows, slice.rowCount)
     val fields = footer.getFileMetaData.getSchema.getFields.asScala.map(_.getName.toLowerCase(Locale.ROOT)).toSet
     slice.requestedSchema.fieldNames.find(n => !fields.contains(n.toLowerCase(Locale.ROOT))).foreach { n =>
-      throw OmniTableErrors.corruptFooter(slice.uri, s"no column '$n', which the catalog says it carries")
+      throw OmniTableErrors.schemaMismatch(slice.uri, s"no column '$n', which the catalog says it carries")
     }
     val length = guarded(inputFile.getLength)
     val wanted = slice.requestedSchema.fieldNames.map(_.toLowerCase(Locale.ROOT)).toSet

@@ -29,12 +29,13 @@ import org.apache.spark.sql.vectorized.{ColumnarBatch, ColumnVector}
  * they are decoded). The rows returned are exactly those; Spark's filter above re-checks them.
  *
  * Dirty input (docs/spark.md, "Dirty input"): before the first row is returned, every file's
- * footer is read and checked ([[ColumnFile.validate]]) and every file's first batch decoded. Any
- * failure to open or decode a file — there or later — is retried `corrupt.retries` times by
- * re-opening that file at the current row. Then, with `corrupt.skipFragment` and no row of the
- * fragment returned yet, the reader returns no row at all for the fragment (a partial fragment
- * would break alignment downstream) and reports it; otherwise the task fails naming fragment,
- * file and row group.
+ * footer is read and checked ([[ColumnFile.validate]]) and every file's first batch decoded. A
+ * corrupt file or a transient I/O error — there or later — is retried `corrupt.retries` times by
+ * re-opening that file at the current row. Then, for corruption only, with `corrupt.skipFragment`
+ * and no row of the fragment returned yet, the reader returns no row at all for the fragment (a
+ * partial fragment would break alignment downstream) and reports it; otherwise the task fails
+ * naming fragment, file, row group and cause. What is not corruption (schema drift, a missing
+ * file or file system, permissions) fails at once.
  */
 private[read] final class FragmentColumnarReader(part: FragmentInputPartition, ctx: ReaderContext)
     extends PartitionReader[ColumnarBatch]
@@ -53,6 +54,9 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
   private var skipped, reported = false
 
   private var bytesRead, filesOpened, rowGroupsRead, rowGroupsSkipped = 0L
+  // the partition's rows, once aligned to row groups (`part.alignTo`)
+  private var rowStart = part.rowStart
+  private var rowEnd = part.rowEnd
   private var inner: Option[FragmentColumnarReader] = None
 
   override def next(): Boolean =
@@ -145,7 +149,12 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
       retrying(i, -1)(files(i).validate(part.fragmentRows)) { files(i) = newFile(i) }
       filesOpened += 1
     }
-    val ranges = planRanges()
+    if (part.alignTo >= 0) {
+      val starts = files(part.alignTo).rowGroupStarts
+      rowStart = ScanPlanner.alignToRowGroup(starts, part.rowStart)
+      rowEnd = ScanPlanner.alignToRowGroup(starts, part.rowEnd)
+    }
+    val ranges = planRanges().filter { case (s, e) => e > s }
     val whole = ranges.map { case (s, e) => RowSet.Range(s, e) }
     ctx.late match {
       case Some(late) if ranges.nonEmpty =>
@@ -174,7 +183,8 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
    * with an inner reader of the predicate columns only (plus their row offsets).
    */
   private def survivors(late: LateMaterialization, ranges: Seq[(Long, Long)]): Array[Long] = {
-    val (innerPart, innerSchema) = LatePartitions.predicatePart(part, ctx.readSchema, late.predicateColumns)
+    val aligned = part.copy(rowStart = rowStart, rowEnd = rowEnd, alignTo = -1)
+    val (innerPart, innerSchema) = LatePartitions.predicatePart(aligned, ctx.readSchema, late.predicateColumns)
     val reader = new FragmentColumnarReader(
       innerPart,
       ctx.copy(readSchema = innerSchema, limit = None, late = None, inner = true))
@@ -242,7 +252,8 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
 
   /**
    * `op` on file `i` (at fragment row `row`, -1 if none), retried after `recover` while it fails
-   * with an error a corrupt or unreachable file can cause; then skips the fragment or fails.
+   * with corruption or a transient I/O error ([[CorruptInputPolicy.classify]]); then skips the
+   * fragment (corruption only, with `skip_fragment`) or fails with the cause.
    */
   private def retrying[T](i: Int, row: Long)(op: => T)(recover: => Unit): T = {
     var failures = 0
@@ -252,9 +263,10 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
         if (failures > 0) recover
         result = Some(op)
       } catch {
-        case e: Throwable if CorruptInputPolicy.isUnreadable(e) =>
+        case e: Throwable if CorruptInputPolicy.isHandled(e) =>
           failures += 1
-          if (failures > ctx.corrupt.retries) giveUp(i, row, failures, e)
+          val failure = CorruptInputPolicy.classify(e)
+          if (failure == ReadFailure.Environment || failures > ctx.corrupt.retries) giveUp(i, row, failures, e, failure)
           logWarning(
             s"Retrying column file ${part.files(i).uri} of fragment ${part.fragmentId} " +
               s"(attempt ${failures + 1} of ${ctx.corrupt.retries + 1}): ${OmniTableErrors.describe(e)}")
@@ -263,9 +275,11 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
     result.get
   }
 
-  private def giveUp(i: Int, row: Long, attempts: Int, e: Throwable): Nothing = {
+  private def giveUp(i: Int, row: Long, attempts: Int, e: Throwable, failure: ReadFailure): Nothing = {
     val uri = part.files(i).uri
     val rowGroup = files(i).rowGroupAt(row)
+    if (failure != ReadFailure.Corrupt)
+      throw OmniTableErrors.unreadableFragment(part.fragmentId, uri, rowGroup, attempts, e)
     val wholeFragment = part.rowStart == 0 && part.rowEnd == part.fragmentRows
     if (ctx.corrupt.skipFragment && (emitted == 0 || ctx.inner) && wholeFragment) {
       val error = OmniTableErrors.describe(e)
@@ -303,7 +317,7 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
 
   /** The partition's row range minus the row groups that statistics rule out, in order. */
   private def planRanges(): Seq[(Long, Long)] = {
-    val whole = Seq((part.rowStart, part.rowEnd))
+    val whole = Seq((rowStart, rowEnd))
     ctx.rowFilter match {
       case Some(filter) if ctx.rowGroupFiltering && files.nonEmpty =>
         val excluded = mutable.ArrayBuffer.empty[(Long, Long)]
@@ -311,7 +325,7 @@ private[read] final class FragmentColumnarReader(part: FragmentInputPartition, c
           val starts = f.rowGroupStarts
           f.blocks.indices.foreach { rg =>
             val (lo, hi) = (starts(rg), starts(rg + 1))
-            if (lo < part.rowEnd && hi > part.rowStart) {
+            if (lo < rowEnd && hi > rowStart) {
               val view: FilterColumn => StatsView = c =>
                 c.kind match {
                   case FilterColumn.Data => f.rowGroupStats(rg, c).getOrElse(StatsView.unknown(hi - lo))

@@ -27,7 +27,10 @@ object ColumnSource {
 /**
  * Rows `[rowStart, rowEnd)` of one fragment. Carries everything an executor needs and nothing
  * driver-local: absolute file URIs, row range, per-file schemas and per-column sources (in the
- * order of the scan's read schema).
+ * order of the scan's read schema). A fragment split into several partitions names in `alignTo`
+ * the file (its largest) whose row-group boundaries the reader moves both ends of the range to
+ * ([[ScanPlanner.alignToRowGroup]]), so each of that file's row groups is read by one partition
+ * only; -1: the range is read as given.
  */
 final case class FragmentInputPartition(
     fragmentId: String,
@@ -36,7 +39,8 @@ final case class FragmentInputPartition(
     rowStart: Long,
     rowEnd: Long,
     files: Array[FileSlice],
-    sources: Array[ColumnSource]) extends InputPartition {
+    sources: Array[ColumnSource],
+    alignTo: Int = -1) extends InputPartition {
 
   def rows: Long = rowEnd - rowStart
 }

@@ -1,13 +1,20 @@
 package io.omnitable.spark.read
 
-import java.io.InterruptedIOException
+import java.io.{EOFException, FileNotFoundException, InterruptedIOException, IOException}
 import java.nio.channels.ClosedByInterruptException
+import java.nio.file.{AccessDeniedException, NoSuchFileException}
+import java.util.zip.{DataFormatException, ZipException}
 
 import scala.util.control.{ControlThrowable, NonFatal}
 
+import io.omnitable.spark.errors.{OmniTableErrors, OmniTableReadException}
 import io.omnitable.spark.metrics.ScanReportAccumulator
+import org.apache.hadoop.fs.{ChecksumException, PathPermissionException, UnsupportedFileSystemException}
+import org.apache.hadoop.security.AccessControlException
+import org.apache.parquet.io.ParquetDecodingException
 import org.apache.spark.{TaskContext, TaskKilledException}
 import org.apache.spark.broadcast.Broadcast
+import org.apache.spark.sql.execution.datasources.SchemaColumnConvertNotSupportedException
 import org.apache.spark.sql.types.StructType
 
 /** What every reader of one scan shares (serialized once per task with the reader factory). */
@@ -50,18 +57,80 @@ private[read] object RowSet {
 /** Thrown inside a reader to abandon its fragment; never leaves the reader. */
 private[read] object FragmentSkipped extends ControlThrowable
 
-private[read] object CorruptInputPolicy {
+/** Why a column file could not be read, which decides whether it is retried and skippable. */
+private[read] sealed trait ReadFailure
+
+private[read] object ReadFailure {
+
+  /** The file's bytes are broken (footer, magic, page, checksum, compression, row count): retried, then skippable. */
+  case object Corrupt extends ReadFailure
+
+  /** An I/O error a retry may fix (network, object store): retried, then the task fails with it. */
+  case object Transient extends ReadFailure
 
   /**
-   * Whether `e` is what a corrupt, truncated or unreachable file can cause (I/O errors, Parquet
-   * decoding errors, broken format invariants, runtime errors of a decoder fed garbage) rather
-   * than the task being killed or the JVM failing.
+   * Not the file's bytes but what reads them: schema drift, a missing file, permission denied, no
+   * FileSystem for the scheme, an unsupported Spark build, a bug. Fails at once with its cause.
    */
-  def isUnreadable(e: Throwable): Boolean = e match {
+  case object Environment extends ReadFailure
+}
+
+private[read] object CorruptInputPolicy {
+
+  /** Whether `e` may be handled by the reader at all (not a killed task or a failing JVM). */
+  def isHandled(e: Throwable): Boolean = e match {
     case _: TaskKilledException => false
     case _: InterruptedIOException | _: ClosedByInterruptException => false
     case _ if Option(TaskContext.get()).exists(_.isInterrupted()) => false
     case NonFatal(_) => true
     case _ => false
   }
+
+  /**
+   * The one classifier of read errors (docs/spark.md, "Dirty input"). Anything in the cause chain
+   * that says the environment is at fault (a missing file or file system, permissions, schema
+   * drift, linkage or reflection errors of another Spark build) wins; otherwise the innermost
+   * cause that tells decides: Parquet format, decoding, checksum and decompression errors,
+   * truncation and the reader's own format checks are corruption, other I/O errors (also when a
+   * decoder wraps them) are transient, anything else (a bug) is not skippable.
+   */
+  def classify(e: Throwable): ReadFailure = {
+    val chain = OmniTableErrors.causes(e)
+    if (chain.exists(isEnvironment)) ReadFailure.Environment
+    else {
+      chain.reverseIterator.collectFirst {
+        case t if isCorrupt(t) => ReadFailure.Corrupt
+        case _: IOException => ReadFailure.Transient
+      }.getOrElse(ReadFailure.Environment)
+    }
+  }
+
+  private def isEnvironment(t: Throwable): Boolean = t match {
+    case o: OmniTableReadException => o.omniErrorClass == OmniTableErrors.SchemaMismatch
+    case _: SchemaColumnConvertNotSupportedException => true
+    case _: FileNotFoundException | _: AccessDeniedException | _: NoSuchFileException => true
+    case _: UnsupportedFileSystemException | _: AccessControlException | _: PathPermissionException => true
+    case _: SecurityException | _: LinkageError | _: ReflectiveOperationException => true
+    case _ => false
+  }
+
+  private val CodecPackages =
+    Seq("com.github.luben.zstd.", "org.xerial.snappy.", "net.jpountz.lz4.", "io.airlift.compress.", "org.brotli.")
+
+  private val DecoderPackages =
+    Seq("org.apache.parquet.", "org.apache.spark.sql.execution.datasources.parquet.") ++ CodecPackages
+
+  private def isCorrupt(t: Throwable): Boolean = t match {
+    case o: OmniTableReadException =>
+      o.omniErrorClass == OmniTableErrors.CorruptFile || o.omniErrorClass == OmniTableErrors.MisalignedFile
+    case _: ParquetDecodingException | _: ChecksumException | _: EOFException => true
+    case _: DataFormatException | _: ZipException => true
+    case _ if isThrift(t.getClass) || CodecPackages.exists(t.getClass.getName.startsWith) => true
+    case _: RuntimeException => // a decoder fed garbage (bad magic, bad lengths, bad encodings)
+      t.getStackTrace.headOption.exists(f => DecoderPackages.exists(f.getClassName.startsWith))
+    case _ => false
+  }
+
+  private def isThrift(c: Class[_]): Boolean =
+    c != null && (c.getName.endsWith("thrift.TException") || isThrift(c.getSuperclass))
 }

@@ -45,7 +45,7 @@ final case class ScanPlan(
  * Plans a read on the driver: prunes fragments (batch option, exact predicates on batch name /
  * fragment id, catalog min/max/null statistics), picks for each fragment the one file that
  * provides each requested column (docs/format.md: highest added_version), and cuts large
- * fragments into row ranges. Pure: no Spark session, no I/O.
+ * fragments into row ranges (which readers align to row groups). Pure: no Spark session, no I/O.
  */
 object ScanPlanner {
 
@@ -86,10 +86,11 @@ object ScanPlanner {
         }
         FileSlice(DataPaths.join(tableUri, f.path), org.apache.spark.sql.types.StructType(fields), f.rowCount)
       }.toArray
-      request.maxRowsPerPartition.fold(Seq((0L, frag.rowCount)))(rowRanges(frag.rowCount, _)).foreach {
-        case (start, end) =>
-          partitions +=
-            FragmentInputPartition(frag.fragmentId, frag.batchName, frag.rowCount, start, end, slices, sources)
+      val ranges = request.maxRowsPerPartition.fold(Seq((0L, frag.rowCount)))(rowRanges(frag.rowCount, _))
+      val alignTo = if (ranges.size > 1 && files.nonEmpty) files.indices.maxBy(files(_).sizeBytes) else -1
+      ranges.foreach { case (start, end) =>
+        partitions +=
+          FragmentInputPartition(frag.fragmentId, frag.batchName, frag.rowCount, start, end, slices, sources, alignTo)
       }
     }
     val counts = PruningCounts(fragments.size, byBatch, byFragment, byPredicate, byStats, empty, byLimit)
@@ -135,6 +136,18 @@ object ScanPlanner {
     }
     (files.toSeq, sources.toArray)
   }
+
+  /**
+   * `row` moved to the first row-group start at or after it (`starts`: each row group's first
+   * row, then the row count). Partitions of one fragment move both ends of their ranges this way
+   * on the same file, so the moved ranges still tile the fragment, a row group is decoded by one
+   * partition only, and a range inside one row group becomes empty.
+   */
+  def alignToRowGroup(starts: Array[Long], row: Long): Long =
+    java.util.Arrays.binarySearch(starts, row) match {
+      case i if i >= 0 => row
+      case i => starts(math.min(-i - 1, starts.length - 1))
+    }
 
   /** `[0, rows)` cut into near-equal ranges of at most `max` rows. */
   def rowRanges(rows: Long, max: Long): Seq[(Long, Long)] = {

@@ -174,6 +174,20 @@ class OmniTableScanSuite extends AnyFunSuite with SharedSparkSession {
     assert(e.getMessage.contains("Cannot read fragments 0000 of table 'pruning'"))
   }
 
+  test("split fragments are read in row-group-aligned ranges: each row group by one partition") {
+    val ids = pruning().where("_ai_append_name_ = 'p3'").select("_ai_fragment_").distinct().collect()
+      .map(_.getString(0)).sorted.take(2)
+    def read(max: String) = pruning("fragments" -> ids.mkString(","), "max_rows_per_partition" -> max)
+      .select("_ai_fragment_", "_ai_row_offset_", "name", "score", "payload")
+    val split = read("400") // 1000-row fragments of 250-row groups, cut at rows 333 and 666
+    assert(scanOf(split)._1.plan.partitions.size == 6)
+    assertSameRows(split, read("100000"))
+    val sizes = split.rdd.glom().collect().map(_.length).toSeq
+    assert(sizes.sorted == Seq(250, 250, 250, 250, 500, 500), "ranges moved to row-group starts")
+    // 2 fragments x 3 files (base, hot, wide) x 4 row groups, each read once (unaligned: 36)
+    assert(metric(split, ReadMetrics.RowGroupsRead) == 24)
+  }
+
   test("fragment ids and row offsets address rows") {
     val rows = pruning().where("_ai_append_name_ = 'p1'")
       .select("_ai_fragment_", "_ai_row_offset_", "_ai_unique_id_").collect()

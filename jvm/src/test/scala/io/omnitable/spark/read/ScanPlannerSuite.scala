@@ -17,6 +17,20 @@ class ScanPlannerSuite extends AnyFunSuite {
     }
   }
 
+  test("range ends move to the next row-group start, so aligned ranges still tile the fragment") {
+    val starts = Array(0L, 250L, 500L, 750L, 1000L)
+    assert(Seq(0L, 1L, 250L, 333L, 666L, 999L, 1000L).map(ScanPlanner.alignToRowGroup(starts, _)) ==
+      Seq(0L, 250L, 250L, 500L, 750L, 1000L, 1000L))
+    val aligned = ScanPlanner.rowRanges(1000, 400).map { case (s, e) =>
+      (ScanPlanner.alignToRowGroup(starts, s), ScanPlanner.alignToRowGroup(starts, e))
+    }
+    assert(aligned == Seq((0L, 500L), (500L, 750L), (750L, 1000L)))
+    val oneGroup = Array(0L, 1000L) // ranges inside one row group: one partition reads it all
+    assert(ScanPlanner.rowRanges(1000, 300).map { case (s, e) =>
+      (ScanPlanner.alignToRowGroup(oneGroup, s), ScanPlanner.alignToRowGroup(oneGroup, e))
+    } == Seq((0L, 1000L), (1000L, 1000L), (1000L, 1000L), (1000L, 1000L)))
+  }
+
   test("row ranges minus skipped row groups") {
     assert(RowRanges.subtract(Seq((0L, 100L)), Seq((10L, 20L), (50L, 60L))) == Seq((0L, 10L), (20L, 50L), (60L, 100L)))
     assert(RowRanges.subtract(Seq((15L, 55L)), Seq((50L, 60L), (10L, 20L))) == Seq((20L, 50L)))
