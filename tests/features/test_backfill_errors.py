@@ -132,6 +132,32 @@ def test_retry_recomputes_only_failed_records_and_resolves_them(
     assert t.status().errors == {}
 
 
+def test_retry_fixes_transient_failures_while_one_stays_failed(
+    wh: omnitable.Warehouse, spark, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    flag = tmp_path / "service-down"
+    flag.touch()
+    texts = [f"ok {i}" for i in range(500)]
+    flaky = list(range(3, 500, 55))  # 10 records
+    for p in flaky:
+        texts[p] = f"FLAKY:{flag}"
+    texts[250] = "RAISE forever"
+    t = wh.create_table("docs", {"text": "string"})
+    t.append(pa.table({"text": texts}), "b1")
+    t.register(faulty.score)
+    t.backfill("score").run(spark, max_error_ratio=0.05)
+    assert t.errors(spark=spark).count() == len(flaky) + 1
+    flag.unlink()
+    # the ratio is over the chunk's 500 records (1 failed = 0.2 %), not the 11 retried ones
+    result = t.backfill("score", retry_errors=True).run(spark)
+    assert result.errors == {"score@1": 1}
+    scores = t.read(columns=["score"]).column("score").to_pylist()
+    assert [scores[p] for p in flaky] == [len(texts[flaky[0]]) / 2] * len(flaky)
+    assert scores[250] is None
+    (row,) = t.errors(spark=spark).collect()
+    assert (row.row_offset, row.exception_type) == (250, "ValueError")
+
+
 def test_error_rows_are_visible_only_with_their_files(
     wh: omnitable.Warehouse, spark, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]

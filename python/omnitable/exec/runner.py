@@ -293,18 +293,20 @@ def _check_error_ratio(step: Step, outputs: list[TaskOutput], max_ratio: float) 
     for f in step.features:
         mine = [o for o in outputs if o.feature == f.name]
         failed = sum(len(o.errors) for o in mine)
-        computed = sum(o.computed for o in mine)
-        if failed and failed > max_ratio * computed:
+        # over the chunk's records, not only those computed: a retry recomputes a few failed
+        # records, and the ones that stay failed are a share of the whole chunk
+        records = sum(o.file.row_count for o in mine)
+        if failed and failed > max_ratio * records:
             sample = next(e for o in mine for e in o.errors)
             raise ErrorRatioExceeded(
-                f"Cannot commit backfill of {f.id}: {failed} of {computed} records failed "
-                f"({failed / max(1, computed):.2%}), above max_error_ratio={max_ratio:.2%}; "
+                f"Cannot commit backfill of {f.id}: {failed} of {records} records failed "
+                f"({failed / max(1, records):.2%}), above max_error_ratio={max_ratio:.2%}; "
                 f"nothing of this step was committed. First failure: {sample['kind']} "
                 f"{sample['exception_type']}: {sample['message'][:300]}. Fix the feature and bump "
                 "its version, or raise max_error_ratio.",
                 f.id,
                 failed,
-                computed,
+                records,
             )
 
 
