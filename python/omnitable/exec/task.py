@@ -11,8 +11,11 @@ column file per feature, and yields one JSON descriptor per file with its failed
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any, cast
 
 import numpy as np
@@ -22,6 +25,7 @@ import pyarrow.compute as pc
 
 from omnitable.catalog.records import ROW_ID
 from omnitable.exceptions import ValidationError
+from omnitable.exec.escalation import TaskProgress
 from omnitable.exec.isolation import IsolationPolicy, Mode, run_isolated
 from omnitable.features.definition import Feature
 from omnitable.format.fs import resolve_location
@@ -47,6 +51,8 @@ def step_spec(
     options: WriteOptions,
     run_id: str,
     isolation: str,
+    progress: str | None = None,
+    escalate: list[str] | None = None,
 ) -> str:
     """Everything a task needs, as JSON (shipped to executors with the task).
 
@@ -54,6 +60,10 @@ def step_spec(
         work: feature -> fragments to compute (fully, or only ``retry`` offsets).
         retry: feature -> fragment -> row offsets to recompute (other rows keep their values).
         isolation: ``auto`` | ``inprocess`` | ``subprocess`` | ``off`` (overrides features).
+        progress: URI of the chunk's :class:`~omnitable.exec.escalation.TaskProgress` directory
+            (the ``driver`` crash escalation), or None.
+        escalate: features to run in the child process from the start (a worker died while
+            computing them in an earlier job of this chunk).
     """
     return json.dumps(
         {
@@ -67,6 +77,8 @@ def step_spec(
             "paths": paths,
             "options": options.__dict__,
             "isolation": isolation,
+            "progress": progress,
+            "escalate": escalate or [],
         }
     )
 
@@ -81,6 +93,8 @@ def compute_partition(
     features = [_load(d) for d in spec["features"]]
     work = {name: set(ids) for name, ids in spec["work"].items()}
     retried = _previous_attempt_failed()
+    escalated = set(spec.get("escalate", []))
+    progress = TaskProgress(spec["progress"]) if spec.get("progress") else None
     for frag_id, table in _fragments(batches):
         _check_complete(frag_id, table, spec["row_counts"].get(frag_id))
         cache: dict[str, pd.Series] = {}
@@ -88,8 +102,9 @@ def compute_partition(
             if frag_id not in work.get(f.name, set()):
                 continue
             only = spec["retry"].get(f.name, {}).get(frag_id)
+            marker = functools.partial(progress.batch, f.name, frag_id) if progress else None
             outputs, failures, computed = compute_feature(
-                f, table, cache, spec["isolation"], retried, only
+                f, table, cache, spec["isolation"], retried or f.name in escalated, only, marker
             )
             desc = write_column_file(
                 location,
@@ -101,20 +116,17 @@ def compute_partition(
                 options,
                 {o: f.version for o in f.outputs},
             )
-            yield pa.RecordBatch.from_pydict(
+            descriptor = json.dumps(
                 {
-                    "descriptor": [
-                        json.dumps(
-                            {
-                                "feature": f.name,
-                                "file": desc.to_dict(),
-                                "errors": failures,
-                                "computed": computed,
-                            }
-                        )
-                    ]
+                    "feature": f.name,
+                    "file": desc.to_dict(),
+                    "errors": failures,
+                    "computed": computed,
                 }
             )
+            if progress is not None:
+                progress.completed(descriptor)
+            yield pa.RecordBatch.from_pydict({"descriptor": [descriptor]})
 
 
 def compute_feature(
@@ -124,8 +136,13 @@ def compute_feature(
     isolation: str,
     previous_attempt_failed: bool,
     only: list[int] | None,
+    marker: Callable[[int], AbstractContextManager[None]] | None = None,
 ) -> tuple[pa.Table, list[dict[str, Any]], int]:
-    """One feature over one fragment: (aligned outputs, failed records, records computed)."""
+    """One feature over one fragment: (aligned outputs, failed records, records computed).
+
+    ``marker(start)``, when given, wraps each in-process call of the batch starting at
+    ``start`` (crash escalation by the driver, :class:`~omnitable.exec.escalation.TaskProgress`).
+    """
     types = {name: to_arrow(ddl) for name, ddl in f.outputs.items()}
     if f.kind == "sql":
         return (
@@ -146,13 +163,14 @@ def compute_feature(
         chunk = positions[start : start + batch_rows]
         inputs = pd.DataFrame({c: cache[c].iloc[chunk].reset_index(drop=True) for c in f.inputs})
         assert f.fn is not None
-        result = run_isolated(
-            f.fn,
-            inputs,
-            output_names=list(f.outputs),
-            policy=policy,
-            previous_attempt_failed=previous_attempt_failed,
-        )
+        with marker(start) if marker is not None else contextlib.nullcontext():
+            result = run_isolated(
+                f.fn,
+                inputs,
+                output_names=list(f.outputs),
+                policy=policy,
+                previous_attempt_failed=previous_attempt_failed,
+            )
         frame = pd.DataFrame(
             {
                 n: pd.Series(c).reset_index(drop=True)
