@@ -158,6 +158,51 @@ def test_retry_fixes_transient_failures_while_one_stays_failed(
     assert (row.row_offset, row.exception_type) == (250, "ValueError")
 
 
+def test_output_values_that_do_not_fit_the_declared_type_fail_alone(
+    wh: omnitable.Warehouse, spark
+) -> None:  # type: ignore[no-untyped-def]
+    texts = [f"row {i}" for i in range(600)]
+    texts[5], texts[400] = "FLOAT row", "HUGE row"
+    t = wh.create_table("docs", {"text": "string"})
+    t.append(pa.table({"text": texts}), "b1")
+    t.register(faulty.sized)
+    result = t.backfill("sized").run(spark)
+    assert result.errors == {"sized@1": 2}
+    out = t.read(columns=["n", "half"]).to_pydict()
+    for pos, text in enumerate(texts):
+        if pos in (5, 400):  # NULL in every output of the feature
+            assert (out["n"][pos], out["half"][pos]) == (None, None)
+        else:
+            assert (out["n"][pos], out["half"][pos]) == (len(text), len(text) / 2)
+    errors = {r.row_offset: r for r in t.errors(spark=spark).collect()}
+    assert sorted(errors) == [5, 400]
+    assert {e.kind for e in errors.values()} == {"type"}
+    assert "'n'" in errors[5].message and "int32" in errors[5].message
+    assert len(errors[400].input_digest) == 64
+
+
+@pytest.mark.parametrize("ansi", ["true", "false"])
+def test_sql_feature_values_that_do_not_convert_fail_alone(
+    wh: omnitable.Warehouse, spark, ansi: str
+) -> None:  # type: ignore[no-untyped-def]
+    texts = [f"{i}" for i in range(300)]
+    texts[7] = "seven"
+    t = wh.create_table("docs", {"text": "string"})
+    t.append(pa.table({"text": texts}), "b1")
+    t.register(omnitable.sql_feature("num", "concat(text, '')", "int", "1"))
+    spark.conf.set("spark.sql.ansi.enabled", ansi)
+    try:
+        result = t.backfill("num").run(spark)
+    finally:
+        spark.conf.unset("spark.sql.ansi.enabled")
+    assert result.errors == {"num@1": 1}
+    nums = t.read(columns=["num"]).column("num").to_pylist()
+    assert nums == [None if i == 7 else i for i in range(300)]
+    (row,) = t.errors(spark=spark).collect()
+    assert (row.row_offset, row.kind, row.feature) == (7, "type", "num")
+    assert "'seven'" in row.message and len(row.input_digest) == 64
+
+
 def test_error_rows_are_visible_only_with_their_files(
     wh: omnitable.Warehouse, spark, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]

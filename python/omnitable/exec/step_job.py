@@ -19,13 +19,20 @@ from omnitable.exceptions import ValidationError
 from omnitable.exec.errors import error_offsets
 from omnitable.exec.escalation import TaskProgress, worker_died
 from omnitable.exec.scan_metrics import ScanMetrics
-from omnitable.exec.task import FRAGMENT, OFFSET, compute_partition, step_spec
+from omnitable.exec.task import (
+    FRAGMENT,
+    OFFSET,
+    TYPE_ERROR_PREFIX,
+    compute_partition,
+    step_spec,
+)
 from omnitable.format.descriptors import FileDescriptor
 from omnitable.format.fs import delete_quietly
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from omnitable.features.definition import Feature
     from omnitable.features.planner import Step
     from omnitable.table import Table
 
@@ -81,11 +88,31 @@ def step_dataframe(
         if f.name in step.retry:
             cols += [o for o in f.outputs if o not in cols]
     exprs = [f"`{c}`" for c in cols]
+    ansi = str(session.conf.get("spark.sql.ansi.enabled", "true")).lower() == "true"
     for f in step.features:
         if f.kind == "sql":
-            ((out, ddl),) = f.outputs.items()
-            exprs.append(f"CAST(({f.expr}) AS {ddl}) AS `{out}`")
+            exprs += sql_feature_exprs(f, ansi)
     return df.selectExpr(*exprs)
+
+
+def sql_feature_exprs(f: Feature, ansi: bool) -> list[str]:
+    """The value of an SQL feature, converted to its declared type, and a flag column.
+
+    The conversion is Spark's own (``CAST``) under the session's ANSI mode, except that a value
+    that does not convert never fails the job: under ANSI it is ``TRY_CAST`` (the same result
+    where ``CAST`` succeeds, NULL where it would raise); without ANSI ``CAST`` gives NULL
+    itself. The flag column (``TYPE_ERROR_PREFIX`` + output) holds, for exactly those records
+    (a non-NULL value, a NULL conversion), the value as a string and the inputs, from which the
+    task records an error of kind ``type``. Spark evaluates the shared expression once.
+    """
+    ((out, ddl),) = f.outputs.items()
+    converted = f"{'TRY_CAST' if ansi else 'CAST'}(({f.expr}) AS {ddl})"
+    inputs = ", ".join(f"'{i}', `{i}`" for i in f.inputs) or "'none', NULL"
+    flag = (
+        f"CASE WHEN ({f.expr}) IS NOT NULL AND {converted} IS NULL THEN named_struct('value', "
+        f"CAST(({f.expr}) AS STRING), 'inputs', named_struct({inputs})) END"
+    )
+    return [f"{converted} AS `{out}`", f"{flag} AS `{TYPE_ERROR_PREFIX}{out}`"]
 
 
 def execute_chunk(

@@ -26,7 +26,8 @@ import pyarrow.compute as pc
 from omnitable.catalog.records import ROW_ID
 from omnitable.exceptions import ValidationError
 from omnitable.exec.escalation import TaskProgress
-from omnitable.exec.isolation import IsolationPolicy, Mode, run_isolated
+from omnitable.exec.isolation import IsolationPolicy, Mode, input_digest, run_isolated
+from omnitable.exec.isolation_engine import split
 from omnitable.features.definition import Feature
 from omnitable.format.fs import resolve_location
 from omnitable.format.types import to_arrow
@@ -34,6 +35,7 @@ from omnitable.format.writer import WriteOptions, write_column_file
 
 FRAGMENT = "_ai_fragment_"
 OFFSET = "_ai_row_offset_"
+TYPE_ERROR_PREFIX = "_ai_type_error_"  # an SQL feature's value that did not convert, + inputs
 DEFAULT_BATCH_ROWS = 65_536
 DEFAULT_CALL_TIMEOUT_S = 120.0
 _LOADED: dict[str, Feature] = {}
@@ -145,11 +147,7 @@ def compute_feature(
     """
     types = {name: to_arrow(ddl) for name, ddl in f.outputs.items()}
     if f.kind == "sql":
-        return (
-            pa.table({n: table.column(n).cast(t) for n, t in types.items()}),
-            [],
-            table.num_rows,
-        )
+        return _sql_outputs(f, table, types)
     for col in f.inputs:
         if col not in cache:
             cache[col] = table.column(col).to_pandas()
@@ -177,12 +175,16 @@ def compute_feature(
                 for n, c in zip(result.output_names, result.columns, strict=True)
             }
         )
-        pieces.append(outputs_to_arrow(f, frame, len(chunk), types))
-        for fail in result.failures:
-            offset = int(chunk[fail.position])
-            record = {k: v for k, v in fail.to_dict().items() if k != "position"}
-            record.update(row_offset=offset, **{ROW_ID: int(ids[offset])})
-            failures.append(record)
+        converted, bad = convert_outputs(f, frame, types)
+        pieces.append(converted)
+        found = {x.position: {k: v for k, v in x.to_dict().items() if k != "position"}
+                 for x in result.failures}  # fmt: skip
+        for pos, (etype, message) in bad.items():  # failed records are NULL: never both
+            digest = input_digest([inputs[c].iloc[pos] for c in f.inputs])
+            found[pos] = _type_failure(etype, message, digest)
+        for pos in sorted(found):
+            offset = int(chunk[pos])
+            failures.append(dict(found[pos], row_offset=offset, **{ROW_ID: int(ids[offset])}))
     computed = (
         pa.concat_tables(pieces)
         if pieces
@@ -276,34 +278,81 @@ def _fragments(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, pa.Tabl
         yield current, pa.Table.from_batches(parts)
 
 
-def outputs_to_arrow(f: Feature, result: Any, n: int, types: dict[str, pa.DataType]) -> pa.Table:
-    """Check a feature's outputs and convert them to its declared output types."""
-    names = list(types)
-    if isinstance(result, pd.Series) and len(names) == 1:
-        frame = pd.DataFrame({names[0]: result.reset_index(drop=True)})
-    elif isinstance(result, pd.DataFrame):
-        missing = [c for c in names if c not in result.columns]
-        if missing:
-            raise ValidationError(
-                f"Feature {f.id} returned a DataFrame without output column(s) {missing}"
-            )
-        frame = result.reset_index(drop=True)
-    else:
-        raise ValidationError(
-            f"Feature {f.id} must return a pandas Series (one output) or DataFrame (outputs "
-            f"{names}), got {type(result).__name__}"
-        )
-    if len(frame) != n:
-        raise ValidationError(f"Feature {f.id} returned {len(frame)} rows for {n} input rows")
+def convert_outputs(
+    f: Feature, frame: pd.DataFrame, types: dict[str, pa.DataType]
+) -> tuple[pa.Table, dict[int, tuple[str, str]]]:
+    """A feature's outputs converted to its declared types, record by record where needed.
+
+    Returns the outputs and, for every row with a value that does not convert (1.5 or 2**40
+    for an ``int``, a string for a ``double``), ``position -> (exception type, message)``; such
+    rows are NULL in every output. Rows that convert get exactly what a conversion of the whole
+    column gives (the parts keep the column's pandas dtype).
+    """
+    bad: dict[int, tuple[str, str]] = {}
     arrays = {}
     for name, t in types.items():
-        try:
-            arrays[name] = pa.Array.from_pandas(frame[name], type=t)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise ValidationError(
-                f"Feature {f.id}: output '{name}' cannot be converted to {t}: {exc}"
-            ) from None
-    return pa.table(arrays)
+        arrays[name], failed = _convert(frame[name].reset_index(drop=True), t, 0)
+        for pos, exc in failed.items():
+            message = f"Feature {f.id}: output '{name}' value cannot be converted to {t}: {exc}"
+            bad.setdefault(pos, (type(exc).__name__, message[:1024]))
+    if bad:
+        mask = np.zeros(len(frame), dtype=bool)
+        mask[list(bad)] = True
+        nulls = pa.array(mask)
+        arrays = {n: pc.if_else(nulls, pa.scalar(None, t), arrays[n]) for n, t in types.items()}
+    return pa.table(arrays), bad
+
+
+def _convert(values: pd.Series, t: pa.DataType, base: int) -> tuple[pa.Array, dict[int, Exception]]:
+    """``values`` as an Arrow array of type ``t``; values that fail alone become NULL and are
+    returned by position (``base`` + index), found by splitting failed parts."""
+    try:
+        return pa.Array.from_pandas(values, type=t), {}
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+        if len(values) == 1:
+            return pa.nulls(1, t), {base: exc}
+    arrays, failed = [], {}
+    for lo, hi in split(0, len(values), 8):
+        part, errs = _convert(values.iloc[lo:hi], t, base + lo)
+        arrays.append(part)
+        failed.update(errs)
+    return pa.concat_arrays(arrays), failed
+
+
+def _type_failure(exception_type: str, message: str, digest: str) -> dict[str, Any]:
+    return {
+        "kind": "type",
+        "exception_type": exception_type,
+        "message": message,
+        "traceback": "",
+        "input_digest": digest,
+    }
+
+
+def _sql_outputs(
+    f: Feature, table: pa.Table, types: dict[str, pa.DataType]
+) -> tuple[pa.Table, list[dict[str, Any]], int]:
+    """An SQL feature's values (computed in the JVM) and its records whose value did not
+    convert to the declared type (see :func:`omnitable.exec.step_job.step_dataframe`)."""
+    ((out, t),) = types.items()
+    failures = []
+    flags = table.column(TYPE_ERROR_PREFIX + out)
+    ids = table.column(ROW_ID)
+    for pos in np.flatnonzero(flags.is_valid().to_numpy(zero_copy_only=False)).tolist():
+        flag = flags[pos].as_py()
+        message = (
+            f"Feature {f.id}: value {flag['value']!r} of ({f.expr}) cannot be converted to "
+            f"{f.outputs[out]}"
+        )
+        digest = input_digest(list(flag["inputs"].values()))
+        failures.append(
+            dict(
+                _type_failure("CAST_INVALID", message[:1024], digest),
+                row_offset=pos,
+                **{ROW_ID: ids[pos].as_py()},
+            )
+        )
+    return pa.table({out: table.column(out).cast(t)}), failures, table.num_rows
 
 
 def _load(d: dict[str, Any]) -> Feature:
