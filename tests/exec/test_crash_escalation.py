@@ -122,3 +122,41 @@ def test_sessions_report_how_they_escalate(spark) -> None:  # type: ignore[no-un
 
     # the test session is local[2,4]: Spark retries tasks, the retry escalates
     assert crash_escalation(spark).strategy == "task-retry"
+
+
+class _Conf:
+    """The public configuration of a session we cannot start here (a cluster)."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+
+class _Session:
+    def __init__(self, **values: str) -> None:
+        self.conf = _Conf({k.replace("_", "."): v for k, v in values.items()})
+
+
+@pytest.mark.parametrize(
+    "conf, strategy",
+    [
+        ({"spark_master": "local"}, "driver"),
+        ({"spark_master": "local[*]"}, "driver"),
+        ({"spark_master": "local[4, 1]"}, "driver"),
+        ({"spark_master": "local[2,4]"}, "task-retry"),
+        ({"spark_master": "yarn"}, "task-retry"),  # Spark's default maxFailures is 4
+        ({"spark_master": "spark://h:7077", "spark_task_maxFailures": "2"}, "task-retry"),
+        ({"spark_master": "k8s://h", "spark_task_maxFailures": "1"}, "none"),
+        ({"spark_master": "local-cluster[2,1,1024]", "spark_task_maxFailures": "1"}, "none"),
+    ],
+)
+def test_escalation_strategy_from_public_conf(conf: dict[str, str], strategy: str) -> None:
+    from omnitable.exec.escalation import crash_escalation
+
+    got = crash_escalation(_Session(**conf))  # type: ignore[arg-type]
+    assert got.strategy == strategy
+    assert (got.warning is not None) == (strategy == "none")
+    if got.warning:
+        assert "spark.task.maxFailures >= 2" in got.warning
