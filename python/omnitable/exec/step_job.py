@@ -85,7 +85,7 @@ def step_dataframe(
     pandas_inputs = {c for f in step.features if f.kind == "pandas" for c in f.inputs}
     cols = [FRAGMENT, OFFSET, ROW_ID] + [c for c in step.inputs if c in pandas_inputs]
     for f in step.features:
-        if f.name in step.retry:
+        if f.name in step.retry and f.kind == "pandas":  # an SQL feature is recomputed whole
             cols += [o for o in f.outputs if o not in cols]
     exprs = [f"`{c}`" for c in cols]
     ansi = str(session.conf.get("spark.sql.ansi.enabled", "true")).lower() == "true"
