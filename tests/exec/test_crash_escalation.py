@@ -94,7 +94,7 @@ def _run(how: str, uri: str, root: str | None) -> dict:  # type: ignore[type-arg
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert lines, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return dict(json.loads(lines[-1][len("RESULT ") :]))
+    return dict(json.loads(lines[-1][len("RESULT ") :]), stdout=proc.stdout)
 
 
 def _check(summary: dict) -> None:  # type: ignore[type-arg]
@@ -114,7 +114,9 @@ def test_plain_local_session_isolates_crashes(catalog_spec: tuple[str, str | Non
 
 
 def test_cli_with_its_default_master_isolates_crashes(tmp_path: Path) -> None:
-    _check(_run("cli", str(tmp_path / "wh"), None))
+    summary = _run("cli", str(tmp_path / "wh"), None)
+    _check(summary)
+    assert "re-run in the child process after a crash: score" in summary["stdout"]
 
 
 def test_sessions_report_how_they_escalate(spark) -> None:  # type: ignore[no-untyped-def]
