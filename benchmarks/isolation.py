@@ -9,14 +9,18 @@ Prints, measured side by side in one run:
   1. overhead of the isolation wrapper on clean data, in-process, with a timeout and a memory
      budget armed: ``run_isolated`` and ``isolated(fn)`` vs calling the function (target <= 3 %);
   2. the subprocess mode: cost per batch vs in-process, zygote start and worker respawn;
-  3. ROWS records with BAD_RATE (default 0.005 %) bad records of mixed kinds (exception,
-     timeout, crash) through the moderate feature in one call sequence (subprocess mode: a
-     crash needs the child), vs the clean run; plus the same without the hanging records.
-     These run in batches of DIRTY_BATCH (default 10,000): a call's deadline
-     (``call_timeout_s`` 0.25 s) must exceed the time a clean call takes, or clean batches
-     would time out and be split too.
+  3. ROWS records with BAD_RATE (default 0.005 %) bad records of every kind (exception,
+     hang, segfault, memory, a value that is not a double) through the moderate feature on
+     the backfill task's path (``compute_feature``: isolation, then conversion to the declared
+     type), in the child process as after a crash escalation, vs the clean in-process run;
+     the ratio subtracts the hanging records' own deadlines (the budgets of the calls that held
+     them). Batches of DIRTY_BATCH (default 10,000): a call's deadline (``call_timeout_s``
+     0.25 s) must exceed the time a clean call takes, or clean batches would time out too.
+  4. SPARK_ROWS (default 200,000; 0 skips it) records backfilled in a ``local[2]`` session
+     (one attempt per task): clean vs with 3 segfaulting records, which the driver escalates.
 
 Run: ./dev bench isolation [--rows N] [--batch N] [--repeats N] [--bad-rate R] [--dirty-batch N]
+     [--spark-rows N]
 """
 
 from __future__ import annotations
@@ -57,8 +61,24 @@ def _quality(doc: str) -> float:
             time.sleep(3600)
         if doc.startswith("#segv"):
             ctypes.string_at(0)
+        if doc.startswith("#memory"):
+            return float(len(bytearray(8 * 1024**3)))
+        if doc.startswith("#type"):
+            return "n/a"  # type: ignore[return-value]  # not a double: fails the conversion
     tokens = _WORD.findall(doc.lower())
     return len(set(tokens)) / (1 + len(tokens))
+
+
+PLANTED = {  # injected record -> the kind of failure it must be recorded as
+    "raise": "exception",
+    "sleep": "timeout",
+    "segv": "crash",
+    "memory": "memory",
+    "type": "type",
+}
+DIRTY_BUDGET = {"timeout_s": 0.05, "call_timeout_s": 0.25, "memory_mb": 2048}
+"""Budgets of the dirty runs; ``call_timeout_s`` is raised to 4x a clean call's time when the
+machine is slower than that (a clean call must never time out, see docs/isolation.md)."""
 
 
 def make_batches(rows: int, batch: int, seed: int = 0) -> list[pd.DataFrame]:
@@ -75,9 +95,9 @@ def make_batches(rows: int, batch: int, seed: int = 0) -> list[pd.DataFrame]:
 def plant(batches: list[pd.DataFrame], rate: float, seed: int = 1) -> dict[int, str]:
     """Overwrite about rate * rows records with bad ones, kinds in turn; returns row -> kind."""
     rows = sum(len(b) for b in batches)
-    count = max(3, round(rows * rate))
+    count = max(len(PLANTED), round(rows * rate))
     rng = np.random.default_rng(seed)
-    kinds = ["raise", "sleep", "segv"]
+    kinds = list(PLANTED)
     planted: dict[int, str] = {}
     for i, row in enumerate(sorted(rng.choice(rows, count, replace=False).tolist())):
         kind = kinds[i % len(kinds)]
@@ -99,6 +119,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--bad-rate", type=float, default=0.00005)
     parser.add_argument("--dirty-batch", type=int, default=10_000,
                         help="batch size of the dirty run (a clean call must beat 0.25 s)")  # fmt: skip
+    parser.add_argument("--spark-rows", type=int, default=200_000,
+                        help="rows of the Spark crash-escalation run (0: skip it)")  # fmt: skip
     parser.add_argument("--moderate-rows", type=int, default=100_000,
                         help="rows for the moderate feature's overhead measure")  # fmt: skip
     args = parser.parse_args(argv)
@@ -223,55 +245,166 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         ],
     )
 
-    # 3. a dirty run
-    batches = make_batches(args.rows, args.dirty_batch)
-    dirty_batches = [b.copy() for b in batches]
-    planted = plant(dirty_batches, args.bad_rate)
-    no_timeouts = [b.copy() for b in batches]
-    for row, kind in planted.items():
-        if kind != "sleep":
-            b, pos = divmod(row, args.dirty_batch)
-            no_timeouts[b].loc[pos, "text"] = dirty_batches[b].loc[pos, "text"]
-    budget = {"timeout_s": 0.05, "call_timeout_s": 0.25, "memory_mb": 2048}
-    runs: dict[str, tuple[float, Counter[str]]] = {}
-    for label, data, mode in (
-        ("clean, in-process", batches, "auto"),
-        ("clean, subprocess", batches, "subprocess"),
-        ("dirty, subprocess", dirty_batches, "subprocess"),
-        ("dirty without the timeouts, subprocess", no_timeouts, "subprocess"),
-    ):
-        pol = IsolationPolicy(mode=mode, **budget)  # type: ignore[arg-type]
-        start = time.perf_counter()
-        kinds: Counter[str] = Counter()
-        for b in data:
-            kinds.update(
-                f.kind for f in run_isolated(moderate, b, output_names=["y"], policy=pol).failures
-            )
-        runs[label] = (time.perf_counter() - start, kinds)
-    expected = Counter(
-        {"raise": "exception", "sleep": "timeout", "segv": "crash"}[k] for k in planted.values()
-    )
-    assert runs["dirty, subprocess"][1] == expected, (runs["dirty, subprocess"][1], expected)
-    clean_in, clean_sub = runs["clean, in-process"][0], runs["clean, subprocess"][0]
-    dirty, no_wait = runs["dirty, subprocess"][0], runs["dirty without the timeouts, subprocess"][0]
-    out.update(
-        dirty_bad_records=float(len(planted)),
-        dirty_vs_clean_inprocess=dirty / clean_in,
-        dirty_vs_clean_subprocess=dirty / clean_sub,
-        dirty_without_timeouts_vs_clean_subprocess=no_wait / clean_sub,
-    )
-    report(
-        f"dirty run: {args.rows:,} rows in batches of {args.dirty_batch:,}, {len(planted)} bad "
-        f"({dict(expected)}), moderate feature, timeout_s={budget['timeout_s']}, call_timeout_s={budget['call_timeout_s']}",
-        [
-            *[(label, fmt_seconds(t), str(dict(k))) for label, (t, k) in runs.items()],
-            ("dirty (subprocess) / clean in-process", fmt_ratio(dirty / clean_in), "completes"),
-            ("dirty (subprocess) / clean subprocess", fmt_ratio(dirty / clean_sub), ""),
-            ("w/o timeouts / clean subprocess", fmt_ratio(no_wait / clean_sub), "bisection"),
-            ("time spent on the timeouts", fmt_seconds(dirty - no_wait), "deadline waits"),
-        ],
-    )
+    out.update(dirty_run(args.rows, args.dirty_batch, args.bad_rate, args.repeats))
+    if args.spark_rows:
+        out.update(spark_crash_run(args.spark_rows, args.dirty_batch))
     return out
+
+
+def dirty_run(rows: int, batch: int, bad_rate: float, repeats: int) -> dict[str, float]:
+    """3. The backfill task's path (isolation + conversion to the declared type, per fragment)
+    over clean data and over data with bad records of every kind, interleaved."""
+    from omnitable.exec.task import compute_feature
+
+    clean = pa.Table.from_pandas(pd.concat(make_batches(rows, rows)), preserve_index=False)
+    dirty_frames = make_batches(rows, rows)
+    planted = plant(dirty_frames, bad_rate)
+    dirty = pa.Table.from_pandas(pd.concat(dirty_frames), preserve_index=False)
+    budget = sized_budget(clean.slice(0, batch))
+    feature = _moderate_feature(batch, budget)
+    fragment = 50_000
+    variants = {  # (data, the child process from the start, as after a crash escalation)
+        "clean, in-process": (clean, False),
+        "clean, child process": (clean, True),
+        "dirty, child process (as after a crash)": (dirty, True),
+    }
+    best: dict[str, float] = {}
+    kinds: Counter[str] = Counter()
+    for rep in range(max(1, min(repeats, 3))):
+        for name in list(variants) if rep % 2 == 0 else list(variants)[::-1]:
+            data, child = variants[name]
+            start = time.perf_counter()
+            found: Counter[str] = Counter()
+            for lo in range(0, rows, fragment):
+                part = data.slice(lo, fragment).append_column(
+                    "_ai_unique_id_", pa.array(np.arange(lo, lo + min(fragment, rows - lo)))
+                )
+                _, failures, _ = compute_feature(feature, part, {}, "auto", child, None)
+                found.update(f["kind"] for f in failures)
+            best[name] = min(best.get(name, float("inf")), time.perf_counter() - start)
+            if data is dirty:
+                kinds = found
+    expected = Counter(PLANTED[k] for k in planted.values())
+    assert kinds == expected, (kinds, expected)
+    hangs = sum(1 for k in planted.values() if k == "sleep")
+    waits = hangs * deadline_chain(batch, budget)
+    t_clean = best["clean, in-process"]
+    t_dirty = best["dirty, child process (as after a crash)"]
+    ratio = (t_dirty - waits) / t_clean
+    report(
+        f"dirty run: {rows:,} records in batches of {batch:,}, {len(planted)} bad "
+        f"({dict(expected)}), moderate feature, timeout_s={budget['timeout_s']}, "
+        f"call_timeout_s={budget['call_timeout_s']:.3g}; the backfill task's path "
+        "(isolation + type conversion), fastest of interleaved runs",
+        [
+            *[(label, fmt_seconds(t), "") for label, t in best.items()],
+            ("of it the hanging records' deadlines", fmt_seconds(waits), f"{hangs} x chain"),
+            ("(dirty - deadlines) / clean in-process", fmt_ratio(ratio), "target <= 1.2x"),
+            ("child process / in-process, clean", fmt_ratio(best["clean, child process"] / t_clean), ""),
+        ],
+    )  # fmt: skip
+    return {
+        "dirty_bad_records": float(len(planted)),
+        "dirty_minus_deadlines_vs_clean": ratio,
+        "dirty_deadlines_s": waits,
+        "clean_child_vs_inprocess": best["clean, child process"] / t_clean,
+    }
+
+
+def spark_crash_run(rows: int, batch: int, crashes: int = 3) -> dict[str, float]:
+    """4. What a crash costs a real backfill in local mode (``local[2]``: one attempt per
+    task, so the driver escalates): the moderate feature over clean data and over the same
+    data with ``crashes`` segfaulting records, fresh tables each time, interleaved."""
+    import shutil
+
+    import omnitable
+    from benchmarks.common import BENCH_DIR
+    from omnitable.exec.escalation import TaskProgress
+
+    work = BENCH_DIR / "isolation"
+    shutil.rmtree(work, ignore_errors=True)
+    wh = omnitable.connect(work / "wh")
+    frames = make_batches(rows, rows)
+    clean = pa.Table.from_pandas(frames[0], preserve_index=False)
+    bad = frames[0].copy()
+    rng = np.random.default_rng(2)
+    for pos in rng.choice(rows, crashes, replace=False).tolist():
+        bad.loc[pos, "text"] = f"#segv record {pos}"
+    data = {"clean": clean, "crashing": pa.Table.from_pandas(bad, preserve_index=False)}
+    spark = omnitable.spark_session(
+        wh, master="local[2]",
+        **{"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"},
+    )  # fmt: skip
+    spark.sparkContext.setLogLevel("OFF")
+    feature = _moderate_feature(batch, DIRTY_BUDGET)
+    best: dict[str, float] = {}
+    escalated: list[str] = []
+    for rep in range(3):  # the first round warms up the JVM and the workers
+        for name in ("clean", "crashing") if rep % 2 else ("crashing", "clean"):
+            t = wh.create_table(f"{name}{rep}", {"text": "string"})
+            t.append(data[name], "b0", target_fragment_rows=25_000)
+            t.register(feature)
+            start = time.perf_counter()
+            result = t.backfill("moderate").run(spark)
+            elapsed = time.perf_counter() - start
+            if rep:
+                best[name] = min(best.get(name, float("inf")), elapsed)
+            if name == "crashing":
+                assert result.errors == {"moderate@1": crashes}, result.errors
+                escalated = result.steps[0].escalated
+    spark.stop()
+    marks = TaskProgress((work / "marks").as_uri())
+    start = time.perf_counter()
+    for i in range(200):
+        with marks.batch("moderate", "fragment", i):
+            pass
+    per_mark = (time.perf_counter() - start) / 200
+    marks.clear()
+    extra = best["crashing"] - best["clean"]
+    report(
+        f"crash escalation in a local[2] backfill: {rows:,} records in fragments of 25,000, "
+        f"{crashes} segfaulting records, moderate feature, fastest of 2 interleaved runs",
+        [
+            ("clean backfill", fmt_seconds(best["clean"]), ""),
+            ("with the crashing records", fmt_seconds(best["crashing"]), f"escalated {escalated}"),
+            ("cost of the crashes", fmt_seconds(extra), fmt_ratio(best["crashing"] / best["clean"])),
+            ("clean-data cost: progress mark per batch", f"{per_mark * 1e6:.0f} µs", "written + removed"),
+        ],
+    )  # fmt: skip
+    return {
+        "spark_crash_extra_s": extra,
+        "spark_crash_ratio": best["crashing"] / best["clean"],
+        "progress_mark_us": per_mark * 1e6,
+    }
+
+
+def sized_budget(sample: pa.Table) -> dict[str, Any]:
+    """DIRTY_BUDGET with ``call_timeout_s`` at least 4x the time of a clean call on ``sample``."""
+    text = sample.column("text").to_pandas()
+    took = min(timeit.repeat(lambda: moderate(text), number=1, repeat=3))
+    return dict(DIRTY_BUDGET, call_timeout_s=max(DIRTY_BUDGET["call_timeout_s"], 4 * took))
+
+
+def deadline_chain(batch: int, budget: dict[str, Any]) -> float:
+    """Seconds a record that never returns costs: the budgets of the calls that contain it,
+    from the whole batch down to itself (bisection in parts of ``split_factor``)."""
+    from omnitable.exec.isolation import IsolationPolicy
+
+    policy = IsolationPolicy(**budget)
+    total, size = 0.0, batch
+    while True:
+        total += policy.budget_s(size) or 0.0
+        if size == 1:
+            return total
+        size = -(-size // policy.split_factor)
+
+
+def _moderate_feature(batch: int, budget: dict[str, Any]) -> Any:
+    import omnitable
+
+    return omnitable.feature(
+        inputs=["text"], outputs={"y": "double"}, version="1", batch_rows=batch, **budget
+    )(moderate)
 
 
 def paired(

@@ -18,7 +18,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 TINY = {
     "python_read": "--rows 20000 --repeats 1",
-    "isolation": "--rows 20000 --batch 5000 --repeats 1 --moderate-rows 5000 --dirty-batch 5000",
+    "isolation": (
+        "--rows 20000 --batch 5000 --repeats 1 --moderate-rows 5000 --dirty-batch 5000 "
+        "--spark-rows 4000"
+    ),
     "spark_read": "--rows 20000 --repeats 1",
     "backfill_fusion": "--rows 20000 --fragment-rows 5000",
     "optimizer": "--rows 20000 --udf-rows 5000 --text-rows 5000 --repeats 1",

@@ -51,7 +51,8 @@ class ErrorRatioExceeded(OmniTableError):
 
     Attributes:
         feature: ``name@version`` of the feature.
-        failed / computed: records that failed / were computed in the checked chunk.
+        failed / computed: records that failed / records of the checked chunk (all of them,
+            also in a retry that recomputes only the failed ones).
     """
 
     def __init__(self, message: str, feature: str, failed: int, computed: int) -> None:

@@ -132,6 +132,80 @@ def test_retry_recomputes_only_failed_records_and_resolves_them(
     assert t.status().errors == {}
 
 
+def test_retry_fixes_transient_failures_while_one_stays_failed(
+    wh: omnitable.Warehouse, spark, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    flag = tmp_path / "service-down"
+    flag.touch()
+    texts = [f"ok {i}" for i in range(500)]
+    flaky = list(range(3, 500, 55))  # 10 records
+    for p in flaky:
+        texts[p] = f"FLAKY:{flag}"
+    texts[250] = "RAISE forever"
+    t = wh.create_table("docs", {"text": "string"})
+    t.append(pa.table({"text": texts}), "b1")
+    t.register(faulty.score)
+    t.backfill("score").run(spark, max_error_ratio=0.05)
+    assert t.errors(spark=spark).count() == len(flaky) + 1
+    flag.unlink()
+    # the ratio is over the chunk's 500 records (1 failed = 0.2 %), not the 11 retried ones
+    result = t.backfill("score", retry_errors=True).run(spark)
+    assert result.errors == {"score@1": 1}
+    scores = t.read(columns=["score"]).column("score").to_pylist()
+    assert [scores[p] for p in flaky] == [len(texts[flaky[0]]) / 2] * len(flaky)
+    assert scores[250] is None
+    (row,) = t.errors(spark=spark).collect()
+    assert (row.row_offset, row.exception_type) == (250, "ValueError")
+
+
+def test_output_values_that_do_not_fit_the_declared_type_fail_alone(
+    wh: omnitable.Warehouse, spark
+) -> None:  # type: ignore[no-untyped-def]
+    texts = [f"row {i}" for i in range(600)]
+    texts[5], texts[400] = "FLOAT row", "HUGE row"
+    t = wh.create_table("docs", {"text": "string"})
+    t.append(pa.table({"text": texts}), "b1")
+    t.register(faulty.sized)
+    result = t.backfill("sized").run(spark)
+    assert result.errors == {"sized@1": 2}
+    out = t.read(columns=["n", "half"]).to_pydict()
+    for pos, text in enumerate(texts):
+        if pos in (5, 400):  # NULL in every output of the feature
+            assert (out["n"][pos], out["half"][pos]) == (None, None)
+        else:
+            assert (out["n"][pos], out["half"][pos]) == (len(text), len(text) / 2)
+    errors = {r.row_offset: r for r in t.errors(spark=spark).collect()}
+    assert sorted(errors) == [5, 400]
+    assert {e.kind for e in errors.values()} == {"type"}
+    assert "'n'" in errors[5].message and "int32" in errors[5].message
+    assert len(errors[400].input_digest) == 64
+
+
+@pytest.mark.parametrize("ansi", ["true", "false"])
+def test_sql_feature_values_that_do_not_convert_fail_alone(
+    wh: omnitable.Warehouse, spark, ansi: str
+) -> None:  # type: ignore[no-untyped-def]
+    texts = [f"{i}" for i in range(300)]
+    texts[7] = "seven"
+    t = wh.create_table("docs", {"text": "string"})
+    t.append(pa.table({"text": texts}), "b1")
+    t.register(omnitable.sql_feature("num", "concat(text, '')", "int", "1"))
+    spark.conf.set("spark.sql.ansi.enabled", ansi)
+    try:
+        result = t.backfill("num").run(spark)
+    finally:
+        spark.conf.unset("spark.sql.ansi.enabled")
+    assert result.errors == {"num@1": 1}
+    nums = t.read(columns=["num"]).column("num").to_pylist()
+    assert nums == [None if i == 7 else i for i in range(300)]
+    (row,) = t.errors(spark=spark).collect()
+    assert (row.row_offset, row.kind, row.feature) == (7, "type", "num")
+    assert "'seven'" in row.message and len(row.input_digest) == 64
+    if ansi == "true":  # a retry recomputes the SQL feature; the record fails again
+        assert t.backfill("num", retry_errors=True).run(spark).errors == {"num@1": 1}
+        assert t.read(columns=["num"]).column("num").to_pylist() == nums
+
+
 def test_error_rows_are_visible_only_with_their_files(
     wh: omnitable.Warehouse, spark, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]

@@ -109,6 +109,30 @@ def test_sql_feature_inputs_are_inferred(docs: omnitable.Table) -> None:
         docs.register(omnitable.sql_feature("k", "42", "int", "1"))
 
 
+def test_sql_feature_inputs_resolve_identifiers_like_spark(docs: omnitable.Table) -> None:
+    # Spark resolves identifiers case-insensitively by default, quoted or not
+    docs.register(F.clean, F.words)
+    f = omnitable.sql_feature("x", "length(TEXT) + N_WORDS + length(`Lang`)", "int", "1")
+    docs.register(f)
+    (stored,) = [g for g in docs.features() if g.name == "x"]
+    assert stored.inputs == ("text", "n_words", "lang")  # the columns' own names, in order
+    plan = docs.backfill("x")
+    assert [g.name for s in plan.steps for g in s.features] == ["clean", "words", "x"]
+
+
+@pytest.mark.spark
+def test_sql_feature_inputs_honour_spark_case_sensitivity(docs: omnitable.Table, spark) -> None:  # type: ignore[no-untyped-def]
+    spark.conf.set("spark.sql.caseSensitive", "true")
+    try:
+        with pytest.raises(omnitable.ValidationError, match="mentions no column"):
+            docs.register(omnitable.sql_feature("y", "length(TEXT)", "int", "1"))
+        docs.register(omnitable.sql_feature("y", "length(TEXT) + length(text)", "int", "1"))
+    finally:
+        spark.conf.unset("spark.sql.caseSensitive")
+    (stored,) = docs.features()
+    assert stored.inputs == ("text",)
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

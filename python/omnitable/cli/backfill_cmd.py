@@ -98,10 +98,17 @@ def backfill(
         grid = wh.table(table).status()
 
     def render(console: Console) -> None:
+        for warning in result.warnings:
+            console.print(f"[yellow]warning:[/] {warning}")
         for i, s in enumerate(result.steps, 1):
             console.print(
                 f"step {i}: {', '.join(s.features)} — {s.fragments} fragments, "
                 f"{s.rows} rows, {s.files} files in {s.seconds:.1f}s"
+                + (
+                    f"; re-run in the child process after a crash: {', '.join(s.escalated)}"
+                    if s.escalated
+                    else ""
+                )
             )
         console.print(f"run {result.run_id} committed version(s) {result.versions}")
         for key, count in result.errors.items():

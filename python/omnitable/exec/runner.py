@@ -30,6 +30,7 @@ from omnitable.exceptions import (
     ValidationError,
 )
 from omnitable.exec.errors import append_errors
+from omnitable.exec.escalation import TaskProgress, crash_escalation
 from omnitable.exec.isolation import MODES
 from omnitable.exec.shipping import ship_modules
 from omnitable.exec.step_job import TaskOutput, execute_chunk, retry_offsets
@@ -102,6 +103,7 @@ class StepResult:
     skipped: list[dict[str, Any]] = field(default_factory=list)  # unreadable input fragments
     bytes_read: int = 0  # compressed column-chunk bytes the step's scans read (Spark metrics)
     scans: int = 0
+    escalated: list[str] = field(default_factory=list)  # features re-run in the child process
 
 
 @dataclass
@@ -112,6 +114,7 @@ class RunResult:
     versions: list[int] = field(default_factory=list)
     steps: list[StepResult] = field(default_factory=list)
     seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def version(self) -> int | None:
@@ -136,6 +139,7 @@ class RunResult:
             "versions": self.versions,
             "errors": self.errors,
             "seconds": round(self.seconds, 3),
+            "warnings": self.warnings,
             "steps": [s.__dict__ for s in self.steps],
         }
 
@@ -178,12 +182,20 @@ def run_plan(
         },
     )
     result = RunResult(run_id)
+    escalation = crash_escalation(session)
+    if escalation.warning is not None and options.isolation == "auto":
+        log.warning("backfill of %s: %s", table.name, escalation.warning)
+        result.warnings.append(escalation.warning)
+    driver_escalation = escalation.strategy == "driver" and options.isolation == "auto"
     try:
         for index, step in enumerate(plan.steps, 1):
             report = _step_progress(progress, index, len(plan.steps))
             out = StepResult([f.id for f in step.features])
             result.steps.append(out)
-            _run_step(session, table, step, index, run_id, options, result, out, report)
+            _run_step(
+                session, table, step, index, run_id, options, result, out, report,
+                driver_escalation,
+            )  # fmt: skip
     except ErrorRatioExceeded as exc:
         catalog.finish_run(run_id, "aborted", result.summary(), message=str(exc)[:2000])
         raise
@@ -213,6 +225,7 @@ def _run_step(
     result: RunResult,
     out: StepResult,
     progress: Callable[[int, int], None],
+    driver_escalation: bool = False,
 ) -> None:
     started = time.perf_counter()
     fragments = step.fragments
@@ -237,7 +250,12 @@ def _run_step(
         skipped: list[dict[str, Any]] = []
         if work:
             tag = f"omnitable-{run_id}-step{index}-{start // size}"
-            outputs, skipped, scan = execute_chunk(
+            marks = (
+                TaskProgress(table.location.join("_progress", tag).uri)
+                if driver_escalation
+                else None
+            )
+            outputs, skipped, scan, escalated = execute_chunk(
                 session,
                 table,
                 snap,
@@ -248,7 +266,9 @@ def _run_step(
                 tag,
                 options.isolation,
                 options.on_corrupt,
+                marks,
             )
+            out.escalated += [f for f in escalated if f not in out.escalated]
             out.bytes_read += int(scan.get("omnitableBytesRead", 0))
             out.scans += int(scan.get("omnitableScans", 0))
         try:
@@ -304,18 +324,20 @@ def _check_error_ratio(step: Step, outputs: list[TaskOutput], max_ratio: float) 
     for f in step.features:
         mine = [o for o in outputs if o.feature == f.name]
         failed = sum(len(o.errors) for o in mine)
-        computed = sum(o.computed for o in mine)
-        if failed and failed > max_ratio * computed:
+        # over the chunk's records, not only those computed: a retry recomputes a few failed
+        # records, and the ones that stay failed are a share of the whole chunk
+        records = sum(o.file.row_count for o in mine)
+        if failed and failed > max_ratio * records:
             sample = next(e for o in mine for e in o.errors)
             raise ErrorRatioExceeded(
-                f"Cannot commit backfill of {f.id}: {failed} of {computed} records failed "
-                f"({failed / max(1, computed):.2%}), above max_error_ratio={max_ratio:.2%}; "
+                f"Cannot commit backfill of {f.id}: {failed} of {records} records failed "
+                f"({failed / max(1, records):.2%}), above max_error_ratio={max_ratio:.2%}; "
                 f"nothing of this step was committed. First failure: {sample['kind']} "
                 f"{sample['exception_type']}: {sample['message'][:300]}. Fix the feature and bump "
                 "its version, or raise max_error_ratio.",
                 f.id,
                 failed,
-                computed,
+                records,
             )
 
 

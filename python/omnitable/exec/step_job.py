@@ -17,8 +17,15 @@ from omnitable.catalog.records import ROW_ID
 from omnitable.catalog.snapshot import Snapshot
 from omnitable.exceptions import ValidationError
 from omnitable.exec.errors import error_offsets
+from omnitable.exec.escalation import TaskProgress, worker_died
 from omnitable.exec.scan_metrics import ScanMetrics
-from omnitable.exec.task import FRAGMENT, OFFSET, compute_partition, step_spec
+from omnitable.exec.task import (
+    FRAGMENT,
+    OFFSET,
+    TYPE_ERROR_PREFIX,
+    compute_partition,
+    step_spec,
+)
 from omnitable.format.descriptors import FileDescriptor
 from omnitable.format.fs import delete_quietly
 from omnitable.spark.session import warehouse_read_option
@@ -26,6 +33,7 @@ from omnitable.spark.session import warehouse_read_option
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from omnitable.features.definition import Feature
     from omnitable.features.planner import Step
     from omnitable.table import Table
 
@@ -78,14 +86,34 @@ def step_dataframe(
     pandas_inputs = {c for f in step.features if f.kind == "pandas" for c in f.inputs}
     cols = [FRAGMENT, OFFSET, ROW_ID] + [c for c in step.inputs if c in pandas_inputs]
     for f in step.features:
-        if f.name in step.retry:
+        if f.name in step.retry and f.kind == "pandas":  # an SQL feature is recomputed whole
             cols += [o for o in f.outputs if o not in cols]
     exprs = [f"`{c}`" for c in cols]
+    ansi = str(session.conf.get("spark.sql.ansi.enabled", "true")).lower() == "true"
     for f in step.features:
         if f.kind == "sql":
-            ((out, ddl),) = f.outputs.items()
-            exprs.append(f"CAST(({f.expr}) AS {ddl}) AS `{out}`")
+            exprs += sql_feature_exprs(f, ansi)
     return df.selectExpr(*exprs)
+
+
+def sql_feature_exprs(f: Feature, ansi: bool) -> list[str]:
+    """The value of an SQL feature, converted to its declared type, and a flag column.
+
+    The conversion is Spark's own (``CAST``) under the session's ANSI mode, except that a value
+    that does not convert never fails the job: under ANSI it is ``TRY_CAST`` (the same result
+    where ``CAST`` succeeds, NULL where it would raise); without ANSI ``CAST`` gives NULL
+    itself. The flag column (``TYPE_ERROR_PREFIX`` + output) holds, for exactly those records
+    (a non-NULL value, a NULL conversion), the value as a string and the inputs, from which the
+    task records an error of kind ``type``. Spark evaluates the shared expression once.
+    """
+    ((out, ddl),) = f.outputs.items()
+    converted = f"{'TRY_CAST' if ansi else 'CAST'}(({f.expr}) AS {ddl})"
+    inputs = ", ".join(f"'{i}', `{i}`" for i in f.inputs) or "'none', NULL"
+    flag = (
+        f"CASE WHEN ({f.expr}) IS NOT NULL AND {converted} IS NULL THEN named_struct('value', "
+        f"CAST(({f.expr}) AS STRING), 'inputs', named_struct({inputs})) END"
+    )
+    return [f"{converted} AS `{out}`", f"{flag} AS `{TYPE_ERROR_PREFIX}{out}`"]
 
 
 def execute_chunk(
@@ -99,42 +127,37 @@ def execute_chunk(
     tag: str,
     isolation: str,
     on_corrupt: str,
-) -> tuple[list[TaskOutput], list[dict[str, Any]], dict[str, Any]]:
-    """Run one chunk's Spark job: (task outputs, skipped unreadable fragments, scan metrics)."""
-    frag_ids = sorted({i for ids in work.values() for i in ids})
+    progress: TaskProgress | None = None,
+) -> tuple[list[TaskOutput], list[dict[str, Any]], dict[str, Any], list[str]]:
+    """Run one chunk's Spark job: (task outputs, skipped unreadable fragments, scan metrics,
+    features escalated to the child process after a Python worker died).
+
+    With ``progress`` (the ``driver`` crash escalation, see :mod:`omnitable.exec.escalation`)
+    a job that fails because a Python worker died is followed by a job over the work that did
+    not complete, with the features that were running in the child process; repeated while
+    each failure names a feature not escalated yet.
+    """
     by_id = {f.fragment_id: f for f in snap.fragments}
-    features = [f.load() for f in step.features if f.name in work]
-    spec = step_spec(
-        root=table.warehouse.root.uri,
-        location=table.record.location,
-        features=features,
-        work=work,
-        retry=retry,
-        row_counts={i: by_id[i].row_count for i in frag_ids},
-        paths={i: by_id[i].path for i in frag_ids},
-        options=table.warehouse.write_options,
-        run_id=run_id,
-        isolation=isolation,
-    )
-    df = step_dataframe(session, table, snap, step, frag_ids, on_corrupt)
     metrics = ScanMetrics(session)
-    sc = session.sparkContext
-    sc.addJobTag(tag)
-    sc.setJobDescription(f"backfill {table.name}: {', '.join(f.id for f in features)}")
+    outputs: list[TaskOutput] = []
+    escalated: list[str] = []
+    remaining = work
     try:
-        rows = df.mapInArrow(lambda it: compute_partition(spec, it), "descriptor string").collect()
+        while remaining:
+            try:
+                rows = _run_job(
+                    session, table, snap, step, remaining, retry, run_id, tag, isolation,
+                    on_corrupt, progress, escalated,
+                )  # fmt: skip
+            except Exception as exc:
+                remaining = _after_worker_death(table, exc, progress, remaining, outputs, escalated)
+                continue
+            outputs += [_task_output(json.loads(r.descriptor)) for r in rows]
+            break
     finally:
-        sc.removeJobTag(tag)
-        sc.setJobDescription(None)  # type: ignore[arg-type]
+        if progress is not None:
+            progress.clear()
     scan = metrics.for_tag(tag)
-    outputs = []
-    for r in rows:
-        d = json.loads(r.descriptor)
-        outputs.append(
-            TaskOutput(
-                d["feature"], FileDescriptor.from_dict(d["file"]), d["errors"], int(d["computed"])
-            )
-        )
     corrupt = {c["fragment"]: c for c in scan.get("corruptFragments", [])}
     produced = {(o.feature, o.file.fragment_id) for o in outputs}
     missing = {fid for name, ids in work.items() for fid in ids if (name, fid) not in produced}
@@ -165,4 +188,84 @@ def execute_chunk(
             by_id[fid].batch_name,
             c.get("error"),
         )
-    return outputs, skipped, scan
+    return outputs, skipped, scan, escalated
+
+
+def _after_worker_death(
+    table: Table,
+    exc: Exception,
+    progress: TaskProgress | None,
+    remaining: dict[str, list[str]],
+    outputs: list[TaskOutput],
+    escalated: list[str],
+) -> dict[str, list[str]]:
+    """The work left after a failed job, keeping completed outputs (appended to ``outputs``)
+    and escalating the features that were running (appended to ``escalated``); re-raises
+    ``exc`` unless a Python worker died while running a feature not escalated yet."""
+    if progress is None or not worker_died(exc):
+        raise exc
+    done, running = progress.read()
+    progress.clear()
+    outputs += [_task_output(d) for d in done]
+    new = sorted({r["feature"] for r in running} - set(escalated))
+    if not new:
+        delete_quietly(table.location.fs, [table.location.child_path(o.file.path) for o in outputs])
+        raise exc
+    escalated += new
+    kept = {(o.feature, o.file.fragment_id) for o in outputs}
+    left = {name: [i for i in ids if (name, i) not in kept] for name, ids in remaining.items()}
+    log.warning(
+        "backfill of %s: a Python worker died computing %s; %d output file(s) kept, re-running "
+        "the rest with %s in the supervised child process",
+        table.name, ", ".join(new), len(kept), ", ".join(escalated),
+    )  # fmt: skip
+    return {k: v for k, v in left.items() if v}
+
+
+def _run_job(
+    session: SparkSession,
+    table: Table,
+    snap: Snapshot,
+    step: Step,
+    work: dict[str, list[str]],
+    retry: dict[str, dict[str, list[int]]],
+    run_id: str,
+    tag: str,
+    isolation: str,
+    on_corrupt: str,
+    progress: TaskProgress | None,
+    escalate: list[str],
+) -> list[Any]:
+    """One Spark job computing ``work``; the rows of its descriptors."""
+    frag_ids = sorted({i for ids in work.values() for i in ids})
+    by_id = {f.fragment_id: f for f in snap.fragments}
+    features = [f.load() for f in step.features if f.name in work]
+    spec = step_spec(
+        root=table.warehouse.root.uri,
+        location=table.record.location,
+        features=features,
+        work=work,
+        retry=retry,
+        row_counts={i: by_id[i].row_count for i in frag_ids},
+        paths={i: by_id[i].path for i in frag_ids},
+        options=table.warehouse.write_options,
+        run_id=run_id,
+        isolation=isolation,
+        progress=progress.uri if progress is not None else None,
+        escalate=escalate,
+    )
+    df = step_dataframe(session, table, snap, step, frag_ids, on_corrupt)
+    sc = session.sparkContext
+    sc.addJobTag(tag)
+    sc.setJobDescription(f"backfill {table.name}: {', '.join(f.id for f in features)}")
+    try:
+        return df.mapInArrow(lambda it: compute_partition(spec, it), "descriptor string").collect()
+    finally:
+        sc.removeJobTag(tag)
+        sc.setJobDescription(None)  # type: ignore[arg-type]
+
+
+def _task_output(d: dict[str, Any]) -> TaskOutput:
+    return TaskOutput(
+        d["feature"], FileDescriptor.from_dict(d["file"]), d["errors"], int(d["computed"])
+    )

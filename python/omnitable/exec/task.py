@@ -11,8 +11,11 @@ column file per feature, and yields one JSON descriptor per file with its failed
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any, cast
 
 import numpy as np
@@ -22,7 +25,9 @@ import pyarrow.compute as pc
 
 from omnitable.catalog.records import ROW_ID
 from omnitable.exceptions import ValidationError
-from omnitable.exec.isolation import IsolationPolicy, Mode, run_isolated
+from omnitable.exec.escalation import TaskProgress
+from omnitable.exec.isolation import IsolationPolicy, Mode, input_digest, run_isolated
+from omnitable.exec.isolation_engine import split
 from omnitable.features.definition import Feature
 from omnitable.format.fs import resolve_location
 from omnitable.format.types import to_arrow
@@ -30,6 +35,7 @@ from omnitable.format.writer import WriteOptions, write_column_file
 
 FRAGMENT = "_ai_fragment_"
 OFFSET = "_ai_row_offset_"
+TYPE_ERROR_PREFIX = "_ai_type_error_"  # an SQL feature's value that did not convert, + inputs
 DEFAULT_BATCH_ROWS = 65_536
 DEFAULT_CALL_TIMEOUT_S = 120.0
 _LOADED: dict[str, Feature] = {}
@@ -47,6 +53,8 @@ def step_spec(
     options: WriteOptions,
     run_id: str,
     isolation: str,
+    progress: str | None = None,
+    escalate: list[str] | None = None,
 ) -> str:
     """Everything a task needs, as JSON (shipped to executors with the task).
 
@@ -54,6 +62,10 @@ def step_spec(
         work: feature -> fragments to compute (fully, or only ``retry`` offsets).
         retry: feature -> fragment -> row offsets to recompute (other rows keep their values).
         isolation: ``auto`` | ``inprocess`` | ``subprocess`` | ``off`` (overrides features).
+        progress: URI of the chunk's :class:`~omnitable.exec.escalation.TaskProgress` directory
+            (the ``driver`` crash escalation), or None.
+        escalate: features to run in the child process from the start (a worker died while
+            computing them in an earlier job of this chunk).
     """
     return json.dumps(
         {
@@ -67,6 +79,8 @@ def step_spec(
             "paths": paths,
             "options": options.__dict__,
             "isolation": isolation,
+            "progress": progress,
+            "escalate": escalate or [],
         }
     )
 
@@ -81,6 +95,8 @@ def compute_partition(
     features = [_load(d) for d in spec["features"]]
     work = {name: set(ids) for name, ids in spec["work"].items()}
     retried = _previous_attempt_failed()
+    escalated = set(spec.get("escalate", []))
+    progress = TaskProgress(spec["progress"]) if spec.get("progress") else None
     for frag_id, table in _fragments(batches):
         _check_complete(frag_id, table, spec["row_counts"].get(frag_id))
         cache: dict[str, pd.Series] = {}
@@ -88,8 +104,9 @@ def compute_partition(
             if frag_id not in work.get(f.name, set()):
                 continue
             only = spec["retry"].get(f.name, {}).get(frag_id)
+            marker = functools.partial(progress.batch, f.name, frag_id) if progress else None
             outputs, failures, computed = compute_feature(
-                f, table, cache, spec["isolation"], retried, only
+                f, table, cache, spec["isolation"], retried or f.name in escalated, only, marker
             )
             desc = write_column_file(
                 location,
@@ -101,20 +118,17 @@ def compute_partition(
                 options,
                 {o: f.version for o in f.outputs},
             )
-            yield pa.RecordBatch.from_pydict(
+            descriptor = json.dumps(
                 {
-                    "descriptor": [
-                        json.dumps(
-                            {
-                                "feature": f.name,
-                                "file": desc.to_dict(),
-                                "errors": failures,
-                                "computed": computed,
-                            }
-                        )
-                    ]
+                    "feature": f.name,
+                    "file": desc.to_dict(),
+                    "errors": failures,
+                    "computed": computed,
                 }
             )
+            if progress is not None:
+                progress.completed(descriptor)
+            yield pa.RecordBatch.from_pydict({"descriptor": [descriptor]})
 
 
 def compute_feature(
@@ -124,15 +138,16 @@ def compute_feature(
     isolation: str,
     previous_attempt_failed: bool,
     only: list[int] | None,
+    marker: Callable[[int], AbstractContextManager[None]] | None = None,
 ) -> tuple[pa.Table, list[dict[str, Any]], int]:
-    """One feature over one fragment: (aligned outputs, failed records, records computed)."""
+    """One feature over one fragment: (aligned outputs, failed records, records computed).
+
+    ``marker(start)``, when given, wraps each in-process call of the batch starting at
+    ``start`` (crash escalation by the driver, :class:`~omnitable.exec.escalation.TaskProgress`).
+    """
     types = {name: to_arrow(ddl) for name, ddl in f.outputs.items()}
     if f.kind == "sql":
-        return (
-            pa.table({n: table.column(n).cast(t) for n, t in types.items()}),
-            [],
-            table.num_rows,
-        )
+        return _sql_outputs(f, table, types)
     for col in f.inputs:
         if col not in cache:
             cache[col] = table.column(col).to_pandas()
@@ -146,25 +161,30 @@ def compute_feature(
         chunk = positions[start : start + batch_rows]
         inputs = pd.DataFrame({c: cache[c].iloc[chunk].reset_index(drop=True) for c in f.inputs})
         assert f.fn is not None
-        result = run_isolated(
-            f.fn,
-            inputs,
-            output_names=list(f.outputs),
-            policy=policy,
-            previous_attempt_failed=previous_attempt_failed,
-        )
+        with marker(start) if marker is not None else contextlib.nullcontext():
+            result = run_isolated(
+                f.fn,
+                inputs,
+                output_names=list(f.outputs),
+                policy=policy,
+                previous_attempt_failed=previous_attempt_failed,
+            )
         frame = pd.DataFrame(
             {
                 n: pd.Series(c).reset_index(drop=True)
                 for n, c in zip(result.output_names, result.columns, strict=True)
             }
         )
-        pieces.append(outputs_to_arrow(f, frame, len(chunk), types))
-        for fail in result.failures:
-            offset = int(chunk[fail.position])
-            record = {k: v for k, v in fail.to_dict().items() if k != "position"}
-            record.update(row_offset=offset, **{ROW_ID: int(ids[offset])})
-            failures.append(record)
+        converted, bad = convert_outputs(f, frame, types)
+        pieces.append(converted)
+        found = {x.position: {k: v for k, v in x.to_dict().items() if k != "position"}
+                 for x in result.failures}  # fmt: skip
+        for pos, (etype, message) in bad.items():  # failed records are NULL: never both
+            digest = input_digest([inputs[c].iloc[pos] for c in f.inputs])
+            found[pos] = _type_failure(etype, message, digest)
+        for pos in sorted(found):
+            offset = int(chunk[pos])
+            failures.append(dict(found[pos], row_offset=offset, **{ROW_ID: int(ids[offset])}))
     computed = (
         pa.concat_tables(pieces)
         if pieces
@@ -258,34 +278,81 @@ def _fragments(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, pa.Tabl
         yield current, pa.Table.from_batches(parts)
 
 
-def outputs_to_arrow(f: Feature, result: Any, n: int, types: dict[str, pa.DataType]) -> pa.Table:
-    """Check a feature's outputs and convert them to its declared output types."""
-    names = list(types)
-    if isinstance(result, pd.Series) and len(names) == 1:
-        frame = pd.DataFrame({names[0]: result.reset_index(drop=True)})
-    elif isinstance(result, pd.DataFrame):
-        missing = [c for c in names if c not in result.columns]
-        if missing:
-            raise ValidationError(
-                f"Feature {f.id} returned a DataFrame without output column(s) {missing}"
-            )
-        frame = result.reset_index(drop=True)
-    else:
-        raise ValidationError(
-            f"Feature {f.id} must return a pandas Series (one output) or DataFrame (outputs "
-            f"{names}), got {type(result).__name__}"
-        )
-    if len(frame) != n:
-        raise ValidationError(f"Feature {f.id} returned {len(frame)} rows for {n} input rows")
+def convert_outputs(
+    f: Feature, frame: pd.DataFrame, types: dict[str, pa.DataType]
+) -> tuple[pa.Table, dict[int, tuple[str, str]]]:
+    """A feature's outputs converted to its declared types, record by record where needed.
+
+    Returns the outputs and, for every row with a value that does not convert (1.5 or 2**40
+    for an ``int``, a string for a ``double``), ``position -> (exception type, message)``; such
+    rows are NULL in every output. Rows that convert get exactly what a conversion of the whole
+    column gives (the parts keep the column's pandas dtype).
+    """
+    bad: dict[int, tuple[str, str]] = {}
     arrays = {}
     for name, t in types.items():
-        try:
-            arrays[name] = pa.Array.from_pandas(frame[name], type=t)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise ValidationError(
-                f"Feature {f.id}: output '{name}' cannot be converted to {t}: {exc}"
-            ) from None
-    return pa.table(arrays)
+        arrays[name], failed = _convert(frame[name].reset_index(drop=True), t, 0)
+        for pos, exc in failed.items():
+            message = f"Feature {f.id}: output '{name}' value cannot be converted to {t}: {exc}"
+            bad.setdefault(pos, (type(exc).__name__, message[:1024]))
+    if bad:
+        mask = np.zeros(len(frame), dtype=bool)
+        mask[list(bad)] = True
+        nulls = pa.array(mask)
+        arrays = {n: pc.if_else(nulls, pa.scalar(None, t), arrays[n]) for n, t in types.items()}
+    return pa.table(arrays), bad
+
+
+def _convert(values: pd.Series, t: pa.DataType, base: int) -> tuple[pa.Array, dict[int, Exception]]:
+    """``values`` as an Arrow array of type ``t``; values that fail alone become NULL and are
+    returned by position (``base`` + index), found by splitting failed parts."""
+    try:
+        return pa.Array.from_pandas(values, type=t), {}
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+        if len(values) == 1:
+            return pa.nulls(1, t), {base: exc}
+    arrays, failed = [], {}
+    for lo, hi in split(0, len(values), 8):
+        part, errs = _convert(values.iloc[lo:hi], t, base + lo)
+        arrays.append(part)
+        failed.update(errs)
+    return pa.concat_arrays(arrays), failed
+
+
+def _type_failure(exception_type: str, message: str, digest: str) -> dict[str, Any]:
+    return {
+        "kind": "type",
+        "exception_type": exception_type,
+        "message": message,
+        "traceback": "",
+        "input_digest": digest,
+    }
+
+
+def _sql_outputs(
+    f: Feature, table: pa.Table, types: dict[str, pa.DataType]
+) -> tuple[pa.Table, list[dict[str, Any]], int]:
+    """An SQL feature's values (computed in the JVM) and its records whose value did not
+    convert to the declared type (see :func:`omnitable.exec.step_job.step_dataframe`)."""
+    ((out, t),) = types.items()
+    failures = []
+    flags = table.column(TYPE_ERROR_PREFIX + out)
+    ids = table.column(ROW_ID)
+    for pos in np.flatnonzero(flags.is_valid().to_numpy(zero_copy_only=False)).tolist():
+        flag = flags[pos].as_py()
+        message = (
+            f"Feature {f.id}: value {flag['value']!r} of ({f.expr}) cannot be converted to "
+            f"{f.outputs[out]}"
+        )
+        digest = input_digest(list(flag["inputs"].values()))
+        failures.append(
+            dict(
+                _type_failure("CAST_INVALID", message[:1024], digest),
+                row_offset=pos,
+                **{ROW_ID: ids[pos].as_py()},
+            )
+        )
+    return pa.table({out: table.column(out).cast(t)}), failures, table.num_rows
 
 
 def _load(d: dict[str, Any]) -> Feature:

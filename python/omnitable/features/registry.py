@@ -152,16 +152,42 @@ def _next_version(v: str) -> str:
 
 
 def _sql_inputs(f: Feature, known: set[str]) -> tuple[str, ...]:
+    """Columns an SQL feature's expression mentions, resolved the way Spark resolves them:
+    quoted or not, case-insensitively unless the active session sets spark.sql.caseSensitive."""
     assert f.expr is not None
+    fold = (lambda n: n) if _case_sensitive() else str.lower
+    by_key: dict[str, list[str]] = {}
+    for name in sorted(known):
+        by_key.setdefault(fold(name), []).append(name)
+    outputs = {fold(o) for o in f.outputs}
     text = _STRING.sub(" ", f.expr)
     found: list[str] = []
     for quoted, plain in _IDENT.findall(text):
-        name = quoted.replace("``", "`") if quoted else plain
-        if name in known and name not in f.outputs and name not in found:
-            found.append(name)
+        key = fold(quoted.replace("``", "`") if quoted else plain)
+        matches = by_key.get(key, [])
+        if len(matches) > 1:
+            raise ValidationError(
+                f"Cannot register SQL feature '{f.name}': '{key}' is ambiguous among columns "
+                f"{matches} (identifiers are case-insensitive); pass inputs=[...] explicitly"
+            )
+        if matches and key not in outputs and matches[0] not in found:
+            found.append(matches[0])
     if not found:
         raise ValidationError(
             f"Cannot register SQL feature '{f.name}': its expression mentions no column of the "
             "table; pass inputs=[...] explicitly"
         )
     return tuple(found)
+
+
+def _case_sensitive() -> bool:
+    """``spark.sql.caseSensitive`` of the active Spark session (Spark's default, False, without
+    one)."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        return False
+    session = SparkSession.getActiveSession()
+    if session is None:
+        return False
+    return str(session.conf.get("spark.sql.caseSensitive", "false")).lower() == "true"

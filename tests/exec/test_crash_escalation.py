@@ -1,0 +1,164 @@
+"""Crash isolation with Spark's defaults (issue 10 item 10).
+
+Local mode (``local[N]``, what ``omnitable.spark_session()`` and the CLI use) runs each task once,
+so a record that kills the Python worker cannot rely on Spark's task retry: the driver re-runs
+what did not complete with the crashing feature in the child process. Each case runs in its own
+process (one SparkContext per process, and these masters differ from the test session's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+TESTS = Path(__file__).resolve().parents[1]
+BAD = {"SEGV": 2, "EXIT": 1, "MEM": 1, "RAISE": 1}
+KINDS = {"SEGV": "crash", "EXIT": "crash", "MEM": "memory", "RAISE": "exception"}
+
+SCRIPT = r"""
+import json, sys
+import pyarrow as pa
+import omnitable
+from omnitable import ROW_ID
+from features import omt_faulty_features as faulty
+
+uri, root, how, texts = sys.argv[1], sys.argv[2] or None, sys.argv[3], json.loads(sys.argv[4])
+wh = omnitable.connect(uri, root=root)
+t = wh.create_table("docs", {"text": "string"})
+t.append(pa.table({"text": texts}), "b1", target_fragment_rows=500)
+t.register(faulty.score)
+if how == "cli":
+    from pyspark.sql import SparkSession
+    from omnitable.cli.main import main
+
+    code = main(["-w", uri, "backfill", "docs", "-f", "score"])
+    spark = SparkSession.getActiveSession()
+    summary = {"code": code}
+else:
+    from pyspark.sql import SparkSession
+    from omnitable.spark import session as s
+
+    jars = [str(s.jar_path())] + [str(p) for p in s.delta_jar_paths()]
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.jars", ",".join(jars))
+        .config("spark.sql.extensions", s.EXTENSIONS_CLASS + "," + s.DELTA_EXTENSIONS)
+        .config("spark.sql.catalog.spark_catalog", s.DELTA_CATALOG)
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+    result = t.backfill("score").run(spark)
+    summary = {"code": 0, "errors": result.errors, "escalated": result.steps[0].escalated}
+t = wh.table("docs")
+out = t.read(columns=[ROW_ID, "score"])
+ids = out.column(ROW_ID).to_pylist()
+errors = {r[ROW_ID]: r.kind for r in t.errors(spark=spark).collect()}
+summary.update(
+    scores=out.column("score").to_pylist(),
+    kinds={str(ids.index(i)): k for i, k in errors.items()},
+    state=t.status().state("b1", "score"),
+)
+print("RESULT " + json.dumps(summary))
+"""
+
+
+def _texts() -> tuple[list[str], dict[int, str]]:
+    texts = [f"record number {i}" for i in range(1500)]
+    marked: dict[int, str] = {}
+    pos = 101
+    for marker, count in BAD.items():
+        for _ in range(count):
+            texts[pos] = f"{marker} {texts[pos]}"
+            marked[pos] = marker
+            pos += 277
+    return texts, marked
+
+
+def _run(how: str, uri: str, root: str | None) -> dict:  # type: ignore[type-arg]
+    texts, _ = _texts()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([*sys.path, str(TESTS)])
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, uri, root or "", how, json.dumps(texts)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return dict(json.loads(lines[-1][len("RESULT ") :]), stdout=proc.stdout)
+
+
+def _check(summary: dict) -> None:  # type: ignore[type-arg]
+    texts, marked = _texts()
+    assert summary["code"] == 0, summary
+    assert summary["state"] == "done"
+    for pos, (text, value) in enumerate(zip(texts, summary["scores"], strict=True)):
+        assert value == (None if pos in marked else len(text) / 2), (pos, text, value)
+    assert summary["kinds"] == {str(p): KINDS[m] for p, m in marked.items()}
+
+
+def test_plain_local_session_isolates_crashes(catalog_spec: tuple[str, str | None]) -> None:
+    summary = _run("builder", *catalog_spec)
+    _check(summary)
+    assert summary["errors"] == {"score@1": sum(BAD.values())}
+    assert summary["escalated"] == ["score"]
+
+
+def test_cli_with_its_default_master_isolates_crashes(tmp_path: Path) -> None:
+    summary = _run("cli", str(tmp_path / "wh"), None)
+    _check(summary)
+    assert "re-run in the child process after a crash: score" in summary["stdout"]
+
+
+def test_sessions_report_how_they_escalate(spark) -> None:  # type: ignore[no-untyped-def]
+    from omnitable.exec.escalation import crash_escalation
+
+    # the test session is local[2,4]: Spark retries tasks, the retry escalates
+    assert crash_escalation(spark).strategy == "task-retry"
+
+
+class _Conf:
+    """The public configuration of a session we cannot start here (a cluster)."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+
+class _Session:
+    def __init__(self, **values: str) -> None:
+        self.conf = _Conf({k.replace("_", "."): v for k, v in values.items()})
+
+
+@pytest.mark.parametrize(
+    "conf, strategy",
+    [
+        ({"spark_master": "local"}, "driver"),
+        ({"spark_master": "local[*]"}, "driver"),
+        ({"spark_master": "local[4, 1]"}, "driver"),
+        ({"spark_master": "local[2,4]"}, "task-retry"),
+        ({"spark_master": "yarn"}, "task-retry"),  # Spark's default maxFailures is 4
+        ({"spark_master": "spark://h:7077", "spark_task_maxFailures": "2"}, "task-retry"),
+        ({"spark_master": "k8s://h", "spark_task_maxFailures": "1"}, "none"),
+        ({"spark_master": "local-cluster[2,1,1024]", "spark_task_maxFailures": "1"}, "none"),
+    ],
+)
+def test_escalation_strategy_from_public_conf(conf: dict[str, str], strategy: str) -> None:
+    from omnitable.exec.escalation import crash_escalation
+
+    got = crash_escalation(_Session(**conf))  # type: ignore[arg-type]
+    assert got.strategy == strategy
+    assert (got.warning is not None) == (strategy == "none")
+    if got.warning:
+        assert "spark.task.maxFailures >= 2" in got.warning
