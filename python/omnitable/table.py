@@ -278,7 +278,7 @@ class Table:
         except BaseException as exc:
             if not isinstance(exc, CommitOutcomeUnknown):  # the commit may reference them
                 delete_quietly(location.fs, written)
-            self._catalog.finish_run(run_id, "failed", message=str(exc)[:2000])
+            self._catalog.fail_run(run_id, exc)
             raise
         self._catalog.finish_run(run_id, "succeeded", {"rows": result.rows, "version": version})
         return version

@@ -73,3 +73,24 @@ def test_add_columns_whose_commit_landed_returns_its_version(
     monkeypatch.delenv("OMNITABLE_FAILPOINTS")
     assert version == 2 == t.version
     assert t.read(columns=["y"]).column("y").to_pylist() == [3.0, 4.0]
+
+
+def test_lost_commit_stays_unknown_when_the_run_cannot_be_recorded_either(
+    wh: omnitable.Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catalog is still away when the append records its failed run: the caller must still
+    get CommitOutcomeUnknown (with its token), not the run bookkeeping's CatalogError."""
+    t = wh.create_table("t", {"x": "double"})
+    monkeypatch.setenv(
+        "OMNITABLE_FAILPOINTS",
+        "commit.after_commit=disconnect,commit.lookup=disconnect,run.finish=disconnect",
+    )
+    with pytest.raises(CommitOutcomeUnknown, match="files were kept") as err:
+        t.append(pa.table({"x": [1.0, 2.0]}), "b")
+    monkeypatch.delenv("OMNITABLE_FAILPOINTS")
+    assert t.version == 1
+    assert t.read(columns=["x"]).column("x").to_pylist() == [1.0, 2.0]
+    with wh.catalog.store.read() as conn:
+        from omnitable.catalog.commit import find_commit
+
+        assert find_commit(conn, t.record.table_id, err.value.token) == 1

@@ -5,6 +5,7 @@ All catalog writes of OmniTable go through this class (Python owns the catalog; 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -436,6 +437,7 @@ class Catalog:
         if beat is not None:
             beat.stop()
         with self.store.write() as conn:
+            failpoint("run.finish")
             conn.execute(
                 text(
                     "UPDATE runs SET status = :s, metrics = :m, message = :msg, "
@@ -449,6 +451,14 @@ class Catalog:
                     "r": run_id,
                 },
             )
+
+    def fail_run(self, run_id: str, exc: BaseException) -> None:
+        """Record ``run_id`` as failed by ``exc``, which the caller is raising. A catalog that
+        cannot be reached is ignored here so that it never masks ``exc`` (e.g. a
+        :class:`CommitOutcomeUnknown` and its token); the run is then reported ``abandoned``
+        once its heartbeat is overdue."""
+        with contextlib.suppress(CatalogError):
+            self.finish_run(run_id, "failed", message=str(exc)[:2000])
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         """One run; ``status`` is ``abandoned`` for a ``running`` run whose driver is gone."""
