@@ -279,9 +279,25 @@ def _validate(
                     [(f.fragment_id, name)],
                 )
 
+    _check_batches(conn, t, req, segments)
+    _check_still_visible(conn, t, req, segments)
+
+    if concurrent:
+        _check_cell_conflicts(conn, t, req, head)
+        _check_feature_conflicts(conn, t, req)
+    _check_id_overlaps(conn, t, req, head)
+    _check_column_binding(req, column_ids)
+    _check_group_ownership(conn, t, req, segments)
+    _check_feature_versions(conn, t, req)
+    _check_expected_providers(conn, t, req, segments, column_ids)
+    return column_ids
+
+
+def _check_batches(conn: Connection, t: str, req: CommitRequest, segments: list[Segment]) -> None:
+    """The batches an append replaces are still live, and the batch names it creates are free."""
     removed_batches = set(req.removed_batches)
     if req.new_batches or removed_batches:
-        params = {"t": t}
+        params: dict[str, Any] = {"t": t}
         vis = visible_clause("b", segments, params)
         live = {
             r.batch_id: (r.name, int(r.added_version))
@@ -314,6 +330,12 @@ def _validate(
                     "replace it atomically"
                 )
 
+
+def _check_still_visible(
+    conn: Connection, t: str, req: CommitRequest, segments: list[Segment]
+) -> None:
+    """The fragments an operation adds files to or removes, and the files it replaces, are still
+    visible at the head."""
     existing_frags = {f.fragment_id for f in req.new_files} | set(req.removed_fragments)
     if existing_frags:
         live_frags = _visible_ids(
@@ -336,16 +358,6 @@ def _validate(
                 f"Cannot commit {req.op}: {len(gone)} file(s) it replaces were removed by a "
                 "concurrent commit; retry the operation"
             )
-
-    if concurrent:
-        _check_cell_conflicts(conn, t, req, head)
-        _check_feature_conflicts(conn, t, req)
-    _check_id_overlaps(conn, t, req, head)
-    _check_column_binding(req, column_ids)
-    _check_group_ownership(conn, t, req, segments)
-    _check_feature_versions(conn, t, req)
-    _check_expected_providers(conn, t, req, segments, column_ids)
-    return column_ids
 
 
 def _visible_ids(
