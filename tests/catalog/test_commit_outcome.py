@@ -94,3 +94,50 @@ def test_lost_commit_stays_unknown_when_the_run_cannot_be_recorded_either(
         from omnitable.catalog.commit import find_commit
 
         assert find_commit(conn, t.record.table_id, err.value.token) == 1
+
+
+def test_lookup_does_not_wait_forever_for_a_lost_transaction_the_server_still_holds(
+    wh: omnitable.Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL may keep a lost client's transaction (and its table lock) open until it notices
+    the dead connection, possibly hours later: the lookup gives up with CommitOutcomeUnknown."""
+    if wh.catalog.store.is_sqlite:
+        pytest.skip("SQLite's lock wait is bounded by its busy timeout")
+    import threading
+
+    from sqlalchemy import text
+
+    from omnitable._failpoints import hooked
+    from omnitable.catalog import catalog as catalog_module
+
+    monkeypatch.setattr(catalog_module, "LOOKUP_LOCK_TIMEOUT_S", 0.5, raising=False)
+    t = wh.create_table("t", {"x": "double"})
+    holder = wh.catalog.store.engine.connect()
+    holder_tx = holder.begin()
+    outcome: dict[str, object] = {}
+
+    def hold_table_lock() -> None:  # what the server-side lost transaction would still hold
+        wh.catalog.store.lock_table(holder, t.record.table_id)
+
+    def append() -> None:
+        try:
+            outcome["version"] = t.append(pa.table({"x": [1.0]}), "b")
+        except BaseException as exc:  # handed to the test thread
+            outcome["error"] = exc
+        outcome["while_held"] = holder_tx.is_active
+
+    monkeypatch.setenv("OMNITABLE_FAILPOINTS", "commit.after_commit=disconnect")
+    with hooked("commit.after_commit", hold_table_lock):
+        writer = threading.Thread(target=append)
+        writer.start()
+        writer.join(60)
+        holder_tx.rollback()
+        holder.close()
+        writer.join()
+    monkeypatch.delenv("OMNITABLE_FAILPOINTS")
+    assert isinstance(outcome.get("error"), CommitOutcomeUnknown), outcome
+    assert outcome["while_held"] is True
+    assert t.version == 1  # it had landed: its files were kept
+    assert t.read(columns=["x"]).column("x").to_pylist() == [1.0]
+    with wh.catalog.store.read() as conn:
+        assert conn.execute(text("SELECT count(*) FROM commits")).scalar() == 2

@@ -41,6 +41,9 @@ from omnitable.exceptions import (
 
 HEARTBEAT_S = 30.0  # a running run refreshes heartbeat_at this often
 ABANDONED_AFTER_S = 300.0  # a running run without a heartbeat for this long is abandoned
+# How long a commit lookup waits for the table lock a lost transaction may still hold (PostgreSQL
+# keeps it until the server notices the dead connection, which can take hours).
+LOOKUP_LOCK_TIMEOUT_S = 60.0
 
 TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
@@ -278,15 +281,18 @@ class Catalog:
     ) -> int | None:
         try:
             with self.store.write() as conn:  # waits for the lost transaction's row lock
+                if not self.store.is_sqlite:  # (SQLite's wait is bounded by its busy timeout)
+                    ms = max(1, int(LOOKUP_LOCK_TIMEOUT_S * 1000))
+                    conn.execute(text(f"SET LOCAL lock_timeout = {ms}"))
                 self.store.lock_table(conn, table.table_id)
                 failpoint("commit.lookup")
                 return find_commit(conn, table.table_id, request.token)
         except CatalogError as exc:
             raise CommitOutcomeUnknown(
                 f"Cannot confirm the {request.op} commit on table '{table.name}': the catalog "
-                f"connection was lost during the commit ({cause}) and the catalog is still "
-                f"unreachable ({exc}); its files were kept. Check Table.history() for commit "
-                f"token {request.token} once the catalog is back.",
+                f"connection was lost during the commit ({cause}) and the catalog could not be "
+                f"asked whether it landed ({exc}); its files were kept. Check Table.history() "
+                f"for commit token {request.token} once the catalog is back.",
                 request.token,
             ) from cause
 
