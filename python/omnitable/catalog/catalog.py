@@ -458,13 +458,19 @@ class Catalog:
                 },
             )
 
-    def fail_run(self, run_id: str, exc: BaseException) -> None:
-        """Record ``run_id`` as failed by ``exc``, which the caller is raising. A catalog that
-        cannot be reached is ignored here so that it never masks ``exc`` (e.g. a
-        :class:`CommitOutcomeUnknown` and its token); the run is then reported ``abandoned``
-        once its heartbeat is overdue."""
+    def fail_run(
+        self,
+        run_id: str,
+        exc: BaseException,
+        metrics: dict[str, Any] | None = None,
+        status: str = "failed",
+    ) -> None:
+        """Record ``run_id`` as ended by ``exc`` (``failed`` or ``aborted``), which the caller is
+        raising. A catalog that cannot be reached is ignored here so that it never masks ``exc``
+        (e.g. a :class:`CommitOutcomeUnknown` and its token); the run is then reported
+        ``abandoned`` once its heartbeat is overdue."""
         with contextlib.suppress(CatalogError):
-            self.finish_run(run_id, "failed", message=str(exc)[:2000])
+            self.finish_run(run_id, status, metrics, message=str(exc)[:2000])
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         """One run; ``status`` is ``abandoned`` for a ``running`` run whose driver is gone."""
