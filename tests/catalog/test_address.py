@@ -115,6 +115,7 @@ def test_redacted_hides_secret_query_parameters() -> None:
     shown = addr.redacted()
     assert not any(s in shown for s in ("hunter2", "pw1", "pw2")), shown
     assert "sslmode=require" in shown
+    assert "password=***" in shown and "SSLPassword=***" in shown, shown  # as docs/catalog.md says
     assert "pw1" not in repr(addr) and addr.display() == shown
 
 
