@@ -178,8 +178,11 @@ def parse_address(uri: str | os.PathLike[str] | None) -> CatalogAddress:
         )
     try:
         url = make_url(text)
-    except ArgumentError as exc:
-        raise ValidationError(f"Cannot open warehouse: malformed URL ({exc})") from None
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
+        raise ValidationError(
+            f"Cannot open warehouse: malformed URL ({exc}); write it as "
+            "postgresql://user:env:PASSWORD_VAR@host:port/db or sqlite:///path.db"
+        ) from None
     if scheme == "sqlite":
         if not url.database or url.database == ":memory:":
             raise ValidationError(
