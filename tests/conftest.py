@@ -7,9 +7,12 @@ without it they are skipped, unless ``OMNITABLE_REQUIRE_POSTGRES=1`` (CI), where
 from __future__ import annotations
 
 import os
+import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,3 +111,40 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
     )
     yield session
     session.stop()
+
+
+Race = Callable[[str, Callable[[], Any], Callable[[], Any]], dict[str, Any]]
+
+
+@pytest.fixture
+def race(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Race:
+    """``race(point, first, second)``: run ``first`` in a thread until it reaches failpoint
+    ``point`` (e.g. just before its commit), then ``second`` to the end, then let ``first`` go on.
+    Returns ``first``'s outcome ({"version": result} or {"error": exception})."""
+
+    def run(point: str, first: Callable[[], Any], second: Callable[[], Any]) -> dict[str, Any]:
+        gate = tmp_path / f"gate-{uuid.uuid4().hex[:8]}"
+        gate.mkdir(parents=True)
+        monkeypatch.setenv("OMNITABLE_FAILPOINTS", f"{point}=pause:{gate}")
+        out: dict[str, Any] = {}
+
+        def go() -> None:
+            try:
+                out["version"] = first()
+            except Exception as exc:
+                out["error"] = exc
+
+        thread = threading.Thread(target=go)
+        thread.start()
+        deadline = time.monotonic() + 120
+        while not (gate / f"{point}.reached").exists():
+            assert thread.is_alive(), out
+            assert time.monotonic() < deadline, f"the first writer never reached {point}"
+            time.sleep(0.02)
+        second()
+        (gate / f"{point}.go").touch()
+        thread.join(120)
+        monkeypatch.delenv("OMNITABLE_FAILPOINTS")
+        return out
+
+    return run

@@ -115,6 +115,13 @@ class Table:
         """Commits of ``main``, newest first: version, op, summary, time."""
         return list(self._catalog.history(self.record))
 
+    def runs(self) -> list[dict[str, Any]]:
+        """This table's ingest and backfill runs, newest first: ``run_id``, ``kind``, ``status``
+        (``running``, ``succeeded``, ``failed``, ``aborted``, or ``abandoned`` for a run still
+        marked running whose driver process is gone), ``plan``, ``metrics``, ``message``,
+        ``started_at``, ``finished_at``, ``host``, ``pid``."""
+        return self._catalog.list_runs(self.record)
+
     def count(self, version: int | None = None) -> int:
         return sum(f.row_count for f in self.snapshot(version=version, with_files=False).fragments)
 
@@ -278,7 +285,7 @@ class Table:
         except BaseException as exc:
             if not isinstance(exc, CommitOutcomeUnknown):  # the commit may reference them
                 delete_quietly(location.fs, written)
-            self._catalog.finish_run(run_id, "failed", message=str(exc)[:2000])
+            self._catalog.fail_run(run_id, exc)
             raise
         self._catalog.finish_run(run_id, "succeeded", {"rows": result.rows, "version": version})
         return version

@@ -60,11 +60,13 @@ def test_postgres_missing_env_password_is_a_clear_error(monkeypatch: pytest.Monk
         "sqlite://",
         "sqlite:///:memory:",
         "postgresql://localhost",
+        "postgresql://u:hunter2@h:notaport/db",
     ],
 )
 def test_bad_addresses(bad: str) -> None:
-    with pytest.raises(ValidationError, match="Cannot"):
+    with pytest.raises(ValidationError, match="Cannot") as err:
         parse_address(bad)
+    assert "hunter2" not in str(err.value)
 
 
 def test_a_file_is_not_a_warehouse_directory(tmp_path: Path) -> None:
@@ -115,6 +117,7 @@ def test_redacted_hides_secret_query_parameters() -> None:
     shown = addr.redacted()
     assert not any(s in shown for s in ("hunter2", "pw1", "pw2")), shown
     assert "sslmode=require" in shown
+    assert "password=***" in shown and "SSLPassword=***" in shown, shown  # as docs/catalog.md says
     assert "pw1" not in repr(addr) and addr.display() == shown
 
 

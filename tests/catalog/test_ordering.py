@@ -3,13 +3,9 @@ registrations validated against concurrent registrations."""
 
 from __future__ import annotations
 
-import threading
-import time
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pytest
 from sqlalchemy import text
 
 import omnitable
@@ -46,30 +42,14 @@ def test_commit_time_never_goes_back(wh: omnitable.Warehouse) -> None:
     assert times[-1] == ahead
 
 
-def test_concurrent_registrations_cannot_form_a_cycle(
-    wh: omnitable.Warehouse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_concurrent_registrations_cannot_form_a_cycle(wh: omnitable.Warehouse, race: Any) -> None:
     t = wh.create_table("t", {"a": "double"})
     t.register(_sql("f", "a + 1", "1"), _sql("g", "a + 2", "1"))
-    point = "register.before_commit"
-    monkeypatch.setenv("OMNITABLE_FAILPOINTS", f"{point}=pause:{tmp_path}")
-    out: dict[str, Any] = {}
-
-    def first() -> None:
-        try:
-            out["version"] = t.register(_sql("f", "g + 1", "2"))  # f reads g
-        except Exception as exc:
-            out["error"] = exc
-
-    thread = threading.Thread(target=first)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not (tmp_path / f"{point}.reached").exists():
-        assert thread.is_alive() and time.monotonic() < deadline, out
-        time.sleep(0.02)
-    t.register(_sql("g", "f + 1", "2"))  # g reads f: valid against f@1
-    (tmp_path / f"{point}.go").touch()
-    thread.join(120)
+    out = race(
+        "register.before_commit",
+        lambda: t.register(_sql("f", "g + 1", "2")),  # f reads g
+        lambda: t.register(_sql("g", "f + 1", "2")),  # g reads f: valid against f@1
+    )
     assert isinstance(out.get("error"), omnitable.CommitConflict), out
     assert "g@2" in str(out["error"])
     graph = table_graph(t)  # still acyclic

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 import omnitable
@@ -104,3 +105,34 @@ def test_run_without_heartbeat_is_abandoned(wh: omnitable.Warehouse) -> None:
             {"r": run},
         )
     assert wh.catalog.get_run(run)["status"] == "abandoned"
+
+
+APPENDER = textwrap.dedent("""
+    import sys, pyarrow as pa, omnitable
+    wh = omnitable.connect(sys.argv[1], root=sys.argv[2] or None)
+    wh.table("t").append(pa.table({"x": [1.0, 2.0]}), "b")  # dies before its commit
+""")
+
+
+def test_table_runs_show_an_append_whose_process_died_as_abandoned(
+    wh: omnitable.Warehouse, catalog_spec: tuple[str, str | None]
+) -> None:
+    t = wh.create_table("t", {"x": "double"})
+    t.append(pa.table({"x": [0.0]}), "first")
+    uri, root = catalog_spec
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(sys.path),
+        OMNITABLE_FAILPOINTS="append.before_commit=exit",
+    )
+    died = subprocess.run(
+        [sys.executable, "-c", APPENDER, uri, root or ""], env=env, timeout=120, check=False
+    )
+    assert died.returncode == 77
+    runs = t.runs()
+    assert [(r["kind"], r["status"]) for r in runs] == [
+        ("ingest", "abandoned"),
+        ("ingest", "succeeded"),
+    ]
+    assert runs[0]["plan"] == {"batch": "b"} and runs[0]["finished_at"] is None
+    assert t.version == 1

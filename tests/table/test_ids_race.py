@@ -3,10 +3,7 @@ local or Spark ingest), and supplied ids far apart never conflict falsely."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -16,38 +13,7 @@ import omnitable
 from omnitable import ROW_ID
 
 POINT = "append.before_commit"
-
-
-def race(
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    first: Callable[[], int],
-    second: Callable[[], int],
-) -> dict[str, Any]:
-    """Run ``first`` in a thread until it is about to commit, then ``second`` to the end, then
-    let ``first`` commit. Returns ``first``'s outcome ({"version"} or {"error"})."""
-    gate = tmp_path / "gate"
-    gate.mkdir(parents=True)
-    monkeypatch.setenv("OMNITABLE_FAILPOINTS", f"{POINT}=pause:{gate}")
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["version"] = first()
-        except Exception as exc:
-            out["error"] = exc
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not (gate / f"{POINT}.reached").exists():
-        assert thread.is_alive(), out
-        assert time.monotonic() < deadline, "the first writer never reached the commit"
-        time.sleep(0.02)
-    second()
-    (gate / f"{POINT}.go").touch()
-    thread.join(120)
-    return out
+Race = Callable[[str, Callable[[], Any], Callable[[], Any]], dict[str, Any]]  # conftest.race
 
 
 def ids_of(t: omnitable.Table) -> list[int]:
@@ -59,12 +25,11 @@ def supplied(ids: list[int]) -> pa.Table:
 
 
 def test_generated_ids_conflict_with_supplied_ids_committed_first(
-    wh: omnitable.Warehouse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    wh: omnitable.Warehouse, race: Race
 ) -> None:
     t = wh.create_table("t", {"x": "double"})
     out = race(
-        monkeypatch,
-        tmp_path,
+        POINT,
         lambda: t.append(pa.table({"x": [1.0] * 10}), "auto", target_fragment_rows=4),
         lambda: t.append(supplied([3, 100]), "given"),
     )
@@ -75,12 +40,11 @@ def test_generated_ids_conflict_with_supplied_ids_committed_first(
 
 
 def test_supplied_ids_conflict_with_generated_ids_committed_first(
-    wh: omnitable.Warehouse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    wh: omnitable.Warehouse, race: Race
 ) -> None:
     t = wh.create_table("t", {"x": "double"})
     out = race(
-        monkeypatch,
-        tmp_path,
+        POINT,
         lambda: t.append(supplied([2, 4, 2**40]), "given"),
         lambda: t.append(pa.table({"x": [1.0] * 10}), "auto"),
     )
@@ -90,12 +54,11 @@ def test_supplied_ids_conflict_with_generated_ids_committed_first(
 
 
 def test_overlapping_supplied_ids_conflict_and_name_the_ids(
-    wh: omnitable.Warehouse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    wh: omnitable.Warehouse, race: Race
 ) -> None:
     t = wh.create_table("t", {"x": "double"})
     out = race(
-        monkeypatch,
-        tmp_path,
+        POINT,
         lambda: t.append(supplied([-(2**62), 7, 2**62]), "first"),
         lambda: t.append(supplied([5, 7, 9]), "second"),
     )
@@ -105,13 +68,12 @@ def test_overlapping_supplied_ids_conflict_and_name_the_ids(
 
 
 def test_hash_like_supplied_ids_that_do_not_overlap_both_commit(
-    wh: omnitable.Warehouse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    wh: omnitable.Warehouse, race: Race
 ) -> None:
     t = wh.create_table("t", {"x": "double"})
     wide = [-(2**62), -12345, 98765, 2**62]
     out = race(
-        monkeypatch,
-        tmp_path,
+        POINT,
         lambda: t.append(supplied(wide), "first"),
         lambda: t.append(supplied([0, 5, 6]), "second"),
     )
@@ -119,8 +81,7 @@ def test_hash_like_supplied_ids_that_do_not_overlap_both_commit(
     assert ids_of(t) == sorted([*wide, 0, 5, 6])
     # and a generated append racing them commits too (its range is past every supplied id)
     out = race(
-        monkeypatch,
-        tmp_path / "again",
+        POINT,
         lambda: t.append(pa.table({"x": [1.0] * 3}), "auto"),
         lambda: t.append(supplied([11, 12]), "third"),
     )
@@ -141,13 +102,12 @@ def test_largest_supplied_id_is_accepted_and_exhausts_generation(
 
 @pytest.mark.spark
 def test_spark_generated_ids_conflict_with_supplied_ids_committed_first(
-    wh: omnitable.Warehouse, spark: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    wh: omnitable.Warehouse, spark: Any, race: Race
 ) -> None:
     t = wh.create_table("t", {"x": "double"})
     df = spark.range(0, 10, numPartitions=2).selectExpr("CAST(id AS DOUBLE) AS x")
     out = race(
-        monkeypatch,
-        tmp_path,
+        POINT,
         lambda: t.append(df, "spark"),
         lambda: t.append(supplied([4]), "given"),
     )
@@ -158,13 +118,12 @@ def test_spark_generated_ids_conflict_with_supplied_ids_committed_first(
 
 @pytest.mark.spark
 def test_spark_supplied_ids_are_checked_exactly_against_concurrent_commits(
-    wh: omnitable.Warehouse, spark: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    wh: omnitable.Warehouse, spark: Any, race: Race
 ) -> None:
     t = wh.create_table("t", {"x": "double"})
     df = spark.createDataFrame([(-(2**62), 1.0), (3, 2.0), (2**62, 3.0)], [ROW_ID, "x"])
     out = race(
-        monkeypatch,
-        tmp_path,
+        POINT,
         lambda: t.append(df, "spark"),
         lambda: t.append(pa.table({"x": [1.0] * 5}), "auto"),
     )
@@ -174,8 +133,7 @@ def test_spark_supplied_ids_are_checked_exactly_against_concurrent_commits(
     # far-apart ids do not conflict falsely
     df2 = spark.createDataFrame([(-(2**62), 1.0), (2**62, 3.0)], [ROW_ID, "x"])
     out = race(
-        monkeypatch,
-        tmp_path / "again",
+        POINT,
         lambda: t.append(df2, "spark2"),
         lambda: t.append(supplied([100]), "given"),
     )

@@ -106,7 +106,10 @@ class CatalogAddress:
         secret = {k: "***" for k in url.query if k.lower() in SECRET_QUERY_KEYS}
         if secret:
             url = url.update_query_dict(secret)
-        return url.render_as_string(hide_password=True)
+        shown = url.render_as_string(hide_password=True)
+        for key in secret:  # shown as key=*** (like user:***@), not URL-encoded
+            shown = shown.replace(f"{key}=%2A%2A%2A", f"{key}=***")
+        return shown
 
     def display(self) -> str:
         """:meth:`warehouse_string` with any literal password hidden, for messages and output."""
@@ -175,8 +178,11 @@ def parse_address(uri: str | os.PathLike[str] | None) -> CatalogAddress:
         )
     try:
         url = make_url(text)
-    except ArgumentError as exc:
-        raise ValidationError(f"Cannot open warehouse: malformed URL ({exc})") from None
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
+        raise ValidationError(
+            f"Cannot open warehouse: malformed URL ({exc}); write it as "
+            "postgresql://user:env:PASSWORD_VAR@host:port/db or sqlite:///path.db"
+        ) from None
     if scheme == "sqlite":
         if not url.database or url.database == ":memory:":
             raise ValidationError(

@@ -5,6 +5,7 @@ All catalog writes of OmniTable go through this class (Python owns the catalog; 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -40,6 +41,9 @@ from omnitable.exceptions import (
 
 HEARTBEAT_S = 30.0  # a running run refreshes heartbeat_at this often
 ABANDONED_AFTER_S = 300.0  # a running run without a heartbeat for this long is abandoned
+# How long a commit lookup waits for the table lock a lost transaction may still hold (PostgreSQL
+# keeps it until the server notices the dead connection, which can take hours).
+LOOKUP_LOCK_TIMEOUT_S = 60.0
 
 TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
@@ -277,15 +281,18 @@ class Catalog:
     ) -> int | None:
         try:
             with self.store.write() as conn:  # waits for the lost transaction's row lock
+                if not self.store.is_sqlite:  # (SQLite's wait is bounded by its busy timeout)
+                    ms = max(1, int(LOOKUP_LOCK_TIMEOUT_S * 1000))
+                    conn.execute(text(f"SET LOCAL lock_timeout = {ms}"))
                 self.store.lock_table(conn, table.table_id)
                 failpoint("commit.lookup")
                 return find_commit(conn, table.table_id, request.token)
         except CatalogError as exc:
             raise CommitOutcomeUnknown(
                 f"Cannot confirm the {request.op} commit on table '{table.name}': the catalog "
-                f"connection was lost during the commit ({cause}) and the catalog is still "
-                f"unreachable ({exc}); its files were kept. Check Table.history() for commit "
-                f"token {request.token} once the catalog is back.",
+                f"connection was lost during the commit ({cause}) and the catalog could not be "
+                f"asked whether it landed ({exc}); its files were kept. Check Table.history() "
+                f"for commit token {request.token} once the catalog is back.",
                 request.token,
             ) from cause
 
@@ -436,6 +443,7 @@ class Catalog:
         if beat is not None:
             beat.stop()
         with self.store.write() as conn:
+            failpoint("run.finish")
             conn.execute(
                 text(
                     "UPDATE runs SET status = :s, metrics = :m, message = :msg, "
@@ -449,6 +457,20 @@ class Catalog:
                     "r": run_id,
                 },
             )
+
+    def fail_run(
+        self,
+        run_id: str,
+        exc: BaseException,
+        metrics: dict[str, Any] | None = None,
+        status: str = "failed",
+    ) -> None:
+        """Record ``run_id`` as ended by ``exc`` (``failed`` or ``aborted``), which the caller is
+        raising. A catalog that cannot be reached is ignored here so that it never masks ``exc``
+        (e.g. a :class:`CommitOutcomeUnknown` and its token); the run is then reported
+        ``abandoned`` once its heartbeat is overdue."""
+        with contextlib.suppress(CatalogError):
+            self.finish_run(run_id, status, metrics, message=str(exc)[:2000])
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         """One run; ``status`` is ``abandoned`` for a ``running`` run whose driver is gone."""

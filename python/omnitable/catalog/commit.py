@@ -279,9 +279,25 @@ def _validate(
                     [(f.fragment_id, name)],
                 )
 
+    _check_batches(conn, t, req, segments)
+    _check_still_visible(conn, t, req, segments)
+
+    if concurrent:
+        _check_cell_conflicts(conn, t, req, head)
+        _check_feature_conflicts(conn, t, req)
+    _check_id_overlaps(conn, t, req, head)
+    _check_column_binding(req, column_ids)
+    _check_group_ownership(conn, t, req, segments)
+    _check_feature_versions(conn, t, req)
+    _check_expected_providers(conn, t, req, segments, column_ids)
+    return column_ids
+
+
+def _check_batches(conn: Connection, t: str, req: CommitRequest, segments: list[Segment]) -> None:
+    """The batches an append replaces are still live, and the batch names it creates are free."""
     removed_batches = set(req.removed_batches)
     if req.new_batches or removed_batches:
-        params = {"t": t}
+        params: dict[str, Any] = {"t": t}
         vis = visible_clause("b", segments, params)
         live = {
             r.batch_id: (r.name, int(r.added_version))
@@ -314,6 +330,12 @@ def _validate(
                     "replace it atomically"
                 )
 
+
+def _check_still_visible(
+    conn: Connection, t: str, req: CommitRequest, segments: list[Segment]
+) -> None:
+    """The fragments an operation adds files to or removes, and the files it replaces, are still
+    visible at the head."""
     existing_frags = {f.fragment_id for f in req.new_files} | set(req.removed_fragments)
     if existing_frags:
         live_frags = _visible_ids(
@@ -337,16 +359,6 @@ def _validate(
                 "concurrent commit; retry the operation"
             )
 
-    if concurrent:
-        _check_cell_conflicts(conn, t, req, head)
-        _check_feature_conflicts(conn, t, req)
-    _check_id_overlaps(conn, t, req, head)
-    _check_column_binding(req, column_ids)
-    _check_group_ownership(conn, t, req, segments)
-    _check_feature_versions(conn, t, req)
-    _check_expected_providers(conn, t, req, segments, column_ids)
-    return column_ids
-
 
 def _visible_ids(
     conn: Connection, table: str, id_col: str, t: str, segments: list[Segment], ids: list[str]
@@ -356,19 +368,24 @@ def _visible_ids(
         chunk = ids[i : i + _CHUNK]
         params: dict[str, Any] = {"t": t}
         vis = visible_clause("x", segments, params)
-        names = []
-        for j, v in enumerate(chunk):
-            params[f"id{j}"] = v
-            names.append(f":id{j}")
+        marks = _bind_ids(params, chunk)
         rows = conn.execute(
             text(
                 f"SELECT x.{id_col} FROM {table} x WHERE x.table_id = :t AND {vis} "
-                f"AND x.{id_col} IN ({', '.join(names)})"
+                f"AND x.{id_col} IN ({marks})"
             ),
             params,
         )
         found.update(r[0] for r in rows)
     return found
+
+
+def _bind_ids(params: dict[str, Any], ids: list[str]) -> str:
+    """Bind ``ids`` (at most ``_CHUNK``) as ``:id0, :id1, …`` in ``params``; returns that list
+    for an ``IN (...)`` clause."""
+    for j, v in enumerate(ids):
+        params[f"id{j}"] = v
+    return ", ".join(f":id{j}" for j in range(len(ids)))
 
 
 def _check_cell_conflicts(conn: Connection, t: str, req: CommitRequest, head: int) -> None:
@@ -395,10 +412,7 @@ def _check_cell_conflicts(conn: Connection, t: str, req: CommitRequest, head: in
     for i in range(0, len(frag_ids), _CHUNK):
         chunk = frag_ids[i : i + _CHUNK]
         params: dict[str, Any] = {"t": t, "b": req.branch, "base": req.base_version}
-        marks = []
-        for j, v in enumerate(chunk):
-            params[f"id{j}"] = v
-            marks.append(f":id{j}")
+        marks = _bind_ids(params, chunk)
         rows = conn.execute(
             text(
                 "SELECT fi.fragment_id, c.name FROM files fi JOIN file_columns fc ON "
@@ -407,7 +421,7 @@ def _check_cell_conflicts(conn: Connection, t: str, req: CommitRequest, head: in
                 "WHERE fi.table_id = :t AND fi.branch = :b AND "
                 "(fi.added_version > :base OR (fi.removed_version IS NOT NULL AND "
                 "fi.removed_version > :base)) "
-                f"AND fi.fragment_id IN ({', '.join(marks)})"
+                f"AND fi.fragment_id IN ({marks})"
             ),
             params,
         )
@@ -607,15 +621,12 @@ def _head_providers(
     for i in range(0, len(fragment_ids), _CHUNK):
         params: dict[str, Any] = {"t": t}
         vis = visible_clause("fi", segments, params)
-        marks = []
-        for j, v in enumerate(fragment_ids[i : i + _CHUNK]):
-            params[f"id{j}"] = v
-            marks.append(f":id{j}")
+        marks = _bind_ids(params, fragment_ids[i : i + _CHUNK])
         rows = conn.execute(
             text(
                 "SELECT fi.fragment_id, fc.column_id, fi.file_id, fi.added_version FROM files fi "
                 "JOIN file_columns fc ON fc.table_id = fi.table_id AND fc.file_id = fi.file_id "
-                f"WHERE fi.table_id = :t AND {vis} AND fi.fragment_id IN ({', '.join(marks)})"
+                f"WHERE fi.table_id = :t AND {vis} AND fi.fragment_id IN ({marks})"
             ),
             params,
         )

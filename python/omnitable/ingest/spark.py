@@ -126,7 +126,7 @@ def append_spark(
             delete_quietly(
                 location.fs, [location.child_path(f.path) for fr in fragments for f in fr.files]
             )
-        catalog.finish_run(run_id, "failed", message=str(exc)[:2000])
+        catalog.fail_run(run_id, exc)
         raise
     catalog.finish_run(run_id, "succeeded", {"rows": rows_total, "version": version})
     return version
