@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+import omnitable
+from omnitable.catalog.address import parse_address
 from omnitable.cli.main import main
 
 
@@ -84,3 +86,16 @@ def test_demo_with_features_backfill_and_status(
     assert code == 0 and "quality" in out and "done" in out
     code, out, _ = _run(capsys, "-w", wh, "backfill", "docs", "-f", "quality", "--explain")
     assert code == 0 and "nothing to do" in out
+
+
+@pytest.mark.postgres
+def test_empty_warehouse_message_hides_a_literal_password(
+    pg_databases: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = parse_address(pg_databases.create())  # type: ignore[attr-defined]
+    password = str(base.connect_url().password)
+    literal = base.url.set(password=password).render_as_string(False)
+    omnitable.connect(literal, root=str(tmp_path / "data")).close()
+    code, out, err = _run(capsys, "-w", literal, "tables")
+    assert code == 0 and "No tables in" in out
+    assert f":{password}@" not in out + err and ":***@" in out

@@ -146,3 +146,22 @@ def test_retry_plan_whose_file_was_replaced_conflicts_and_replans(
     assert stale.run(spark).versions == []  # re-planned: nothing is left to retry
     assert t.errors(spark=spark).count() == 0
     assert t.read(columns=["score"]).column("score").to_pylist()[3] == len(texts[3]) / 2
+
+
+def test_backfill_whose_commit_outcome_is_unknown_keeps_its_files(
+    docs: omnitable.Table, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The commit landed, the connection dropped, the lookup and the run's own bookkeeping find
+    the catalog away: the caller gets CommitOutcomeUnknown and the files the commit references
+    stay (deleting them would break the committed version)."""
+    plan = docs.backfill("clean")
+    monkeypatch.setenv(
+        "OMNITABLE_FAILPOINTS",
+        "commit.after_commit=disconnect,commit.lookup=disconnect,run.finish=disconnect",
+    )
+    with pytest.raises(omnitable.CommitOutcomeUnknown):
+        plan.run(spark)
+    monkeypatch.delenv("OMNITABLE_FAILPOINTS")
+    assert docs.status().state("b1", "clean") == "done"
+    got = docs.read(columns=["clean"]).column("clean").to_pylist()
+    assert got == [t.strip().lower() for t in TEXTS]  # the committed files are all there

@@ -15,6 +15,7 @@ from omnitable.cli.main import Context
 def tables(ctx: Context) -> None:
     """List the warehouse's tables with their size and version."""
     with ctx.connect() as wh:
+        where = wh.address.display() if ctx.warehouse else "./omnitable-warehouse"
         rows = []
         for name in wh.tables():
             t = wh.table(name)
@@ -31,7 +32,7 @@ def tables(ctx: Context) -> None:
 
     def render(console: Console) -> None:
         if not rows:
-            console.print(f"No tables in {ctx.warehouse or './omnitable-warehouse'}.")
+            console.print(f"No tables in {where}.")
             return
         console.print(
             ctx.out.table(

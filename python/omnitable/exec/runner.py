@@ -197,10 +197,10 @@ def run_plan(
                 driver_escalation,
             )  # fmt: skip
     except ErrorRatioExceeded as exc:
-        catalog.finish_run(run_id, "aborted", result.summary(), message=str(exc)[:2000])
+        catalog.fail_run(run_id, exc, result.summary(), "aborted")
         raise
     except BaseException as exc:
-        catalog.finish_run(run_id, "failed", result.summary(), message=str(exc)[:2000])
+        catalog.fail_run(run_id, exc, result.summary())
         raise
     result.seconds = time.perf_counter() - started
     catalog.finish_run(run_id, "succeeded", result.summary())
