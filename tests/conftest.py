@@ -96,9 +96,13 @@ def wh(catalog_spec: tuple[str, str | None]) -> Iterator[omnitable.Warehouse]:
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """One local[2] SparkSession with the OmniTable jar for the whole test process."""
+    # The PostgreSQL test server is part of the application's static configuration: the JVM
+    # resolves an env: password of a read option only for such a server (any database on it).
+    pg = os.environ.get(PG_ENV)
     session = omnitable.spark_session(
         tmp_path_factory.mktemp("spark-default-wh"),
         master="local[2,4]",  # 4 attempts per task, as on a cluster (crash escalation needs retries)
+        **({"spark.omnitable.warehouses.test_postgres": pg} if pg else {}),
         **{
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "4",

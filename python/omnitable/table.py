@@ -186,10 +186,10 @@ class Table:
         batches: list[str] | None = None,
     ) -> DataFrame:
         """This table as a Spark DataFrame through the ``omnitable`` data source."""
-        from omnitable.spark.session import active_or_new_session, warehouse_read_option
+        from omnitable.spark.session import active_or_new_session, warehouse_string
 
         session = active_or_new_session(spark, self.warehouse)
-        wh = warehouse_read_option(session, self.warehouse)
+        wh = warehouse_string(self.warehouse)
         reader = session.read.format("omnitable").option("warehouse", wh)
         if version is not None:
             reader = reader.option("versionAsOf", str(version))

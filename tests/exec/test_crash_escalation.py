@@ -46,14 +46,16 @@ else:
     from omnitable.spark import session as s
 
     jars = [str(s.jar_path())] + [str(p) for p in s.delta_jar_paths()]
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .config("spark.jars", ",".join(jars))
         .config("spark.sql.extensions", s.EXTENSIONS_CLASS + "," + s.DELTA_EXTENSIONS)
         .config("spark.sql.catalog.spark_catalog", s.DELTA_CATALOG)
         .config("spark.ui.enabled", "false")
-        .getOrCreate()
     )
+    if uri.startswith("postgresql"):  # env: passwords resolve only for configured servers
+        builder = builder.config("spark.omnitable.warehouse", uri)
+    spark = builder.getOrCreate()
     result = t.backfill("score").run(spark)
     summary = {"code": 0, "errors": result.errors, "escalated": result.steps[0].escalated}
 t = wh.table("docs")

@@ -17,7 +17,7 @@ from pyspark.errors import AnalysisException
 from sqlalchemy.engine import make_url
 
 import omnitable
-from omnitable.spark.session import WAREHOUSES_PREFIX, warehouse_read_option
+from omnitable.spark.session import WAREHOUSES_PREFIX
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -43,28 +43,45 @@ def test_read_option_env_password_only_for_a_configured_warehouse(
     t = table
     uri = t.warehouse.uri
     assert ":env:OMNITABLE_" in uri
-    read = spark.read.format("omnitable").option("warehouse", uri)
-    with pytest.raises(AnalysisException, match="OMNITABLE_CREDENTIAL_NOT_ALLOWED") as exc:
-        read.load("cred")
-    assert "spark.omnitable.warehouse" in str(exc.value)
-    assert t.to_spark(spark).count() == 5  # Table.to_spark configures the warehouse first
-    assert uri in {v for k, v in spark.conf.getAll.items() if k.startswith(WAREHOUSES_PREFIX)}
-    assert read.load("cred").count() == 5
-    assert warehouse_read_option(spark, t.warehouse) == uri
-
-
-def test_jvm_reads_only_env_variables_under_the_allowed_prefixes(
-    spark: Any, table: omnitable.Table
-) -> None:
-    foreign = _with_password(table.warehouse.uri, "env:AWS_SECRET_ACCESS_KEY")
-    key = WAREHOUSES_PREFIX + "test_foreign_env"
-    spark.conf.set(key, foreign)  # configured, so only the prefix rule stands in the way
+    # the test server (user, host, port, variable) is in the session's static configuration
+    # (tests/conftest.py), so any database on it can be read through a read option
+    assert spark.read.format("omnitable").option("warehouse", uri).load("cred").count() == 5
+    assert t.to_spark(spark).count() == 5
+    # a server named only by a read option, or configured at run time (spark.conf.set / SQL SET),
+    # never receives the secret
+    u = make_url(uri)
+    elsewhere = f"postgresql://{u.username}:env:OMNITABLE_PG_PASSWORD@127.0.0.2:{u.port}/x"
+    key = WAREHOUSES_PREFIX + "set_at_run_time"
+    spark.sql(f"SET {key}={elsewhere}")
     try:
-        with pytest.raises(AnalysisException, match="outside the allowed prefixes") as exc:
-            spark.read.format("omnitable").option("warehouse", foreign).load("cred")
-        assert "OMNITABLE_CREDENTIAL_NOT_ALLOWED" in str(exc.value)
+        for wh in (elsewhere, _with_password(uri, "env:OMNITABLE_OTHER_SECRET")):
+            with pytest.raises(AnalysisException, match="OMNITABLE_CREDENTIAL_NOT_ALLOWED") as exc:
+                spark.read.format("omnitable").option("warehouse", wh).load("cred").count()
+            assert "static configuration" in str(exc.value)
     finally:
         spark.conf.unset(key)
+
+
+def test_jvm_reads_only_env_variables_under_the_allowed_prefixes(tmp_path: Path) -> None:
+    """A statically configured warehouse naming a variable outside the allowed prefixes still
+    cannot read it (the catalog plugin connects, in its own Spark application)."""
+    code = (
+        "import sys, omnitable\n"
+        "from pyspark.errors import AnalysisException\n"
+        "spark = omnitable.spark_session(sys.argv[1], master='local[1]', "
+        "**{'spark.ui.enabled': 'false'})\n"
+        "try:\n"
+        "    spark.sql('SHOW TABLES IN omnitable').collect()\n"
+        "    print('READ')\n"
+        "except Exception as e:\n"
+        "    print('REFUSED' if 'outside the allowed prefixes' in str(e) else f'OTHER {e}')\n"
+    )
+    foreign = "postgresql://u:env:AWS_SECRET_ACCESS_KEY@127.0.0.1:5432/omnitable"
+    env = {**os.environ, "AWS_SECRET_ACCESS_KEY": "not-to-be-sent"}
+    out = subprocess.run(
+        [sys.executable, "-c", code, foreign], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.stdout.strip().splitlines()[-1:] == ["REFUSED"], out.stdout + out.stderr[-3000:]
 
 
 def test_read_options_refuse_literal_passwords_without_showing_them(

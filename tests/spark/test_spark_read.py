@@ -15,7 +15,7 @@ import pytest
 import omnitable
 from omnitable import ROW_ID
 from omnitable.format.writer import WriteOptions
-from omnitable.spark.session import warehouse_read_option
+from omnitable.spark.session import warehouse_string
 
 pytestmark = pytest.mark.spark
 
@@ -106,15 +106,11 @@ def assert_same(df: Any, expected: pa.Table) -> None:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_random_tables_read_the_same(spark: Any, wh: omnitable.Warehouse, seed: int) -> None:
     t = _random_table(wh, seed)
-    df = (
-        spark.read.format("omnitable")
-        .option("warehouse", warehouse_read_option(spark, wh))
-        .load(t.name)
-    )
+    df = spark.read.format("omnitable").option("warehouse", warehouse_string(wh)).load(t.name)
     assert_same(df, t.read())
     small = (
         spark.read.format("omnitable")
-        .option("warehouse", warehouse_read_option(spark, wh))
+        .option("warehouse", warehouse_string(wh))
         .option("batch_size", "37")
         .option("max_rows_per_partition", "111")
         .load(t.name)
@@ -161,9 +157,7 @@ def test_missing_table_is_a_spark_not_found_error(spark: Any, wh: omnitable.Ware
 
     wh.create_table("exists", {"x": "bigint"})
     with pytest.raises(AnalysisException) as err:
-        spark.read.format("omnitable").option("warehouse", warehouse_read_option(spark, wh)).load(
-            "nope"
-        )
+        spark.read.format("omnitable").option("warehouse", warehouse_string(wh)).load("nope")
     assert err.value.getCondition() == "TABLE_OR_VIEW_NOT_FOUND"
     assert "Cannot find table 'nope'" in str(err.value) and "exists" in str(err.value)
 

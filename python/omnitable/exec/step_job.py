@@ -28,7 +28,7 @@ from omnitable.exec.task import (
 )
 from omnitable.format.descriptors import FileDescriptor
 from omnitable.format.fs import delete_quietly
-from omnitable.spark.session import warehouse_read_option
+from omnitable.spark.session import warehouse_string
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -76,7 +76,7 @@ def step_dataframe(
     current outputs of features being retried."""
     df = (
         session.read.format("omnitable")
-        .option("warehouse", warehouse_read_option(session, table.warehouse))
+        .option("warehouse", warehouse_string(table.warehouse))
         .option("versionAsOf", str(snap.version))
         .option("fragments", ",".join(fragment_ids))
         .option("split_fragments", "false")

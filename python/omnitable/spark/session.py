@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from importlib import resources
@@ -68,6 +67,13 @@ def require_delta(spark: SparkSession) -> None:
 def warehouse_string(warehouse: Warehouse | str | os.PathLike[str] | None) -> str:
     """The warehouse string for Spark settings and read options.
 
+    The JVM resolves an ``env:NAME`` password of a ``warehouse`` read option only for a server in
+    the application's static configuration (``spark.omnitable.warehouse``,
+    ``spark.omnitable.warehouses.<alias>`` or a catalog's ``warehouse``, set when the application
+    starts, e.g. by :func:`spark_session`; same user, host, port and variable, any database):
+    settings changed at run time never count, so a query cannot send a configured secret to a
+    server of its choosing.
+
     Raises:
         ValidationError: the address holds a literal password (Spark would show it in its UI,
             event logs and ``SET`` output and copy it to executors); ``env:NAME`` is required.
@@ -77,22 +83,6 @@ def warehouse_string(warehouse: Warehouse | str | os.PathLike[str] | None) -> st
     if warehouse is None or isinstance(warehouse, (str, os.PathLike)):
         return parse_address(warehouse).spark_warehouse_string()
     return warehouse.address.spark_warehouse_string()
-
-
-def warehouse_read_option(session: SparkSession, warehouse: Warehouse) -> str:
-    """The ``warehouse`` read option for reading ``warehouse`` in ``session``.
-
-    An address with an ``env:NAME`` password is also configured for the session
-    (``spark.omnitable.warehouses.<hash>``) unless it is the session's warehouse already: the JVM
-    resolves such a password from a read option only for a warehouse configured for the session.
-    Raises ValidationError for literal passwords (see :func:`warehouse_string`).
-    """
-    wh = warehouse_string(warehouse)
-    if warehouse.address.has_env_password and session.conf.get(WAREHOUSE_KEY, None) != wh:
-        key = WAREHOUSES_PREFIX + hashlib.sha256(wh.encode()).hexdigest()[:16]
-        if session.conf.get(key, None) != wh:
-            session.conf.set(key, wh)
-    return wh
 
 
 def spark_session(

@@ -188,12 +188,14 @@ object OmniTableConf {
   val WarehousesPrefix = "spark.omnitable.warehouses."
 
   /**
-   * The warehouses configured for the active session: `spark.omnitable.warehouse`, every
-   * `spark.omnitable.warehouses.<alias>` and every `spark.sql.catalog.<name>.warehouse`.
+   * The warehouses in the application's static configuration (the SparkConf the SparkContext
+   * started with, not session settings changed at run time by `spark.conf.set` or SQL `SET`):
+   * `spark.omnitable.warehouse`, every `spark.omnitable.warehouses.<alias>` and every
+   * `spark.sql.catalog.<name>.warehouse`.
    */
   def configuredWarehouses(): Seq[String] = {
     val session = SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession)
-    session.toSeq.flatMap(_.conf.getAll).collect {
+    session.toSeq.flatMap(_.sparkContext.getConf.getAll).collect {
       case (k, v) if k == WAREHOUSE.sessionKey || k.startsWith(WarehousesPrefix) => v.trim
       case (k, v) if k.startsWith("spark.sql.catalog.") && k.endsWith(".warehouse") => v.trim
     }

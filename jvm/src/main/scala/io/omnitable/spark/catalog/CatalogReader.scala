@@ -195,9 +195,11 @@ object CatalogReader {
 
   /**
    * The reader of a warehouse named by a read option. A literal password is refused (Spark prints
-   * read options in plans: EXPLAIN, event logs), and an `env:NAME` password is read only when the
-   * same warehouse string is among `configured` (see `OmniTableConf.configuredWarehouses`): a
-   * per-query option must not send this process's secrets to a server it chooses.
+   * read options in plans: EXPLAIN, event logs), and an `env:NAME` password is read only when one
+   * of the `configured` warehouses (the static configuration, see
+   * `OmniTableConf.configuredWarehouses`) sends that same variable, as that same user, to that same
+   * server (any database on it): a per-query option must not send this process's secrets to a
+   * server it chooses.
    */
   def fromReadOption(
       warehouse: String,
@@ -206,11 +208,19 @@ object CatalogReader {
     val reader = checked(warehouse, env, "read option 'warehouse'")
     reader.address match {
       case a: PostgresAddress
-          if a.password.exists(_.isInstanceOf[Secret.FromEnv]) &&
-            !configured.contains(warehouse.trim) => throw OmniTableErrors.envPasswordInReadOption(a.display)
+          if a.password.exists(_.isInstanceOf[Secret.FromEnv]) && !configured.exists(sameSecretTarget(a, _)) =>
+        throw OmniTableErrors.envPasswordInReadOption(a.display)
       case _ => reader
     }
   }
+
+  /** Whether `other` (a configured warehouse) sends `a`'s env password, as `a`'s user, to `a`'s server. */
+  private def sameSecretTarget(a: PostgresAddress, other: String): Boolean =
+    scala.util.Try(CatalogAddress.parse(other)).toOption.exists {
+      case b: PostgresAddress =>
+        b.host.equalsIgnoreCase(a.host) && b.port == a.port && b.user == a.user && b.password == a.password
+      case _ => false
+    }
 
   private def checked(warehouse: String, env: JdbcConnector.Env, where: String): CatalogReader = {
     val reader = new CatalogReader(warehouse, env)

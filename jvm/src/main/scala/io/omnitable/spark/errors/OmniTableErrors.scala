@@ -82,10 +82,12 @@ object OmniTableErrors {
   def envPasswordInReadOption(warehouse: String): OmniTableAnalysisException =
     analysis(
       "OMNITABLE_CREDENTIAL_NOT_ALLOWED",
-      s"Cannot open warehouse '$warehouse': an env:NAME password is read only for warehouses configured " +
-        "for the session (spark.omnitable.warehouse, spark.sql.catalog.<name>.warehouse or " +
-        "spark.omnitable.warehouses.<alias>), not for one named by a read option alone. Configure it " +
-        "(omnitable.spark_session(warehouse=...) or Table.to_spark() do) or read it through its catalog."
+      s"Cannot open warehouse '$warehouse': an env:NAME password is read only for servers in the " +
+        "application's static configuration (spark.omnitable.warehouse, spark.sql.catalog.<name>.warehouse " +
+        "or spark.omnitable.warehouses.<alias>, set when the application starts: --conf, " +
+        "omnitable.spark_session(warehouse=...) or its conf), not for a read option alone or a setting " +
+        "changed at run time. Configure it at start (same user, host, port and variable; any database) " +
+        "or read it through its catalog."
     )
 
   def passwordInConfig(warehouse: String, where: String): OmniTableAnalysisException =

@@ -75,6 +75,19 @@ class CatalogAddressSuite extends AnyFunSuite {
     val e = intercept[OmniTableAnalysisException](CatalogReader.fromReadOption(wh, Seq.empty))
     assert(e.omniErrorClass == "OMNITABLE_CREDENTIAL_NOT_ALLOWED" && e.getMessage.contains("spark.omnitable.warehouse"))
     assert(CatalogReader.fromReadOption(wh, Seq("/other", wh)).address.isInstanceOf[PostgresAddress])
+    // another database on the configured server, same user and variable: allowed
+    val otherDb = "postgresql://u:env:OMNITABLE_PW@127.0.0.1:1/other"
+    assert(CatalogReader.fromReadOption(otherDb, Seq(wh)).address.isInstanceOf[PostgresAddress])
+    // another server, user or variable than the configured one: refused
+    for (bad <- Seq(
+        "postgresql://u:env:OMNITABLE_PW@evil.example:1/d",
+        "postgresql://u:env:OMNITABLE_PW@127.0.0.1:2/d",
+        "postgresql://v:env:OMNITABLE_PW@127.0.0.1:1/d",
+        "postgresql://u:env:OMNITABLE_OTHER@127.0.0.1:1/d"
+      )) {
+      val err = intercept[OmniTableAnalysisException](CatalogReader.fromReadOption(bad, Seq(wh)))
+      assert(err.omniErrorClass == "OMNITABLE_CREDENTIAL_NOT_ALLOWED", bad)
+    }
   }
 
   test("a literal password in a setting or read option is refused without showing it") {
