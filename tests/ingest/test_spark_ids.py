@@ -65,3 +65,41 @@ def test_id_claims_locate_ids_exactly() -> None:
     given = IdClaim(0, supplied=np.array([-(2**62), 7, 2**62], np.int64))
     assert given.may_overlap(5, 8) and not given.may_overlap(8, 2**61)
     assert given.clashes(values).tolist() == []
+
+
+@pytest.mark.spark
+def test_spark_supplied_ids_are_checked_as_written_not_as_the_source_gives_them_again(
+    wh: omnitable.Warehouse,
+    spark,  # type: ignore[no-untyped-def]
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    """A source whose rows change between evaluations: the ids it gave when the files were
+    written clash with the table, the ids it would give if run again do not. The checks must see
+    the written ids (the source runs once), or the table ends with duplicate ids."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from omnitable._failpoints import hooked
+
+    t = wh.create_table("t", {"x": "long"})
+    t.append(pa.table({ROW_ID: list(range(10)), "x": list(range(10))}), "b0")
+    offset = tmp_path / "offset"
+    offset.write_text("0")
+    path = str(offset)
+
+    @F.udf("long")
+    def shifted(x):  # type: ignore[no-untyped-def]  # (no hints: a plain Python UDF)
+        with open(path) as f:
+            return x + int(f.read())
+
+    df = spark.range(10).select(
+        shifted.asNondeterministic()(F.col("id")).alias(ROW_ID), F.col("id").alias("x")
+    )
+    with (
+        hooked("spark_ingest.written", lambda: offset.write_text("1000")),
+        pytest.raises(omnitable.ValidationError, match="already exist"),
+    ):
+        t.append(df, "b1")
+    assert [b.name for b in t.batches()] == ["b0"]
+    ids = t.read(columns=[ROW_ID]).column(ROW_ID).to_pylist()
+    assert sorted(ids) == list(range(10))

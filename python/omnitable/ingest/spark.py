@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from omnitable._failpoints import failpoint
 from omnitable.catalog.records import ROW_ID, ColumnRecord
 from omnitable.exceptions import CommitOutcomeUnknown, ValidationError
 from omnitable.format.descriptors import FragmentDescriptor
@@ -28,7 +29,7 @@ from omnitable.ingest.ids import IdClaim, check_existing, check_reserved, commit
 from omnitable.ingest.local import FragmentCutter, append_request
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
     from omnitable.catalog.snapshot import Snapshot
     from omnitable.table import Table
@@ -45,24 +46,11 @@ def append_spark(
     options: WriteOptions,
 ) -> int:
     """Append a Spark DataFrame as one batch; see the module doc."""
-    from pyspark.sql import functions as F
 
     conformer = Conformer(table.name, snap.user_columns)
     conformer.conform(_empty_arrow(df))  # names/types checked on the driver before any job
     supplied = ROW_ID in df.columns
     catalog = table._catalog
-    if supplied:
-        bad = df.where(F.col(ROW_ID).isNull()).limit(1).count()
-        if bad:
-            raise ValidationError(f"Cannot append: the DataFrame has rows with a null {ROW_ID}")
-        dupes = (
-            df.groupBy(ROW_ID).count().where(F.col("count") > 1).limit(5).select(ROW_ID).collect()
-        )
-        if dupes:
-            raise ValidationError(
-                f"Cannot append: duplicate {ROW_ID} values in the DataFrame, e.g. "
-                f"{[r[0] for r in dupes]}"
-            )
     partitions = df.rdd.getNumPartitions()
     id_base = (
         0 if supplied else catalog.reserve_row_ids(table.record, max(1, partitions) << ID_SHIFT)
@@ -91,6 +79,7 @@ def append_spark(
     try:
         rows = df.mapInArrow(lambda it: _write_partition(spec, it), "descriptor string").collect()
         fragments = [FragmentDescriptor.from_json(r.descriptor) for r in rows]
+        failpoint("spark_ingest.written")
         if not fragments:
             empty = conformer.target_schema().empty_table()
             fragments = [
@@ -108,10 +97,8 @@ def append_spark(
         id_range = None
         old_ids = {b.batch_id for b in old}
         if supplied and rows_total:
-            agg = df.agg(F.min(ROW_ID), F.max(ROW_ID)).first()
-            assert agg is not None
-            id_range = (int(agg[0]), int(agg[1]))
-            claim = IdClaim(snap.version, spark_ids=df.select(ROW_ID), bounds=id_range)
+            ids, id_range = _written_ids(table, snap, fragments, df.sparkSession)
+            claim = IdClaim(snap.version, spark_ids=ids, bounds=id_range)
             check_existing(table, snap, claim, old_ids)
         else:
             if not supplied:
@@ -130,6 +117,35 @@ def append_spark(
         raise
     catalog.finish_run(run_id, "succeeded", {"rows": rows_total, "version": version})
     return version
+
+
+def _written_ids(
+    table: Table, snap: Snapshot, fragments: list[FragmentDescriptor], spark: SparkSession
+) -> tuple[DataFrame, tuple[int, int]]:
+    """The supplied ids as written (the id files of ``fragments``) and their bounds (from the
+    files' statistics), after checking them for nulls and duplicates: the checks and the commit
+    see exactly what was written, even if the source DataFrame would give other rows when run
+    again, and the source runs once.
+
+    Raises:
+        ValidationError: null or duplicate ids (the caller deletes the written files).
+    """
+    from pyspark.sql import functions as F
+
+    files = [f for fr in fragments for f in fr.files if ROW_ID in f.columns and f.row_count]
+    if any(f.columns[ROW_ID].null_count for f in files):
+        raise ValidationError(f"Cannot append: the DataFrame has rows with a null {ROW_ID}")
+    bounds = [b for f in files if (b := f.columns[ROW_ID].int_bounds()) is not None]
+    physical = snap.column(ROW_ID).physical_name
+    uris = [table.location.child_uri(f.path) for f in files]
+    ids = spark.read.parquet(*uris).select(F.col(physical).alias(ROW_ID))
+    dupes = ids.groupBy(ROW_ID).count().where(F.col("count") > 1).limit(5).collect()
+    if dupes:
+        raise ValidationError(
+            f"Cannot append: duplicate {ROW_ID} values in the DataFrame, e.g. "
+            f"{sorted(int(r[0]) for r in dupes)}"
+        )
+    return ids, (min(b[0] for b in bounds), max(b[1] for b in bounds))
 
 
 def _empty_arrow(df: DataFrame) -> pa.Table:
