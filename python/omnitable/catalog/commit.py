@@ -148,7 +148,11 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
             text("SELECT * FROM tables WHERE table_id = :t"), {"t": table_id}
         ).first()
         if table_row is None:
-            raise NotFoundError("Cannot commit: the table was dropped by another process")
+            raise NotFoundError(
+                f"Cannot commit {req.op}: the table (id {table_id}) was dropped by another "
+                "process; nothing was committed (a table re-created under its name is another "
+                "table: open it again)"
+            )
         table = TableRecord.from_row(table_row)
         segments, head, _ = segments_for(conn, table, branch=req.branch)
         if req.base_version > head:
