@@ -168,9 +168,9 @@ def conflict(pattern: str) -> Outcome:
 
 
 # A's outcome per (A, B): None = both commit; else the error A gets and a pattern of its message.
-_REMOVED = conflict(r"fragment.*removed|removed.*fragment")
+_REMOVED = conflict(r"\d+ fragment\(s\) were removed by a concurrent commit")
 _REPLACED = conflict(r"the batch it replaces was changed by a concurrent commit")
-_REGISTERED = conflict(r"registration")
+_REGISTERED = conflict(r"feature\(s\) \S+@\d+ were registered by a concurrent commit")
 _DROPPED = (
     omnitable.NotFoundError,
     r"Cannot commit \w+: the table \(id \w+\) was dropped by another process",
@@ -184,8 +184,12 @@ EXPECTED: dict[tuple[str, str], Outcome] = {
     ("append", "retype"): None,
     ("append", "backfill"): None,
     ("append", "drop_recreate"): _DROPPED,
-    ("append_same", "append_same"): conflict(r"batch.*'same'"),
-    ("add_same_column", "add_same_column"): conflict(r"note"),
+    ("append_same", "append_same"): conflict(
+        r"Cannot append batch 'same': a concurrent commit created it first"
+    ),
+    ("add_same_column", "add_same_column"): conflict(
+        r"column 'note' was added by a concurrent commit"
+    ),
     ("spark_append", "append"): None,
     ("spark_append", "replace"): None,
     ("spark_append", "add_columns"): None,
@@ -224,7 +228,7 @@ EXPECTED: dict[tuple[str, str], Outcome] = {
     ("backfill", "add_columns"): None,
     ("backfill", "register"): None,
     ("backfill", "retype"): conflict(r"column 'text_len' was replaced"),
-    ("backfill", "backfill"): conflict(r"text_len"),
+    ("backfill", "backfill"): conflict(r"wrote column\(s\) text_len in 1 of the same fragment"),
     ("backfill", "drop_recreate"): _DROPPED,
 }
 
