@@ -87,16 +87,23 @@ def _add_columns(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
     return _add_note(ctx, t, f"note_{tag}", "n")
 
 
+def _add_same_group(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
+    return _add_note(ctx, t, f"note_{tag}", "n", group="g_shared")
+
+
 def _add_same_column(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
     return _add_note(ctx, t, "note", tag)
 
 
-def _add_note(ctx: Ctx, t: omnitable.Table, column: str, prefix: str) -> object:
-    """Give every current row ``column`` = prefix + its id, in a group of the column's name."""
+def _add_note(
+    ctx: Ctx, t: omnitable.Table, column: str, prefix: str, group: str | None = None
+) -> object:
+    """Give every current row ``column`` = prefix + its id, in ``group`` (default: a group of
+    the column's name)."""
     ids = t.read(columns=[ROW_ID]).column(ROW_ID).to_pylist()
     ctx.notes[column] = (ids, prefix)
     notes = pa.table({ROW_ID: pa.array(ids, pa.int64()), column: [f"{prefix}{i}" for i in ids]})
-    return t.add_columns(notes, group=f"g_{column}")
+    return t.add_columns(notes, group=group or f"g_{column}")
 
 
 def _has_same_column(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
@@ -153,6 +160,9 @@ WRITERS: dict[str, Writer] = {
     "replace": Writer("append.before_commit", _replace, _replaced),
     "append_same": Writer("append.before_commit", _append_same, _appended_same),
     "add_same_column": Writer("add_columns.before_commit", _add_same_column, _has_same_column),
+    "add_same_group": Writer(
+        "add_columns.before_commit", _add_same_group, _has_column("note_{tag}")
+    ),
     "add_columns": Writer("add_columns.before_commit", _add_columns, _has_column("note_{tag}")),
     "register": Writer("register.before_commit", _register, _has_column("up_{tag}")),
     "retype": Writer("register.before_commit", _retype, _retyped),
@@ -189,6 +199,9 @@ EXPECTED: dict[tuple[str, str], Outcome] = {
     ),
     ("add_same_column", "add_same_column"): conflict(
         r"column 'note' was added by a concurrent commit"
+    ),
+    ("add_same_group", "add_same_group"): conflict(
+        r"column group 'g_shared' was created by a concurrent commit"
     ),
     ("spark_append", "append"): None,
     ("spark_append", "replace"): None,
@@ -240,7 +253,18 @@ def _setup(ctx: Ctx) -> omnitable.Table:
     return t
 
 
-@pytest.mark.parametrize(("a", "b"), list(EXPECTED), ids=[f"{a}-vs-{b}" for a, b in EXPECTED])
+PAIRS = [
+    pytest.param(
+        a,
+        b,
+        id=f"{a}-vs-{b}",
+        marks=[pytest.mark.spark] if WRITERS[a].spark or WRITERS[b].spark else [],
+    )
+    for a, b in EXPECTED
+]
+
+
+@pytest.mark.parametrize(("a", "b"), PAIRS)
 def test_racing_writers(
     a: str, b: str, wh: omnitable.Warehouse, request: pytest.FixtureRequest
 ) -> None:
