@@ -4,7 +4,7 @@ A :class:`CommitRequest` lists everything one operation adds and removes. :func:
 it in ONE database transaction after validating it against the branch head: cells written by a
 concurrent commit since ``base_version``, or anything the operation relied on that no longer holds
 (its read set and planned files, feature versions, the column ids its files were written for,
-column-group ownership) → :class:`CommitConflict`, nothing applied.
+column-group ownership, a new group not created concurrently) → :class:`CommitConflict`, nothing applied.
 See docs/catalog.md, "Commits and concurrency".
 """
 
