@@ -4,7 +4,7 @@ A :class:`CommitRequest` lists everything one operation adds and removes. :func:
 it in ONE database transaction after validating it against the branch head: cells written by a
 concurrent commit since ``base_version``, or anything the operation relied on that no longer holds
 (its read set and planned files, feature versions, the column ids its files were written for,
-column-group ownership) → :class:`CommitConflict`, nothing applied.
+column-group ownership, a new group not created concurrently) → :class:`CommitConflict`, nothing applied.
 See docs/catalog.md, "Commits and concurrency".
 """
 
@@ -148,7 +148,11 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
             text("SELECT * FROM tables WHERE table_id = :t"), {"t": table_id}
         ).first()
         if table_row is None:
-            raise NotFoundError("Cannot commit: the table was dropped by another process")
+            raise NotFoundError(
+                f"Cannot commit {req.op}: the table (id {table_id}) was dropped by another "
+                "process; nothing was committed (a table re-created under its name is another "
+                "table: open it again)"
+            )
         table = TableRecord.from_row(table_row)
         segments, head, _ = segments_for(conn, table, branch=req.branch)
         if req.base_version > head:
@@ -528,6 +532,7 @@ def _check_group_ownership(
     for col in req.new_columns:
         clash = [x for x in held[col.group_name] if x[1] != col.feature]
         if not clash:
+            _check_group_is_not_new(req, col, held[col.group_name])
             continue
         owner = f"outputs of feature '{clash[0][1]}'" if clash[0][1] else "raw column(s)"
         mine = f"output of feature '{col.feature}'" if col.feature else "a raw column"
@@ -542,6 +547,22 @@ def _check_group_ownership(
         if racing:
             raise CommitConflict(detail, [("*", col.name)])
         raise ValidationError(detail)
+
+
+def _check_group_is_not_new(
+    req: CommitRequest, col: NewColumn, held: list[tuple[str, str | None, int]]
+) -> None:
+    """A group that did not exist at the base version but was created by a concurrent commit
+    (two add_columns choosing one new group name) conflicts: the writer validated the name as
+    new, and adding to an existing group would mean rewriting its files."""
+    if held and all(added > req.base_version for _, _, added in held):
+        raise CommitConflict(
+            f"Cannot commit {req.op}: column group '{col.group_name}' was created by a "
+            f"concurrent commit (column(s) {', '.join(x[0] for x in held[:5])}), so column "
+            f"'{col.name}' cannot be added to it; nothing was committed. Choose another group "
+            "name and retry.",
+            [("*", col.name)],
+        )
 
 
 def current_feature_versions(conn: Connection, t: str) -> dict[str, str]:

@@ -1,0 +1,401 @@
+"""The racing-writer matrix: every commit path against a racing writer of each other kind.
+
+Writer A runs until it is about to commit (its ``*.before_commit`` failpoint), writer B runs to
+the end right then (an in-process hook), then A commits. ``EXPECTED`` states each ordered pair's
+outcome as data: ``None`` when both commit (they touch disjoint cells), else a pattern of A's
+``CommitConflict`` message. Afterwards the table must satisfy the invariants of DESIGN §4: ids
+unique, every column file aligned with its fragment, no value silently NULL or wrong, ``status()``
+truthful, and nothing visible of a failed commit. On SQLite and PostgreSQL (``wh``).
+
+A second part kills a writer of each path inside the commit transaction (``commit.*``
+failpoints in a child process): nothing is visible, and the table still takes the commit.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import omnitable
+from omnitable import APPEND_NAME, ROW_ID
+from omnitable._failpoints import hooked
+
+TEXTS = ["  Hello  World ", "Foo 42 bar", "ONE", "a b c d", "x1"]
+NEW = ["new one", "new two"]
+LEN_INT = omnitable.sql_feature("text_len", "length(text)", "int", "1")
+LEN_BIGINT = omnitable.sql_feature("text_len", "length(text)", "bigint", "2")
+
+
+@dataclass
+class Ctx:
+    """One race: the warehouse, Spark (when a writer needs it) and what each writer did."""
+
+    wh: omnitable.Warehouse
+    spark: Any = None
+    race: tuple[str, str] = ("", "")  # the kinds of writers A and B
+    # column -> (ids it was given for, prefix of its values), by the last writer that ran
+    notes: dict[str, tuple[list[int], str]] = field(default_factory=dict)
+    dropped: bool = False
+
+    def table(self) -> omnitable.Table:
+        return self.wh.table("docs")
+
+
+@dataclass(frozen=True)
+class Writer:
+    """A commit path: ``prepare`` runs before the race (outside the hook), ``run`` does the work
+    up to and including the commit (pausing at ``point`` when it is writer A), ``visible`` tells
+    whether its commit shows in the table."""
+
+    point: str
+    run: Callable[[Ctx, omnitable.Table, str], object]
+    visible: Callable[[Ctx, omnitable.Table, str], bool]
+    spark: bool = False
+
+
+def _append(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
+    return t.append(pa.table({"text": NEW}), f"new_{tag}")
+
+
+def _spark_append(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
+    df = ctx.spark.createDataFrame([(s,) for s in NEW], "text string")
+    return t.append(df, f"new_{tag}")
+
+
+def _has_batch(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
+    return f"new_{tag}" in {b.name for b in t.batches()}
+
+
+def _replace(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
+    return t.append(pa.table({"text": [f"replaced by {tag}"]}), "b1", mode="replace")
+
+
+def _replaced(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
+    return f"replaced by {tag}" in t.read(columns=["text"]).column("text").to_pylist()
+
+
+def _add_columns(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
+    return _add_note(ctx, t, f"note_{tag}", "n")
+
+
+def _add_same_group(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
+    return _add_note(ctx, t, f"note_{tag}", "n", group="g_shared")
+
+
+def _add_same_column(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
+    return _add_note(ctx, t, "note", tag)
+
+
+def _add_note(
+    ctx: Ctx, t: omnitable.Table, column: str, prefix: str, group: str | None = None
+) -> object:
+    """Give every current row ``column`` = prefix + its id, in ``group`` (default: a group of
+    the column's name)."""
+    ids = t.read(columns=[ROW_ID]).column(ROW_ID).to_pylist()
+    ctx.notes[column] = (ids, prefix)
+    notes = pa.table({ROW_ID: pa.array(ids, pa.int64()), column: [f"{prefix}{i}" for i in ids]})
+    return t.add_columns(notes, group=group or f"g_{column}")
+
+
+def _has_same_column(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
+    return t.snapshot().has_column("note") and str(
+        t.read(columns=["note"]).column("note")[0]
+    ).startswith(tag)
+
+
+def _append_same(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
+    return t.append(pa.table({"text": [f"same by {tag}"]}), "same")
+
+
+def _appended_same(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
+    return f"same by {tag}" in t.read(columns=["text"]).column("text").to_pylist()
+
+
+def _has_column(name: str) -> Callable[[Ctx, omnitable.Table, str], bool]:
+    return lambda ctx, t, tag: t.snapshot().has_column(name.format(tag=tag))
+
+
+def _register(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
+    return t.register(omnitable.sql_feature(f"up_{tag}", "upper(text)", "string", "1"))
+
+
+def _retype(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
+    return t.register(LEN_BIGINT)
+
+
+def _retyped(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
+    return t.snapshot().column("text_len").data_type == "bigint"
+
+
+def _backfill(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
+    return t.backfill("text_len").run(ctx.spark)
+
+
+def _backfilled(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
+    """A backfill commit is in the history (its cells may since have been replaced: a batch
+    replaced, or the column re-registered with a new type)."""
+    commits = [h for h in t.history() if h.op == "backfill"]
+    return len(commits) >= (2 if tag == "a" and ctx.race == ("backfill", "backfill") else 1)
+
+
+def _drop_recreate(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
+    ctx.wh.drop_table("docs")
+    ctx.dropped = True
+    fresh = ctx.wh.create_table("docs", {"text": "string"})
+    return fresh.append(pa.table({"text": ["reborn"]}), "b1")
+
+
+WRITERS: dict[str, Writer] = {
+    "append": Writer("append.before_commit", _append, _has_batch),
+    "spark_append": Writer("append.before_commit", _spark_append, _has_batch, spark=True),
+    "replace": Writer("append.before_commit", _replace, _replaced),
+    "append_same": Writer("append.before_commit", _append_same, _appended_same),
+    "add_same_column": Writer("add_columns.before_commit", _add_same_column, _has_same_column),
+    "add_same_group": Writer(
+        "add_columns.before_commit", _add_same_group, _has_column("note_{tag}")
+    ),
+    "add_columns": Writer("add_columns.before_commit", _add_columns, _has_column("note_{tag}")),
+    "register": Writer("register.before_commit", _register, _has_column("up_{tag}")),
+    "retype": Writer("register.before_commit", _retype, _retyped),
+    "backfill": Writer("backfill.before_commit", _backfill, _backfilled, spark=True),
+    "drop_recreate": Writer("", _drop_recreate, lambda ctx, t, tag: ctx.dropped),
+}
+
+Outcome = tuple[type[Exception], str] | None
+
+
+def conflict(pattern: str) -> Outcome:
+    return (omnitable.CommitConflict, pattern)
+
+
+# A's outcome per (A, B): None = both commit; else the error A gets and a pattern of its message.
+_REMOVED = conflict(r"\d+ fragment\(s\) were removed by a concurrent commit")
+_REPLACED = conflict(r"the batch it replaces was changed by a concurrent commit")
+_REGISTERED = conflict(r"feature\(s\) \S+@\d+ were registered by a concurrent commit")
+_DROPPED = (
+    omnitable.NotFoundError,
+    r"Cannot commit \w+: the table \(id \w+\) was dropped by another process",
+)
+EXPECTED: dict[tuple[str, str], Outcome] = {
+    ("append", "append"): None,
+    ("append", "spark_append"): None,
+    ("append", "replace"): None,
+    ("append", "add_columns"): None,
+    ("append", "register"): None,
+    ("append", "retype"): None,
+    ("append", "backfill"): None,
+    ("append", "drop_recreate"): _DROPPED,
+    ("append_same", "append_same"): conflict(
+        r"Cannot append batch 'same': a concurrent commit created it first"
+    ),
+    ("add_same_column", "add_same_column"): conflict(
+        r"column 'note' was added by a concurrent commit"
+    ),
+    ("add_same_group", "add_same_group"): conflict(
+        r"column group 'g_shared' was created by a concurrent commit"
+    ),
+    ("spark_append", "append"): None,
+    ("spark_append", "replace"): None,
+    ("spark_append", "add_columns"): None,
+    ("spark_append", "drop_recreate"): _DROPPED,
+    ("replace", "append"): None,
+    ("replace", "replace"): _REPLACED,
+    ("replace", "add_columns"): None,
+    ("replace", "register"): None,
+    ("replace", "retype"): None,
+    ("replace", "backfill"): None,
+    ("replace", "drop_recreate"): _DROPPED,
+    ("add_columns", "append"): None,
+    ("add_columns", "spark_append"): None,
+    ("add_columns", "replace"): _REMOVED,
+    ("add_columns", "add_columns"): None,
+    ("add_columns", "register"): None,
+    ("add_columns", "retype"): None,
+    ("add_columns", "backfill"): None,
+    ("add_columns", "drop_recreate"): _DROPPED,
+    ("register", "append"): None,
+    ("register", "replace"): None,
+    ("register", "add_columns"): None,
+    ("register", "register"): _REGISTERED,
+    ("register", "retype"): _REGISTERED,
+    ("register", "backfill"): None,
+    ("register", "drop_recreate"): _DROPPED,
+    ("retype", "append"): None,
+    ("retype", "replace"): None,
+    ("retype", "add_columns"): None,
+    ("retype", "register"): _REGISTERED,
+    ("retype", "backfill"): None,
+    ("retype", "drop_recreate"): _DROPPED,
+    ("backfill", "append"): None,
+    ("backfill", "spark_append"): None,
+    ("backfill", "replace"): _REMOVED,
+    ("backfill", "add_columns"): None,
+    ("backfill", "register"): None,
+    ("backfill", "retype"): conflict(r"column 'text_len' was replaced"),
+    ("backfill", "backfill"): conflict(r"wrote column\(s\) text_len in 1 of the same fragment"),
+    ("backfill", "drop_recreate"): _DROPPED,
+}
+
+
+def _setup(ctx: Ctx) -> omnitable.Table:
+    t = ctx.wh.create_table("docs", {"text": "string"})
+    t.append(pa.table({"text": TEXTS}), "b1")
+    t.register(LEN_INT)
+    return t
+
+
+PAIRS = [
+    pytest.param(
+        a,
+        b,
+        id=f"{a}-vs-{b}",
+        marks=[pytest.mark.spark] if WRITERS[a].spark or WRITERS[b].spark else [],
+    )
+    for a, b in EXPECTED
+]
+
+
+@pytest.mark.parametrize(("a", "b"), PAIRS)
+def test_racing_writers(
+    a: str, b: str, wh: omnitable.Warehouse, request: pytest.FixtureRequest
+) -> None:
+    wa, wb = WRITERS[a], WRITERS[b]
+    spark = request.getfixturevalue("spark") if wa.spark or wb.spark else None
+    ctx = Ctx(wh, spark, (a, b))
+    _setup(ctx)
+    ta, tb = ctx.table(), ctx.table()
+    before: dict[str, int] = {}
+
+    def writer_b() -> None:
+        before["version"] = tb.version
+        wb.run(ctx, tb, "b")
+        if not ctx.dropped:
+            before["after_b"] = tb.version
+
+    expected = EXPECTED[(a, b)]
+    with hooked(wa.point, writer_b):
+        if expected is None:
+            wa.run(ctx, ta, "a")
+        else:
+            with pytest.raises(expected[0], match=expected[1]):
+                wa.run(ctx, ta, "a")
+    assert "version" in before, f"writer {a} never reached {wa.point}"
+    t = ctx.table()
+    assert wb.visible(ctx, t, "b")
+    if not ctx.dropped:
+        assert wa.visible(ctx, t, "a") is (expected is None)
+        assert t.version == before["after_b"] + (1 if expected is None else 0)
+    else:
+        assert [x.name for x in t.batches()] == ["b1"] and t.version == 1
+    check_invariants(ctx, t)
+
+
+def check_invariants(ctx: Ctx, t: omnitable.Table) -> None:
+    """Ids unique, files aligned, raw values intact, ``status()`` truthful."""
+    snap = t.snapshot()
+    frags = {f.fragment_id: f for f in snap.fragments}
+    for fid, files in snap.files_by_fragment.items():
+        assert fid in frags, f"file of an invisible fragment {fid}"
+        for f in files:
+            assert f.row_count == frags[fid].row_count, f"misaligned file {f.path}"
+    names = [c.name for c in snap.user_columns]
+    got = t.read(columns=[ROW_ID, APPEND_NAME, *names])
+    ids = got.column(ROW_ID).to_pylist()
+    assert len(set(ids)) == len(ids), "duplicate row ids"
+    assert got.column("text").null_count == 0, "the raw column reads NULL"
+    for col, (given, prefix) in ctx.notes.items():
+        if col not in names:
+            continue
+        values = dict(zip(ids, got.column(col).to_pylist(), strict=True))
+        for i, v in values.items():
+            assert v == (f"{prefix}{i}" if i in given else None), (col, i, v)
+    if "text_len" in names:
+        status = t.status()
+        lengths = pc.utf8_length(got.column("text")).to_pylist()
+        for b in {b.name for b in snap.batches}:
+            if status.state(b, "text_len") != "done":
+                continue
+            rows = [i for i, n in enumerate(got.column(APPEND_NAME).to_pylist()) if n == b]
+            assert [got.column("text_len")[i].as_py() for i in rows] == [
+                lengths[i] for i in rows
+            ], f"status says text_len is done for {b} but its values are not"
+
+
+# -- killed mid-commit ------------------------------------------------------------------------
+
+CHILD = textwrap.dedent("""
+    import importlib.util, sys
+    import omnitable
+    spec = importlib.util.spec_from_file_location("races", sys.argv[1])
+    races = sys.modules["races"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(races)
+    races.run_in_child(*sys.argv[2:])
+""")
+
+
+def run_in_child(uri: str, root: str, kind: str) -> None:
+    """Child process body: run writer ``kind`` against the warehouse (its commit is killed)."""
+    wh = omnitable.connect(uri, root=root or None)
+    spark = None
+    if WRITERS[kind].spark:
+        conf = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+        spark = omnitable.spark_session(wh, master="local[1]", **conf)
+    ctx = Ctx(wh, spark, (kind, ""))
+    WRITERS[kind].run(ctx, ctx.table(), "k")
+    print("committed", flush=True)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "replace",
+        "add_columns",
+        "register",
+        "retype",
+        # each starts Spark in the child (tens of seconds)
+        pytest.param("spark_append", marks=[pytest.mark.spark, pytest.mark.slow]),
+        pytest.param("backfill", marks=[pytest.mark.spark, pytest.mark.slow]),
+    ],
+)
+def test_writer_killed_mid_commit(
+    kind: str,
+    wh: omnitable.Warehouse,
+    catalog_spec: tuple[str, str | None],
+    request: pytest.FixtureRequest,
+) -> None:
+    """``os._exit`` after the commit inserted its rows (columns, features, files, lineage) but
+    before the transaction ended: nothing is visible, and the same operation then commits. (The
+    local append is covered, at every commit point, by tests/table/test_crash.py.)"""
+    uri, root = catalog_spec
+    ctx = Ctx(wh, request.getfixturevalue("spark") if WRITERS[kind].spark else None)
+    t = _setup(ctx)
+    version, history = t.version, [h.op for h in t.history()]
+    env = dict(
+        os.environ,
+        OMNITABLE_FAILPOINTS="commit.mid_insert=exit",
+        PYTHONPATH=os.pathsep.join(sys.path),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, __file__, uri, root or "", kind],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 77, proc.stderr[-3000:]
+    assert "committed" not in proc.stdout
+    assert t.version == version and [h.op for h in t.history()] == history
+    assert not WRITERS[kind].visible(ctx, t, "k")
+    check_invariants(ctx, t)
+    WRITERS[kind].run(ctx, t, "k")  # the table still takes the same commit
+    assert t.version == version + 1 and WRITERS[kind].visible(ctx, t, "k")
+    check_invariants(ctx, t)
