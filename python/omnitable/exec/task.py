@@ -223,12 +223,6 @@ def _sizing(fn: Callable[..., Any]) -> CallSizing | None:
         return None
 
 
-def reset_call_sizing() -> None:
-    """Forget every adaptive call size of this process: the next batches of every feature
-    start with whole-batch calls (a benchmark compares runs from the same start)."""
-    _SIZING.clear()
-
-
 def _policy(f: Feature, isolation: str) -> IsolationPolicy:
     mode = cast(Mode, isolation if isolation != "auto" else f.options.get("isolation", "auto"))
     timeout = f.options.get("timeout_s")
