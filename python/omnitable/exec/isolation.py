@@ -20,7 +20,7 @@ Public API:
 
 from __future__ import annotations
 
-from omnitable.exec.isolation_engine import run_isolated
+from omnitable.exec.isolation_engine import CallSizing, run_isolated
 from omnitable.exec.isolation_types import (
     KINDS,
     MODES,
@@ -44,6 +44,7 @@ __all__ = [
     "ERROR_FIELDS",
     "KINDS",
     "MODES",
+    "CallSizing",
     "IsolatedFunction",
     "IsolationLimitError",
     "IsolationPolicy",

@@ -47,6 +47,44 @@ class Execution:
     mode: str = "inprocess"
     calls: int = 0
     child_starts: int = 0
+    failed_calls: int = 0
+
+
+GROW_AFTER_BATCHES = 4
+"""A reduced call size doubles after this many batches' worth of clean records."""
+
+
+@dataclass
+class CallSizing:
+    """Adaptive call size for a stream of batches of one function (docs/isolation.md).
+
+    ``rows`` None: one call per batch (a clean stream never leaves this state). After a batch
+    in which a call failed, each batch is cut into calls of ``n // split_factor`` rows, so a
+    bad record wastes a small call instead of the whole batch; after ``GROW_AFTER_BATCHES``
+    batches' worth of clean records the size doubles, back to whole batches. Only where calls
+    are cut changes: every record is still computed by a successful call that contains it.
+    """
+
+    rows: int | None = None
+    clean_rows: int = 0
+
+    def initial(self, n: int) -> list[tuple[int, int]]:
+        """The first calls over a batch of ``n`` rows."""
+        if self.rows is None or n <= self.rows:
+            return [(0, n)]
+        return [(lo, min(lo + self.rows, n)) for lo in range(0, n, self.rows)]
+
+    def update(self, n: int, split_factor: int, failed: bool) -> None:
+        """Account a batch of ``n`` rows in which a call failed (or none did)."""
+        if failed:
+            self.rows = max(1, min(self.rows or n, n // split_factor))
+            self.clean_rows = 0
+        elif self.rows is not None:
+            self.clean_rows += n
+            if self.clean_rows >= GROW_AFTER_BATCHES * n:
+                self.rows, self.clean_rows = self.rows * 2, 0
+                if self.rows >= n:
+                    self.rows = None
 
 
 def run_isolated(
@@ -56,6 +94,7 @@ def run_isolated(
     output_names: Sequence[str],
     policy: IsolationPolicy,
     previous_attempt_failed: bool = False,
+    sizing: CallSizing | None = None,
 ) -> IsolationResult:
     """Compute ``fn`` over a batch so that failing records become NULLs, not a failed batch.
 
@@ -70,6 +109,8 @@ def run_isolated(
         previous_attempt_failed: a previous attempt of this task died (in Spark:
             ``TaskContext.get().attemptNumber() > 0``); in ``auto`` mode the batch then runs
             in the supervised child process.
+        sizing: state shared by the batches of one stream (:class:`CallSizing`); None: each
+            batch is first computed by one call.
 
     Returns:
         An :class:`IsolationResult`; with ``mode="off"`` failures are never caught.
@@ -90,7 +131,7 @@ def run_isolated(
             f"Cannot isolate a batch: policy must be an IsolationPolicy, got {type(policy).__name__}"
         )
     names = validate_output_names(output_names)
-    ex = execute(fn, columns, n, names, policy, previous_attempt_failed)
+    ex = execute(fn, columns, n, names, policy, previous_attempt_failed, sizing)
     return IsolationResult(
         columns=ex.columns,
         output_names=names,
@@ -160,19 +201,41 @@ def execute(
     output_names: list[str],
     policy: IsolationPolicy,
     previous_attempt_failed: bool = False,
+    sizing: CallSizing | None = None,
 ) -> Execution:
     """:func:`run_isolated` on input columns (Series or DataFrames of ``n`` rows)."""
     mode = resolve_mode(policy, previous_attempt_failed)
     if mode == "off":
         return Execution(check_result(fn(*columns), n, output_names), [], "off", 1)
+    initial = sizing.initial(n) if sizing is not None else [(0, n)]
+    ex = _execute(fn, columns, n, output_names, policy, mode, initial)
+    if sizing is not None:
+        sizing.update(n, policy.split_factor, ex.failed_calls > 0)
+    return ex
+
+
+def _execute(
+    fn: Callable[..., Any],
+    columns: Sequence[Any],
+    n: int,
+    output_names: list[str],
+    policy: IsolationPolicy,
+    mode: str,
+    initial: list[tuple[int, int]],
+) -> Execution:
+    """:func:`execute` in ``inprocess`` or ``subprocess`` mode, starting with ``initial`` calls."""
     if mode == "inprocess":
-        first = guarded_call(  # the fast path: one vectorized call, nothing else
-            fn, columns, n, output_names, policy.budget_s(n), policy.memory_mb, policy.limits
-        )
-        if not isinstance(first, CallFailure):
-            return Execution(first, [], "inprocess", 1)
-        if n == 0:
-            return Execution([pd.Series([], dtype=object) for _ in output_names], [], mode, 1)
+        first: CallFailure | None = None
+        if len(initial) == 1:
+            out = guarded_call(  # the fast path: one vectorized call, nothing else
+                fn, columns, n, output_names, policy.budget_s(n), policy.memory_mb, policy.limits
+            )
+            if not isinstance(out, CallFailure):
+                return Execution(out, [], "inprocess", 1)
+            first = out
+            if n == 0:
+                empty = [pd.Series([], dtype=object) for _ in output_names]
+                return Execution(empty, [], mode, 1, failed_calls=1)
 
         def call_here(lo: int, hi: int, budget_s: float | None) -> Outcome:
             args = columns if (lo, hi) == (0, n) else [_rows(c, lo, hi) for c in columns]
@@ -180,7 +243,7 @@ def execute(
                 fn, args, hi - lo, output_names, budget_s, policy.memory_mb, policy.limits
             )
 
-        return _search(call_here, columns, n, output_names, policy, "inprocess", first)
+        return _search(call_here, columns, n, output_names, policy, mode, initial, first)
     shipped = ship(fn)
     batch_id = next(_BATCH_IDS)
     sup = POOL.acquire()
@@ -201,7 +264,7 @@ def execute(
                 policy.kill_grace_s,
             )
 
-        ex = _search(call_child, columns, n, output_names, policy, "subprocess")
+        ex = _search(call_child, columns, n, output_names, policy, mode, initial)
     finally:
         POOL.release(sup)
     ex.child_starts = sup.starts - starts
@@ -215,11 +278,13 @@ def _search(
     names: list[str],
     policy: IsolationPolicy,
     mode: str,
+    initial: list[tuple[int, int]],
     first: CallFailure | None = None,
 ) -> Execution:
-    """Bisect ``[0, n)`` until every record is computed or failed alone.
+    """Call the ``initial`` ranges (covering ``[0, n)``), bisecting failed calls until every
+    record is computed or failed alone.
 
-    ``first``: the outcome of the call over the whole batch when the caller already made it.
+    ``first``: the outcome of the single initial call when the caller already made it.
     """
     if n == 0:
         out = call(0, 0, policy.budget_s(0))
@@ -227,8 +292,8 @@ def _search(
         return Execution(empty if isinstance(out, CallFailure) else out, [], mode, 1)
     pieces: list[tuple[int, int, list[Any]]] = []
     failed: list[tuple[int, CallFailure]] = []
-    stack = [(0, n)]
-    calls = 0
+    stack = list(reversed(initial))
+    calls = failed_calls = 0
     while stack:
         lo, hi = stack.pop()
         if first is not None:
@@ -238,7 +303,9 @@ def _search(
         calls += 1
         if not isinstance(out, CallFailure):
             pieces.append((lo, hi, out))
-        elif hi - lo > 1:
+            continue
+        failed_calls += 1
+        if hi - lo > 1:
             stack.extend(reversed(split(lo, hi, policy.split_factor)))
         else:
             failed.append((lo, out))
@@ -251,8 +318,9 @@ def _search(
                     found,
                 )
     if not failed and len(pieces) == 1:
-        return Execution(pieces[0][2], [], mode, calls)
-    return Execution(_assemble(n, pieces, len(names)), _failures(failed, columns), mode, calls)
+        return Execution(pieces[0][2], [], mode, calls, failed_calls=failed_calls)
+    found = _failures(failed, columns)
+    return Execution(_assemble(n, pieces, len(names)), found, mode, calls, 0, failed_calls)
 
 
 def split(lo: int, hi: int, k: int) -> list[tuple[int, int]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any, cast
@@ -27,7 +28,7 @@ from omnitable.catalog.records import ROW_ID
 from omnitable.exceptions import ValidationError
 from omnitable.exec.escalation import TaskProgress
 from omnitable.exec.isolation import IsolationPolicy, Mode, input_digest, run_isolated
-from omnitable.exec.isolation_engine import split
+from omnitable.exec.isolation_engine import CallSizing, split
 from omnitable.features.definition import Feature
 from omnitable.format.fs import resolve_location
 from omnitable.format.types import to_arrow
@@ -39,6 +40,7 @@ TYPE_ERROR_PREFIX = "_ai_type_error_"  # an SQL feature's value that did not con
 DEFAULT_BATCH_ROWS = 65_536
 DEFAULT_CALL_TIMEOUT_S = 120.0
 _LOADED: dict[str, Feature] = {}
+_SIZING: weakref.WeakKeyDictionary[Callable[..., Any], CallSizing] = weakref.WeakKeyDictionary()
 
 
 def step_spec(
@@ -168,6 +170,7 @@ def compute_feature(
                 output_names=list(f.outputs),
                 policy=policy,
                 previous_attempt_failed=previous_attempt_failed,
+                sizing=_sizing(f.fn),
             )
         frame = pd.DataFrame(
             {
@@ -209,6 +212,15 @@ def _patch(
         new = computed.column(name).combine_chunks().take(take_new) if len(positions) else old
         out[name] = pc.if_else(mask, new, old)
     return pa.table(out)
+
+
+def _sizing(fn: Callable[..., Any]) -> CallSizing | None:
+    """The adaptive call size of ``fn``'s batches in this process (kept across fragments and
+    tasks of a reused worker); None when ``fn`` cannot be weakly referenced."""
+    try:
+        return _SIZING.setdefault(fn, CallSizing())
+    except TypeError:
+        return None
 
 
 def _policy(f: Feature, isolation: str) -> IsolationPolicy:
