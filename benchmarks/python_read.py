@@ -101,13 +101,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         {"omnitable": omni, "wide": wide_file, "join": key_join}, repeats=args.repeats
     )
 
-    table_bytes = _tree_size(str(work / "wh" / "bench"))
+    table_bytes = _tree_size(t.location.path)
     before = table_bytes
     ids = t.read(columns=[KEY]).column(KEY)
     t.add_columns(
         pa.table({KEY: ids, "new_score": np.random.default_rng(1).random(len(ids))}), group="new"
     )
-    written = _tree_size(str(work / "wh" / "bench")) - before
+    written = _tree_size(t.location.path) - before
     one_column = pq.ParquetFile(wide).metadata
     col_bytes = sum(
         one_column.row_group(i).column(1).total_compressed_size

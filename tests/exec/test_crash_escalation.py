@@ -124,8 +124,14 @@ def test_cli_with_its_default_master_isolates_crashes(tmp_path: Path) -> None:
 def test_sessions_report_how_they_escalate(spark) -> None:  # type: ignore[no-untyped-def]
     from omnitable.exec.escalation import crash_escalation
 
-    # the test session is local[2,4]: Spark retries tasks, the retry escalates
-    assert crash_escalation(spark).strategy == "task-retry"
+    # The test session is local[2,4] (Spark retries tasks, the retry escalates), but an earlier
+    # test's builder may have set another spark.master on it (the CLI's local[*]): in local mode
+    # the driver path is armed either way.
+    got = crash_escalation(spark)
+    assert got.driver_fallback and got.warning is None
+    assert got.strategy == (
+        "task-retry" if spark.conf.get("spark.master") == "local[2,4]" else "driver"
+    )
 
 
 class _Conf:
@@ -161,6 +167,8 @@ def test_escalation_strategy_from_public_conf(conf: dict[str, str], strategy: st
 
     got = crash_escalation(_Session(**conf))  # type: ignore[arg-type]
     assert got.strategy == strategy
+    master = conf["spark_master"]
+    assert got.driver_fallback == (master == "local" or master.startswith("local["))
     assert (got.warning is not None) == (strategy == "none")
     if got.warning:
         assert "spark.task.maxFailures >= 2" in got.warning

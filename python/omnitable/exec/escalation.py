@@ -40,10 +40,18 @@ WORKER_DIED = "Python worker exited unexpectedly"
 
 @dataclass(frozen=True)
 class Escalation:
-    """How this session escalates crashing records; ``warning`` is set for ``none``."""
+    """How this session escalates crashing records; ``warning`` is set for ``none``.
+
+    ``driver_fallback``: the driver also re-runs what a dead worker left (local masters). A
+    session's ``spark.master`` setting can differ from its running context's (a later
+    ``SparkSession.builder.master(...).getOrCreate()`` sets it on the existing session), so in
+    local mode the driver path stays armed even when the setting promises task retries: when
+    Spark does retry, the retry escalates and the driver has nothing to do.
+    """
 
     strategy: Strategy
     warning: str | None = None
+    driver_fallback: bool = False
 
 
 def crash_escalation(session: SparkSession) -> Escalation:
@@ -53,7 +61,7 @@ def crash_escalation(session: SparkSession) -> Escalation:
     local = _LOCAL.fullmatch(master)
     if local is not None:
         attempts = int(local.group(2)) if local.group(2) else 1
-        return Escalation("task-retry" if attempts >= 2 else "driver")
+        return Escalation("task-retry" if attempts >= 2 else "driver", driver_fallback=True)
     raw = session.conf.get("spark.task.maxFailures", None)
     attempts = int(raw) if raw not in (None, "") else 4
     if attempts >= 2:
@@ -77,7 +85,7 @@ class TaskProgress:
 
     Tasks mark each batch they compute in-process (a file removed when the call returns, so
     one left behind means the worker died during it) and each file they completed (its
-    descriptor). Only the ``driver`` strategy uses it.
+    descriptor). Used in local mode (:attr:`Escalation.driver_fallback`).
     """
 
     def __init__(self, uri: str) -> None:

@@ -186,7 +186,7 @@ def run_plan(
     if escalation.warning is not None and options.isolation == "auto":
         log.warning("backfill of %s: %s", table.name, escalation.warning)
         result.warnings.append(escalation.warning)
-    driver_escalation = escalation.strategy == "driver" and options.isolation == "auto"
+    driver_escalation = escalation.driver_fallback and options.isolation == "auto"
     try:
         for index, step in enumerate(plan.steps, 1):
             report = _step_progress(progress, index, len(plan.steps))
