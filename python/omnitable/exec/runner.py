@@ -33,7 +33,7 @@ from omnitable.exec.errors import append_errors
 from omnitable.exec.escalation import TaskProgress, crash_escalation
 from omnitable.exec.isolation import MODES
 from omnitable.exec.shipping import ship_modules
-from omnitable.exec.step_job import TaskOutput, execute_chunk, retry_offsets
+from omnitable.exec.step_job import ChunkJob, TaskOutput, execute_chunk, retry_offsets
 from omnitable.format.fs import delete_quietly
 
 if TYPE_CHECKING:
@@ -255,19 +255,11 @@ def _run_step(
                 if driver_escalation
                 else None
             )
-            outputs, skipped, scan, escalated = execute_chunk(
-                session,
-                table,
-                snap,
-                step,
-                work,
-                retry,
-                run_id,
-                tag,
-                options.isolation,
-                options.on_corrupt,
-                marks,
-            )
+            job = ChunkJob(
+                session, table, snap, step, retry, run_id, tag, options.isolation,
+                options.on_corrupt, marks,
+            )  # fmt: skip
+            outputs, skipped, scan, escalated = execute_chunk(job, work)
             out.escalated += [f for f in escalated if f not in out.escalated]
             out.bytes_read += int(scan.get("omnitableBytesRead", 0))
             out.scans += int(scan.get("omnitableScans", 0))

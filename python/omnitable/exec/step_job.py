@@ -116,18 +116,28 @@ def sql_feature_exprs(f: Feature, ansi: bool) -> list[str]:
     return [f"{converted} AS `{out}`", f"{flag} AS `{TYPE_ERROR_PREFIX}{out}`"]
 
 
+@dataclass(frozen=True)
+class ChunkJob:
+    """What stays fixed across the Spark jobs of one checkpoint chunk of a step.
+
+    ``progress``: the ``driver`` crash escalation's marks (see :mod:`omnitable.exec.escalation`),
+    or None where Spark's task retry escalates.
+    """
+
+    session: SparkSession
+    table: Table
+    snap: Snapshot
+    step: Step
+    retry: dict[str, dict[str, list[int]]]
+    run_id: str
+    tag: str
+    isolation: str
+    on_corrupt: str
+    progress: TaskProgress | None = None
+
+
 def execute_chunk(
-    session: SparkSession,
-    table: Table,
-    snap: Snapshot,
-    step: Step,
-    work: dict[str, list[str]],
-    retry: dict[str, dict[str, list[int]]],
-    run_id: str,
-    tag: str,
-    isolation: str,
-    on_corrupt: str,
-    progress: TaskProgress | None = None,
+    job: ChunkJob, work: dict[str, list[str]]
 ) -> tuple[list[TaskOutput], list[dict[str, Any]], dict[str, Any], list[str]]:
     """Run one chunk's Spark job: (task outputs, skipped unreadable fragments, scan metrics,
     features escalated to the child process after a Python worker died).
@@ -137,18 +147,16 @@ def execute_chunk(
     not complete, with the features that were running in the child process; repeated while
     each failure names a feature not escalated yet.
     """
-    by_id = {f.fragment_id: f for f in snap.fragments}
-    metrics = ScanMetrics(session)
+    table, tag, progress = job.table, job.tag, job.progress
+    by_id = {f.fragment_id: f for f in job.snap.fragments}
+    metrics = ScanMetrics(job.session)
     outputs: list[TaskOutput] = []
     escalated: list[str] = []
     remaining = work
     try:
         while remaining:
             try:
-                rows = _run_job(
-                    session, table, snap, step, remaining, retry, run_id, tag, isolation,
-                    on_corrupt, progress, escalated,
-                )  # fmt: skip
+                rows = _run_job(job, remaining, escalated)
             except Exception as exc:
                 remaining = _after_worker_death(table, exc, progress, remaining, outputs, escalated)
                 continue
@@ -222,39 +230,28 @@ def _after_worker_death(
     return {k: v for k, v in left.items() if v}
 
 
-def _run_job(
-    session: SparkSession,
-    table: Table,
-    snap: Snapshot,
-    step: Step,
-    work: dict[str, list[str]],
-    retry: dict[str, dict[str, list[int]]],
-    run_id: str,
-    tag: str,
-    isolation: str,
-    on_corrupt: str,
-    progress: TaskProgress | None,
-    escalate: list[str],
-) -> list[Any]:
+def _run_job(job: ChunkJob, work: dict[str, list[str]], escalate: list[str]) -> list[Any]:
     """One Spark job computing ``work``; the rows of its descriptors."""
+    session, table, snap = job.session, job.table, job.snap
     frag_ids = sorted({i for ids in work.values() for i in ids})
     by_id = {f.fragment_id: f for f in snap.fragments}
-    features = [f.load() for f in step.features if f.name in work]
+    features = [f.load() for f in job.step.features if f.name in work]
     spec = step_spec(
         root=table.warehouse.root.uri,
         location=table.record.location,
         features=features,
         work=work,
-        retry=retry,
+        retry=job.retry,
         row_counts={i: by_id[i].row_count for i in frag_ids},
         paths={i: by_id[i].path for i in frag_ids},
         options=table.warehouse.write_options,
-        run_id=run_id,
-        isolation=isolation,
-        progress=progress.uri if progress is not None else None,
+        run_id=job.run_id,
+        isolation=job.isolation,
+        progress=job.progress.uri if job.progress is not None else None,
         escalate=escalate,
     )
-    df = step_dataframe(session, table, snap, step, frag_ids, on_corrupt)
+    df = step_dataframe(session, table, snap, job.step, frag_ids, job.on_corrupt)
+    tag = job.tag
     sc = session.sparkContext
     sc.addJobTag(tag)
     sc.setJobDescription(f"backfill {table.name}: {', '.join(f.id for f in features)}")
