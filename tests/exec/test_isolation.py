@@ -357,3 +357,47 @@ def test_argument_validation() -> None:
         run_isolated(
             holds_a_lock, batch, output_names=["y"], policy=IsolationPolicy(mode="subprocess")
         )
+
+
+def test_respawned_workers_inherit_the_function_from_the_zygote(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """After a function's first call the zygote holds it (and its modules): a worker forked
+    after a crash does not import the function's module again (docs/isolation.md)."""
+    module = tmp_path / "omt_import_counter.py"
+    log = tmp_path / "imports.log"
+    module.write_text(
+        "import ctypes, os\n"
+        f"with open({str(log)!r}, 'a') as f:\n"
+        "    f.write(f'{os.getpid()}\\n')\n"
+        "def crashy(x):\n"
+        "    if (x == 7).any():\n"
+        "        ctypes.string_at(0)\n"
+        "    return x * 2\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from omt_import_counter import crashy  # type: ignore[import-not-found]
+
+    log.write_text("")  # count imports in child processes only
+    batch = pd.DataFrame({"x": np.arange(64)})
+    policy = IsolationPolicy(mode="subprocess", split_factor=2)
+    result = run_isolated(crashy, batch, output_names=["y"], policy=policy)
+    assert result.failed_positions == [7] and result.failures[0].kind == "crash"
+    assert result.child_starts >= 6  # 64 -> 32 -> 16 -> 8 -> 4 -> 2 -> 1: a respawn per level
+    importers = log.read_text().split()
+    # the first worker (forked before the function was known) and the zygote import it once
+    # each; every respawned worker inherits it
+    assert len(importers) <= 2, importers
+
+
+def test_a_pooled_worker_imports_modules_added_to_sys_path_later(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A worker kept from an earlier batch unpickles a function whose module became importable
+    only later (Spark's addPyFile grows sys.path of a running Python worker)."""
+    policy = IsolationPolicy(mode="subprocess")
+    batch = pd.DataFrame({"x": np.arange(10.0), "tag": "ok"})
+    run_isolated(tagged_fn, batch, output_names=["y"], policy=policy)  # the worker is started
+    (tmp_path / "omt_late_module.py").write_text("def triple(x):\n    return x * 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from omt_late_module import triple  # type: ignore[import-not-found]
+
+    result = run_isolated(triple, batch[["x"]], output_names=["y"], policy=policy)
+    assert result.child_starts == 0 and not result.failures
+    assert result.outputs["y"].tolist() == (batch.x * 3).tolist()

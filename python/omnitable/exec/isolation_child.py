@@ -10,7 +10,7 @@ once per process). When the caller exits the zygote sees EOF and exits, and its 
 SIGKILL (``PR_SET_PDEATHSIG``).
 
 Protocol with a worker (pickle protocol 5 over a socket, ``multiprocessing.connection``
-framing): the parent sends ``("call", fn_key, fn_payload|None, batch_id, columns|None, lo, hi,
+framing): the parent sends ``("call", fn_key, (fn_payload, sys_path)|None, batch_id, columns|None, lo, hi,
 budget_s, memory_mb, output_names, limits)``; the worker caches functions by key and the latest
 batch by id, runs :func:`~omnitable.exec.isolation_guard.guarded_call` on rows ``[lo, hi)``
 and answers ``("ok", columns)`` or ``("fail", CallFailure)``. The parent waits
@@ -29,6 +29,7 @@ import os
 import pickle
 import signal
 import socket
+import sys
 import tempfile
 import threading
 from collections import OrderedDict
@@ -120,7 +121,9 @@ class ChildSupervisor:
             self._start()
         conn = self._conn
         assert conn is not None
-        payload = None if fn.key in self._fn_keys else fn.payload
+        # with a new function, the caller's sys.path: it may have grown since the fork (Spark's
+        # addPyFile), and unpickling the function imports its modules
+        payload = None if fn.key in self._fn_keys else (fn.payload, list(sys.path))
         cols = None if self._batch == batch_id else list(columns)
         msg = ("call", fn.key, payload, batch_id, cols, lo, hi, budget_s, memory_mb,
                list(output_names), limits)  # fmt: skip
@@ -137,6 +140,8 @@ class ChildSupervisor:
         except BaseException:  # interrupted mid-message: the protocol state is unknown
             self._stop(kill=True)
             raise
+        if payload is not None:
+            ZYGOTE.preload(fn.key, fn.payload)  # later respawns start with it imported
         self._fn_keys.add(fn.key)
         self._batch = batch_id
         wait = None if budget_s is None else budget_s + kill_grace_s

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import warnings
 from collections import OrderedDict
@@ -27,7 +28,13 @@ from typing import Any
 from omnitable.exec.isolation_guard import CallFailure, guarded_call
 
 MAX_FUNCTIONS = 32
+PRELOAD_MAX_BYTES = 8 << 20
+"""Larger function payloads (closures carrying data) are not preloaded into the zygote, which
+would otherwise hold one more copy of them for the life of the process."""
 _PR_SET_PDEATHSIG = 1
+_PRELOADED: OrderedDict[str, Callable[..., Any]] = OrderedDict()
+"""In the zygote: functions unpickled once, so workers forked later inherit them (and the
+modules they import) instead of each importing them again on its first call."""
 
 
 def cloudpickle_module() -> Any:
@@ -48,7 +55,7 @@ def child_main(conn: Connection, fault_fd: int) -> None:
     os.ftruncate(fault_fd, 0)
     os.lseek(fault_fd, 0, os.SEEK_SET)
     faulthandler.enable(fault_fd)
-    fns: OrderedDict[str, Callable[..., Any]] = OrderedDict()
+    fns: OrderedDict[str, Callable[..., Any]] = OrderedDict(_PRELOADED)
     batch_id: int | None = None
     columns: list[Any] = []
     while True:
@@ -63,8 +70,9 @@ def child_main(conn: Connection, fault_fd: int) -> None:
             continue
         _, key, payload, bid, cols, lo, hi, budget_s, memory_mb, names, limits = msg
         try:
-            if payload is not None:
-                fns[key] = pickle.loads(payload)
+            if payload is not None and key not in fns:
+                sys.path[:] = payload[1]
+                fns[key] = pickle.loads(payload[0])
                 while len(fns) > MAX_FUNCTIONS:
                     fns.popitem(last=False)
             if cols is not None:
@@ -96,8 +104,10 @@ def zygote_main(fd: int) -> None:
 
     Requests (one pickle per SEQPACKET message): ``("fork", sys_path)`` with the worker's
     socket and fault-log file as ancillary fds → the worker's pid; ``("wait", pid)`` → its exit code as
-    ``os.waitstatus_to_exitcode`` gives it (negative: killed by that signal). EOF (the parent
-    died or closed us) ends the zygote; its workers then get SIGKILL (``PR_SET_PDEATHSIG``).
+    ``os.waitstatus_to_exitcode`` gives it (negative: killed by that signal); ``("preload", key,
+    sys_path)`` with a file holding a function's payload as ancillary fd → no reply: the function
+    is unpickled here once (importing its modules), so later workers start with it. EOF (the
+    parent died or closed us) ends the zygote; its workers then get SIGKILL (``PR_SET_PDEATHSIG``).
     """
     sock = socket.socket(fileno=fd)
     import pyarrow  # noqa: F401 - preloaded once, shared by every forked worker
@@ -131,11 +141,31 @@ def zygote_main(fd: int) -> None:
             for fd_ in fds:
                 os.close(fd_)
             sock.send(pickle.dumps(pid))
+        elif req[0] == "preload":
+            _preload(req[1], req[2], fds)
         elif req[0] == "wait":
             exit_code: int | None = None
             with contextlib.suppress(ChildProcessError):
                 exit_code = os.waitstatus_to_exitcode(os.waitpid(req[1], 0)[1])
             sock.send(pickle.dumps(exit_code))
+
+
+def _preload(key: str, sys_path: list[str], fds: list[int]) -> None:
+    """Unpickle a function payload (read from the file ``fds[0]``) into :data:`_PRELOADED`.
+
+    Any failure only means workers unpickle the function themselves, as without a preload, and
+    report its error on their call."""
+    try:
+        with os.fdopen(fds[0], "rb") as f:
+            payload = f.read()
+        for fd_ in fds[1:]:
+            os.close(fd_)
+        sys.path[:] = sys_path
+        _PRELOADED[key] = pickle.loads(payload)
+        while len(_PRELOADED) > MAX_FUNCTIONS:
+            _PRELOADED.popitem(last=False)
+    except Exception:  # the worker unpickles it again and reports the error
+        return
 
 
 def _die_with_parent() -> None:
@@ -166,6 +196,7 @@ class _Zygote:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
+        self._preloaded: set[str] = set()
 
     def fork(self, worker: socket.socket, fault_fd: int) -> int:
         """Fork a worker serving ``worker`` (a socket end) and writing faults to ``fault_fd``."""
@@ -181,6 +212,27 @@ class _Zygote:
                     if attempt == 2:
                         raise
         raise AssertionError("unreachable")
+
+    def preload(self, key: str, payload: bytes) -> None:
+        """Have the zygote unpickle a function once (no reply awaited), so every worker forked
+        afterwards starts with it and its modules imported: a respawned worker's first call
+        then costs milliseconds, not an import of the function's modules. Best effort."""
+        if len(payload) > PRELOAD_MAX_BYTES:
+            return
+        with self._lock:
+            try:
+                sock = self._ensure()
+                if key in self._preloaded:
+                    return
+                self._preloaded.add(key)  # tried once per zygote, whatever the outcome
+                with tempfile.TemporaryFile() as f:
+                    f.write(payload)
+                    f.flush()
+                    f.seek(0)
+                    msg = pickle.dumps(("preload", key, list(sys.path)))
+                    socket.send_fds(sock, [msg], [f.fileno()])
+            except OSError:
+                self._reset()
 
     def wait(self, pid: int) -> int | None:
         with self._lock:
@@ -203,6 +255,7 @@ class _Zygote:
         """After ``os.fork``: the zygote belongs to the parent process; drop it here."""
         self._lock = threading.Lock()
         self._proc, self._sock = None, None
+        self._preloaded = set()
 
     @staticmethod
     def _recv(sock: socket.socket) -> bytes:
@@ -228,6 +281,7 @@ class _Zygote:
     def _reset(self) -> None:
         sock, proc = self._sock, self._proc
         self._sock, self._proc = None, None
+        self._preloaded = set()
         if sock is not None:
             sock.close()  # the zygote sees EOF and exits; its workers get SIGKILL
         if proc is not None:
