@@ -10,7 +10,6 @@ Public API (re-exports only; see the modules for details)::
     spark = omnitable.spark_session()
 """
 
-from omnitable.catalog.records import APPEND_NAME, ROW_ID
 from omnitable.exceptions import (
     AlreadyExistsError,
     CatalogError,
@@ -31,6 +30,7 @@ from omnitable.features.definition import Feature, feature, sql_feature
 from omnitable.format.writer import WriteOptions
 from omnitable.spark.session import spark_session
 from omnitable.table import BatchInfo, Table
+from omnitable.vocabulary.names import APPEND_NAME, ROW_ID
 from omnitable.warehouse import Warehouse, connect
 
 __version__ = "0.1.0"

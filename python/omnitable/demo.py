@@ -20,9 +20,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from omnitable.catalog.records import ROW_ID
 from omnitable.exceptions import NotFoundError
 from omnitable.table import Table
+from omnitable.vocabulary.names import ROW_ID
 from omnitable.warehouse import Warehouse
 
 CODE_BATCHES = {"stdlib/a-f": "abcdef", "stdlib/g-o": "ghijklmno", "stdlib/p-z": "pqrstuvwxyz_"}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -11,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from omnitable.catalog.records import APPEND_NAME, MAIN, ROW_ID, CommitRecord, TableRecord
+from omnitable.catalog.records import CommitRecord, TableRecord
 from omnitable.catalog.snapshot import Snapshot
 from omnitable.exceptions import (
     AlreadyExistsError,
@@ -26,6 +25,7 @@ from omnitable.ingest.conform import Conformer
 from omnitable.ingest.ids import IdClaim, check_existing, commit_append
 from omnitable.ingest.local import append_request, duplicate_ids, ingest_batches
 from omnitable.ingest.sources import is_spark_dataframe, record_batches
+from omnitable.vocabulary.names import APPEND_NAME, MAIN, ROW_ID, check_append_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -34,8 +34,6 @@ if TYPE_CHECKING:
     from omnitable.features.planner import Plan
     from omnitable.features.status import LineageRecord, StatusGrid
     from omnitable.warehouse import Warehouse
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -226,7 +224,7 @@ class Table:
                 bad input; nothing is committed.
             CommitConflict: a concurrent commit created the same batch.
         """
-        _check_append_name(append_name)
+        check_append_name(append_name)
         if mode not in ("error", "replace"):
             raise ValidationError(f"Cannot append: mode must be 'error' or 'replace', got {mode!r}")
         options = self._write_options(row_group_size, target_fragment_rows)
@@ -429,14 +427,6 @@ class Table:
                 base.target_fragment_rows if target_fragment_rows is None else target_fragment_rows
             ),
         ).validated()
-
-
-def _check_append_name(name: object) -> None:
-    if not isinstance(name, str) or not name.strip() or len(name) > 256 or _CONTROL.search(name):
-        raise ValidationError(
-            f"Cannot append: append_name must be a non-empty string of at most 256 printable "
-            f"characters (e.g. 'cc/2026-10/v1'), got {name!r}"
-        )
 
 
 __all__ = ["APPEND_NAME", "MAIN", "ROW_ID", "BatchInfo", "ScanResult", "Table"]

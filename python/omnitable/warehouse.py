@@ -11,15 +11,21 @@ import pyarrow as pa
 
 from omnitable._failpoints import failpoint
 from omnitable.catalog.address import CatalogAddress, parse_address
-from omnitable.catalog.catalog import Catalog, check_table_name
+from omnitable.catalog.catalog import Catalog
 from omnitable.catalog.commit import NewColumn
-from omnitable.catalog.records import APPEND_NAME, BASE_GROUP, ROW_ID
 from omnitable.exceptions import UnknownColumnError, ValidationError
 from omnitable.format.fs import Location, resolve_location
-from omnitable.format.types import parse_type_spec, to_ddl
-from omnitable.format.writer import WriteOptions, check_group_name
-from omnitable.ingest.columns import check_column_name
+from omnitable.format.writer import WriteOptions
 from omnitable.table import Table
+from omnitable.vocabulary.names import (
+    APPEND_NAME,
+    BASE_GROUP,
+    ROW_ID,
+    check_column_name,
+    check_group_name,
+    check_table_name,
+)
+from omnitable.vocabulary.types import parse_type_spec, to_ddl
 
 SchemaSpec: TypeAlias = Union[pa.Schema, Mapping[str, Any]]  # noqa: UP007
 

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from omnitable.exceptions import ValidationError
-from omnitable.format.stats import compute_stats, decode_value, encode_value
-from omnitable.format.types import canonical_arrow_type, parse_type_spec, to_arrow, to_ddl
+from omnitable.vocabulary.stats import compute_stats, decode_value, encode_value
+from omnitable.vocabulary.types import canonical_arrow_type, parse_type_spec, to_arrow, to_ddl
 
 _leaf = st.sampled_from(
     [

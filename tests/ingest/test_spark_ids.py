@@ -6,9 +6,9 @@ import pytest
 
 import omnitable
 from omnitable import ROW_ID
-from omnitable.format.descriptors import FileDescriptor, FragmentDescriptor
-from omnitable.format.stats import ColumnStats
 from omnitable.ingest.ids import check_reserved
+from omnitable.vocabulary.descriptors import FileDescriptor, FragmentDescriptor
+from omnitable.vocabulary.stats import ColumnStats
 
 
 def _fragment(lo: int, hi: int, seq: int) -> FragmentDescriptor:

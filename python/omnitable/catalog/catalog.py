@@ -9,7 +9,6 @@ import contextlib
 import datetime as dt
 import json
 import os
-import re
 import socket
 import threading
 import uuid
@@ -21,14 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from omnitable._failpoints import failpoint
 from omnitable.catalog.address import CatalogAddress
 from omnitable.catalog.commit import CommitRequest, NewColumn, commit, find_commit, utcnow
-from omnitable.catalog.records import (
-    BASE_GROUP,
-    MAIN,
-    MAX_ROW_ID,
-    ROW_ID,
-    CommitRecord,
-    TableRecord,
-)
+from omnitable.catalog.records import CommitRecord, TableRecord
 from omnitable.catalog.snapshot import Snapshot, load_snapshot, segments_for, visible_clause
 from omnitable.catalog.store import CatalogStore
 from omnitable.exceptions import (
@@ -38,24 +30,13 @@ from omnitable.exceptions import (
     NotFoundError,
     ValidationError,
 )
+from omnitable.vocabulary.names import BASE_GROUP, MAIN, MAX_ROW_ID, ROW_ID, check_table_name
 
 HEARTBEAT_S = 30.0  # a running run refreshes heartbeat_at this often
 ABANDONED_AFTER_S = 300.0  # a running run without a heartbeat for this long is abandoned
 # How long a commit lookup waits for the table lock a lost transaction may still hold (PostgreSQL
 # keeps it until the server notices the dead connection, which can take hours).
 LOOKUP_LOCK_TIMEOUT_S = 60.0
-
-TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-
-
-def check_table_name(name: object) -> str:
-    """Validate a table name: letters, digits and '_' (no path separators, no SQL syntax)."""
-    if not isinstance(name, str) or not TABLE_NAME.match(name):
-        raise ValidationError(
-            f"Cannot use table name {name!r}: names are 1-128 characters of letters, digits and "
-            "'_', starting with a letter or '_' (no path separators, dots, quotes or spaces)"
-        )
-    return name
 
 
 class Catalog:

@@ -20,11 +20,12 @@ from typing import Any, Protocol
 from sqlalchemy import Connection, text
 
 from omnitable._failpoints import failpoint
-from omnitable.catalog.records import MAIN, ROW_ID, TableRecord
+from omnitable.catalog.records import TableRecord
 from omnitable.catalog.snapshot import Segment, segments_for, visible_clause
 from omnitable.catalog.store import CatalogStore
 from omnitable.exceptions import AlreadyExistsError, CommitConflict, NotFoundError, ValidationError
-from omnitable.format.descriptors import FileDescriptor, FragmentDescriptor
+from omnitable.vocabulary.descriptors import FileDescriptor, FragmentDescriptor
+from omnitable.vocabulary.names import MAIN, ROW_ID
 
 _CHUNK = 500  # ids per IN (...) list
 

@@ -8,15 +8,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from omnitable.format.stats import ColumnStats
-from omnitable.format.types import to_arrow
-
-ROW_ID = "_ai_unique_id_"
-APPEND_NAME = "_ai_append_name_"
-SYSTEM_COLUMNS = (ROW_ID, APPEND_NAME)
-BASE_GROUP = "base"
-MAIN = "main"
-MAX_ROW_ID = 2**63 - 1  # the largest _ai_unique_id_ (int64)
+from omnitable.vocabulary.names import SYSTEM_COLUMNS
+from omnitable.vocabulary.stats import ColumnStats
+from omnitable.vocabulary.types import to_arrow
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,6 @@ import pyarrow as pa
 from sqlalchemy import Connection, text
 
 from omnitable.catalog.records import (
-    APPEND_NAME,
-    MAIN,
-    ROW_ID,
     BatchRecord,
     ColumnRecord,
     FileColumn,
@@ -24,7 +21,8 @@ from omnitable.catalog.records import (
     TableRecord,
 )
 from omnitable.exceptions import NotFoundError, UnknownColumnError, ValidationError
-from omnitable.format.stats import ColumnStats
+from omnitable.vocabulary.names import APPEND_NAME, MAIN, ROW_ID
+from omnitable.vocabulary.stats import ColumnStats
 
 Segment = tuple[str, int]
 

@@ -13,7 +13,7 @@ import datetime as dt
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from omnitable.catalog.records import ROW_ID
+from omnitable.vocabulary.names import ROW_ID
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -13,7 +13,6 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from omnitable.catalog.records import ROW_ID
 from omnitable.catalog.snapshot import Snapshot
 from omnitable.exceptions import ValidationError
 from omnitable.exec.errors import error_offsets
@@ -26,9 +25,10 @@ from omnitable.exec.task import (
     compute_partition,
     step_spec,
 )
-from omnitable.format.descriptors import FileDescriptor
 from omnitable.format.fs import delete_quietly
 from omnitable.spark.session import warehouse_string
+from omnitable.vocabulary.descriptors import FileDescriptor
+from omnitable.vocabulary.names import ROW_ID
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -20,7 +20,7 @@ from typing import Any, Literal, cast
 import pyarrow as pa
 
 from omnitable.exceptions import ValidationError
-from omnitable.format.types import parse_type_spec, to_ddl
+from omnitable.vocabulary.types import parse_type_spec, to_ddl
 
 FEATURE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 Prefer = Literal["cpu", "gpu"]
@@ -301,7 +301,7 @@ def _check_outputs(name: str, outputs: Any) -> dict[str, str]:
         raise ValidationError(
             f"Cannot define feature '{name}': outputs must be a mapping {{column: type}}"
         )
-    from omnitable.ingest.columns import check_column_name
+    from omnitable.vocabulary.names import check_column_name
 
     return {check_column_name(k): to_ddl(parse_type_spec(v, k)) for k, v in outputs.items()}
 

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, FeatureRow, NewColumn
-from omnitable.catalog.records import APPEND_NAME
 from omnitable.exceptions import NotFoundError, ValidationError
 from omnitable.features.definition import Feature, check_importable
 from omnitable.features.graph import FeatureGraph
+from omnitable.vocabulary.names import APPEND_NAME
 
 if TYPE_CHECKING:
     from omnitable.table import Table

@@ -24,12 +24,13 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from omnitable.catalog.records import APPEND_NAME, ROW_ID, ColumnRecord, FileRecord, FragmentRecord
+from omnitable.catalog.records import ColumnRecord, FileRecord, FragmentRecord
 from omnitable.catalog.snapshot import Snapshot
 from omnitable.exceptions import CorruptInputError, UnknownColumnError, ValidationError
 from omnitable.format.fs import Location
-from omnitable.format.stats import decode_value
-from omnitable.format.types import ARROW_VALUE_ERRORS
+from omnitable.vocabulary.names import APPEND_NAME, ROW_ID
+from omnitable.vocabulary.stats import decode_value
+from omnitable.vocabulary.types import ARROW_VALUE_ERRORS
 
 LATE_MATERIALIZATION_MAX_SELECTIVITY = 0.25
 _INDEX = "__omnitable_row__"

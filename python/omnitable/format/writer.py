@@ -14,12 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from omnitable.exceptions import ValidationError
-from omnitable.format.descriptors import FileDescriptor, FragmentDescriptor
 from omnitable.format.fs import Location
-from omnitable.format.stats import compute_stats
+from omnitable.vocabulary.descriptors import FileDescriptor, FragmentDescriptor
+from omnitable.vocabulary.stats import compute_stats
 
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-GROUP_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -58,15 +57,6 @@ class WriteOptions:
                 f"{self.target_fragment_rows!r}"
             )
         return self
-
-
-def check_group_name(group: str) -> str:
-    if not isinstance(group, str) or not GROUP_NAME.match(group):
-        raise ValidationError(
-            f"Cannot use column group {group!r}: group names are 1-64 characters from "
-            "[A-Za-z0-9_.-] and start with a letter, digit or '_'"
-        )
-    return group
 
 
 def batch_directory(batch_name: str, batch_id: str) -> str:

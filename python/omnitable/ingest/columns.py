@@ -15,28 +15,17 @@ import pyarrow.compute as pc
 
 from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, NewColumn
-from omnitable.catalog.records import APPEND_NAME, ROW_ID
 from omnitable.exceptions import AlreadyExistsError, CommitOutcomeUnknown, ValidationError
 from omnitable.format.fs import delete_quietly
 from omnitable.format.reader import FragmentReader
-from omnitable.format.types import canonical_arrow_type, to_ddl
-from omnitable.format.writer import check_group_name, write_column_file
+from omnitable.format.writer import write_column_file
 from omnitable.ingest.local import duplicate_ids
 from omnitable.ingest.sources import is_spark_dataframe, record_batches
+from omnitable.vocabulary.names import APPEND_NAME, ROW_ID, check_column_name, check_group_name
+from omnitable.vocabulary.types import canonical_arrow_type, to_ddl
 
 if TYPE_CHECKING:
     from omnitable.table import Table
-
-COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,254}$")
-
-
-def check_column_name(name: object) -> str:
-    if not isinstance(name, str) or not COLUMN_NAME.match(name) or name.startswith("_ai_"):
-        raise ValidationError(
-            f"Cannot use column name {name!r}: names are 1-255 characters of letters, digits, "
-            "'_' and '-', start with a letter or '_', and the prefix '_ai_' is reserved"
-        )
-    return name
 
 
 def add_columns(table: Table, data: Any, group: str | None) -> int:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from omnitable.catalog.records import APPEND_NAME, ROW_ID, ColumnRecord
+from omnitable.catalog.records import ColumnRecord
 from omnitable.exceptions import SchemaMismatchError, UnknownColumnError, ValidationError
-from omnitable.format.types import ARROW_VALUE_ERRORS, canonical_arrow_type, to_ddl
+from omnitable.vocabulary.names import APPEND_NAME, ROW_ID
+from omnitable.vocabulary.types import ARROW_VALUE_ERRORS, canonical_arrow_type, to_ddl
 
 
 class Conformer:

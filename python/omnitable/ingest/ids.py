@@ -18,9 +18,9 @@ import numpy as np
 
 from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, IdsNotChecked
-from omnitable.catalog.records import ROW_ID
 from omnitable.exceptions import CommitConflict, ValidationError
-from omnitable.format.descriptors import FragmentDescriptor
+from omnitable.vocabulary.descriptors import FragmentDescriptor
+from omnitable.vocabulary.names import ROW_ID
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -13,12 +13,12 @@ import numpy as np
 import pyarrow as pa
 
 from omnitable.catalog.commit import CommitRequest
-from omnitable.catalog.records import MAX_ROW_ID, ROW_ID
 from omnitable.catalog.snapshot import Snapshot
 from omnitable.exceptions import ValidationError
-from omnitable.format.descriptors import FragmentDescriptor
 from omnitable.format.writer import WriteOptions
 from omnitable.ingest.conform import Conformer
+from omnitable.vocabulary.descriptors import FragmentDescriptor
+from omnitable.vocabulary.names import MAX_ROW_ID, ROW_ID
 
 
 @dataclass

@@ -19,14 +19,15 @@ import numpy as np
 import pyarrow as pa
 
 from omnitable._failpoints import failpoint
-from omnitable.catalog.records import ROW_ID, ColumnRecord
+from omnitable.catalog.records import ColumnRecord
 from omnitable.exceptions import CommitOutcomeUnknown, ValidationError
-from omnitable.format.descriptors import FragmentDescriptor
 from omnitable.format.fs import delete_quietly, resolve_location
 from omnitable.format.writer import WriteOptions, new_id, write_fragment
 from omnitable.ingest.conform import Conformer
 from omnitable.ingest.ids import IdClaim, check_existing, check_reserved, commit_append
 from omnitable.ingest.local import FragmentCutter, append_request
+from omnitable.vocabulary.descriptors import FragmentDescriptor
+from omnitable.vocabulary.names import ROW_ID
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from omnitable.format.stats import ColumnStats
+from omnitable.vocabulary.stats import ColumnStats
 
 
 @dataclass
