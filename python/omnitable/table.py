@@ -1,39 +1,29 @@
-"""``Table``: one logical wide table (thin: delegates to catalog, format and ingest)."""
+"""``Table``: one logical wide table — the facade; every operation delegates to a service
+(ingest, features, exec) or to storage, given the table's :class:`~omnitable.context.TableContext`."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from omnitable.catalog.records import CommitRecord, TableRecord
 from omnitable.catalog.snapshot import Snapshot
-from omnitable.exceptions import (
-    AlreadyExistsError,
-    CommitOutcomeUnknown,
-    ValidationError,
-)
-from omnitable.format.fs import Location, delete_quietly
+from omnitable.context import TableContext, WarehouseHandle
+from omnitable.format.fs import Location
 from omnitable.format.reader import FragmentReader, ReadStats
-from omnitable.format.writer import WriteOptions, new_id, write_fragment
-from omnitable.ingest import columns as add_cols
-from omnitable.ingest.conform import Conformer
-from omnitable.ingest.ids import IdClaim, check_existing, commit_append
-from omnitable.ingest.local import append_request, duplicate_ids, ingest_batches
-from omnitable.ingest.sources import is_spark_dataframe, record_batches
-from omnitable.vocabulary.names import APPEND_NAME, MAIN, ROW_ID, check_append_name
+from omnitable.ingest.append import append
+from omnitable.ingest.columns import add_columns
+from omnitable.vocabulary.names import APPEND_NAME, MAIN, ROW_ID
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from omnitable.exec.backfill import BackfillPlan
     from omnitable.features.definition import Feature
-    from omnitable.features.planner import Plan
     from omnitable.features.status import LineageRecord, StatusGrid
-    from omnitable.warehouse import Warehouse
 
 
 @dataclass(frozen=True)
@@ -55,9 +45,10 @@ class ScanResult:
 class Table:
     """A logical wide table. Obtain it from :meth:`Warehouse.table` or ``create_table``."""
 
-    def __init__(self, warehouse: Warehouse, record: TableRecord) -> None:
+    def __init__(self, warehouse: WarehouseHandle, record: TableRecord) -> None:
         self.warehouse = warehouse
         self.record = record
+        self._ctx = TableContext.of(warehouse, record)
 
     # -- identity and metadata ------------------------------------------------------------
 
@@ -67,11 +58,7 @@ class Table:
 
     @property
     def location(self) -> Location:
-        return self.warehouse.root.join(self.record.location)
-
-    @property
-    def _catalog(self) -> Any:
-        return self.warehouse.catalog
+        return self._ctx.location
 
     def snapshot(
         self,
@@ -82,9 +69,7 @@ class Table:
         with_files: bool = True,
     ) -> Snapshot:
         """The catalog state of one version (default: head of ``main``)."""
-        return self._catalog.snapshot(
-            self.record, branch=branch, tag=tag, version=version, with_files=with_files
-        )
+        return self._ctx.snapshot(branch=branch, tag=tag, version=version, with_files=with_files)
 
     @property
     def schema(self) -> pa.Schema:
@@ -94,7 +79,7 @@ class Table:
     @property
     def version(self) -> int:
         """Current version (head of ``main``)."""
-        return int(self._catalog.head_version(self.record))
+        return int(self._ctx.catalog.head_version(self.record))
 
     def batches(self, version: int | None = None) -> list[BatchInfo]:
         """Batches with their row and fragment counts, oldest first."""
@@ -111,14 +96,14 @@ class Table:
 
     def history(self) -> list[CommitRecord]:
         """Commits of ``main``, newest first: version, op, summary, time."""
-        return list(self._catalog.history(self.record))
+        return list(self._ctx.catalog.history(self.record))
 
     def runs(self) -> list[dict[str, Any]]:
         """This table's ingest and backfill runs, newest first: ``run_id``, ``kind``, ``status``
         (``running``, ``succeeded``, ``failed``, ``aborted``, or ``abandoned`` for a run still
         marked running whose driver process is gone), ``plan``, ``metrics``, ``message``,
         ``started_at``, ``finished_at``, ``host``, ``pid``."""
-        return self._catalog.list_runs(self.record)
+        return self._ctx.catalog.list_runs(self.record)
 
     def count(self, version: int | None = None) -> int:
         return sum(f.row_count for f in self.snapshot(version=version, with_files=False).fragments)
@@ -186,8 +171,8 @@ class Table:
         """This table as a Spark DataFrame through the ``omnitable`` data source."""
         from omnitable.spark.session import active_or_new_session, warehouse_string
 
-        session = active_or_new_session(spark, self.warehouse)
-        wh = warehouse_string(self.warehouse)
+        session = active_or_new_session(spark, self._ctx)
+        wh = warehouse_string(self._ctx)
         reader = session.read.format("omnitable").option("warehouse", wh)
         if version is not None:
             reader = reader.option("versionAsOf", str(version))
@@ -224,85 +209,8 @@ class Table:
                 bad input; nothing is committed.
             CommitConflict: a concurrent commit created the same batch.
         """
-        check_append_name(append_name)
-        if mode not in ("error", "replace"):
-            raise ValidationError(f"Cannot append: mode must be 'error' or 'replace', got {mode!r}")
-        options = self._write_options(row_group_size, target_fragment_rows)
-        snap = self.snapshot()
-        old = [b for b in snap.batches if b.name == append_name]
-        if old and mode == "error":
-            raise AlreadyExistsError(
-                f"Cannot append batch '{append_name}' to table '{self.name}': it already exists; "
-                "use mode='replace' to replace it atomically"
-            )
-        if is_spark_dataframe(data):
-            from omnitable.ingest.spark import append_spark
-
-            return append_spark(self, snap, data, append_name, old, options)
-        return self._append_local(snap, data, append_name, old, options)
-
-    def _append_local(
-        self, snap: Snapshot, data: Any, append_name: str, old: list[Any], options: WriteOptions
-    ) -> int:
-        conformer = Conformer(self.name, snap.user_columns)
-        group_of = {c.name: c.group_name for c in snap.columns}
-        physical = {c.name: c.physical_name for c in snap.columns}
-        batch_id = new_id()
-        location = self.location
-        run_id = self._catalog.start_run(self.record, "ingest", {"batch": append_name})
-        written: list[str] = []
-        try:
-
-            def write(table: pa.Table, seq: int) -> Any:
-                desc = write_fragment(
-                    location, append_name, batch_id, table, group_of, physical, options, seq
-                )
-                written.extend(location.child_path(f.path) for f in desc.files)
-                return desc
-
-            result = ingest_batches(
-                record_batches(data, conformer.target_schema()),
-                conformer,
-                options,
-                write,
-                lambda n: self._catalog.reserve_row_ids(self.record, n),
-            )
-            old_ids = {b.batch_id for b in old}
-            claim = self._id_claim(snap, result.supplied_ids, result.fragments, old_ids)
-            req = append_request(
-                snap,
-                batch_id,
-                append_name,
-                old_ids,
-                result.fragments,
-                result.id_range,
-                run_id,
-                "local",
-            )
-            version = commit_append(self, req, claim)
-        except BaseException as exc:
-            if not isinstance(exc, CommitOutcomeUnknown):  # the commit may reference them
-                delete_quietly(location.fs, written)
-            self._catalog.fail_run(run_id, exc)
-            raise
-        self._catalog.finish_run(run_id, "succeeded", {"rows": result.rows, "version": version})
-        return version
-
-    def _id_claim(
-        self, snap: Snapshot, supplied: np.ndarray | None, fragments: list[Any], replaced: set[str]
-    ) -> IdClaim:
-        """The append's row ids; supplied ids are checked for duplicates and against ``snap``."""
-        if supplied is None:
-            return IdClaim.generated(fragments, snap.version)
-        dupes = duplicate_ids(supplied)
-        if dupes:
-            raise ValidationError(
-                f"Cannot append to table '{self.name}': duplicate {ROW_ID} values in the input, "
-                f"e.g. {dupes}"
-            )
-        claim = IdClaim(snap.version, supplied=np.unique(supplied))
-        check_existing(self, snap, claim, replaced)
-        return claim
+        options = self._ctx.options(row_group_size, target_fragment_rows)
+        return append(self._ctx, data, append_name, mode, options)
 
     def add_columns(self, data: Any, group: str | None = None) -> int:
         """Attach new columns to existing rows, keyed by ``_ai_unique_id_``; returns the version.
@@ -315,7 +223,7 @@ class Table:
             ValidationError: missing/null/duplicate/unknown ids, columns that already exist, or
                 a group name that is already used. Nothing is committed.
         """
-        return add_cols.add_columns(self, data, group)
+        return add_columns(self._ctx, data, group)
 
     # -- features -------------------------------------------------------------------------
 
@@ -329,13 +237,13 @@ class Table:
         """
         from omnitable.features.registry import register
 
-        return register(self, features)
+        return register(self._ctx, features)
 
     def features(self) -> list[Feature]:
         """The current version of every registered feature."""
         from omnitable.features.registry import current_features
 
-        return list(current_features(self).values())
+        return list(current_features(self._ctx).values())
 
     def backfill(
         self,
@@ -343,7 +251,7 @@ class Table:
         batches: list[str] | None = None,
         *,
         retry_errors: bool = False,
-    ) -> Plan:
+    ) -> BackfillPlan:
         """Plan the minimal work bringing ``targets`` (features or output columns) up to date.
 
         Nothing runs until ``plan.run()``; ``plan.explain()`` shows the steps, the fused groups,
@@ -351,6 +259,7 @@ class Table:
         that failed a feature earlier are recomputed (only those records; after a fix and a
         version bump everything is recomputed anyway).
         """
+        from omnitable.exec.backfill import BackfillPlan
         from omnitable.features.planner import make_plan
         from omnitable.features.registry import table_graph
 
@@ -358,11 +267,13 @@ class Table:
             targets = [targets]
         if isinstance(batches, str):
             batches = [batches]
-        graph = table_graph(self)
-        counts = self._catalog.error_counts(self.record) if retry_errors else None
-        plan = make_plan(self, graph, self.snapshot(), list(targets), batches, retry_errors, counts)
-        plan.replan = lambda: self.backfill(targets, batches, retry_errors=retry_errors)
-        return plan
+        ctx = self._ctx
+        graph = table_graph(ctx)
+        counts = ctx.catalog.error_counts(self.record) if retry_errors else None
+        plan = make_plan(ctx, graph, ctx.snapshot(), list(targets), batches, retry_errors, counts)
+        return BackfillPlan.bind(
+            plan, ctx, lambda: self.backfill(targets, batches, retry_errors=retry_errors)
+        )
 
     def status(self, version: int | None = None) -> StatusGrid:
         """Batch x derived-column grid of done / stale / missing / partial, with the number of
@@ -371,10 +282,10 @@ class Table:
         from omnitable.features.status import status_grid
 
         return status_grid(
-            self,
+            self._ctx,
             self.snapshot(version=version),
-            current_features(self),
-            self._catalog.error_counts(self.record),
+            current_features(self._ctx),
+            self._ctx.catalog.error_counts(self.record),
         )
 
     def errors(
@@ -394,10 +305,10 @@ class Table:
         from omnitable.exec.errors import read_errors
         from omnitable.spark.session import active_or_new_session
 
-        session = active_or_new_session(spark, self.warehouse)
+        session = active_or_new_session(spark, self._ctx)
         return read_errors(
             session,
-            self,
+            self._ctx,
             self.snapshot(),
             feature=feature,
             run=run,
@@ -414,19 +325,7 @@ class Table:
         """Where the current data of a derived column came from, per fragment."""
         from omnitable.features.status import lineage
 
-        return lineage(self, self.snapshot(), column, batch)
-
-    def _write_options(
-        self, row_group_size: int | None, target_fragment_rows: int | None
-    ) -> WriteOptions:
-        base = self.warehouse.write_options
-        return dataclasses.replace(
-            base,
-            row_group_size=base.row_group_size if row_group_size is None else row_group_size,
-            target_fragment_rows=(
-                base.target_fragment_rows if target_fragment_rows is None else target_fragment_rows
-            ),
-        ).validated()
+        return lineage(self._ctx, self.snapshot(), column, batch)
 
 
 __all__ = ["APPEND_NAME", "MAIN", "ROW_ID", "BatchInfo", "ScanResult", "Table"]

@@ -9,6 +9,7 @@ import pyarrow as pa
 from sqlalchemy import text
 
 import omnitable
+from omnitable.context import TableContext
 from omnitable.features.registry import table_graph
 
 
@@ -52,6 +53,6 @@ def test_concurrent_registrations_cannot_form_a_cycle(wh: omnitable.Warehouse, r
     )
     assert isinstance(out.get("error"), omnitable.CommitConflict), out
     assert "g@2" in str(out["error"])
-    graph = table_graph(t)  # still acyclic
+    graph = table_graph(TableContext.of(t.warehouse, t.record))  # still acyclic
     assert {f.name: f.version for f in t.features()} == {"f": "1", "g": "2"}
     assert graph is not None

@@ -62,4 +62,4 @@ def commit_outputs(
     req = CommitRequest(
         "backfill", snap.version, new_files=files, removed_files=removed, lineage=lineage
     )
-    return table._catalog.commit(table.record, req)
+    return table.warehouse.catalog.commit(table.record, req)

@@ -63,7 +63,7 @@ def test_backfill_computes_the_closure_with_lineage(docs: omnitable.Table, spark
     assert {i["column"] for i in rec.inputs} == {"n_chars", "n_words"}
     assert all(i["file_id"] for i in rec.inputs)
     assert docs.lineage("text_len")[0].engine == "spark-sql"
-    run = docs._catalog.get_run(result.run_id)
+    run = docs.warehouse.catalog.get_run(result.run_id)
     assert run["status"] == "succeeded" and run["kind"] == "backfill"
 
 

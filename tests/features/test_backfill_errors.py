@@ -73,7 +73,7 @@ def test_bad_records_of_every_kind_are_isolated_and_recorded(faulty_table, spark
     grid = t.status()
     assert grid.errors[("b1", "score")] == len(marked)
     assert "err" in str(grid)
-    run = t._catalog.get_run(result.run_id)
+    run = t.warehouse.catalog.get_run(result.run_id)
     assert run["metrics"]["errors"] == {"score@1": len(marked)}
     # readable from Spark SQL too
     t.errors_view(spark, "docs_errors")

@@ -51,7 +51,7 @@ def test_fused_features_read_their_shared_input_once(wh: omnitable.Warehouse, sp
         if f
     )
     assert step.bytes_read <= base_bytes  # only `text` chunks, never `other`
-    run = fused._catalog.get_run(result.run_id)
+    run = fused.warehouse.catalog.get_run(result.run_id)
     assert run["metrics"]["steps"][0]["bytes_read"] == step.bytes_read
 
 
@@ -78,7 +78,7 @@ def test_unreadable_input_fragment_is_skipped_and_reported(wh: omnitable.Warehou
     assert [s["fragment"] for s in result.skipped] == [bad]
     assert result.skipped[0]["batch"] == "b1" and result.skipped[0]["error"]
     assert t.status().state("b1", "shout") == "partial"
-    run = t._catalog.get_run(result.run_id)
+    run = t.warehouse.catalog.get_run(result.run_id)
     assert [s["fragment"] for s in run["metrics"]["skipped"]] == [bad]
     plan = t.backfill("shout")  # the skipped fragment stays missing, ready for a later run
     assert [f.fragment_id for f in plan.steps[0].fragments] == [bad]

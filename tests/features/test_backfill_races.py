@@ -107,7 +107,7 @@ def test_backfill_replaces_only_files_holding_just_its_outputs(
     commit (the add_columns/register race): the feature's backfill must not remove its file."""
     ids = docs.read(columns=[omnitable.ROW_ID]).column(omnitable.ROW_ID)
     docs.add_columns(pa.table({omnitable.ROW_ID: ids, "note": ["n"] * len(ids)}), group="h")
-    with docs._catalog.store.write() as conn:  # the state the race left behind
+    with docs.warehouse.catalog.store.write() as conn:  # the state the race left behind
         t = docs.record.table_id
         conn.execute(
             text(

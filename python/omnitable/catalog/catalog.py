@@ -18,10 +18,11 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from omnitable._failpoints import failpoint
+from omnitable.catalog import lineage
 from omnitable.catalog.address import CatalogAddress
 from omnitable.catalog.commit import CommitRequest, NewColumn, commit, find_commit, utcnow
 from omnitable.catalog.records import CommitRecord, TableRecord
-from omnitable.catalog.snapshot import Snapshot, load_snapshot, segments_for, visible_clause
+from omnitable.catalog.snapshot import Snapshot, load_snapshot, segments_for
 from omnitable.catalog.store import CatalogStore
 from omnitable.exceptions import (
     AlreadyExistsError,
@@ -329,18 +330,6 @@ class Catalog:
                 for r in rows
             ]
 
-    def visible_fragment_count(self, table: TableRecord, branch: str = MAIN) -> int:
-        with self.store.read() as conn:
-            segments, _, _ = segments_for(conn, table, branch=branch)
-            params: dict[str, Any] = {"t": table.table_id}
-            vis = visible_clause("f", segments, params)
-            return int(
-                conn.execute(
-                    text(f"SELECT COUNT(*) FROM fragments f WHERE f.table_id = :t AND {vis}"),
-                    params,
-                ).scalar_one()
-            )
-
     # -- features -------------------------------------------------------------------------
 
     def feature_rows(self, table: TableRecord, name: str | None = None) -> list[dict[str, Any]]:
@@ -354,6 +343,18 @@ class Catalog:
         with self.store.read() as conn:
             rows = conn.execute(text(q + " ORDER BY registered_version, name, version"), params)
             return [{**dict(r._mapping), "definition": json.loads(r.definition)} for r in rows]
+
+    # -- lineage ----------------------------------------------------------------------------
+
+    def read_sets(self, table: TableRecord, snap: Snapshot) -> dict[str, dict[str, str | None]]:
+        """Read set of every derived file visible in ``snap``: file id -> input column -> file."""
+        return lineage.read_sets(self.store, table.table_id, snap)
+
+    def column_lineage(
+        self, table: TableRecord, snap: Snapshot, column_id: int
+    ) -> list[dict[str, Any]]:
+        """Lineage of one column's files visible in ``snap`` (see catalog.lineage)."""
+        return lineage.column_lineage(self.store, table.table_id, snap, column_id)
 
     # -- record-level errors ----------------------------------------------------------------
 

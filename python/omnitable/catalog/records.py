@@ -8,7 +8,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from omnitable.vocabulary.names import SYSTEM_COLUMNS
 from omnitable.vocabulary.stats import ColumnStats
 from omnitable.vocabulary.types import to_arrow
 
@@ -52,10 +51,6 @@ class ColumnRecord:
     @property
     def arrow_type(self) -> pa.DataType:
         return to_arrow(self.data_type)
-
-    @property
-    def is_system(self) -> bool:
-        return self.name in SYSTEM_COLUMNS
 
 
 @dataclass(frozen=True)

@@ -114,21 +114,6 @@ class CatalogStore:
                 {"v": str(schema_version())},
             )
 
-    def check_schema(self) -> bool:
-        """True when the catalog exists with this schema version; False when it is empty.
-
-        Raises:
-            CatalogVersionError: the database holds another schema version.
-        """
-        with self.read() as conn:
-            if not self._has_meta(conn):
-                return False
-            found = conn.execute(
-                text("SELECT value FROM omnitable_meta WHERE key = 'schema_version'")
-            ).scalar()
-        self._check_version(found)
-        return True
-
     def _has_meta(self, conn: Connection) -> bool:
         if self.is_sqlite:
             q = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'omnitable_meta'"

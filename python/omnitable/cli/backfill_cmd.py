@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from omnitable.cli.main import Context
+from omnitable.cli.context import Context
 
 
 def _split(value: str | None) -> list[str] | None:
@@ -113,10 +113,10 @@ def backfill(
         console.print(f"run {result.run_id} committed version(s) {result.versions}")
         for key, count in result.errors.items():
             console.print(f"[yellow]{count} record(s) failed {key}[/]: see Table.errors()")
-        for s in result.skipped:
+        for skip in result.skipped:
             console.print(
-                f"[yellow]skipped unreadable fragment {s['fragment']}[/] "
-                f"(batch {s['batch']}): {s['error'][:200]}"
+                f"[yellow]skipped unreadable fragment {skip['fragment']}[/] "
+                f"(batch {skip['batch']}): {skip['error'][:200]}"
             )
         console.print(str(grid))
 

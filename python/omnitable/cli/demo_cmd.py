@@ -7,7 +7,7 @@ from dataclasses import asdict
 import click
 from rich.console import Console
 
-from omnitable.cli.main import Context
+from omnitable.cli.context import Context
 
 
 @click.command()

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import sys
 import traceback
-from dataclasses import dataclass
-from typing import Any
 
 import click
 
+from omnitable.cli import backfill_cmd, demo_cmd, tables_cmd
+from omnitable.cli.context import Context
 from omnitable.cli.output import Output
 from omnitable.exceptions import CommitConflict, NotFoundError, OmniTableError, ValidationError
 
@@ -22,20 +22,6 @@ EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (CommitConflict, 4),
     (OmniTableError, 1),
 ]
-
-
-@dataclass
-class Context:
-    """Options shared by every command."""
-
-    warehouse: str | None
-    out: Output
-    verbose: bool
-
-    def connect(self) -> Any:
-        from omnitable.warehouse import connect
-
-        return connect(self.warehouse)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -56,17 +42,14 @@ def cli(ctx: click.Context, warehouse: str | None, as_json: bool, verbose: bool)
     ctx.obj = Context(warehouse, Output(as_json), verbose)
 
 
-def _register() -> None:
-    from omnitable.cli import backfill_cmd, demo_cmd, tables_cmd
-
-    cli.add_command(backfill_cmd.backfill)
-    cli.add_command(backfill_cmd.status)
-    cli.add_command(demo_cmd.demo)
-    cli.add_command(tables_cmd.tables)
-    cli.add_command(tables_cmd.show)
-
-
-_register()
+for command in (
+    backfill_cmd.backfill,
+    backfill_cmd.status,
+    demo_cmd.demo,
+    tables_cmd.tables,
+    tables_cmd.show,
+):
+    cli.add_command(command)
 
 
 def main(argv: list[str] | None = None) -> int:

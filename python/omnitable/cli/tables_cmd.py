@@ -7,7 +7,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from omnitable.cli.main import Context
+from omnitable.cli.context import Context
 
 
 @click.command()

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from omnitable.catalog.snapshot import Snapshot
-    from omnitable.table import Table
+    from omnitable.context import TableContext
 
 ERROR_SCHEMA = (
     f"{ROW_ID} BIGINT, batch STRING, fragment_id STRING, row_offset BIGINT, file_id STRING, "
@@ -29,12 +29,12 @@ ERROR_SCHEMA = (
 ERROR_COLUMNS = [part.strip().split(" ")[0] for part in ERROR_SCHEMA.split(",")]
 
 
-def error_location(table: Table) -> str:
+def error_location(ctx: TableContext) -> str:
     """URI of the table's error table (a Delta table)."""
-    return table.location.join("errors").uri
+    return ctx.location.join("errors").uri
 
 
-def append_errors(spark: SparkSession, table: Table, rows: list[dict[str, Any]]) -> None:
+def append_errors(spark: SparkSession, ctx: TableContext, rows: list[dict[str, Any]]) -> None:
     """Append error rows (dicts with ERROR_COLUMNS) to the table's Delta error table."""
     if not rows:
         return
@@ -43,8 +43,8 @@ def append_errors(spark: SparkSession, table: Table, rows: list[dict[str, Any]])
     from omnitable.spark.session import require_delta
 
     require_delta(spark)
-    location = error_location(table)
-    table._catalog.register_error_table(table.record, location)
+    location = error_location(ctx)
+    ctx.catalog.register_error_table(ctx.record, location)
     now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
     frame = pd.DataFrame([{c: r.get(c) for c in ERROR_COLUMNS} for r in rows])
     frame["recorded_at"] = now
@@ -54,7 +54,7 @@ def append_errors(spark: SparkSession, table: Table, rows: list[dict[str, Any]])
 
 def read_errors(
     spark: SparkSession,
-    table: Table,
+    ctx: TableContext,
     snap: Snapshot,
     *,
     feature: str | None = None,
@@ -67,7 +67,7 @@ def read_errors(
     from omnitable.spark.session import require_delta
 
     require_delta(spark)
-    location = error_location(table)
+    location = error_location(ctx)
     if not _exists(spark, location):
         return spark.createDataFrame([], ERROR_SCHEMA)
     df = spark.read.format("delta").load(location)
@@ -85,13 +85,13 @@ def read_errors(
 
 
 def error_offsets(
-    spark: SparkSession, table: Table, file_ids: Iterable[str]
+    spark: SparkSession, ctx: TableContext, file_ids: Iterable[str]
 ) -> dict[str, list[int]]:
     """file_id -> sorted row offsets of its error rows (what a retry recomputes)."""
     from pyspark.sql import functions as F
 
     wanted = sorted(set(file_ids))
-    location = error_location(table)
+    location = error_location(ctx)
     if not wanted or not _exists(spark, location):
         return {}
     rows = (

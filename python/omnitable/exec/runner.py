@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, ExpectedProvider, LineageEntry
 from omnitable.catalog.records import ColumnRecord, FragmentRecord
+from omnitable.catalog.runs import RunScope
 from omnitable.catalog.snapshot import Snapshot
 from omnitable.exceptions import (
     CommitConflict,
@@ -35,13 +36,14 @@ from omnitable.exec.isolation import MODES
 from omnitable.exec.shipping import ship_modules
 from omnitable.exec.step_job import ChunkJob, TaskOutput, execute_chunk, retry_offsets
 from omnitable.format.fs import delete_quietly
+from omnitable.spark.session import active_or_new_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from omnitable.context import TableContext
     from omnitable.features.definition import Feature
     from omnitable.features.planner import Plan, Step
-    from omnitable.table import Table
 
 Progress = Callable[[int, int, int, int], None]  # (step, steps, fragments done, fragments total)
 DEFAULT_MAX_ERROR_RATIO = 0.01
@@ -145,22 +147,20 @@ class RunResult:
 
 
 def run_plan(
+    ctx: TableContext,
     plan: Plan,
     spark: SparkSession | None = None,
     options: RunOptions | None = None,
     progress: Progress | None = None,
 ) -> RunResult:
-    """Execute ``plan``; see the module doc. Raises whatever a step raises, after recording
-    the run as failed or aborted (committed checkpoints stay and are skipped by a re-run)."""
-    from omnitable.spark.session import active_or_new_session
-
+    """Execute ``plan`` on ``ctx``'s table; see the module doc. Raises whatever a step raises,
+    after recording the run as failed or aborted (committed checkpoints stay and are skipped by a
+    re-run)."""
     options = options or RunOptions()
     started = time.perf_counter()
     if plan.is_empty:
         return RunResult(None)
-    table = plan.table
-    catalog = table._catalog
-    session = active_or_new_session(spark, table.warehouse)
+    session = active_or_new_session(spark, ctx)
     modules = sorted(
         {
             f.ref.split(":", 1)[0]
@@ -170,40 +170,32 @@ def run_plan(
         }
     )
     ship_modules(session.sparkContext, modules)
-    run_id = catalog.start_run(
-        table.record,
-        "backfill",
-        {
-            "targets": plan.targets,
-            "batches": plan.batches,
-            "base_version": plan.base_version,
-            "steps": [[f.id for f in s.features] for s in plan.steps],
-            "options": options.__dict__,
-        },
-    )
-    result = RunResult(run_id)
-    escalation = crash_escalation(session)
-    if escalation.warning is not None and options.isolation == "auto":
-        log.warning("backfill of %s: %s", table.name, escalation.warning)
-        result.warnings.append(escalation.warning)
-    driver_escalation = escalation.driver_fallback and options.isolation == "auto"
-    try:
+    described = {
+        "targets": plan.targets,
+        "batches": plan.batches,
+        "base_version": plan.base_version,
+        "steps": [[f.id for f in s.features] for s in plan.steps],
+        "options": options.__dict__,
+    }
+    with RunScope(
+        ctx.catalog, ctx.record, "backfill", described, abort_on=(ErrorRatioExceeded,)
+    ) as run:
+        result = RunResult(run.run_id)
+        run.metrics = result.summary
+        escalation = crash_escalation(session)
+        if escalation.warning is not None and options.isolation == "auto":
+            log.warning("backfill of %s: %s", ctx.name, escalation.warning)
+            result.warnings.append(escalation.warning)
+        driver_escalation = escalation.driver_fallback and options.isolation == "auto"
         for index, step in enumerate(plan.steps, 1):
             report = _step_progress(progress, index, len(plan.steps))
             out = StepResult([f.id for f in step.features])
             result.steps.append(out)
             _run_step(
-                session, table, step, index, run_id, options, result, out, report,
+                session, ctx, step, index, run.run_id, options, result, out, report,
                 driver_escalation,
             )  # fmt: skip
-    except ErrorRatioExceeded as exc:
-        catalog.fail_run(run_id, exc, result.summary(), "aborted")
-        raise
-    except BaseException as exc:
-        catalog.fail_run(run_id, exc, result.summary())
-        raise
-    result.seconds = time.perf_counter() - started
-    catalog.finish_run(run_id, "succeeded", result.summary())
+        result.seconds = time.perf_counter() - started
     return result
 
 
@@ -217,7 +209,7 @@ def _step_progress(progress: Progress | None, index: int, steps: int) -> Callabl
 
 def _run_step(
     session: SparkSession,
-    table: Table,
+    ctx: TableContext,
     step: Step,
     index: int,
     run_id: str,
@@ -234,13 +226,13 @@ def _run_step(
     for start in range(0, len(fragments), size):
         chunk = fragments[start : start + size]
         chunk_ids = {f.fragment_id for f in chunk}
-        snap = table.snapshot()
+        snap = ctx.snapshot()
         _check_plan_holds(snap, step, chunk)
         work = {
             name: [f.fragment_id for f in frags if f.fragment_id in chunk_ids]
             for name, frags in step.work.items()
         }
-        retry = retry_offsets(session, table, step, chunk_ids)
+        retry = retry_offsets(session, ctx, step, chunk_ids)
         for name, per_frag in step.retry.items():  # nothing recorded to retry: skip
             work[name] = [
                 i for i in work.get(name, []) if i not in per_frag or retry.get(name, {}).get(i)
@@ -251,12 +243,10 @@ def _run_step(
         if work:
             tag = f"omnitable-{run_id}-step{index}-{start // size}"
             marks = (
-                TaskProgress(table.location.join("_progress", tag).uri)
-                if driver_escalation
-                else None
+                TaskProgress(ctx.location.join("_progress", tag).uri) if driver_escalation else None
             )
             job = ChunkJob(
-                session, table, snap, step, retry, run_id, tag, options.isolation,
+                session, ctx, snap, step, retry, run_id, tag, options.isolation,
                 options.on_corrupt, marks,
             )  # fmt: skip
             outputs, skipped, scan, escalated = execute_chunk(job, work)
@@ -266,22 +256,20 @@ def _run_step(
         try:
             _check_skip_ratio(skipped, len(chunk), options.max_skip_ratio)
         except BaseException:
-            delete_quietly(
-                table.location.fs, [table.location.child_path(o.file.path) for o in outputs]
-            )
+            delete_quietly(ctx.location.fs, [ctx.location.child_path(o.file.path) for o in outputs])
             raise
         out.skipped += skipped
         if outputs:  # nothing to commit when every fragment of the chunk was skipped
             try:
                 _check_error_ratio(step, outputs, options.max_error_ratio)
-                _record_errors(session, table, snap, outputs, run_id, step)
+                _record_errors(session, ctx, snap, outputs, run_id, step)
                 failpoint("backfill.before_commit")
-                version = _commit(table, snap, step, outputs, run_id)
+                version = _commit(ctx, snap, step, outputs, run_id)
             except BaseException as exc:
                 if not isinstance(exc, CommitOutcomeUnknown):  # the commit may reference them
                     delete_quietly(
-                        table.location.fs,
-                        [table.location.child_path(o.file.path) for o in outputs],
+                        ctx.location.fs,
+                        [ctx.location.child_path(o.file.path) for o in outputs],
                     )
                 raise
             failpoint("backfill.after_commit")
@@ -335,7 +323,7 @@ def _check_error_ratio(step: Step, outputs: list[TaskOutput], max_ratio: float) 
 
 def _record_errors(
     session: SparkSession,
-    table: Table,
+    ctx: TableContext,
     snap: Snapshot,
     outputs: list[TaskOutput],
     run_id: str,
@@ -358,7 +346,7 @@ def _record_errors(
                     run_id=run_id,
                 )
             )
-    append_errors(session, table, rows)
+    append_errors(session, ctx, rows)
 
 
 def _check_plan_holds(snap: Snapshot, step: Step, chunk: list[FragmentRecord]) -> None:
@@ -408,7 +396,7 @@ def _owned_files(
 
 
 def _commit(
-    table: Table, snap: Snapshot, step: Step, outputs: list[TaskOutput], run_id: str
+    ctx: TableContext, snap: Snapshot, step: Step, outputs: list[TaskOutput], run_id: str
 ) -> int:
     """Commit one chunk's files with lineage. The commit also checks, at the head, the chunk's
     read set (the input files its lineage records), the files the plan patches or replaces, the
@@ -463,4 +451,4 @@ def _commit(
         expected_providers=expected,
         feature_versions={feats[o.feature].name: feats[o.feature].version for o in outputs},
     )
-    return int(table._catalog.commit(table.record, req))
+    return ctx.commit(req)

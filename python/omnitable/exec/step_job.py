@@ -33,9 +33,9 @@ from omnitable.vocabulary.names import ROW_ID
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from omnitable.context import TableContext
     from omnitable.features.definition import Feature
     from omnitable.features.planner import Step
-    from omnitable.table import Table
 
 log = logging.getLogger("omnitable.backfill")
 
@@ -51,13 +51,13 @@ class TaskOutput:
 
 
 def retry_offsets(
-    session: SparkSession, table: Table, step: Step, chunk_ids: set[str]
+    session: SparkSession, ctx: TableContext, step: Step, chunk_ids: set[str]
 ) -> dict[str, dict[str, list[int]]]:
     wanted = {
         name: {frag: file for frag, file in per.items() if frag in chunk_ids}
         for name, per in step.retry.items()
     }
-    offsets = error_offsets(session, table, [f for per in wanted.values() for f in per.values()])
+    offsets = error_offsets(session, ctx, [f for per in wanted.values() for f in per.values()])
     return {
         name: {frag: offsets.get(file, []) for frag, file in per.items()}
         for name, per in wanted.items()
@@ -66,7 +66,7 @@ def retry_offsets(
 
 def step_dataframe(
     session: SparkSession,
-    table: Table,
+    ctx: TableContext,
     snap: Snapshot,
     step: Step,
     fragment_ids: list[str],
@@ -76,12 +76,12 @@ def step_dataframe(
     current outputs of features being retried."""
     df = (
         session.read.format("omnitable")
-        .option("warehouse", warehouse_string(table.warehouse))
+        .option("warehouse", warehouse_string(ctx))
         .option("versionAsOf", str(snap.version))
         .option("fragments", ",".join(fragment_ids))
         .option("split_fragments", "false")
         .option("on_corrupt", "skip_fragment" if on_corrupt == "skip" else "fail")
-        .load(table.name)
+        .load(ctx.name)
     )
     pandas_inputs = {c for f in step.features if f.kind == "pandas" for c in f.inputs}
     cols = [FRAGMENT, OFFSET, ROW_ID] + [c for c in step.inputs if c in pandas_inputs]
@@ -125,7 +125,7 @@ class ChunkJob:
     """
 
     session: SparkSession
-    table: Table
+    ctx: TableContext
     snap: Snapshot
     step: Step
     retry: dict[str, dict[str, list[int]]]
@@ -147,7 +147,7 @@ def execute_chunk(
     not complete, with the features that were running in the child process; repeated while
     each failure names a feature not escalated yet.
     """
-    table, tag, progress = job.table, job.tag, job.progress
+    ctx, tag, progress = job.ctx, job.tag, job.progress
     by_id = {f.fragment_id: f for f in job.snap.fragments}
     metrics = ScanMetrics(job.session)
     outputs: list[TaskOutput] = []
@@ -158,7 +158,7 @@ def execute_chunk(
             try:
                 rows = _run_job(job, remaining, escalated)
             except Exception as exc:
-                remaining = _after_worker_death(table, exc, progress, remaining, outputs, escalated)
+                remaining = _after_worker_death(ctx, exc, progress, remaining, outputs, escalated)
                 continue
             outputs += [_task_output(json.loads(r.descriptor)) for r in rows]
             break
@@ -171,7 +171,7 @@ def execute_chunk(
     missing = {fid for name, ids in work.items() for fid in ids if (name, fid) not in produced}
     unexplained = sorted(missing - set(corrupt))
     if unexplained:
-        delete_quietly(table.location.fs, [table.location.child_path(o.file.path) for o in outputs])
+        delete_quietly(ctx.location.fs, [ctx.location.child_path(o.file.path) for o in outputs])
         raise ValidationError(
             f"Cannot commit backfill step ({tag}): no output for fragment(s) "
             f"{', '.join(unexplained[:3])} although the reader did not report them unreadable "
@@ -191,7 +191,7 @@ def execute_chunk(
         )
         log.warning(
             "backfill of %s skipped unreadable fragment %s (batch %s): %s",
-            table.name,
+            ctx.name,
             fid,
             by_id[fid].batch_name,
             c.get("error"),
@@ -200,7 +200,7 @@ def execute_chunk(
 
 
 def _after_worker_death(
-    table: Table,
+    ctx: TableContext,
     exc: Exception,
     progress: TaskProgress | None,
     remaining: dict[str, list[str]],
@@ -217,7 +217,7 @@ def _after_worker_death(
     outputs += [_task_output(d) for d in done]
     new = sorted({r["feature"] for r in running} - set(escalated))
     if not new:
-        delete_quietly(table.location.fs, [table.location.child_path(o.file.path) for o in outputs])
+        delete_quietly(ctx.location.fs, [ctx.location.child_path(o.file.path) for o in outputs])
         raise exc
     escalated += new
     kept = {(o.feature, o.file.fragment_id) for o in outputs}
@@ -225,36 +225,36 @@ def _after_worker_death(
     log.warning(
         "backfill of %s: a Python worker died computing %s; %d output file(s) kept, re-running "
         "the rest with %s in the supervised child process",
-        table.name, ", ".join(new), len(kept), ", ".join(escalated),
+        ctx.name, ", ".join(new), len(kept), ", ".join(escalated),
     )  # fmt: skip
     return {k: v for k, v in left.items() if v}
 
 
 def _run_job(job: ChunkJob, work: dict[str, list[str]], escalate: list[str]) -> list[Any]:
     """One Spark job computing ``work``; the rows of its descriptors."""
-    session, table, snap = job.session, job.table, job.snap
+    session, ctx, snap = job.session, job.ctx, job.snap
     frag_ids = sorted({i for ids in work.values() for i in ids})
     by_id = {f.fragment_id: f for f in snap.fragments}
     features = [f.load() for f in job.step.features if f.name in work]
     spec = step_spec(
-        root=table.warehouse.root.uri,
-        location=table.record.location,
+        root=ctx.root.uri,
+        location=ctx.record.location,
         features=features,
         work=work,
         retry=job.retry,
         row_counts={i: by_id[i].row_count for i in frag_ids},
         paths={i: by_id[i].path for i in frag_ids},
-        options=table.warehouse.write_options,
+        options=ctx.write_options,
         run_id=job.run_id,
         isolation=job.isolation,
         progress=job.progress.uri if job.progress is not None else None,
         escalate=escalate,
     )
-    df = step_dataframe(session, table, snap, job.step, frag_ids, job.on_corrupt)
+    df = step_dataframe(session, ctx, snap, job.step, frag_ids, job.on_corrupt)
     tag = job.tag
     sc = session.sparkContext
     sc.addJobTag(tag)
-    sc.setJobDescription(f"backfill {table.name}: {', '.join(f.id for f in features)}")
+    sc.setJobDescription(f"backfill {ctx.name}: {', '.join(f.id for f in features)}")
     try:
         return df.mapInArrow(lambda it: compute_partition(spec, it), "descriptor string").collect()
     finally:

@@ -10,7 +10,6 @@ targets' closure are never touched.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,10 +21,7 @@ from omnitable.features.graph import FeatureGraph
 from omnitable.features.state import BatchState, batch_state, fragment_status, load_read_sets
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
-    from omnitable.exec.runner import RunResult
-    from omnitable.table import Table
+    from omnitable.context import TableContext
 
 
 @dataclass
@@ -67,9 +63,9 @@ class Reuse:
 
 @dataclass
 class Plan:
-    """What a backfill will do. Nothing runs until :meth:`run`."""
+    """What a backfill will do: data only (running it is :mod:`omnitable.exec.backfill`)."""
 
-    table: Table
+    table_name: str
     base_version: int
     targets: list[str]
     batches: list[str]
@@ -77,10 +73,6 @@ class Plan:
     reused: list[Reuse]
     states: dict[tuple[str, str], BatchState] = field(default_factory=dict)
     recompute_reasons: dict[tuple[str, str], str] = field(default_factory=dict)
-    # plans the same backfill again from the table's current version (set by Table.backfill):
-    # a plan executes its decisions once, a later run() re-plans first
-    replan: Callable[[], Plan] | None = field(default=None, repr=False)
-    executed: bool = False
 
     @property
     def is_empty(self) -> bool:
@@ -89,7 +81,7 @@ class Plan:
     def explain(self) -> str:
         """Human-readable plan: steps in dependency order, fusion, reuse and why, input bytes."""
         lines = [
-            f"Backfill plan for table '{self.table.name}' at version {self.base_version}",
+            f"Backfill plan for table '{self.table_name}' at version {self.base_version}",
             f"  targets: {', '.join(self.targets)}",
             f"  batches: {', '.join(self.batches) or '(none)'}",
         ]
@@ -133,57 +125,9 @@ class Plan:
     def __str__(self) -> str:
         return self.explain()
 
-    def run(
-        self,
-        spark: SparkSession | None = None,
-        *,
-        checkpoint_fragments: int | None = None,
-        isolation: str = "auto",
-        max_error_ratio: float = 0.01,
-        on_corrupt: str = "skip",
-        max_skip_ratio: float = 0.01,
-        progress: Callable[[int, int, int, int], None] | None = None,
-    ) -> RunResult:
-        """Execute the plan on Spark (see :mod:`omnitable.exec.runner` and docs/errors.md).
-
-        Args:
-            spark: session to use (default: the active one, or a new local one).
-            checkpoint_fragments: commit every this many fragments per step, so a restarted
-                run skips committed work (default: one commit per step).
-            isolation: record-level isolation of pandas features: ``auto``, ``inprocess``,
-                ``subprocess`` or ``off`` (a failing record then fails the job).
-            max_error_ratio: abort (committing nothing for that chunk) when more than this
-                fraction of a feature's records fail.
-            on_corrupt: ``skip`` leaves corrupt input fragments missing and reports them in
-                the result (``RunResult.skipped``); ``fail`` fails the job. Read errors that are
-                not corruption (schema drift, missing file, permissions) always fail the job.
-            max_skip_ratio: abort when more than this fraction of a chunk's fragments is skipped.
-            progress: called as ``progress(step, steps, fragments_done, fragments_total)``.
-
-        Raises:
-            ErrorRatioExceeded, CommitConflict (a concurrent commit changed what the plan
-            decided on or what a chunk read; committed chunks stay), ValidationError.
-
-        A plan executes its decisions once: calling ``run()`` again (after a conflict, a failure
-        or a success) first re-plans from the table's current version, so committed work is
-        skipped and decisions that no longer hold are never executed.
-        """
-        from omnitable.exec.runner import RunOptions, run_plan
-
-        options = RunOptions(
-            checkpoint_fragments, isolation, max_error_ratio, on_corrupt, max_skip_ratio
-        )
-        if self.executed and self.replan is not None:
-            fresh = self.replan()
-            for name in ("base_version", "batches", "steps", "reused", "states"):
-                setattr(self, name, getattr(fresh, name))
-            self.recompute_reasons = fresh.recompute_reasons
-        self.executed = True
-        return run_plan(self, spark, options, progress)
-
 
 def make_plan(
-    table: Table,
+    ctx: TableContext,
     graph: FeatureGraph,
     snap: Snapshot,
     targets: list[str],
@@ -198,15 +142,15 @@ def make_plan(
     """
     by_name = {c.name: c for c in snap.columns}
     retry: dict[str, dict[str, str]] = {}
-    target_features = _resolve_targets(table, graph, targets)
+    target_features = _resolve_targets(ctx, graph, targets)
     fragments = snap.fragments_of(batches)
     batch_names = [b.name for b in snap.batches if batches is None or b.name in set(batches)]
     closure = graph.ancestors(target_features)
     levels = graph.levels()
     recompute: dict[str, list[FragmentRecord]] = {}
     recompute_ids: dict[str, set[str]] = {}
-    plan = Plan(table, snap.version, target_features, batch_names, [], [])
-    read_sets = load_read_sets(table, snap)
+    plan = Plan(ctx.name, snap.version, target_features, batch_names, [], [])
+    read_sets = load_read_sets(ctx, snap)
     for name in graph.topological(closure):
         f = graph.features[name]
         deps = graph.deps(name)
@@ -262,7 +206,7 @@ def _record_targets(snap: Snapshot, step: Step) -> None:
                 step.targets[(frag.fragment_id, o)] = p.file_id if p else None
 
 
-def _resolve_targets(table: Table, graph: FeatureGraph, targets: list[str]) -> list[str]:
+def _resolve_targets(ctx: TableContext, graph: FeatureGraph, targets: list[str]) -> list[str]:
     if isinstance(targets, str):
         targets = [targets]
     if not targets:
@@ -275,7 +219,7 @@ def _resolve_targets(table: Table, graph: FeatureGraph, targets: list[str]) -> l
             name = graph.producer[t]
         else:
             raise NotFoundError(
-                f"Cannot backfill '{t}' on table '{table.name}': no registered feature or output "
+                f"Cannot backfill '{t}' on table '{ctx.name}': no registered feature or output "
                 f"column of that name; registered features: {', '.join(sorted(graph.features)) or 'none'}"
             )
         if name not in out:

@@ -20,35 +20,35 @@ from omnitable.features.graph import FeatureGraph
 from omnitable.vocabulary.names import APPEND_NAME
 
 if TYPE_CHECKING:
-    from omnitable.table import Table
+    from omnitable.context import TableContext
 
 _IDENT = re.compile(r"`((?:[^`]|``)+)`|\b([A-Za-z_][A-Za-z0-9_]*)\b")
 _STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 
 
-def current_features(table: Table) -> dict[str, Feature]:
+def current_features(ctx: TableContext) -> dict[str, Feature]:
     """Current version of every registered feature: the one whose registration committed last
     (catalog commit order, not wall-clock time)."""
     out: dict[str, Feature] = {}
-    for row in table._catalog.feature_rows(table.record):
+    for row in ctx.catalog.feature_rows(ctx.record):
         out[row["name"]] = Feature.from_definition(row["definition"], row["fingerprint"])
     return out
 
 
-def feature_versions(table: Table, name: str) -> list[Feature]:
-    rows = table._catalog.feature_rows(table.record, name)
+def feature_versions(ctx: TableContext, name: str) -> list[Feature]:
+    rows = ctx.catalog.feature_rows(ctx.record, name)
     if not rows:
-        raise NotFoundError(f"Cannot find feature '{name}' on table '{table.name}'")
+        raise NotFoundError(f"Cannot find feature '{name}' on table '{ctx.name}'")
     return [Feature.from_definition(r["definition"], r["fingerprint"]) for r in rows]
 
 
-def table_graph(table: Table) -> FeatureGraph:
-    snap = table.snapshot(with_files=False)
+def table_graph(ctx: TableContext) -> FeatureGraph:
+    snap = ctx.snapshot(with_files=False)
     raw = [c.name for c in snap.columns if c.feature is None] + [APPEND_NAME]
-    return FeatureGraph.build(current_features(table).values(), raw)
+    return FeatureGraph.build(current_features(ctx).values(), raw)
 
 
-def register(table: Table, features: tuple[Feature, ...]) -> int | None:
+def register(ctx: TableContext, features: tuple[Feature, ...]) -> int | None:
     """Register features; returns the new version, or None when nothing changed."""
     if not features:
         raise ValidationError("Cannot register: give at least one feature")
@@ -58,8 +58,8 @@ def register(table: Table, features: tuple[Feature, ...]) -> int | None:
                 f"Cannot register {f!r}: decorate the function with @omnitable.feature(...) or "
                 "build it with omnitable.sql_feature(...)"
             )
-    snap = table.snapshot(with_files=False)
-    current = current_features(table)
+    snap = ctx.snapshot(with_files=False)
+    current = current_features(ctx)
     raw = [c.name for c in snap.columns if c.feature is None] + [APPEND_NAME]
     known = (
         set(raw)
@@ -78,7 +78,7 @@ def register(table: Table, features: tuple[Feature, ...]) -> int | None:
 
     rows: list[FeatureRow] = []
     for f in resolved:
-        _check_version_rule(table, f)
+        _check_version_rule(ctx, f)
         if f.name not in current or current[f.name].version != f.version:
             rows.append(FeatureRow(f.name, f.version, f.kind, f.definition(), f.code_fingerprint))
     merged = {**current, **{f.name: f for f in resolved}}
@@ -125,11 +125,11 @@ def register(table: Table, features: tuple[Feature, ...]) -> int | None:
         features=rows,
     )
     failpoint("register.before_commit")
-    return int(table._catalog.commit(table.record, req))
+    return ctx.commit(req)
 
 
-def _check_version_rule(table: Table, f: Feature) -> None:
-    for row in table._catalog.feature_rows(table.record, f.name):
+def _check_version_rule(ctx: TableContext, f: Feature) -> None:
+    for row in ctx.catalog.feature_rows(ctx.record, f.name):
         if row["version"] != f.version:
             continue
         stored = row["definition"]

@@ -9,20 +9,17 @@ recomputed since, and **missing** when some output has no file in the fragment.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
-
-from sqlalchemy import text
+from typing import TYPE_CHECKING, Literal
 
 from omnitable.catalog.records import FragmentRecord
-from omnitable.catalog.snapshot import Snapshot, visible_clause
+from omnitable.catalog.snapshot import Snapshot
 from omnitable.features.definition import Feature
 
 if TYPE_CHECKING:
-    from omnitable.table import Table
+    from omnitable.context import TableContext
 
 FragmentState = Literal["done", "stale", "missing"]
 BatchState = Literal["done", "stale", "missing", "partial"]
@@ -37,23 +34,9 @@ class FragmentStatus:
 ReadSets = Mapping[str, Mapping[str, "str | None"]]  # file id -> input column -> input file id
 
 
-def load_read_sets(table: Table, snap: Snapshot) -> dict[str, dict[str, str | None]]:
+def load_read_sets(ctx: TableContext, snap: Snapshot) -> dict[str, dict[str, str | None]]:
     """Read set of every visible derived file, from its lineage: input column -> input file."""
-    params: dict[str, Any] = {"t": table.record.table_id}
-    vis = visible_clause("fi", snap.segments, params)
-    out: dict[str, dict[str, str | None]] = {}
-    with table._catalog.store.read() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT l.file_id, l.inputs FROM lineage l JOIN files fi ON fi.table_id = "
-                f"l.table_id AND fi.file_id = l.file_id WHERE l.table_id = :t AND {vis}"
-            ),
-            params,
-        )
-        for r in rows:
-            if r.file_id not in out:  # every output column of a file has the same inputs
-                out[r.file_id] = {i["column"]: i["file_id"] for i in json.loads(r.inputs)}
-    return out
+    return ctx.catalog.read_sets(ctx.record, snap)
 
 
 def fragment_status(

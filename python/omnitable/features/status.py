@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import text
-
-from omnitable.catalog.snapshot import Snapshot, visible_clause
+from omnitable.catalog.snapshot import Snapshot
 from omnitable.features.definition import Feature
 from omnitable.features.state import (
     BatchState,
@@ -20,7 +17,7 @@ from omnitable.features.state import (
 if TYPE_CHECKING:
     import pandas as pd
 
-    from omnitable.table import Table
+    from omnitable.context import TableContext
 
 _SYMBOL = {"done": "done", "stale": "STALE", "missing": "-", "partial": "partial"}
 
@@ -74,7 +71,7 @@ def _cell(state: str, errors: int) -> str:
 
 
 def status_grid(
-    table: Table,
+    ctx: TableContext,
     snap: Snapshot,
     features: dict[str, Feature],
     file_errors: dict[tuple[str, int], int] | None = None,
@@ -84,7 +81,7 @@ def status_grid(
     feature_of: dict[str, str] = {}
     cells: dict[tuple[str, str], BatchState] = {}
     batches = [b.name for b in snap.batches]
-    read_sets = load_read_sets(table, snap)
+    read_sets = load_read_sets(ctx, snap)
     for f in sorted(features.values(), key=lambda x: x.name):
         states: dict[str, list[Any]] = {b: [] for b in batches}
         for frag in snap.fragments:
@@ -95,7 +92,7 @@ def status_grid(
             for b in batches:
                 cells[(b, out)] = batch_state(states[b])
     errors = _error_cells(snap, columns, file_errors or {})
-    return StatusGrid(table.name, snap.version, batches, columns, feature_of, cells, errors)
+    return StatusGrid(ctx.name, snap.version, batches, columns, feature_of, cells, errors)
 
 
 def _error_cells(
@@ -131,40 +128,32 @@ class LineageRecord:
     engine: str
 
 
-def lineage(table: Table, snap: Snapshot, column: str, batch: str | None) -> list[LineageRecord]:
+def lineage(
+    ctx: TableContext, snap: Snapshot, column: str, batch: str | None
+) -> list[LineageRecord]:
     col = snap.column(column)
     frags = {f.fragment_id: f for f in snap.fragments_of([batch] if batch else None)}
-    params: dict[str, Any] = {"t": table.record.table_id, "c": col.column_id}
-    vis = visible_clause("fi", snap.segments, params)
-    with table._catalog.store.read() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT l.*, fi.fragment_id, fi.path, fi.added_version FROM lineage l JOIN files "
-                "fi ON fi.table_id = l.table_id AND fi.file_id = l.file_id WHERE l.table_id = :t "
-                f"AND l.column_id = :c AND {vis}"
-            ),
-            params,
-        ).fetchall()
+    rows = ctx.catalog.column_lineage(ctx.record, snap, col.column_id)
     out = []
     for r in rows:
-        frag = frags.get(r.fragment_id)
+        frag = frags.get(r["fragment_id"])
         if frag is None:
             continue
         provider = snap.resolve(frag.fragment_id, [col.column_id])[col.column_id]
-        if provider is None or provider.file_id != r.file_id:
+        if provider is None or provider.file_id != r["file_id"]:
             continue  # superseded by a newer file
         out.append(
             LineageRecord(
                 column,
                 frag.batch_name,
                 frag.fragment_id,
-                r.path,
-                int(r.added_version),
-                r.feature,
-                r.feature_version,
-                json.loads(r.inputs),
-                r.run_id,
-                r.engine,
+                r["path"],
+                r["added_version"],
+                r["feature"],
+                r["feature_version"],
+                r["inputs"],
+                r["run_id"],
+                r["engine"],
             )
         )
     order = {f.fragment_id: i for i, f in enumerate(snap.fragments)}

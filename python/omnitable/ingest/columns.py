@@ -25,30 +25,30 @@ from omnitable.vocabulary.names import APPEND_NAME, ROW_ID, check_column_name, c
 from omnitable.vocabulary.types import canonical_arrow_type, to_ddl
 
 if TYPE_CHECKING:
-    from omnitable.table import Table
+    from omnitable.context import TableContext
 
 
-def add_columns(table: Table, data: Any, group: str | None) -> int:
+def add_columns(ctx: TableContext, data: Any, group: str | None) -> int:
     if is_spark_dataframe(data):
         data = data.toArrow()
     batches = list(record_batches(data))
     incoming = pa.Table.from_batches(batches) if batches else None
     if incoming is None or ROW_ID not in incoming.column_names:
         raise ValidationError(
-            f"Cannot add columns to table '{table.name}': the data needs a {ROW_ID} column "
+            f"Cannot add columns to table '{ctx.name}': the data needs a {ROW_ID} column "
             "saying which row each value belongs to"
         )
-    snap = table.snapshot()
+    snap = ctx.snapshot()
     new_names = [c for c in incoming.column_names if c != ROW_ID]
     if not new_names:
-        raise ValidationError(f"Cannot add columns to table '{table.name}': no new column given")
+        raise ValidationError(f"Cannot add columns to table '{ctx.name}': no new column given")
     for name in new_names:
         if name == APPEND_NAME:
             raise ValidationError(f"Cannot add column {APPEND_NAME}: it is a system column")
         check_column_name(name)
         if snap.has_column(name):
             raise AlreadyExistsError(
-                f"Cannot add column '{name}' to table '{table.name}': it already exists "
+                f"Cannot add column '{name}' to table '{ctx.name}': it already exists "
                 "(recompute existing columns with a feature backfill)"
             )
     types = {n: canonical_arrow_type(incoming.column(n).type, n) for n in new_names}
@@ -57,7 +57,7 @@ def add_columns(table: Table, data: Any, group: str | None) -> int:
     used = {c.group_name for c in snap.columns}
     if group in used:
         raise ValidationError(
-            f"Cannot add columns to group '{group}' of table '{table.name}': the group already "
+            f"Cannot add columns to group '{group}' of table '{ctx.name}': the group already "
             "holds columns, and adding to it would mean rewriting its files; choose a new group "
             "name (governance can merge groups later)"
         )
@@ -74,7 +74,7 @@ def add_columns(table: Table, data: Any, group: str | None) -> int:
     )
     lo, hi = (int(ids_np.min()), int(ids_np.max())) if len(ids_np) else (0, -1)
 
-    location = table.location
+    location = ctx.location
     reader = FragmentReader(location, snap)
     row_id = snap.column(ROW_ID)
     id_set = pa.array(ids_np)
@@ -103,14 +103,14 @@ def add_columns(table: Table, data: Any, group: str | None) -> int:
                 group,
                 aligned,
                 {},
-                table._write_options(None, None),
+                ctx.options(None, None),
             )
             written.append(location.child_path(desc.path))
             files.append(desc)
         if matched != len(ids_np):
             unknown = np.setdiff1d(ids_np, _all_ids(reader, snap))[:5]
             raise ValidationError(
-                f"Cannot add columns to table '{table.name}': {len(ids_np) - matched} "
+                f"Cannot add columns to table '{ctx.name}': {len(ids_np) - matched} "
                 f"{ROW_ID} value(s) match no row, e.g. {[int(x) for x in unknown]}"
             )
         req = CommitRequest(
@@ -121,7 +121,7 @@ def add_columns(table: Table, data: Any, group: str | None) -> int:
             new_files=files,
         )
         failpoint("add_columns.before_commit")
-        return int(table._catalog.commit(table.record, req))
+        return ctx.commit(req)
     except BaseException as exc:
         if not isinstance(exc, CommitOutcomeUnknown):  # the commit may reference them
             delete_quietly(location.fs, written)

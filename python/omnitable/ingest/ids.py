@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from omnitable.catalog.records import FileRecord, FragmentRecord
     from omnitable.catalog.snapshot import Snapshot
-    from omnitable.table import Table
+    from omnitable.context import TableContext
 
 SAMPLE = 5  # ids named in an error
 _MAX_ROUNDS = 20  # exact re-checks before giving up on a table under constant appends
@@ -109,7 +109,7 @@ def check_reserved(fragments: list[FragmentDescriptor], lo: int, hi: int) -> Non
 
 
 def find_clashes(
-    table: Table, snap: Snapshot, claim: IdClaim, batch_names: Iterable[str]
+    ctx: TableContext, snap: Snapshot, claim: IdClaim, batch_names: Iterable[str]
 ) -> tuple[int, list[int]]:
     """(how many, a few) claimed ids present in the batches ``batch_names`` of ``snap``.
 
@@ -119,11 +119,11 @@ def find_clashes(
     if not candidates:
         return 0, []
     if claim.spark_ids is not None:
-        uris = [table.location.child_uri(f.path) for _, f in candidates]
+        uris = [ctx.location.child_uri(f.path) for _, f in candidates]
         return _spark_clashes(claim.spark_ids, uris, snap.column(ROW_ID).physical_name)
     from omnitable.format.reader import FragmentReader
 
-    reader = FragmentReader(table.location, snap)
+    reader = FragmentReader(ctx.location, snap)
     count = 0
     sample: list[int] = []
     for frag, _ in candidates:
@@ -162,19 +162,19 @@ def _spark_clashes(ids: DataFrame, uris: list[str], physical: str) -> tuple[int,
     return (joined.count() if sample else 0), sample
 
 
-def check_existing(table: Table, snap: Snapshot, claim: IdClaim, replaced: set[str]) -> None:
+def check_existing(ctx: TableContext, snap: Snapshot, claim: IdClaim, replaced: set[str]) -> None:
     """Raise ValidationError when supplied ids already exist in ``snap`` (outside ``replaced``
     batch ids, which the append replaces)."""
     names = [b.name for b in snap.batches if b.batch_id not in replaced]
-    count, sample = find_clashes(table, snap, claim, names)
+    count, sample = find_clashes(ctx, snap, claim, names)
     if count:
         raise ValidationError(
-            f"Cannot append to table '{table.name}': {count} supplied {ROW_ID} value(s) already "
+            f"Cannot append to table '{ctx.name}': {count} supplied {ROW_ID} value(s) already "
             f"exist, e.g. {sample}; supply ids that are not in the table (or none)"
         )
 
 
-def commit_append(table: Table, req: CommitRequest, claim: IdClaim) -> int:
+def commit_append(ctx: TableContext, req: CommitRequest, claim: IdClaim) -> int:
     """Commit ``req`` with ``claim`` as its row ids; checks the ids of concurrent commits
     exactly whenever the catalog's statistics pre-filter cannot rule out an overlap.
 
@@ -185,24 +185,24 @@ def commit_append(table: Table, req: CommitRequest, claim: IdClaim) -> int:
     failpoint("append.before_commit")
     for _ in range(_MAX_ROUNDS):
         try:
-            return int(table._catalog.commit(table.record, req))
+            return ctx.commit(req)
         except IdsNotChecked as exc:
-            _check_since(table, req, claim, exc.head)
+            _check_since(ctx, req, claim, exc.head)
             claim.checked_version = exc.head
     raise CommitConflict(
-        f"Cannot commit {req.op} to table '{table.name}': other commits kept adding rows while "
+        f"Cannot commit {req.op} to table '{ctx.name}': other commits kept adding rows while "
         f"its {ROW_ID} values were checked; retry the append",
         [("*", ROW_ID)],
     )
 
 
-def _check_since(table: Table, req: CommitRequest, claim: IdClaim, head: int) -> None:
-    snap = table.snapshot(version=head, branch=req.branch)
+def _check_since(ctx: TableContext, req: CommitRequest, claim: IdClaim, head: int) -> None:
+    snap = ctx.snapshot(version=head, branch=req.branch)
     names = [b.name for b in snap.batches if b.added_version > claim.checked_version]
-    count, sample = find_clashes(table, snap, claim, names)
+    count, sample = find_clashes(ctx, snap, claim, names)
     if count:
         raise CommitConflict(
-            f"Cannot commit {req.op} to table '{table.name}': {count} of its {ROW_ID} value(s) "
+            f"Cannot commit {req.op} to table '{ctx.name}': {count} of its {ROW_ID} value(s) "
             f"were added by a concurrent commit (after version {claim.checked_version}), e.g. "
             f"{sample}; nothing was committed. Supply ids that are not in the table (or let "
             "OmniTable generate them) and retry.",

@@ -1,22 +1,27 @@
 """In-process ingest: stream batches, cut them into fragments, write column files.
 
-Used for pandas, Arrow and file inputs; Spark DataFrames go through :mod:`omnitable.ingest.spark`
-(the same fragment writing, in Spark tasks).
+Used for pandas, Arrow and file inputs (:class:`LocalWriter`); Spark DataFrames go through
+:mod:`omnitable.ingest.spark` (the same fragment writing, in Spark tasks). Both are writers of
+:func:`omnitable.ingest.append.append`, the one append path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 
 from omnitable.catalog.commit import CommitRequest
 from omnitable.catalog.snapshot import Snapshot
+from omnitable.context import TableContext
 from omnitable.exceptions import ValidationError
-from omnitable.format.writer import WriteOptions
+from omnitable.format.writer import WriteOptions, write_fragment
 from omnitable.ingest.conform import Conformer
+from omnitable.ingest.ids import IdClaim
+from omnitable.ingest.sources import record_batches
 from omnitable.vocabulary.descriptors import FragmentDescriptor
 from omnitable.vocabulary.names import MAX_ROW_ID, ROW_ID
 
@@ -178,3 +183,82 @@ def duplicate_ids(ids: np.ndarray, limit: int = 5) -> list[int]:
     s = np.sort(ids)
     dup = np.unique(s[1:][s[1:] == s[:-1]])
     return [int(x) for x in dup[:limit]]
+
+
+@dataclass(frozen=True)
+class BatchTarget:
+    """Where a writer puts one new batch."""
+
+    ctx: TableContext
+    snap: Snapshot
+    append_name: str
+    batch_id: str
+    options: WriteOptions
+
+
+@dataclass
+class Written:
+    """What a writer put on storage for one batch: its fragments and the ids they claim
+    (supplied ids already checked for nulls and duplicates within the input)."""
+
+    fragments: list[FragmentDescriptor]
+    rows: int
+    claim: IdClaim
+    supplied: bool
+    id_range: tuple[int, int] | None = None
+
+
+class BatchWriter(Protocol):
+    """Writes one batch's fragments; records every file it writes in ``files`` as it goes."""
+
+    engine: str
+
+    def describe(self) -> dict[str, Any]:
+        """What the run records about this writer (besides the batch name)."""
+        ...
+
+    def write(self, target: BatchTarget, files: list[str]) -> Written: ...
+
+
+class LocalWriter:
+    """Writes a pandas / Arrow / file input in this process (:mod:`omnitable.ingest.local`)."""
+
+    engine = "local"
+
+    def __init__(self, data: Any) -> None:
+        self._data = data
+
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+    def write(self, target: BatchTarget, files: list[str]) -> Written:
+        ctx, snap = target.ctx, target.snap
+        conformer = Conformer(ctx.name, snap.user_columns)
+        group_of = {c.name: c.group_name for c in snap.columns}
+        physical = {c.name: c.physical_name for c in snap.columns}
+        location = ctx.location
+
+        def write(table: pa.Table, seq: int) -> FragmentDescriptor:
+            desc = write_fragment(location, target.append_name, target.batch_id, table, group_of,
+                                  physical, target.options, seq)  # fmt: skip
+            files.extend(location.child_path(f.path) for f in desc.files)
+            return desc
+
+        result = ingest_batches(
+            record_batches(self._data, conformer.target_schema()),
+            conformer,
+            target.options,
+            write,
+            lambda n: ctx.catalog.reserve_row_ids(ctx.record, n),
+        )
+        if result.supplied_ids is None:
+            claim = IdClaim.generated(result.fragments, snap.version)
+            return Written(result.fragments, result.rows, claim, supplied=False)
+        dupes = duplicate_ids(result.supplied_ids)
+        if dupes:
+            raise ValidationError(
+                f"Cannot append to table '{ctx.name}': duplicate {ROW_ID} values in the input, "
+                f"e.g. {dupes}"
+            )
+        claim = IdClaim(snap.version, supplied=np.unique(result.supplied_ids))
+        return Written(result.fragments, result.rows, claim, True, result.id_range)

@@ -20,12 +20,12 @@ import pyarrow as pa
 
 from omnitable._failpoints import failpoint
 from omnitable.catalog.records import ColumnRecord
-from omnitable.exceptions import CommitOutcomeUnknown, ValidationError
-from omnitable.format.fs import delete_quietly, resolve_location
-from omnitable.format.writer import WriteOptions, new_id, write_fragment
+from omnitable.exceptions import ValidationError
+from omnitable.format.fs import resolve_location
+from omnitable.format.writer import WriteOptions, write_fragment
 from omnitable.ingest.conform import Conformer
-from omnitable.ingest.ids import IdClaim, check_existing, check_reserved, commit_append
-from omnitable.ingest.local import FragmentCutter, append_request
+from omnitable.ingest.ids import IdClaim, check_reserved
+from omnitable.ingest.local import BatchTarget, FragmentCutter, Written
 from omnitable.vocabulary.descriptors import FragmentDescriptor
 from omnitable.vocabulary.names import ROW_ID
 
@@ -33,95 +33,78 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from omnitable.catalog.snapshot import Snapshot
-    from omnitable.table import Table
+    from omnitable.context import TableContext
 
 ID_SHIFT = 33  # up to 8.6e9 rows per partition
 
 
-def append_spark(
-    table: Table,
-    snap: Snapshot,
-    df: DataFrame,
-    append_name: str,
-    old: list[Any],
-    options: WriteOptions,
-) -> int:
-    """Append a Spark DataFrame as one batch; see the module doc."""
+class SparkWriter:
+    """Writes a Spark DataFrame's partitions in Spark tasks (see the module doc)."""
 
-    conformer = Conformer(table.name, snap.user_columns)
-    conformer.conform(_empty_arrow(df))  # names/types checked on the driver before any job
-    supplied = ROW_ID in df.columns
-    catalog = table._catalog
-    partitions = df.rdd.getNumPartitions()
-    id_base = (
-        0 if supplied else catalog.reserve_row_ids(table.record, max(1, partitions) << ID_SHIFT)
-    )
-    batch_id = new_id()
-    spec = json.dumps(
-        {
-            "root": table.warehouse.root.uri,
-            "location": table.record.location,
-            "table": table.name,
+    engine = "spark"
+
+    def __init__(self, df: DataFrame, conformer: Conformer, partitions: int, id_base: int) -> None:
+        self._df, self._conformer = df, conformer
+        self._partitions, self._id_base = partitions, id_base
+        self._supplied = ROW_ID in df.columns
+
+    @classmethod
+    def prepare(cls, ctx: TableContext, snap: Snapshot, df: DataFrame) -> SparkWriter:
+        """Check the DataFrame's names and types on the driver (before any job) and reserve
+        the generated ids of every partition."""
+        conformer = Conformer(ctx.name, snap.user_columns)
+        conformer.conform(_empty_arrow(df))
+        partitions = max(1, df.rdd.getNumPartitions())
+        reserve = 0 if ROW_ID in df.columns else partitions << ID_SHIFT
+        id_base = ctx.catalog.reserve_row_ids(ctx.record, reserve) if reserve else 0
+        return cls(df, conformer, partitions, id_base)
+
+    def describe(self) -> dict[str, Any]:
+        return {"engine": "spark", "partitions": self._partitions}
+
+    def write(self, target: BatchTarget, files: list[str]) -> Written:
+        ctx, snap = target.ctx, target.snap
+        group_of = {c.name: c.group_name for c in snap.columns}
+        physical = {c.name: c.physical_name for c in snap.columns}
+        spec = {
+            "root": ctx.root.uri,
+            "location": ctx.record.location,
+            "table": ctx.name,
             "columns": [asdict(c) for c in snap.user_columns],
-            "group_of": {c.name: c.group_name for c in snap.columns},
-            "physical": {c.name: c.physical_name for c in snap.columns},
-            "append_name": append_name,
-            "batch_id": batch_id,
-            "options": asdict(options),
-            "id_base": id_base,
-            "supplied": supplied,
+            "group_of": group_of,
+            "physical": physical,
+            "append_name": target.append_name,
+            "batch_id": target.batch_id,
+            "options": asdict(target.options),
+            "id_base": self._id_base,
+            "supplied": self._supplied,
         }
-    )
-    run_id = catalog.start_run(
-        table.record, "ingest", {"batch": append_name, "engine": "spark", "partitions": partitions}
-    )
-    location = table.location
-    fragments: list[FragmentDescriptor] = []
-    try:
-        rows = df.mapInArrow(lambda it: _write_partition(spec, it), "descriptor string").collect()
+        spec_json = json.dumps(spec)
+        rows = self._df.mapInArrow(
+            lambda it: _write_partition(spec_json, it), "descriptor string"
+        ).collect()
         fragments = [FragmentDescriptor.from_json(r.descriptor) for r in rows]
+        location = ctx.location
+        files.extend(location.child_path(f.path) for fr in fragments for f in fr.files)
         failpoint("spark_ingest.written")
         if not fragments:
-            empty = conformer.target_schema().empty_table()
-            fragments = [
-                write_fragment(
-                    location,
-                    append_name,
-                    batch_id,
-                    empty,
-                    json.loads(spec)["group_of"],
-                    json.loads(spec)["physical"],
-                    options,
-                )
-            ]
+            empty = self._conformer.target_schema().empty_table()
+            fragments = [write_fragment(location, target.append_name, target.batch_id, empty,
+                                        group_of, physical, target.options)]  # fmt: skip
+            files.extend(location.child_path(f.path) for f in fragments[0].files)
         rows_total = sum(f.row_count for f in fragments)
-        id_range = None
-        old_ids = {b.batch_id for b in old}
-        if supplied and rows_total:
-            ids, id_range = _written_ids(table, snap, fragments, df.sparkSession)
+        if self._supplied and rows_total:
+            ids, id_range = _written_ids(ctx, snap, fragments, self._df.sparkSession)
             claim = IdClaim(snap.version, spark_ids=ids, bounds=id_range)
-            check_existing(table, snap, claim, old_ids)
-        else:
-            if not supplied:
-                check_reserved(fragments, id_base, id_base + (max(1, partitions) << ID_SHIFT) - 1)
-            claim = IdClaim.generated(fragments, snap.version)
-        req = append_request(
-            snap, batch_id, append_name, old_ids, fragments, id_range, run_id, "spark"
-        )
-        version = commit_append(table, req, claim)
-    except BaseException as exc:
-        if not isinstance(exc, CommitOutcomeUnknown):  # the commit may reference them
-            delete_quietly(
-                location.fs, [location.child_path(f.path) for fr in fragments for f in fr.files]
-            )
-        catalog.fail_run(run_id, exc)
-        raise
-    catalog.finish_run(run_id, "succeeded", {"rows": rows_total, "version": version})
-    return version
+            return Written(fragments, rows_total, claim, True, id_range)
+        if not self._supplied:
+            end = self._id_base + (self._partitions << ID_SHIFT) - 1
+            check_reserved(fragments, self._id_base, end)
+        return Written(fragments, rows_total, IdClaim.generated(fragments, snap.version), False)
 
 
 def _written_ids(
-    table: Table, snap: Snapshot, fragments: list[FragmentDescriptor], spark: SparkSession
+    ctx: TableContext, snap: Snapshot, fragments: list[FragmentDescriptor], spark: SparkSession
 ) -> tuple[DataFrame, tuple[int, int]]:
     """The supplied ids as written (the id files of ``fragments``) and their bounds (from the
     files' statistics), after checking them for nulls and duplicates: the checks and the commit
@@ -138,7 +121,7 @@ def _written_ids(
         raise ValidationError(f"Cannot append: the DataFrame has rows with a null {ROW_ID}")
     bounds = [b for f in files if (b := f.columns[ROW_ID].int_bounds()) is not None]
     physical = snap.column(ROW_ID).physical_name
-    uris = [table.location.child_uri(f.path) for f in files]
+    uris = [ctx.location.child_uri(f.path) for f in files]
     ids = spark.read.parquet(*uris).select(F.col(physical).alias(ROW_ID))
     dupes = ids.groupBy(ROW_ID).count().where(F.col("count") > 1).limit(5).collect()
     if dupes:

@@ -6,14 +6,21 @@ import os
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from omnitable.catalog.address import CatalogAddress, parse_address
 from omnitable.exceptions import MissingDependencyError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from omnitable.warehouse import Warehouse
+
+class HasAddress(Protocol):
+    """A warehouse (or a table's context): anything that knows its catalog address."""
+
+    @property
+    def address(self) -> CatalogAddress: ...
+
 
 EXTENSIONS_CLASS = "io.omnitable.spark.OmniTableSparkSessionExtensions"
 CATALOG_CLASS = "io.omnitable.spark.catalog.OmniTableCatalog"
@@ -64,7 +71,7 @@ def require_delta(spark: SparkSession) -> None:
         )
 
 
-def warehouse_string(warehouse: Warehouse | str | os.PathLike[str] | None) -> str:
+def warehouse_string(warehouse: HasAddress | str | os.PathLike[str] | None) -> str:
     """The warehouse string for Spark settings and read options.
 
     The JVM resolves an ``env:NAME`` password of a ``warehouse`` read option only for a server in
@@ -78,15 +85,13 @@ def warehouse_string(warehouse: Warehouse | str | os.PathLike[str] | None) -> st
         ValidationError: the address holds a literal password (Spark would show it in its UI,
             event logs and ``SET`` output and copy it to executors); ``env:NAME`` is required.
     """
-    from omnitable.catalog.address import parse_address
-
     if warehouse is None or isinstance(warehouse, (str, os.PathLike)):
         return parse_address(warehouse).spark_warehouse_string()
     return warehouse.address.spark_warehouse_string()
 
 
 def spark_session(
-    warehouse: Warehouse | str | os.PathLike[str] | None = None,
+    warehouse: HasAddress | str | os.PathLike[str] | None = None,
     master: str = "local[*]",
     app_name: str = "omnitable",
     *,
@@ -149,7 +154,7 @@ def spark_session(
     return builder.getOrCreate()
 
 
-def active_or_new_session(spark: SparkSession | None, warehouse: Warehouse) -> SparkSession:
+def active_or_new_session(spark: SparkSession | None, warehouse: HasAddress) -> SparkSession:
     """``spark`` if given, else the active session, else a new local one for ``warehouse``."""
     if spark is not None:
         return spark

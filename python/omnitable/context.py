@@ -1,0 +1,91 @@
+""":class:`TableContext`: what the services (ingest, features, exec) get of a table.
+
+The facade (:class:`omnitable.table.Table`) builds one per table; services never see a ``Table``
+or a ``Warehouse`` (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Protocol
+
+from omnitable.catalog.address import CatalogAddress
+from omnitable.catalog.catalog import Catalog
+from omnitable.catalog.commit import CommitRequest
+from omnitable.catalog.records import TableRecord
+from omnitable.catalog.snapshot import Snapshot
+from omnitable.format.fs import Location
+from omnitable.format.writer import WriteOptions
+
+
+class WarehouseHandle(Protocol):
+    """What a table needs of its warehouse (satisfied by :class:`omnitable.Warehouse`)."""
+
+    @property
+    def address(self) -> CatalogAddress: ...
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+    @property
+    def root(self) -> Location: ...
+
+    @property
+    def write_options(self) -> WriteOptions: ...
+
+
+@dataclass(frozen=True)
+class TableContext:
+    """One table as the services see it: its catalog, record, data root, write options and the
+    address of its warehouse (for Spark jobs, which open the catalog themselves)."""
+
+    catalog: Catalog
+    record: TableRecord
+    root: Location
+    write_options: WriteOptions
+    address: CatalogAddress
+
+    @classmethod
+    def of(cls, warehouse: WarehouseHandle, record: TableRecord) -> TableContext:
+        return cls(warehouse.catalog, record, warehouse.root, warehouse.write_options,
+                   warehouse.address)  # fmt: skip
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def location(self) -> Location:
+        """The table's own directory (unique per table id)."""
+        return self.root.join(self.record.location)
+
+    def snapshot(
+        self,
+        *,
+        version: int | None = None,
+        branch: str | None = None,
+        tag: str | None = None,
+        with_files: bool = True,
+    ) -> Snapshot:
+        """The catalog state of one version (default: head of ``main``)."""
+        return self.catalog.snapshot(
+            self.record, branch=branch, tag=tag, version=version, with_files=with_files
+        )
+
+    def commit(self, request: CommitRequest) -> int:
+        """Commit ``request`` to this table; returns the new version (see Catalog.commit)."""
+        return int(self.catalog.commit(self.record, request))
+
+    def options(
+        self, row_group_size: int | None = None, target_fragment_rows: int | None = None
+    ) -> WriteOptions:
+        """The warehouse's write options with per-call overrides (None: keep), validated."""
+        base = self.write_options
+        return dataclasses.replace(
+            base,
+            row_group_size=base.row_group_size if row_group_size is None else row_group_size,
+            target_fragment_rows=(
+                base.target_fragment_rows if target_fragment_rows is None else target_fragment_rows
+            ),
+        ).validated()

@@ -1,0 +1,90 @@
+"""The plan ``Table.backfill`` returns: a :class:`~omnitable.features.planner.Plan` (data) that
+knows its table and how to run itself on Spark (:func:`omnitable.exec.runner.run_plan`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from omnitable.context import TableContext
+from omnitable.exec.runner import (
+    DEFAULT_MAX_ERROR_RATIO,
+    DEFAULT_MAX_SKIP_RATIO,
+    RunOptions,
+    RunResult,
+    run_plan,
+)
+from omnitable.features.planner import Plan
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass
+class BackfillPlan(Plan):
+    """A backfill plan bound to its table. Nothing runs until :meth:`run`."""
+
+    ctx: TableContext = field(kw_only=True, repr=False)
+    # plans the same backfill again from the table's current version (set by Table.backfill):
+    # a plan executes its decisions once, a later run() re-plans first
+    replan: Callable[[], Plan] | None = field(default=None, kw_only=True, repr=False)
+    executed: bool = field(default=False, kw_only=True)
+
+    @classmethod
+    def bind(
+        cls, plan: Plan, ctx: TableContext, replan: Callable[[], Plan] | None = None
+    ) -> BackfillPlan:
+        values = {f.name: getattr(plan, f.name) for f in dataclasses.fields(Plan)}
+        return cls(**values, ctx=ctx, replan=replan)
+
+    def run(
+        self,
+        spark: SparkSession | None = None,
+        *,
+        checkpoint_fragments: int | None = None,
+        isolation: str = "auto",
+        max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO,
+        on_corrupt: str = "skip",
+        max_skip_ratio: float = DEFAULT_MAX_SKIP_RATIO,
+        progress: Callable[[int, int, int, int], None] | None = None,
+    ) -> RunResult:
+        """Execute the plan on Spark (see :mod:`omnitable.exec.runner` and docs/errors.md).
+
+        Args:
+            spark: session to use (default: the active one, or a new local one).
+            checkpoint_fragments: commit every this many fragments per step, so a restarted
+                run skips committed work (default: one commit per step).
+            isolation: record-level isolation of pandas features: ``auto``, ``inprocess``,
+                ``subprocess`` or ``off`` (a failing record then fails the job).
+            max_error_ratio: abort (committing nothing for that chunk) when more than this
+                fraction of a feature's records fail.
+            on_corrupt: ``skip`` leaves corrupt input fragments missing and reports them in
+                the result (``RunResult.skipped``); ``fail`` fails the job. Read errors that are
+                not corruption (schema drift, missing file, permissions) always fail the job.
+            max_skip_ratio: abort when more than this fraction of a chunk's fragments is skipped.
+            progress: called as ``progress(step, steps, fragments_done, fragments_total)``.
+
+        Raises:
+            ErrorRatioExceeded, CommitConflict (a concurrent commit changed what the plan
+            decided on or what a chunk read; committed chunks stay), ValidationError.
+
+        A plan executes its decisions once: calling ``run()`` again (after a conflict, a failure
+        or a success) first re-plans from the table's current version, so committed work is
+        skipped and decisions that no longer hold are never executed.
+        """
+        options = RunOptions(
+            checkpoint_fragments,
+            isolation,
+            max_error_ratio,
+            on_corrupt,
+            max_skip_ratio,
+        )
+        if self.executed and self.replan is not None:
+            fresh = self.replan()
+            for name in ("base_version", "batches", "steps", "reused", "states"):
+                setattr(self, name, getattr(fresh, name))
+            self.recompute_reasons = fresh.recompute_reasons
+        self.executed = True
+        return run_plan(self.ctx, self, spark, options, progress)
