@@ -27,12 +27,12 @@ import pyarrow.compute as pc
 from omnitable.catalog.records import ROW_ID
 from omnitable.exceptions import ValidationError
 from omnitable.exec.escalation import TaskProgress
-from omnitable.exec.isolation import IsolationPolicy, Mode, input_digest, run_isolated
-from omnitable.exec.isolation_engine import CallSizing, split
 from omnitable.features.definition import Feature
 from omnitable.format.fs import resolve_location
 from omnitable.format.types import to_arrow
 from omnitable.format.writer import WriteOptions, write_column_file
+from omnitable.isolation import IsolationPolicy, Mode, input_digest, run_isolated
+from omnitable.isolation.engine import CallSizing, split
 
 FRAGMENT = "_ai_fragment_"
 OFFSET = "_ai_row_offset_"

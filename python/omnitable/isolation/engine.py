@@ -6,6 +6,10 @@ each part is called again; parts that succeed keep their outputs, parts that fai
 again, down to single records, which are the failures. With ``f`` bad records out of ``n`` the
 work is about ``n + f * n * k / (k - 1)`` rows in ``f * k * log_k(n)`` calls at most; a clean
 batch costs exactly one call.
+
+Runs in: the calling process (a Spark Python worker in a backfill or a pandas UDF). In
+``subprocess`` mode each call is sent to a child worker through
+:mod:`omnitable.isolation.supervisor`.
 """
 
 from __future__ import annotations
@@ -17,22 +21,21 @@ from typing import Any
 
 import pandas as pd
 
-from omnitable.exceptions import ValidationError
-from omnitable.exec.isolation_child import POOL, ship
-from omnitable.exec.isolation_guard import (
+from omnitable.exceptions import IsolationLimitError, ValidationError
+from omnitable.isolation.guard import (
     CallFailure,
     Outcome,
     alarm_available,
     check_result,
     guarded_call,
 )
-from omnitable.exec.isolation_types import (
-    IsolationLimitError,
+from omnitable.isolation.policy import (
     IsolationPolicy,
     IsolationResult,
     RecordFailure,
     input_digest,
 )
+from omnitable.isolation.supervisor import POOL, ship
 
 Caller = Callable[[int, int, "float | None"], Outcome]
 _BATCH_IDS = itertools.count(1)
