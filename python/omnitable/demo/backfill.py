@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from omnitable import demo_features
+from omnitable.demo import features as demo_features
 from omnitable.table import Table
 from omnitable.warehouse import Warehouse
 
