@@ -14,6 +14,7 @@ Runs in: the calling process (a Spark Python worker in a backfill or a pandas UD
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from omnitable.isolation.policy import (
     RecordFailure,
     input_digest,
 )
-from omnitable.isolation.supervisor import POOL, ship
+from omnitable.isolation.supervisor import POOL, ChildBatch, ship
 
 Caller = Callable[[int, int, "float | None"], Outcome]
 _BATCH_IDS = itertools.count(1)
@@ -247,27 +248,13 @@ def _execute(
             )
 
         return _search(call_here, columns, n, output_names, policy, mode, initial, first)
-    shipped = ship(fn)
-    batch_id = next(_BATCH_IDS)
+    batch = ChildBatch(ship(fn), next(_BATCH_IDS), columns, output_names, policy)
     sup = POOL.acquire()
     starts = sup.starts
     try:
-
-        def call_child(lo: int, hi: int, budget_s: float | None) -> Outcome:
-            return sup.call(
-                shipped,
-                batch_id,
-                columns,
-                lo,
-                hi,
-                budget_s,
-                policy.memory_mb,
-                output_names,
-                policy.limits,
-                policy.kill_grace_s,
-            )
-
-        ex = _search(call_child, columns, n, output_names, policy, mode, initial)
+        ex = _search(
+            functools.partial(sup.call, batch), columns, n, output_names, policy, mode, initial
+        )
     finally:
         POOL.release(sup)
     ex.child_starts = sup.starts - starts

@@ -47,7 +47,7 @@ from typing import Any
 from omnitable.exceptions import OmniTableError, ValidationError
 from omnitable.isolation.child import ZYGOTE_BOOT, cloudpickle_module
 from omnitable.isolation.guard import CallFailure, Outcome
-from omnitable.isolation.policy import bounded_tail
+from omnitable.isolation.policy import IsolationPolicy, bounded_tail
 
 _MAX_FUNCTIONS = 32
 _MAX_IDLE = 2
@@ -205,6 +205,19 @@ class _Zygote:
 ZYGOTE = _Zygote()
 
 
+@dataclass(frozen=True)
+class ChildBatch:
+    """One batch as its calls in a worker share it: the shipped function, the input columns
+    (sent once per batch, identified by ``batch_id``), the output names and the policy's
+    bounds (memory, failure text limits, kill grace). Each call adds a row range and a budget."""
+
+    fn: ShippedFunction
+    batch_id: int
+    columns: Sequence[Any]
+    names: Sequence[str]
+    policy: IsolationPolicy
+
+
 class ChildSupervisor:
     """Parent side of one supervised worker: start lazily, call, classify deaths, respawn."""
 
@@ -222,20 +235,11 @@ class ChildSupervisor:
     def pid(self) -> int | None:
         return self._pid
 
-    def call(
-        self,
-        fn: ShippedFunction,
-        batch_id: int,
-        columns: Sequence[Any],
-        lo: int,
-        hi: int,
-        budget_s: float | None,
-        memory_mb: int | None,
-        output_names: Sequence[str],
-        limits: tuple[int, int],
-        kill_grace_s: float,
-    ) -> Outcome:
-        """Run rows ``[lo, hi)`` of the batch in the worker; a dead worker becomes a failure."""
+    def call(self, batch: ChildBatch, lo: int, hi: int, budget_s: float | None) -> Outcome:
+        """Run rows ``[lo, hi)`` of ``batch`` in the worker within ``budget_s`` seconds; a dead
+        worker becomes a failure."""
+        fn, batch_id, columns, output_names = batch.fn, batch.batch_id, batch.columns, batch.names
+        memory_mb, limits = batch.policy.memory_mb, batch.policy.limits
         if self._conn is None:
             self._start()
         conn = self._conn
@@ -263,7 +267,7 @@ class ChildSupervisor:
             ZYGOTE.preload(fn.key, fn.payload)  # later respawns start with it imported
         self._fn_keys.add(fn.key)
         self._batch = batch_id
-        wait = None if budget_s is None else budget_s + kill_grace_s
+        wait = None if budget_s is None else budget_s + batch.policy.kill_grace_s
         try:
             if not conn.poll(wait):
                 self._stop(kill=True)
