@@ -1,4 +1,5 @@
-"""The built-in demo (``omnitable demo``): application code on top of OmniTable's public API.
+"""The built-in demo (``omnitable demo``): application code that uses only OmniTable's public
+API (``import omnitable``), like a user's program.
 
 * :mod:`~omnitable.demo.pipeline` — :func:`run_demo`: the ``code`` table (the Python standard
   library) and the ``docs`` table (Debian package documentation), ingested, extended with

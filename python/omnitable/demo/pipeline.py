@@ -20,10 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from omnitable.catalog.records import ROW_ID
-from omnitable.exceptions import NotFoundError
-from omnitable.table import Table
-from omnitable.warehouse import Warehouse
+from omnitable import ROW_ID, NotFoundError, Table, Warehouse
 
 CODE_BATCHES = {"stdlib/a-f": "abcdef", "stdlib/g-o": "ghijklmno", "stdlib/p-z": "pqrstuvwxyz_"}
 DOC_ROOTS = (Path("/usr/share/doc"),)
