@@ -40,7 +40,7 @@ import pandas as pd
 import pyarrow as pa
 
 from benchmarks.common import fmt_ratio, fmt_seconds, report
-from omnitable.exec.isolation import CallSizing
+from omnitable.isolation import CallSizing
 
 _WORD = re.compile(r"\w+")
 _WORDS = ("the quick brown fox jumps over a lazy dog omni table spark arrow data record").split()  # noqa: SIM905
@@ -109,9 +109,8 @@ def plant(batches: list[pd.DataFrame], rate: float, seed: int = 1) -> dict[int, 
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    from omnitable.exec.isolation import IsolationPolicy, isolated, run_isolated
-    from omnitable.exec.isolation_child import POOL, ChildSupervisor
-    from omnitable.exec.isolation_worker import ZYGOTE
+    from omnitable.isolation import IsolationPolicy, isolated, run_isolated
+    from omnitable.isolation.supervisor import POOL, ZYGOTE, ChildSupervisor
 
     parser = argparse.ArgumentParser(prog="isolation")
     parser.add_argument("--rows", type=int, default=600_000)
@@ -423,7 +422,7 @@ def sized_budget(sample: pa.Table) -> dict[str, Any]:
 def deadline_chain(batch: int, budget: dict[str, Any]) -> float:
     """Seconds a record that never returns costs: the budgets of the calls that contain it,
     from the whole batch down to itself (bisection in parts of ``split_factor``)."""
-    from omnitable.exec.isolation import IsolationPolicy
+    from omnitable.isolation import IsolationPolicy
 
     policy = IsolationPolicy(**budget)
     total, size = 0.0, batch

@@ -1,7 +1,7 @@
 """Isolated pandas UDFs in plain PySpark: bad records become NULL, the job completes.
 
 A quality-score feature that raises on one record and loops forever on another, and a native
-call that segfaults on a third. Wrapped with ``omnitable.exec.isolation.isolated`` the job
+call that segfaults on a third. Wrapped with ``omnitable.isolation.isolated`` the job
 completes; the failed records are NULL and their errors are visible as extra struct fields.
 
 Run: .venv/bin/python examples/spark_isolated_udf.py [WAREHOUSE_DIR]
@@ -17,7 +17,7 @@ import pandas as pd
 from pyspark.sql.functions import pandas_udf
 
 import omnitable
-from omnitable.exec.isolation import failure_counter, isolated, isolated_schema
+from omnitable.isolation import failure_counter, isolated, isolated_schema
 
 DOCS = [
     (1, "the quick brown fox jumps over the lazy dog"),

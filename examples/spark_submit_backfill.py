@@ -6,7 +6,7 @@
         --master 'local[2]' examples/spark_submit_backfill.py "$WH"
 
 It creates a small `notes` table the first time, registers the demo's text features
-(omnitable.demo_features: clean_text → n_chars/n_words/ascii_ratio/has_url → quality), prints the
+(omnitable.demo.features: clean_text → n_chars/n_words/ascii_ratio/has_url → quality), prints the
 plan, runs it on the submitted Spark application and prints the status grid. Run it again:
 nothing is recomputed.
 """
@@ -19,7 +19,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 import omnitable
-from omnitable import demo_features
+from omnitable.demo import features as demo_features
 
 
 def main(warehouse: str) -> None:

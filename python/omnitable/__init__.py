@@ -25,9 +25,9 @@ from omnitable.exceptions import (
     UnknownColumnError,
     ValidationError,
 )
-from omnitable.exec.isolation import failure_counter, isolated, isolated_schema
 from omnitable.features.definition import Feature, feature, sql_feature
 from omnitable.format.writer import WriteOptions
+from omnitable.isolation import failure_counter, isolated, isolated_schema
 from omnitable.spark.session import spark_session
 from omnitable.table import BatchInfo, Table
 from omnitable.vocabulary.names import APPEND_NAME, ROW_ID

@@ -6,6 +6,8 @@ Every error raised on purpose by OmniTable derives from :class:`OmniTableError`.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class OmniTableError(Exception):
     """Root of every error OmniTable raises on purpose."""
@@ -58,6 +60,19 @@ class ErrorRatioExceeded(OmniTableError):
     def __init__(self, message: str, feature: str, failed: int, computed: int) -> None:
         super().__init__(message)
         self.feature, self.failed, self.computed = feature, failed, computed
+
+
+class IsolationLimitError(OmniTableError):
+    """More records of one batch failed than the isolation policy's ``max_failures`` allows.
+
+    Attributes:
+        failures: the failures found before stopping (``omnitable.isolation.RecordFailure``
+            records, ordered by position).
+    """
+
+    def __init__(self, message: str, failures: list[Any]) -> None:
+        super().__init__(message)
+        self.failures = failures
 
 
 class CatalogError(OmniTableError):

@@ -9,8 +9,8 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from omnitable.exec.isolation import CallSizing, IsolationPolicy, run_isolated
-from omnitable.exec.isolation_engine import GROW_AFTER_BATCHES
+from omnitable.isolation import CallSizing, IsolationPolicy, run_isolated
+from omnitable.isolation.engine import GROW_AFTER_BATCHES
 
 POLICY = IsolationPolicy(mode="inprocess")
 

@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from omnitable.exceptions import ValidationError
-from omnitable.exec.isolation import (
+from omnitable.isolation import (
     IsolationLimitError,
     IsolationPolicy,
     input_digest,
@@ -308,7 +308,7 @@ def test_empty_batch() -> None:
 def test_input_digest_is_stable_across_processes() -> None:
     values = [1, 2.5, "héllo", None, b"\x00", [1, 2], {"a": 1}, pd.Timestamp("2026-01-01")]
     code = (
-        "import pandas as pd; from omnitable.exec.isolation import input_digest; "
+        "import pandas as pd; from omnitable.isolation import input_digest; "
         "print(input_digest([1, 2.5, 'héllo', None, b'\\x00', [1, 2], {'a': 1}, "
         "pd.Timestamp('2026-01-01')]))"
     )

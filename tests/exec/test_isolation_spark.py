@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pandas as pd
 import pytest
 
-from omnitable.exec.isolation import failure_counter, isolated, isolated_schema
+from omnitable.isolation import failure_counter, isolated, isolated_schema
 
 pytestmark = pytest.mark.spark
 

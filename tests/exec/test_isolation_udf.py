@@ -9,13 +9,13 @@ import pandas as pd
 import pytest
 
 from omnitable.exceptions import ValidationError
-from omnitable.exec.isolation import (
+from omnitable.isolation import (
     ERROR_FIELDS,
     IsolatedFunction,
     isolated,
     isolated_schema,
 )
-from omnitable.exec.isolation_udf import KindCountsParam
+from omnitable.isolation.udf import KindCountsParam
 
 
 def halve(x: pd.Series) -> pd.Series:

@@ -32,10 +32,10 @@ from omnitable.exceptions import (
 )
 from omnitable.exec.errors import append_errors
 from omnitable.exec.escalation import TaskProgress, crash_escalation
-from omnitable.exec.isolation import MODES
 from omnitable.exec.shipping import ship_modules
 from omnitable.exec.step_job import ChunkJob, TaskOutput, execute_chunk, retry_offsets
 from omnitable.format.fs import delete_quietly
+from omnitable.isolation import MODES
 from omnitable.spark.session import active_or_new_session
 
 if TYPE_CHECKING:

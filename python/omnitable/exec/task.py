@@ -26,11 +26,11 @@ import pyarrow.compute as pc
 
 from omnitable.exceptions import ValidationError
 from omnitable.exec.escalation import TaskProgress
-from omnitable.exec.isolation import IsolationPolicy, Mode, input_digest, run_isolated
-from omnitable.exec.isolation_engine import CallSizing, split
 from omnitable.features.definition import Feature
 from omnitable.format.fs import resolve_location
 from omnitable.format.writer import WriteOptions, write_column_file
+from omnitable.isolation import IsolationPolicy, Mode, input_digest, run_isolated
+from omnitable.isolation.engine import CallSizing, split
 from omnitable.vocabulary.names import ROW_ID
 from omnitable.vocabulary.types import to_arrow
 

@@ -10,9 +10,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from omnitable import demo_features
-from omnitable.table import Table
-from omnitable.warehouse import Warehouse
+from omnitable import Table, Warehouse, spark_session
+from omnitable.demo import features as demo_features
 
 NEW_BATCH = "debian/changelog"
 
@@ -25,8 +24,6 @@ def run_backfill_demo(
     say: Callable[[str], None],
     progress: Callable[[str, int, int], None],
 ) -> dict[str, Any]:
-    from omnitable.spark.session import spark_session
-
     version = docs.register(*demo_features.ALL)
     say(f"registered features {', '.join(f.name for f in demo_features.ALL)} -> version {version}")
     plan = docs.backfill(["quality", "n_chars"])

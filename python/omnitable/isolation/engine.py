@@ -6,10 +6,15 @@ each part is called again; parts that succeed keep their outputs, parts that fai
 again, down to single records, which are the failures. With ``f`` bad records out of ``n`` the
 work is about ``n + f * n * k / (k - 1)`` rows in ``f * k * log_k(n)`` calls at most; a clean
 batch costs exactly one call.
+
+Runs in: the calling process (a Spark Python worker in a backfill or a pandas UDF). In
+``subprocess`` mode each call is sent to a child worker through
+:mod:`omnitable.isolation.supervisor`.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,22 +22,21 @@ from typing import Any
 
 import pandas as pd
 
-from omnitable.exceptions import ValidationError
-from omnitable.exec.isolation_child import POOL, ship
-from omnitable.exec.isolation_guard import (
+from omnitable.exceptions import IsolationLimitError, ValidationError
+from omnitable.isolation.guard import (
     CallFailure,
     Outcome,
     alarm_available,
     check_result,
     guarded_call,
 )
-from omnitable.exec.isolation_types import (
-    IsolationLimitError,
+from omnitable.isolation.policy import (
     IsolationPolicy,
     IsolationResult,
     RecordFailure,
     input_digest,
 )
+from omnitable.isolation.supervisor import POOL, ChildBatch, ship
 
 Caller = Callable[[int, int, "float | None"], Outcome]
 _BATCH_IDS = itertools.count(1)
@@ -244,27 +248,13 @@ def _execute(
             )
 
         return _search(call_here, columns, n, output_names, policy, mode, initial, first)
-    shipped = ship(fn)
-    batch_id = next(_BATCH_IDS)
+    batch = ChildBatch(ship(fn), next(_BATCH_IDS), columns, output_names, policy)
     sup = POOL.acquire()
     starts = sup.starts
     try:
-
-        def call_child(lo: int, hi: int, budget_s: float | None) -> Outcome:
-            return sup.call(
-                shipped,
-                batch_id,
-                columns,
-                lo,
-                hi,
-                budget_s,
-                policy.memory_mb,
-                output_names,
-                policy.limits,
-                policy.kill_grace_s,
-            )
-
-        ex = _search(call_child, columns, n, output_names, policy, mode, initial)
+        ex = _search(
+            functools.partial(sup.call, batch), columns, n, output_names, policy, mode, initial
+        )
     finally:
         POOL.release(sup)
     ex.child_starts = sup.starts - starts

@@ -8,6 +8,19 @@ Hard crashes (segfault, ``os._exit``, abort, OOM kill) are contained by running 
 a supervised child process, used when asked (``mode="subprocess"``) or, in ``auto`` mode, when a
 previous attempt of the Spark task died.
 
+Layout, by where the code runs:
+
+* :mod:`~omnitable.isolation.policy` — value types and digests (everywhere);
+* :mod:`~omnitable.isolation.guard` — one guarded call: alarm, memory cap, result check (in the
+  calling process on the fast path, and inside the child workers);
+* :mod:`~omnitable.isolation.engine` — bisection and reassembly (calling process);
+* :mod:`~omnitable.isolation.supervisor` — PARENT side of the child processes (calling process);
+* :mod:`~omnitable.isolation.child` — the zygote and its workers (CHILD processes only);
+* :mod:`~omnitable.isolation.udf` — :func:`isolated`, the body of a pandas UDF (Spark Python
+  workers, or wherever the wrapped function is called).
+
+The package imports nothing of OmniTable but :mod:`omnitable.exceptions`.
+
 Public API:
 
 * :func:`run_isolated` — one batch (a DataFrame) → :class:`IsolationResult` (the backfill
@@ -20,11 +33,11 @@ Public API:
 
 from __future__ import annotations
 
-from omnitable.exec.isolation_engine import CallSizing, run_isolated
-from omnitable.exec.isolation_types import (
+from omnitable.exceptions import IsolationLimitError
+from omnitable.isolation.engine import CallSizing, run_isolated
+from omnitable.isolation.policy import (
     KINDS,
     MODES,
-    IsolationLimitError,
     IsolationPolicy,
     IsolationResult,
     Kind,
@@ -32,7 +45,7 @@ from omnitable.exec.isolation_types import (
     RecordFailure,
     input_digest,
 )
-from omnitable.exec.isolation_udf import (
+from omnitable.isolation.udf import (
     ERROR_FIELDS,
     IsolatedFunction,
     failure_counter,

@@ -2,13 +2,16 @@
 a plain PySpark pandas UDF::
 
     from pyspark.sql.functions import pandas_udf
-    from omnitable.exec.isolation import isolated, isolated_schema
+    from omnitable.isolation import isolated, isolated_schema
 
     score = pandas_udf(isolated(my_fn, timeout_s=0.5, memory_mb=512), "double")
     df.select(score("text"))                      # failed records are NULL
 
     checked = pandas_udf(isolated(my_fn, errors="column"), isolated_schema("double"))
     df.select(checked("text").alias("r")).select("r.value", "r.error_kind", "r.error_message")
+
+Runs in: the process that calls the wrapped function — a Spark Python worker for a pandas UDF
+(the wrapper is pickled with the UDF on the driver), or any caller of the function directly.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from typing import Any, Literal
 import pandas as pd
 
 from omnitable.exceptions import ValidationError
-from omnitable.exec.isolation_engine import execute, validate_output_names
-from omnitable.exec.isolation_types import IsolationPolicy, Mode, RecordFailure, to_frame
+from omnitable.isolation.engine import execute, validate_output_names
+from omnitable.isolation.policy import IsolationPolicy, Mode, RecordFailure, to_frame
 
 logger = logging.getLogger("omnitable.isolation")
 

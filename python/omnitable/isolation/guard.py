@@ -1,6 +1,7 @@
 """One guarded call of a pandas function: time alarm, memory cap, result check, classification.
 
-Used in-process (the fast path) and inside the supervised child process alike.
+Runs in: the calling process (``inprocess`` mode, and the fast path) and inside the forked
+child workers (``subprocess`` mode) alike; it must stay free of parent-only state.
 
 * Time: ``signal.setitimer(ITIMER_REAL)`` delivers SIGALRM at the call's budget; the handler
   raises :class:`Deadline` (a ``BaseException``, so ``except Exception`` in user code does not
@@ -29,7 +30,7 @@ from typing import Any, NamedTuple
 import pandas as pd
 
 from omnitable.exceptions import ValidationError
-from omnitable.exec.isolation_types import Kind, bounded_head, bounded_tail
+from omnitable.isolation.policy import Kind, bounded_head, bounded_tail
 
 try:  # signal.getsignal maps the handler to an enum through an exception: 4 µs, vs 0.1 µs
     from _signal import getsignal as _raw_getsignal

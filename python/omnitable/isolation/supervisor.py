@@ -1,8 +1,12 @@
-"""The supervised child process that contains hard crashes of isolated functions.
+"""PARENT side of the supervised child process that contains hard crashes of isolated functions.
+
+Runs in: the calling process (a Spark Python worker, the driver, a plain script): function
+shipping, the handle on the zygote, one :class:`ChildSupervisor` per worker, and the pool of
+idle supervisors. The code that runs in the child processes is :mod:`omnitable.isolation.child`.
 
 A *zygote* — a fresh interpreter (``python -c``, never a fork of the caller, which may have
 threads, and never a re-import of the caller's ``__main__``) that has imported pandas, pyarrow,
-cloudpickle and this module — forks one *worker* per supervisor on request. Workers are started
+cloudpickle and :mod:`omnitable.isolation.child` — forks one *worker* per supervisor on request. Workers are started
 lazily, kept for later batches (a pool of idle supervisors per process, so a Spark Python
 worker reuses its child across batches and tasks) and respawned after they die: a respawn is a
 fork of the zygote (milliseconds), the zygote's own start an interpreter start (about 0.6 s,
@@ -12,7 +16,7 @@ SIGKILL (``PR_SET_PDEATHSIG``).
 Protocol with a worker (pickle protocol 5 over a socket, ``multiprocessing.connection``
 framing): the parent sends ``("call", fn_key, (fn_payload, sys_path)|None, batch_id, columns|None, lo, hi,
 budget_s, memory_mb, output_names, limits)``; the worker caches functions by key and the latest
-batch by id, runs :func:`~omnitable.exec.isolation_guard.guarded_call` on rows ``[lo, hi)``
+batch by id, runs :func:`~omnitable.isolation.guard.guarded_call` on rows ``[lo, hi)``
 and answers ``("ok", columns)`` or ``("fail", CallFailure)``. The parent waits
 ``budget_s + kill_grace_s`` at most, then kills the worker (kind ``timeout``). A worker that
 dies is classified by its exit status: SIGKILL not sent by the parent → ``memory`` (the kernel
@@ -25,10 +29,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
+import json
 import os
 import pickle
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -39,9 +45,9 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from omnitable.exceptions import OmniTableError, ValidationError
-from omnitable.exec.isolation_guard import CallFailure, Outcome
-from omnitable.exec.isolation_types import bounded_tail
-from omnitable.exec.isolation_worker import ZYGOTE, cloudpickle_module
+from omnitable.isolation.child import ZYGOTE_BOOT, cloudpickle_module
+from omnitable.isolation.guard import CallFailure, Outcome
+from omnitable.isolation.policy import IsolationPolicy, bounded_tail
 
 _MAX_FUNCTIONS = 32
 _MAX_IDLE = 2
@@ -86,6 +92,132 @@ def ship(fn: Callable[..., Any]) -> ShippedFunction:
     return shipped
 
 
+PRELOAD_MAX_BYTES = 8 << 20
+"""Larger function payloads (closures carrying data) are not preloaded into the zygote, which
+would otherwise hold one more copy of them for the life of the process."""
+
+
+class _Zygote:
+    """Parent side of the zygote: a fresh interpreter (``python -c``) that has imported
+    pandas, pyarrow and cloudpickle and forks workers on request. Started on first use,
+    restarted if it died. Shared by every supervisor of this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._preloaded: set[str] = set()
+
+    def fork(self, worker: socket.socket, fault_fd: int) -> int:
+        """Fork a worker serving ``worker`` (a socket end) and writing faults to ``fault_fd``."""
+        with self._lock:
+            for attempt in (1, 2):
+                sock = self._ensure()
+                try:
+                    msg = pickle.dumps(("fork", list(sys.path)))
+                    socket.send_fds(sock, [msg], [worker.fileno(), fault_fd])
+                    return int(pickle.loads(self._recv(sock)))
+                except (OSError, EOFError, pickle.UnpicklingError):
+                    self._reset()
+                    if attempt == 2:
+                        raise
+        raise AssertionError("unreachable")
+
+    def preload(self, key: str, payload: bytes) -> None:
+        """Have the zygote unpickle a function once (no reply awaited), so every worker forked
+        afterwards starts with it and its modules imported: a respawned worker's first call
+        then costs milliseconds, not an import of the function's modules. Best effort."""
+        if len(payload) > PRELOAD_MAX_BYTES:
+            return
+        with self._lock:
+            try:
+                sock = self._ensure()
+                if key in self._preloaded:
+                    return
+                self._preloaded.add(key)  # tried once per zygote, whatever the outcome
+                with tempfile.TemporaryFile() as f:
+                    f.write(payload)
+                    f.flush()
+                    f.seek(0)
+                    msg = pickle.dumps(("preload", key, list(sys.path)))
+                    socket.send_fds(sock, [msg], [f.fileno()])
+            except OSError:
+                self._reset()
+
+    def wait(self, pid: int) -> int | None:
+        with self._lock:
+            sock = self._sock
+            if sock is None:
+                return None
+            try:
+                sock.send(pickle.dumps(("wait", pid)))
+                code = pickle.loads(self._recv(sock))
+            except (OSError, EOFError, pickle.UnpicklingError):
+                self._reset()
+                return None
+            return None if code is None else int(code)
+
+    def close(self) -> None:
+        with self._lock:
+            self._reset()
+
+    def forget(self) -> None:
+        """After ``os.fork``: the zygote belongs to the parent process; drop it here."""
+        self._lock = threading.Lock()
+        self._proc, self._sock = None, None
+        self._preloaded = set()
+
+    @staticmethod
+    def _recv(sock: socket.socket) -> bytes:
+        data = sock.recv(1 << 16)
+        if not data:
+            raise EOFError("the isolation zygote closed its socket")
+        return data
+
+    def _ensure(self) -> socket.socket:
+        if self._sock is not None and self._proc is not None and self._proc.poll() is None:
+            return self._sock
+        self._reset()
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", ZYGOTE_BOOT, json.dumps(sys.path), str(theirs.fileno())],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+            )
+        self._sock = mine
+        return mine
+
+    def _reset(self) -> None:
+        sock, proc = self._sock, self._proc
+        self._sock, self._proc = None, None
+        self._preloaded = set()
+        if sock is not None:
+            sock.close()  # the zygote sees EOF and exits; its workers get SIGKILL
+        if proc is not None:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+ZYGOTE = _Zygote()
+
+
+@dataclass(frozen=True)
+class ChildBatch:
+    """One batch as its calls in a worker share it: the shipped function, the input columns
+    (sent once per batch, identified by ``batch_id``), the output names and the policy's
+    bounds (memory, failure text limits, kill grace). Each call adds a row range and a budget."""
+
+    fn: ShippedFunction
+    batch_id: int
+    columns: Sequence[Any]
+    names: Sequence[str]
+    policy: IsolationPolicy
+
+
 class ChildSupervisor:
     """Parent side of one supervised worker: start lazily, call, classify deaths, respawn."""
 
@@ -103,20 +235,11 @@ class ChildSupervisor:
     def pid(self) -> int | None:
         return self._pid
 
-    def call(
-        self,
-        fn: ShippedFunction,
-        batch_id: int,
-        columns: Sequence[Any],
-        lo: int,
-        hi: int,
-        budget_s: float | None,
-        memory_mb: int | None,
-        output_names: Sequence[str],
-        limits: tuple[int, int],
-        kill_grace_s: float,
-    ) -> Outcome:
-        """Run rows ``[lo, hi)`` of the batch in the worker; a dead worker becomes a failure."""
+    def call(self, batch: ChildBatch, lo: int, hi: int, budget_s: float | None) -> Outcome:
+        """Run rows ``[lo, hi)`` of ``batch`` in the worker within ``budget_s`` seconds; a dead
+        worker becomes a failure."""
+        fn, batch_id, columns, output_names = batch.fn, batch.batch_id, batch.columns, batch.names
+        memory_mb, limits = batch.policy.memory_mb, batch.policy.limits
         if self._conn is None:
             self._start()
         conn = self._conn
@@ -144,7 +267,7 @@ class ChildSupervisor:
             ZYGOTE.preload(fn.key, fn.payload)  # later respawns start with it imported
         self._fn_keys.add(fn.key)
         self._batch = batch_id
-        wait = None if budget_s is None else budget_s + kill_grace_s
+        wait = None if budget_s is None else budget_s + batch.policy.kill_grace_s
         try:
             if not conn.poll(wait):
                 self._stop(kill=True)

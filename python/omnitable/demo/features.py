@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from omnitable.features.definition import feature, sql_feature
+from omnitable import feature, sql_feature
 
 
 @feature(inputs=["text"], outputs={"clean_text": "string"}, version="1")

@@ -1,4 +1,4 @@
-"""The built-in demo: a warehouse built from real text on this machine.
+"""The demo's pipeline: builds the ``code`` and ``docs`` tables from real text on this machine.
 
 ``code``: the Python standard library's ``.py`` files, one batch per slice of the alphabet.
 ``docs``: Debian package documentation under ``/usr/share/doc`` (copyright files and READMEs).
@@ -20,10 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from omnitable.exceptions import NotFoundError
-from omnitable.table import Table
-from omnitable.vocabulary.names import ROW_ID
-from omnitable.warehouse import Warehouse
+from omnitable import ROW_ID, NotFoundError, Table, Warehouse
 
 CODE_BATCHES = {"stdlib/a-f": "abcdef", "stdlib/g-o": "ghijklmno", "stdlib/p-z": "pqrstuvwxyz_"}
 DOC_ROOTS = (Path("/usr/share/doc"),)
@@ -82,7 +79,7 @@ def run_demo(
     if docs is not None:
         result.findings.update(_explore_docs(docs, say))
         if spark_master is not None:
-            from omnitable.demo_backfill import run_backfill_demo
+            from omnitable.demo.backfill import run_backfill_demo
 
             result.findings.update(run_backfill_demo(wh, docs, limit, spark_master, say, progress))
     for t in (code, docs):

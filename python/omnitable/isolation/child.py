@@ -1,8 +1,10 @@
-"""Worker side of the supervised child process, and the zygote that forks workers.
+"""Code that runs in CHILD processes only: the zygote and the workers it forks.
 
-See :mod:`omnitable.exec.isolation_child` for the design and the protocol. The zygote is a
-fresh interpreter started with ``python -c`` (:data:`ZYGOTE_BOOT`); it never imports the
-caller's ``__main__``.
+Runs in: the zygote, a fresh interpreter that the parent starts with ``python -c`` and
+:data:`ZYGOTE_BOOT` (it never imports the caller's ``__main__``), and the workers forked from
+it. Nothing here runs in the parent process except reading :data:`ZYGOTE_BOOT` and
+:func:`cloudpickle_module`. The parent side (the zygote handle, the supervisors, the protocol)
+is :mod:`omnitable.isolation.supervisor`; this module must not import it.
 """
 
 from __future__ import annotations
@@ -10,27 +12,20 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import faulthandler
-import json
 import os
 import pickle
 import signal
 import socket
-import subprocess
 import sys
-import tempfile
-import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from omnitable.exec.isolation_guard import CallFailure, guarded_call
+from omnitable.isolation.guard import CallFailure, guarded_call
 
 MAX_FUNCTIONS = 32
-PRELOAD_MAX_BYTES = 8 << 20
-"""Larger function payloads (closures carrying data) are not preloaded into the zygote, which
-would otherwise hold one more copy of them for the life of the process."""
 _PR_SET_PDEATHSIG = 1
 _PRELOADED: OrderedDict[str, Callable[..., Any]] = OrderedDict()
 """In the zygote: functions unpickled once, so workers forked later inherit them (and the
@@ -183,113 +178,7 @@ def _die_with_parent() -> None:
 
 ZYGOTE_BOOT = (
     "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
-    "from omnitable.exec.isolation_worker import zygote_main; zygote_main(int(sys.argv[2]))"
+    "from omnitable.isolation.child import zygote_main; zygote_main(int(sys.argv[2]))"
 )
-
-
-class _Zygote:
-    """Parent side of the zygote: a fresh interpreter (``python -c``) that has imported
-    pandas, pyarrow and cloudpickle and forks workers on request. Started on first use,
-    restarted if it died. Shared by every supervisor of this process."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._sock: socket.socket | None = None
-        self._preloaded: set[str] = set()
-
-    def fork(self, worker: socket.socket, fault_fd: int) -> int:
-        """Fork a worker serving ``worker`` (a socket end) and writing faults to ``fault_fd``."""
-        with self._lock:
-            for attempt in (1, 2):
-                sock = self._ensure()
-                try:
-                    msg = pickle.dumps(("fork", list(sys.path)))
-                    socket.send_fds(sock, [msg], [worker.fileno(), fault_fd])
-                    return int(pickle.loads(self._recv(sock)))
-                except (OSError, EOFError, pickle.UnpicklingError):
-                    self._reset()
-                    if attempt == 2:
-                        raise
-        raise AssertionError("unreachable")
-
-    def preload(self, key: str, payload: bytes) -> None:
-        """Have the zygote unpickle a function once (no reply awaited), so every worker forked
-        afterwards starts with it and its modules imported: a respawned worker's first call
-        then costs milliseconds, not an import of the function's modules. Best effort."""
-        if len(payload) > PRELOAD_MAX_BYTES:
-            return
-        with self._lock:
-            try:
-                sock = self._ensure()
-                if key in self._preloaded:
-                    return
-                self._preloaded.add(key)  # tried once per zygote, whatever the outcome
-                with tempfile.TemporaryFile() as f:
-                    f.write(payload)
-                    f.flush()
-                    f.seek(0)
-                    msg = pickle.dumps(("preload", key, list(sys.path)))
-                    socket.send_fds(sock, [msg], [f.fileno()])
-            except OSError:
-                self._reset()
-
-    def wait(self, pid: int) -> int | None:
-        with self._lock:
-            sock = self._sock
-            if sock is None:
-                return None
-            try:
-                sock.send(pickle.dumps(("wait", pid)))
-                code = pickle.loads(self._recv(sock))
-            except (OSError, EOFError, pickle.UnpicklingError):
-                self._reset()
-                return None
-            return None if code is None else int(code)
-
-    def close(self) -> None:
-        with self._lock:
-            self._reset()
-
-    def forget(self) -> None:
-        """After ``os.fork``: the zygote belongs to the parent process; drop it here."""
-        self._lock = threading.Lock()
-        self._proc, self._sock = None, None
-        self._preloaded = set()
-
-    @staticmethod
-    def _recv(sock: socket.socket) -> bytes:
-        data = sock.recv(1 << 16)
-        if not data:
-            raise EOFError("the isolation zygote closed its socket")
-        return data
-
-    def _ensure(self) -> socket.socket:
-        if self._sock is not None and self._proc is not None and self._proc.poll() is None:
-            return self._sock
-        self._reset()
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        with theirs:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-c", ZYGOTE_BOOT, json.dumps(sys.path), str(theirs.fileno())],
-                pass_fds=[theirs.fileno()],
-                stdin=subprocess.DEVNULL,
-            )
-        self._sock = mine
-        return mine
-
-    def _reset(self) -> None:
-        sock, proc = self._sock, self._proc
-        self._sock, self._proc = None, None
-        self._preloaded = set()
-        if sock is not None:
-            sock.close()  # the zygote sees EOF and exits; its workers get SIGKILL
-        if proc is not None:
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-ZYGOTE = _Zygote()
+"""The zygote's ``python -c`` program (run by the parent): ``argv[1]`` is the parent's
+``sys.path`` as JSON, ``argv[2]`` the fd of the control socket that :func:`zygote_main` serves."""

@@ -1,8 +1,9 @@
 """Value types of record-level isolation: the policy, a record's failure, a batch's result.
 
-Kept apart from the engine so that the supervised child process, the engine and the public
-wrapper share them without import cycles. Public names are re-exported by
-:mod:`omnitable.exec.isolation`.
+Runs in: every process that isolates (the caller, and the child workers, which receive
+the policy's limits and return failures). Kept apart from the engine so that the supervised
+child process, the engine and the public wrapper share them without import cycles. Public names are re-exported by
+:mod:`omnitable.isolation`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from omnitable.exceptions import OmniTableError, ValidationError
+from omnitable.exceptions import ValidationError
 
 Kind = Literal["exception", "timeout", "memory", "crash"]
 Mode = Literal["auto", "inprocess", "subprocess", "off"]
@@ -172,18 +173,6 @@ def to_frame(columns: Sequence[Any], names: Sequence[str]) -> pd.DataFrame:
             col = col.reset_index(drop=True)
         data[name] = col
     return pd.DataFrame(data)
-
-
-class IsolationLimitError(OmniTableError):
-    """More records of one batch failed than ``max_failures`` allows.
-
-    Attributes:
-        failures: the failures found before stopping.
-    """
-
-    def __init__(self, message: str, failures: list[RecordFailure]) -> None:
-        super().__init__(message)
-        self.failures = failures
 
 
 def input_digest(values: Sequence[Any]) -> str:
