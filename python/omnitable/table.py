@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -26,6 +25,7 @@ from omnitable.ingest.conform import Conformer
 from omnitable.ingest.ids import IdClaim, check_existing, commit_append
 from omnitable.ingest.local import append_request, duplicate_ids, ingest_batches
 from omnitable.ingest.sources import is_spark_dataframe, record_batches
+from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY, resolve
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -170,7 +170,14 @@ class Table:
                 batches = [batches]
             batches = list(batches)
         snap = self.snapshot(version=version, branch=branch, tag=tag)
-        table, stats = FragmentReader(self.location, snap).read(columns, where, batches)
+        selectivity = resolve(
+            READ_LATE_MATERIALIZATION_MAX_SELECTIVITY,
+            None,
+            self.warehouse.settings,
+            self.record.properties,
+        )
+        reader = FragmentReader(self.location, snap, selectivity)
+        table, stats = reader.read(columns, where, batches)
         return ScanResult(table, stats)
 
     def to_pandas(self, columns: list[str] | None = None, **kwargs: Any) -> Any:
@@ -421,14 +428,9 @@ class Table:
     def _write_options(
         self, row_group_size: int | None, target_fragment_rows: int | None
     ) -> WriteOptions:
-        base = self.warehouse.write_options
-        return dataclasses.replace(
-            base,
-            row_group_size=base.row_group_size if row_group_size is None else row_group_size,
-            target_fragment_rows=(
-                base.target_fragment_rows if target_fragment_rows is None else target_fragment_rows
-            ),
-        ).validated()
+        """Write options through the settings chain: argument, warehouse, table property."""
+        arguments = {"row_group_size": row_group_size, "target_fragment_rows": target_fragment_rows}
+        return WriteOptions.resolve(arguments, self.warehouse.settings, self.record.properties)
 
 
 def _check_append_name(name: object) -> None:

@@ -57,13 +57,14 @@ def cli(ctx: click.Context, warehouse: str | None, as_json: bool, verbose: bool)
 
 
 def _register() -> None:
-    from omnitable.cli import backfill_cmd, demo_cmd, tables_cmd
+    from omnitable.cli import backfill_cmd, demo_cmd, settings_cmd, tables_cmd
 
     cli.add_command(backfill_cmd.backfill)
     cli.add_command(backfill_cmd.status)
     cli.add_command(demo_cmd.demo)
     cli.add_command(tables_cmd.tables)
     cli.add_command(tables_cmd.show)
+    cli.add_command(settings_cmd.settings)
 
 
 _register()

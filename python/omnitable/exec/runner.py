@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,12 @@ from omnitable.exec.isolation import MODES
 from omnitable.exec.shipping import ship_modules
 from omnitable.exec.step_job import ChunkJob, TaskOutput, execute_chunk, retry_offsets
 from omnitable.format.fs import delete_quietly
+from omnitable.settings import (
+    BACKFILL_MAX_ERROR_RATIO,
+    BACKFILL_MAX_SKIP_RATIO,
+    BACKFILL_ON_CORRUPT,
+    resolve_fields,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,8 +50,6 @@ if TYPE_CHECKING:
     from omnitable.table import Table
 
 Progress = Callable[[int, int, int, int], None]  # (step, steps, fragments done, fragments total)
-DEFAULT_MAX_ERROR_RATIO = 0.01
-DEFAULT_MAX_SKIP_RATIO = 0.01
 log = logging.getLogger("omnitable.backfill")
 
 
@@ -68,9 +72,9 @@ class RunOptions:
 
     checkpoint_fragments: int | None = None
     isolation: str = "auto"
-    max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO
-    on_corrupt: str = "skip"
-    max_skip_ratio: float = DEFAULT_MAX_SKIP_RATIO
+    max_error_ratio: float = BACKFILL_MAX_ERROR_RATIO.default
+    on_corrupt: str = BACKFILL_ON_CORRUPT.default
+    max_skip_ratio: float = BACKFILL_MAX_SKIP_RATIO.default
 
     def __post_init__(self) -> None:
         cp = self.checkpoint_fragments
@@ -83,12 +87,20 @@ class RunOptions:
                 f"Cannot run backfill: isolation must be one of {', '.join(MODES)}, "
                 f"got {self.isolation!r}"
             )
-        for name in ("max_error_ratio", "max_skip_ratio"):
-            r = getattr(self, name)
-            if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r <= 1:
-                raise ValidationError(f"Cannot run backfill: {name} must be between 0 and 1")
-        if self.on_corrupt not in ("skip", "fail"):
-            raise ValidationError("Cannot run backfill: on_corrupt must be 'skip' or 'fail'")
+        for setting in (BACKFILL_MAX_ERROR_RATIO, BACKFILL_MAX_SKIP_RATIO, BACKFILL_ON_CORRUPT):
+            setting.check(getattr(self, setting.name), "run backfill", setting.name)
+
+    @classmethod
+    def resolve(
+        cls,
+        arguments: Mapping[str, Any],
+        session: Mapping[str, Any],
+        properties: Mapping[str, Any],
+    ) -> RunOptions:
+        """Options from ``arguments`` (name -> value; None: resolve ``backfill.<name>`` from the
+        warehouse ``session`` settings, the table ``properties``, the default)."""
+        chained = resolve_fields("backfill.", arguments, session, properties)
+        return cls(**{**arguments, **chained})
 
 
 @dataclass

@@ -139,9 +139,9 @@ class Plan:
         *,
         checkpoint_fragments: int | None = None,
         isolation: str = "auto",
-        max_error_ratio: float = 0.01,
-        on_corrupt: str = "skip",
-        max_skip_ratio: float = 0.01,
+        max_error_ratio: float | None = None,
+        on_corrupt: str | None = None,
+        max_skip_ratio: float | None = None,
         progress: Callable[[int, int, int, int], None] | None = None,
     ) -> RunResult:
         """Execute the plan on Spark (see :mod:`omnitable.exec.runner` and docs/errors.md).
@@ -158,6 +158,10 @@ class Plan:
                 the result (``RunResult.skipped``); ``fail`` fails the job. Read errors that are
                 not corruption (schema drift, missing file, permissions) always fail the job.
             max_skip_ratio: abort when more than this fraction of a chunk's fragments is skipped.
+
+            ``None`` (max_error_ratio, on_corrupt, max_skip_ratio): the setting
+            ``backfill.<name>`` of the warehouse, else of the table, else its default
+            (docs/settings.md).
             progress: called as ``progress(step, steps, fragments_done, fragments_total)``.
 
         Raises:
@@ -170,8 +174,15 @@ class Plan:
         """
         from omnitable.exec.runner import RunOptions, run_plan
 
-        options = RunOptions(
-            checkpoint_fragments, isolation, max_error_ratio, on_corrupt, max_skip_ratio
+        arguments = {
+            "checkpoint_fragments": checkpoint_fragments,
+            "isolation": isolation,
+            "max_error_ratio": max_error_ratio,
+            "on_corrupt": on_corrupt,
+            "max_skip_ratio": max_skip_ratio,
+        }
+        options = RunOptions.resolve(
+            arguments, self.table.warehouse.settings, self.table.record.properties
         )
         if self.executed and self.replan is not None:
             fresh = self.replan()
