@@ -306,7 +306,8 @@ def markdown() -> str:
     """The settings table of docs/settings.md."""
     lines = ["| key | default | what it does |", "|---|---|---|"]
     for s in SETTINGS.values():
-        lines.append(f"| `{s.key}` | `{s.default!r}` | {s.doc} |")
+        default = f"{s.default:_}" if type(s.default) is int else repr(s.default)
+        lines.append(f"| `{s.key}` | `{default}` | {s.doc} |")
     return "\n".join(lines) + "\n"
 
 
