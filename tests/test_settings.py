@@ -66,14 +66,14 @@ def test_each_level_of_the_chain_wins_over_the_next_for_max_error_ratio(
 ) -> None:
     t = wh.create_table("t", {"n": "bigint"}, properties={"backfill.max_error_ratio": 0.2})
     props = t.record.properties
-    with omnitable.connect(wh.uri, settings={"backfill.max_error_ratio": "0.3"}) as wh2:
+    with omnitable.connect(wh.uri, settings={"backfill.max_error_ratio": 0.3}) as wh2:
         session = wh2.settings
 
     def ratio(
         argument: float | None, session: dict[str, object], props: dict[str, object]
     ) -> float:
-        args = {"max_error_ratio": argument, "max_skip_ratio": None, "on_corrupt": None}
-        return RunOptions.resolve(args, session, props).max_error_ratio
+        sources = settings.Sources(session, props)
+        return RunOptions.resolve(sources, max_error_ratio=argument).max_error_ratio
 
     assert ratio(0.4, session, props) == 0.4
     assert ratio(None, session, props) == 0.3
@@ -103,6 +103,7 @@ def test_defaults_are_the_declared_ones() -> None:
         ({"write.row_group_size": 0}, "'write.row_group_size' must be a positive integer"),
         ({"write.row_group_size": True}, "must be a positive integer, got True"),
         ({"backfill.on_corrupt": "ignore"}, "must be one of skip, fail, got 'ignore'"),
+        ({"write.target_fragment_rows": "many"}, "must be a positive integer, got 'many'"),
         ({"read.batchsize": 10}, "unknown setting 'read.batchsize'; known: read.batch_size"),
     ],
 )
@@ -116,10 +117,14 @@ def test_invalid_table_properties_fail_and_create_nothing(
 
 def test_jvm_keys_and_other_keys_are_free_table_properties(wh: omnitable.Warehouse) -> None:
     props = {"read.batch_size": 7, "owner": "team-a", "readme": "x", "write.row_group_size": "64"}
+    props["write.row_group_bytes"] = "null"
     t = wh.create_table("t", {"n": "bigint"}, properties=props)
     assert wh.table("t").record.properties == props
-    t.append(_rows(200), "b")  # a string value of a Python setting is parsed
+    t.append(_rows(200), "b")  # a string property value of a Python setting is read as JSON
     assert _row_group_rows(t, "b") == {64}
+    assert t._write_options(None, None).row_group_bytes is None
+    with pytest.raises(ValidationError, match="row_group_size must be a positive integer"):
+        t.append(_rows(10), "c", row_group_size="64")  # type: ignore[arg-type]  # arguments: no
 
 
 def test_warehouse_settings_are_checked(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from omnitable.ingest.conform import Conformer
 from omnitable.ingest.ids import IdClaim, check_existing, commit_append
 from omnitable.ingest.local import append_request, duplicate_ids, ingest_batches
 from omnitable.ingest.sources import is_spark_dataframe, record_batches
-from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY, resolve
+from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY, Sources
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -170,12 +170,7 @@ class Table:
                 batches = [batches]
             batches = list(batches)
         snap = self.snapshot(version=version, branch=branch, tag=tag)
-        selectivity = resolve(
-            READ_LATE_MATERIALIZATION_MAX_SELECTIVITY,
-            None,
-            self.warehouse.settings,
-            self.record.properties,
-        )
+        selectivity = self._settings_sources().resolve(READ_LATE_MATERIALIZATION_MAX_SELECTIVITY)
         reader = FragmentReader(self.location, snap, selectivity)
         table, stats = reader.read(columns, where, batches)
         return ScanResult(table, stats)
@@ -429,8 +424,15 @@ class Table:
         self, row_group_size: int | None, target_fragment_rows: int | None
     ) -> WriteOptions:
         """Write options through the settings chain: argument, warehouse, table property."""
-        arguments = {"row_group_size": row_group_size, "target_fragment_rows": target_fragment_rows}
-        return WriteOptions.resolve(arguments, self.warehouse.settings, self.record.properties)
+        return WriteOptions.resolve(
+            self._settings_sources(),
+            row_group_size=row_group_size,
+            target_fragment_rows=target_fragment_rows,
+        )
+
+    def _settings_sources(self) -> Sources:
+        """This table's settings below an explicit argument (docs/settings.md)."""
+        return Sources(self.warehouse.settings, self.record.properties)
 
 
 def _check_append_name(name: object) -> None:

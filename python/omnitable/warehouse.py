@@ -19,7 +19,7 @@ from omnitable.format.fs import Location, resolve_location
 from omnitable.format.types import parse_type_spec, to_ddl
 from omnitable.format.writer import WriteOptions, check_group_name
 from omnitable.ingest.columns import check_column_name
-from omnitable.settings import check_properties, check_session
+from omnitable.settings import Sources, check_properties, check_session
 from omnitable.table import Table
 
 SchemaSpec: TypeAlias = Union[pa.Schema, Mapping[str, Any]]  # noqa: UP007
@@ -63,7 +63,7 @@ class Warehouse:
     ) -> None:
         self.settings = _session_settings(write_options, settings)
         # the write options of this warehouse's settings and the defaults (no table property)
-        self.write_options = WriteOptions.resolve({}, self.settings, {})
+        self.write_options = WriteOptions.resolve(Sources(self.settings))
         self.address = address
         self.catalog = Catalog(address, root)
         self.root: Location = resolve_location(self.catalog.root)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +39,7 @@ from omnitable.settings import (
     BACKFILL_MAX_ERROR_RATIO,
     BACKFILL_MAX_SKIP_RATIO,
     BACKFILL_ON_CORRUPT,
-    resolve_fields,
+    Sources,
 )
 
 if TYPE_CHECKING:
@@ -91,16 +91,9 @@ class RunOptions:
             setting.check(getattr(self, setting.name), "run backfill", setting.name)
 
     @classmethod
-    def resolve(
-        cls,
-        arguments: Mapping[str, Any],
-        session: Mapping[str, Any],
-        properties: Mapping[str, Any],
-    ) -> RunOptions:
-        """Options from ``arguments`` (name -> value; None: resolve ``backfill.<name>`` from the
-        warehouse ``session`` settings, the table ``properties``, the default)."""
-        chained = resolve_fields("backfill.", arguments, session, properties)
-        return cls(**{**arguments, **chained})
+    def resolve(cls, sources: Sources, **arguments: Any) -> RunOptions:
+        """Options from ``arguments``; a None ``backfill.<name>`` one comes from ``sources``."""
+        return cls(**{**arguments, **sources.resolve_fields("backfill.", arguments)})
 
 
 @dataclass

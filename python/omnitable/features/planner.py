@@ -174,15 +174,13 @@ class Plan:
         """
         from omnitable.exec.runner import RunOptions, run_plan
 
-        arguments = {
-            "checkpoint_fragments": checkpoint_fragments,
-            "isolation": isolation,
-            "max_error_ratio": max_error_ratio,
-            "on_corrupt": on_corrupt,
-            "max_skip_ratio": max_skip_ratio,
-        }
         options = RunOptions.resolve(
-            arguments, self.table.warehouse.settings, self.table.record.properties
+            self.table._settings_sources(),
+            checkpoint_fragments=checkpoint_fragments,
+            isolation=isolation,
+            max_error_ratio=max_error_ratio,
+            on_corrupt=on_corrupt,
+            max_skip_ratio=max_skip_ratio,
         )
         if self.executed and self.replan is not None:
             fresh = self.replan()

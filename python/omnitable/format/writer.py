@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +34,7 @@ class WriteOptions:
 
     row_group_size: int = settings.WRITE_ROW_GROUP_SIZE.default
     row_group_bytes: int | None = settings.WRITE_ROW_GROUP_BYTES.default
-    compression: str = settings.WRITE_COMPRESSION.default
+    compression: str | None = settings.WRITE_COMPRESSION.default
     compression_level: int | None = settings.WRITE_COMPRESSION_LEVEL.default
     wide_row_bytes: int = settings.WRITE_WIDE_ROW_BYTES.default
     wide_data_page_size: int = settings.WRITE_WIDE_DATA_PAGE_SIZE.default
@@ -59,14 +58,9 @@ class WriteOptions:
         }
 
     @classmethod
-    def resolve(
-        cls,
-        arguments: Mapping[str, Any],
-        session: Mapping[str, Any],
-        properties: Mapping[str, Any],
-    ) -> WriteOptions:
+    def resolve(cls, sources: settings.Sources, **arguments: Any) -> WriteOptions:
         """Every field through the precedence chain (``arguments``: field -> value or None)."""
-        return cls(**settings.resolve_fields("write.", arguments, session, properties)).validated()
+        return cls(**sources.resolve_fields("write.", arguments)).validated()
 
 
 _WRITE_SETTINGS = [s for s in settings.SETTINGS.values() if s.key.startswith("write.")]
