@@ -124,7 +124,7 @@ def test_jvm_keys_and_other_keys_are_free_table_properties(wh: omnitable.Warehou
     assert _row_group_rows(t, "b") == {64}
     assert t._write_options(None, None).row_group_bytes is None
     with pytest.raises(ValidationError, match="row_group_size must be a positive integer"):
-        t.append(_rows(10), "c", row_group_size="64")  # type: ignore[arg-type]  # arguments: no
+        t.append(_rows(10), "c", row_group_size="64")  # an argument is not read as JSON
 
 
 def test_warehouse_settings_are_checked(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import SparkSession
 
 import omnitable
 
@@ -14,8 +15,8 @@ pytestmark = pytest.mark.spark
 
 
 def test_max_error_ratio_comes_from_the_argument_the_warehouse_or_the_table(
-    wh: omnitable.Warehouse, spark
-) -> None:  # type: ignore[no-untyped-def]
+    wh: omnitable.Warehouse, spark: SparkSession
+) -> None:
     texts = [f"RAISE {i}" if i % 50 == 0 else f"record {i}" for i in range(200)]  # 2 % fail
     props = {"backfill.max_error_ratio": 0.015}
     t = wh.create_table("docs", {"text": "string"}, properties=props)
