@@ -6,9 +6,9 @@ or a ``Warehouse`` (docs/architecture.md).
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from omnitable.catalog.address import CatalogAddress
 from omnitable.catalog.catalog import Catalog
@@ -17,6 +17,7 @@ from omnitable.catalog.records import TableRecord
 from omnitable.catalog.snapshot import Snapshot
 from omnitable.format.fs import Location
 from omnitable.format.writer import WriteOptions
+from omnitable.settings import Sources
 
 
 class WarehouseHandle(Protocol):
@@ -32,24 +33,26 @@ class WarehouseHandle(Protocol):
     def root(self) -> Location: ...
 
     @property
-    def write_options(self) -> WriteOptions: ...
+    def settings(self) -> Mapping[str, Any]: ...
 
 
 @dataclass(frozen=True)
 class TableContext:
-    """One table as the services see it: its catalog, record, data root, write options and the
-    address of its warehouse (for Spark jobs, which open the catalog themselves)."""
+    """One table as the services see it: its catalog, record, data root, the sources of its
+    settings below an explicit argument (warehouse settings, then table properties;
+    docs/settings.md) and the address of its warehouse (for Spark jobs, which open the catalog
+    themselves)."""
 
     catalog: Catalog
     record: TableRecord
     root: Location
-    write_options: WriteOptions
+    settings: Sources
     address: CatalogAddress
 
     @classmethod
     def of(cls, warehouse: WarehouseHandle, record: TableRecord) -> TableContext:
-        return cls(warehouse.catalog, record, warehouse.root, warehouse.write_options,
-                   warehouse.address)  # fmt: skip
+        sources = Sources(warehouse.settings, record.properties)
+        return cls(warehouse.catalog, record, warehouse.root, sources, warehouse.address)
 
     @property
     def name(self) -> str:
@@ -80,12 +83,8 @@ class TableContext:
     def options(
         self, row_group_size: int | None = None, target_fragment_rows: int | None = None
     ) -> WriteOptions:
-        """The warehouse's write options with per-call overrides (None: keep), validated."""
-        base = self.write_options
-        return dataclasses.replace(
-            base,
-            row_group_size=base.row_group_size if row_group_size is None else row_group_size,
-            target_fragment_rows=(
-                base.target_fragment_rows if target_fragment_rows is None else target_fragment_rows
-            ),
-        ).validated()
+        """Write options through the settings chain: an argument (None: not given), then the
+        warehouse setting, the table property, the default; validated."""
+        return WriteOptions.resolve(
+            self.settings, row_group_size=row_group_size, target_fragment_rows=target_fragment_rows
+        )

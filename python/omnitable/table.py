@@ -16,6 +16,7 @@ from omnitable.format.fs import Location
 from omnitable.format.reader import FragmentReader, ReadStats
 from omnitable.ingest.append import append
 from omnitable.ingest.columns import add_columns
+from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
 from omnitable.vocabulary.names import APPEND_NAME, MAIN, ROW_ID
 
 if TYPE_CHECKING:
@@ -153,7 +154,9 @@ class Table:
                 batches = [batches]
             batches = list(batches)
         snap = self.snapshot(version=version, branch=branch, tag=tag)
-        table, stats = FragmentReader(self.location, snap).read(columns, where, batches)
+        selectivity = self._ctx.settings.resolve(READ_LATE_MATERIALIZATION_MAX_SELECTIVITY)
+        reader = FragmentReader(self.location, snap, selectivity)
+        table, stats = reader.read(columns, where, batches)
         return ScanResult(table, stats)
 
     def to_pandas(self, columns: list[str] | None = None, **kwargs: Any) -> Any:

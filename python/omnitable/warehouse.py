@@ -16,6 +16,7 @@ from omnitable.catalog.commit import NewColumn
 from omnitable.exceptions import UnknownColumnError, ValidationError
 from omnitable.format.fs import Location, resolve_location
 from omnitable.format.writer import WriteOptions
+from omnitable.settings import Sources, check_properties, check_session
 from omnitable.table import Table
 from omnitable.vocabulary.names import (
     APPEND_NAME,
@@ -34,6 +35,7 @@ def connect(
     uri: str | os.PathLike[str] | None = None,
     root: str | None = None,
     write_options: WriteOptions | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> Warehouse:
     """Open (creating if needed) a warehouse.
 
@@ -42,13 +44,17 @@ def connect(
             ``sqlite:///…`` URL, or ``postgresql://user:env:PASSWORD_VAR@host/db``.
         root: data root (local path or URI such as ``s3://bucket/wh``); required the first time
             a PostgreSQL catalog is used, defaults to the directory for SQLite.
-        write_options: file layout tuning (row-group size, fragment size, compression).
+        write_options: file layout tuning (row-group size, fragment size, compression); the
+            fields that differ from the defaults are warehouse settings.
+        settings: warehouse settings ``{key: value}`` (docs/settings.md); they win over table
+            properties, explicit arguments win over them.
 
     Raises:
-        ValidationError: malformed address or root. CatalogError: the database is unreachable.
+        ValidationError: malformed address or root, an unknown or invalid setting.
+        CatalogError: the database is unreachable.
         CatalogVersionError: the catalog has another schema version.
     """
-    return Warehouse(parse_address(uri), root, write_options or WriteOptions())
+    return Warehouse(parse_address(uri), root, write_options, settings)
 
 
 class Warehouse:
@@ -59,11 +65,14 @@ class Warehouse:
         address: CatalogAddress,
         root: str | None = None,
         write_options: WriteOptions | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> None:
+        self.settings = _session_settings(write_options, settings)
+        # the write options of this warehouse's settings and the defaults (no table property)
+        self.write_options = WriteOptions.resolve(Sources(self.settings))
         self.address = address
         self.catalog = Catalog(address, root)
         self.root: Location = resolve_location(self.catalog.root)
-        self.write_options = (write_options or WriteOptions()).validated()
 
     @property
     def uri(self) -> str:
@@ -90,11 +99,15 @@ class Warehouse:
                 columns are added automatically.
             groups: optional ``{group: [columns]}``; columns stored together in one file per
                 fragment. Unlisted columns go to the ``base`` group.
+            properties: table properties: settings of this table (``{"write.row_group_size":
+                10000}``, docs/settings.md) and free metadata under other keys.
 
         Raises:
-            AlreadyExistsError, ValidationError, UnknownColumnError.
+            AlreadyExistsError, ValidationError (also an unknown setting or an invalid value
+            in ``properties``), UnknownColumnError.
         """
         check_table_name(name)
+        check_properties(properties or {})
         fields = _schema_fields(schema)
         group_of = _group_map(groups, [f[0] for f in fields])
         columns = [
@@ -137,6 +150,21 @@ class Warehouse:
 
     def __repr__(self) -> str:
         return f"Warehouse({self.address.redacted()}, root={self.root.uri!r})"
+
+
+def _session_settings(
+    write_options: WriteOptions | None, settings: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The warehouse settings: ``settings`` plus the non-default fields of ``write_options``."""
+    given = check_session(settings or {})
+    from_options = (write_options or WriteOptions()).validated().as_settings()
+    for key, value in from_options.items():
+        if key in given and given[key] != value:
+            raise ValidationError(
+                f"Cannot connect: {key} is {given[key]!r} in settings and {value!r} in "
+                "write_options; give it once"
+            )
+    return {**from_options, **given}
 
 
 def _schema_fields(schema: SchemaSpec) -> list[tuple[str, pa.DataType, bool]]:

@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 
 from omnitable.cli.context import Context
+from omnitable.settings import BACKFILL_MAX_ERROR_RATIO
 
 
 def _split(value: str | None) -> list[str] | None:
@@ -40,9 +41,9 @@ def _split(value: str | None) -> list[str] | None:
 @click.option(
     "--max-error-ratio",
     type=float,
-    default=0.01,
-    show_default=True,
-    help="Abort when more than this fraction of a feature's records fail.",
+    default=None,
+    help="Abort when more than this fraction of a feature's records fail "
+    f"(default: the setting {BACKFILL_MAX_ERROR_RATIO.key}, {BACKFILL_MAX_ERROR_RATIO.default}).",
 )
 @click.option(
     "--master",
@@ -66,7 +67,7 @@ def backfill(
     explain: bool,
     checkpoint: int | None,
     retry_errors: bool,
-    max_error_ratio: float,
+    max_error_ratio: float | None,
     master: str,
     paths: tuple[str, ...],
 ) -> None:

@@ -11,7 +11,7 @@ import traceback
 
 import click
 
-from omnitable.cli import backfill_cmd, demo_cmd, tables_cmd
+from omnitable.cli import backfill_cmd, demo_cmd, settings_cmd, tables_cmd
 from omnitable.cli.context import Context
 from omnitable.cli.output import Output
 from omnitable.exceptions import CommitConflict, NotFoundError, OmniTableError, ValidationError
@@ -46,6 +46,7 @@ for command in (
     backfill_cmd.backfill,
     backfill_cmd.status,
     demo_cmd.demo,
+    settings_cmd.settings_command,
     tables_cmd.tables,
     tables_cmd.show,
 ):

@@ -9,13 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from omnitable.context import TableContext
-from omnitable.exec.runner import (
-    DEFAULT_MAX_ERROR_RATIO,
-    DEFAULT_MAX_SKIP_RATIO,
-    RunOptions,
-    RunResult,
-    run_plan,
-)
+from omnitable.exec.runner import RunOptions, RunResult, run_plan
 from omnitable.features.planner import Plan
 
 if TYPE_CHECKING:
@@ -45,9 +39,9 @@ class BackfillPlan(Plan):
         *,
         checkpoint_fragments: int | None = None,
         isolation: str = "auto",
-        max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO,
-        on_corrupt: str = "skip",
-        max_skip_ratio: float = DEFAULT_MAX_SKIP_RATIO,
+        max_error_ratio: float | None = None,
+        on_corrupt: str | None = None,
+        max_skip_ratio: float | None = None,
         progress: Callable[[int, int, int, int], None] | None = None,
     ) -> RunResult:
         """Execute the plan on Spark (see :mod:`omnitable.exec.runner` and docs/errors.md).
@@ -64,6 +58,10 @@ class BackfillPlan(Plan):
                 the result (``RunResult.skipped``); ``fail`` fails the job. Read errors that are
                 not corruption (schema drift, missing file, permissions) always fail the job.
             max_skip_ratio: abort when more than this fraction of a chunk's fragments is skipped.
+
+            ``None`` (max_error_ratio, on_corrupt, max_skip_ratio): the setting
+            ``backfill.<name>`` of the warehouse, else of the table, else its default
+            (docs/settings.md).
             progress: called as ``progress(step, steps, fragments_done, fragments_total)``.
 
         Raises:
@@ -74,12 +72,13 @@ class BackfillPlan(Plan):
         or a success) first re-plans from the table's current version, so committed work is
         skipped and decisions that no longer hold are never executed.
         """
-        options = RunOptions(
-            checkpoint_fragments,
-            isolation,
-            max_error_ratio,
-            on_corrupt,
-            max_skip_ratio,
+        options = RunOptions.resolve(
+            self.ctx.settings,
+            checkpoint_fragments=checkpoint_fragments,
+            isolation=isolation,
+            max_error_ratio=max_error_ratio,
+            on_corrupt=on_corrupt,
+            max_skip_ratio=max_skip_ratio,
         )
         if self.executed and self.replan is not None:
             fresh = self.replan()

@@ -36,6 +36,12 @@ from omnitable.exec.shipping import ship_modules
 from omnitable.exec.step_job import ChunkJob, TaskOutput, execute_chunk, retry_offsets
 from omnitable.format.fs import delete_quietly
 from omnitable.isolation import MODES
+from omnitable.settings import (
+    BACKFILL_MAX_ERROR_RATIO,
+    BACKFILL_MAX_SKIP_RATIO,
+    BACKFILL_ON_CORRUPT,
+    Sources,
+)
 from omnitable.spark.session import active_or_new_session
 
 if TYPE_CHECKING:
@@ -46,8 +52,6 @@ if TYPE_CHECKING:
     from omnitable.features.planner import Plan, Step
 
 Progress = Callable[[int, int, int, int], None]  # (step, steps, fragments done, fragments total)
-DEFAULT_MAX_ERROR_RATIO = 0.01
-DEFAULT_MAX_SKIP_RATIO = 0.01
 log = logging.getLogger("omnitable.backfill")
 
 
@@ -70,9 +74,9 @@ class RunOptions:
 
     checkpoint_fragments: int | None = None
     isolation: str = "auto"
-    max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO
-    on_corrupt: str = "skip"
-    max_skip_ratio: float = DEFAULT_MAX_SKIP_RATIO
+    max_error_ratio: float = BACKFILL_MAX_ERROR_RATIO.default
+    on_corrupt: str = BACKFILL_ON_CORRUPT.default
+    max_skip_ratio: float = BACKFILL_MAX_SKIP_RATIO.default
 
     def __post_init__(self) -> None:
         cp = self.checkpoint_fragments
@@ -85,12 +89,13 @@ class RunOptions:
                 f"Cannot run backfill: isolation must be one of {', '.join(MODES)}, "
                 f"got {self.isolation!r}"
             )
-        for name in ("max_error_ratio", "max_skip_ratio"):
-            r = getattr(self, name)
-            if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r <= 1:
-                raise ValidationError(f"Cannot run backfill: {name} must be between 0 and 1")
-        if self.on_corrupt not in ("skip", "fail"):
-            raise ValidationError("Cannot run backfill: on_corrupt must be 'skip' or 'fail'")
+        for setting in (BACKFILL_MAX_ERROR_RATIO, BACKFILL_MAX_SKIP_RATIO, BACKFILL_ON_CORRUPT):
+            setting.check(getattr(self, setting.name), "run backfill", setting.name)
+
+    @classmethod
+    def resolve(cls, sources: Sources, **arguments: Any) -> RunOptions:
+        """Options from ``arguments``; a None ``backfill.<name>`` one comes from ``sources``."""
+        return cls(**{**arguments, **sources.resolve_fields("backfill.", arguments)})
 
 
 @dataclass

@@ -244,7 +244,7 @@ def _run_job(job: ChunkJob, work: dict[str, list[str]], escalate: list[str]) -> 
         retry=job.retry,
         row_counts={i: by_id[i].row_count for i in frag_ids},
         paths={i: by_id[i].path for i in frag_ids},
-        options=ctx.write_options,
+        options=ctx.options(),
         run_id=job.run_id,
         isolation=job.isolation,
         progress=job.progress.uri if job.progress is not None else None,

@@ -28,11 +28,11 @@ from omnitable.catalog.records import ColumnRecord, FileRecord, FragmentRecord
 from omnitable.catalog.snapshot import Snapshot
 from omnitable.exceptions import CorruptInputError, UnknownColumnError, ValidationError
 from omnitable.format.fs import Location
+from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
 from omnitable.vocabulary.names import APPEND_NAME, ROW_ID
 from omnitable.vocabulary.stats import decode_value
 from omnitable.vocabulary.types import ARROW_VALUE_ERRORS
 
-LATE_MATERIALIZATION_MAX_SELECTIVITY = 0.25
 _INDEX = "__omnitable_row__"
 _FILE_POOL: ThreadPoolExecutor | None = None
 _FILE_POOL_LOCK = threading.Lock()
@@ -61,11 +61,20 @@ class ReadStats:
 
 
 class FragmentReader:
-    """Reads columns of the fragments of one snapshot."""
+    """Reads columns of the fragments of one snapshot.
 
-    def __init__(self, location: Location, snapshot: Snapshot) -> None:
+    ``max_selectivity``: the setting ``read.late_materialization_max_selectivity``.
+    """
+
+    def __init__(
+        self,
+        location: Location,
+        snapshot: Snapshot,
+        max_selectivity: float = READ_LATE_MATERIALIZATION_MAX_SELECTIVITY.default,
+    ) -> None:
         self.location = location
         self.snapshot = snapshot
+        self.max_selectivity = max_selectivity
         self._files_opened = 0
         self._bytes = 0
         self._lock = threading.Lock()
@@ -310,7 +319,7 @@ class FragmentReader:
                 f"rows, the fragment has {frag.row_count} (alignment invariant broken)"
             )
         indices = [pf.schema_arrow.get_field_index(p) for p in physical]
-        if rows is None or len(rows) > LATE_MATERIALIZATION_MAX_SELECTIVITY * frag.row_count:
+        if rows is None or len(rows) > self.max_selectivity * frag.row_count:
             table = pf.read(columns=physical, use_threads=True)
             self._count_bytes(meta, range(meta.num_row_groups), indices)
             return table if rows is None else table.take(pa.array(rows))

@@ -6,14 +6,16 @@ lists them. Each column file holds exactly the rows it is given, in order (align
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from omnitable.exceptions import ValidationError
+from omnitable import settings
 from omnitable.format.fs import Location
 from omnitable.vocabulary.descriptors import FileDescriptor, FragmentDescriptor
 from omnitable.vocabulary.stats import compute_stats
@@ -23,40 +25,43 @@ _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 @dataclass(frozen=True)
 class WriteOptions:
-    """How files are laid out. Readers accept any values; these only tune size and speed."""
+    """How files are laid out. Readers accept any values; these only tune size and speed.
 
-    row_group_size: int = 131_072
-    # row groups also stop at about this many bytes of Arrow data (≈ uncompressed size), which
-    # bounds what a reader holds per file: it fetches a row group's column chunks at once
-    row_group_bytes: int | None = 64 * 1024 * 1024
-    compression: str = "zstd"
-    compression_level: int = 3
-    # files of wide rows (>= wide_row_bytes per row, e.g. text payloads) get small pages, checked
-    # every 64 rows, so readers can skip the pages that hold no surviving row (late
-    # materialization through the page index); narrow files keep pyarrow's 1 MiB pages
-    wide_row_bytes: int = 256
-    wide_data_page_size: int = 64 * 1024
-    target_fragment_rows: int = 1_048_576
-    target_fragment_bytes: int = 512 * 1024 * 1024
+    Each field is the setting ``write.<field>`` of :mod:`omnitable.settings` (docs/settings.md).
+    """
+
+    row_group_size: int = settings.WRITE_ROW_GROUP_SIZE.default
+    row_group_bytes: int | None = settings.WRITE_ROW_GROUP_BYTES.default
+    compression: str | None = settings.WRITE_COMPRESSION.default
+    compression_level: int | None = settings.WRITE_COMPRESSION_LEVEL.default
+    wide_row_bytes: int = settings.WRITE_WIDE_ROW_BYTES.default
+    wide_data_page_size: int = settings.WRITE_WIDE_DATA_PAGE_SIZE.default
+    target_fragment_rows: int = settings.WRITE_TARGET_FRAGMENT_ROWS.default
+    target_fragment_bytes: int = settings.WRITE_TARGET_FRAGMENT_BYTES.default
 
     def validated(self) -> WriteOptions:
-        if not isinstance(self.row_group_size, int) or self.row_group_size < 1:
-            raise ValidationError(
-                f"Cannot write: row_group_size must be a positive integer, got {self.row_group_size!r}"
-            )
-        if self.row_group_bytes is not None and (
-            not isinstance(self.row_group_bytes, int) or self.row_group_bytes < 1
-        ):
-            raise ValidationError(
-                "Cannot write: row_group_bytes must be a positive integer or None, got "
-                f"{self.row_group_bytes!r}"
-            )
-        if not isinstance(self.target_fragment_rows, int) or self.target_fragment_rows < 1:
-            raise ValidationError(
-                "Cannot write: target_fragment_rows must be a positive integer, got "
-                f"{self.target_fragment_rows!r}"
-            )
-        return self
+        """These options with every field checked by its setting's parser (ValidationError)."""
+        return dataclasses.replace(
+            self,
+            **{s.name: s.check(getattr(self, s.name), "write", s.name) for s in _WRITE_SETTINGS},
+        )
+
+    def as_settings(self) -> dict[str, Any]:
+        """The fields that differ from their defaults, as ``{"write.<field>": value}`` (what a
+        warehouse's write options set; the rest is left to table properties and defaults)."""
+        return {
+            s.key: getattr(self, s.name)
+            for s in _WRITE_SETTINGS
+            if getattr(self, s.name) != s.default
+        }
+
+    @classmethod
+    def resolve(cls, sources: settings.Sources, **arguments: Any) -> WriteOptions:
+        """Every field through the precedence chain (``arguments``: field -> value or None)."""
+        return cls(**sources.resolve_fields("write.", arguments)).validated()
+
+
+_WRITE_SETTINGS = [s for s in settings.SETTINGS.values() if s.key.startswith("write.")]
 
 
 def batch_directory(batch_name: str, batch_id: str) -> str:
