@@ -15,6 +15,7 @@ import pytest
 import omnitable
 from omnitable import settings
 from omnitable.cli.main import main as cli_main
+from omnitable.context import TableContext
 from omnitable.exceptions import ValidationError
 from omnitable.exec.runner import RunOptions
 from omnitable.format.writer import WriteOptions
@@ -122,7 +123,7 @@ def test_jvm_keys_and_other_keys_are_free_table_properties(wh: omnitable.Warehou
     assert wh.table("t").record.properties == props
     t.append(_rows(200), "b")  # a string property value of a Python setting is read as JSON
     assert _row_group_rows(t, "b") == {64}
-    assert t._write_options(None, None).row_group_bytes is None
+    assert TableContext.of(wh, t.record).options().row_group_bytes is None
     with pytest.raises(ValidationError, match="row_group_size must be a positive integer"):
         t.append(_rows(10), "c", row_group_size="64")  # an argument is not read as JSON
 
