@@ -179,6 +179,7 @@ def parse_address(uri: str | os.PathLike[str] | None) -> CatalogAddress:
     try:
         url = make_url(text)
     except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
+        # the cause is in the message; the chain is cut so no layer below can show the URL
         raise ValidationError(
             f"Cannot open warehouse: malformed URL ({exc}); write it as "
             "postgresql://user:env:PASSWORD_VAR@host:port/db or sqlite:///path.db"

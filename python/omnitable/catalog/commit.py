@@ -705,6 +705,7 @@ def _insert_columns(
 def _insert_data(
     conn: Connection, t: str, req: CommitRequest, version: int, column_ids: dict[str, int], now: str
 ) -> None:
+    """Insert the request's new batches, fragments, files (with their columns) and lineage."""
     b = req.branch
     if req.new_batches:
         conn.execute(
@@ -725,92 +726,74 @@ def _insert_data(
                 "VALUES (:t, :id, :bid, :seq, :n, :p, :b, :v, NULL)"
             ),
             [
-                {
-                    "t": t,
-                    "id": f.fragment_id,
-                    "bid": f.batch_id,
-                    "seq": f.seq,
-                    "n": f.row_count,
-                    "p": f.path,
-                    "b": b,
-                    "v": version,
-                }
+                {"t": t, "id": f.fragment_id, "bid": f.batch_id, "seq": f.seq,
+                 "n": f.row_count, "p": f.path, "b": b, "v": version}
                 for f in req.new_fragments
             ],
-        )
+        )  # fmt: skip
     files = req.all_new_files()
     if files:
-        conn.execute(
-            text(
-                "INSERT INTO files (table_id, file_id, fragment_id, group_name, path, row_count, "
-                "size_bytes, branch, added_version, removed_version, run_id) VALUES "
-                "(:t, :id, :frag, :g, :p, :n, :s, :b, :v, NULL, :r)"
-            ),
-            [
-                {
-                    "t": t,
-                    "id": f.file_id,
-                    "frag": f.fragment_id,
-                    "g": f.group_name,
-                    "p": f.path,
-                    "n": f.row_count,
-                    "s": f.size_bytes,
-                    "b": b,
-                    "v": version,
-                    "r": req.run_id,
-                }
-                for f in files
-            ],
-        )
-        col_rows = []
-        for f in files:
-            seen: set[int] = set()
-            for name, st in f.columns.items():
-                cid = column_ids[name]
-                if cid in seen:
-                    raise ValidationError(
-                        f"Cannot commit: file {f.path} lists column '{name}' twice"
-                    )
-                seen.add(cid)
-                col_rows.append(
-                    {
-                        "t": t,
-                        "f": f.file_id,
-                        "c": cid,
-                        "nc": st.null_count,
-                        "lo": st.min_value,
-                        "hi": st.max_value,
-                        "fv": f.feature_versions.get(name),
-                    }
-                )
-        conn.execute(
-            text(
-                "INSERT INTO file_columns (table_id, file_id, column_id, null_count, min_value, "
-                "max_value, feature_version) VALUES (:t, :f, :c, :nc, :lo, :hi, :fv)"
-            ),
-            col_rows,
-        )
+        _insert_files(conn, t, req, version, files, column_ids)
     if req.lineage:
-        conn.execute(
-            text(
-                "INSERT INTO lineage (table_id, file_id, column_id, feature, feature_version, "
-                "inputs, run_id, engine, error_count) VALUES (:t, :f, :c, :feat, :fv, :inp, :r, :e, :n)"
-            ),
-            [
-                {
-                    "t": t,
-                    "f": e.file_id,
-                    "c": column_ids[e.column],
-                    "feat": e.feature,
-                    "fv": e.feature_version,
-                    "inp": json.dumps(e.inputs, sort_keys=True),
-                    "r": req.run_id or "",
-                    "e": e.engine,
-                    "n": e.error_count,
-                }
-                for e in req.lineage
-            ],
-        )
+        _insert_lineage(conn, t, req, column_ids)
+
+
+def _insert_files(
+    conn: Connection,
+    t: str,
+    req: CommitRequest,
+    version: int,
+    files: list[FileDescriptor],
+    column_ids: dict[str, int],
+) -> None:
+    conn.execute(
+        text(
+            "INSERT INTO files (table_id, file_id, fragment_id, group_name, path, row_count, "
+            "size_bytes, branch, added_version, removed_version, run_id) VALUES "
+            "(:t, :id, :frag, :g, :p, :n, :s, :b, :v, NULL, :r)"
+        ),
+        [
+            {"t": t, "id": f.file_id, "frag": f.fragment_id, "g": f.group_name, "p": f.path,
+             "n": f.row_count, "s": f.size_bytes, "b": req.branch, "v": version, "r": req.run_id}
+            for f in files
+        ],
+    )  # fmt: skip
+    col_rows = []
+    for f in files:
+        seen: set[int] = set()
+        for name, st in f.columns.items():
+            cid = column_ids[name]
+            if cid in seen:
+                raise ValidationError(f"Cannot commit: file {f.path} lists column '{name}' twice")
+            seen.add(cid)
+            col_rows.append(
+                {"t": t, "f": f.file_id, "c": cid, "nc": st.null_count, "lo": st.min_value,
+                 "hi": st.max_value, "fv": f.feature_versions.get(name)}
+            )  # fmt: skip
+    conn.execute(
+        text(
+            "INSERT INTO file_columns (table_id, file_id, column_id, null_count, min_value, "
+            "max_value, feature_version) VALUES (:t, :f, :c, :nc, :lo, :hi, :fv)"
+        ),
+        col_rows,
+    )
+
+
+def _insert_lineage(
+    conn: Connection, t: str, req: CommitRequest, column_ids: dict[str, int]
+) -> None:
+    conn.execute(
+        text(
+            "INSERT INTO lineage (table_id, file_id, column_id, feature, feature_version, "
+            "inputs, run_id, engine, error_count) VALUES (:t, :f, :c, :feat, :fv, :inp, :r, :e, :n)"
+        ),
+        [
+            {"t": t, "f": e.file_id, "c": column_ids[e.column], "feat": e.feature,
+             "fv": e.feature_version, "inp": json.dumps(e.inputs, sort_keys=True),
+             "r": req.run_id or "", "e": e.engine, "n": e.error_count}
+            for e in req.lineage
+        ],
+    )  # fmt: skip
 
 
 def _upsert_features(conn: Connection, t: str, req: CommitRequest, version: int, now: str) -> None:

@@ -192,14 +192,11 @@ def run_plan(
             log.warning("backfill of %s: %s", ctx.name, escalation.warning)
             result.warnings.append(escalation.warning)
         driver_escalation = escalation.driver_fallback and options.isolation == "auto"
+        shared = _Run(session, ctx, run.run_id, options, result, driver_escalation)
         for index, step in enumerate(plan.steps, 1):
-            report = _step_progress(progress, index, len(plan.steps))
             out = StepResult([f.id for f in step.features])
             result.steps.append(out)
-            _run_step(
-                session, ctx, step, index, run.run_id, options, result, out, report,
-                driver_escalation,
-            )  # fmt: skip
+            _run_step(shared, step, index, out, _step_progress(progress, index, len(plan.steps)))
         result.seconds = time.perf_counter() - started
     return result
 
@@ -212,83 +209,93 @@ def _step_progress(progress: Progress | None, index: int, steps: int) -> Callabl
     return report
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What every step and chunk of one backfill run shares."""
+
+    session: SparkSession
+    ctx: TableContext
+    run_id: str
+    options: RunOptions
+    result: RunResult
+    driver_escalation: bool
+
+
 def _run_step(
-    session: SparkSession,
-    ctx: TableContext,
-    step: Step,
-    index: int,
-    run_id: str,
-    options: RunOptions,
-    result: RunResult,
-    out: StepResult,
-    progress: Callable[[int, int], None],
-    driver_escalation: bool = False,
+    run: _Run, step: Step, index: int, out: StepResult, progress: Callable[[int, int], None]
 ) -> None:
+    """Compute and commit one step, one checkpoint chunk at a time."""
     started = time.perf_counter()
     fragments = step.fragments
-    size = options.checkpoint_fragments or max(1, len(fragments))
+    size = run.options.checkpoint_fragments or max(1, len(fragments))
     progress(0, len(fragments))
     for start in range(0, len(fragments), size):
         chunk = fragments[start : start + size]
-        chunk_ids = {f.fragment_id for f in chunk}
-        snap = ctx.snapshot()
-        _check_plan_holds(snap, step, chunk)
-        work = {
-            name: [f.fragment_id for f in frags if f.fragment_id in chunk_ids]
-            for name, frags in step.work.items()
-        }
-        retry = retry_offsets(session, ctx, step, chunk_ids)
-        for name, per_frag in step.retry.items():  # nothing recorded to retry: skip
-            work[name] = [
-                i for i in work.get(name, []) if i not in per_frag or retry.get(name, {}).get(i)
-            ]
-        work = {k: v for k, v in work.items() if v}
-        outputs: list[TaskOutput] = []
-        skipped: list[dict[str, Any]] = []
-        if work:
-            tag = f"omnitable-{run_id}-step{index}-{start // size}"
-            marks = (
-                TaskProgress(ctx.location.join("_progress", tag).uri) if driver_escalation else None
-            )
-            job = ChunkJob(
-                session, ctx, snap, step, retry, run_id, tag, options.isolation,
-                options.on_corrupt, marks,
-            )  # fmt: skip
-            outputs, skipped, scan, escalated = execute_chunk(job, work)
-            out.escalated += [f for f in escalated if f not in out.escalated]
-            out.bytes_read += int(scan.get("omnitableBytesRead", 0))
-            out.scans += int(scan.get("omnitableScans", 0))
-        try:
-            _check_skip_ratio(skipped, len(chunk), options.max_skip_ratio)
-        except BaseException:
-            delete_quietly(ctx.location.fs, [ctx.location.child_path(o.file.path) for o in outputs])
-            raise
-        out.skipped += skipped
-        if outputs:  # nothing to commit when every fragment of the chunk was skipped
-            try:
-                _check_error_ratio(step, outputs, options.max_error_ratio)
-                _record_errors(session, ctx, snap, outputs, run_id, step)
-                failpoint("backfill.before_commit")
-                version = _commit(ctx, snap, step, outputs, run_id)
-            except BaseException as exc:
-                if not isinstance(exc, CommitOutcomeUnknown):  # the commit may reference them
-                    delete_quietly(
-                        ctx.location.fs,
-                        [ctx.location.child_path(o.file.path) for o in outputs],
-                    )
-                raise
-            failpoint("backfill.after_commit")
-            out.versions.append(version)
-            result.versions.append(version)
-            out.files += len(outputs)
-            for o in outputs:
-                if o.errors:
-                    key = next(f.id for f in step.features if f.name == o.feature)
-                    out.errors[key] = out.errors.get(key, 0) + len(o.errors)
+        tag = f"omnitable-{run.run_id}-step{index}-{start // size}"
+        _run_chunk(run, step, chunk, tag, out)
         out.fragments += len(chunk)
         out.rows += sum(f.row_count for f in chunk)
         progress(out.fragments, len(fragments))
     out.seconds = time.perf_counter() - started
+
+
+def _run_chunk(
+    run: _Run, step: Step, chunk: list[FragmentRecord], tag: str, out: StepResult
+) -> None:
+    """One chunk: check the plan still holds, compute (one Spark job, more after a worker
+    death), check the skip and error ratios, record the errors, commit."""
+    ctx, options = run.ctx, run.options
+    chunk_ids = {f.fragment_id for f in chunk}
+    snap = ctx.snapshot()
+    _check_plan_holds(snap, step, chunk)
+    work = {
+        name: [f.fragment_id for f in frags if f.fragment_id in chunk_ids]
+        for name, frags in step.work.items()
+    }
+    retry = retry_offsets(run.session, ctx, step, chunk_ids)
+    for name, per_frag in step.retry.items():  # nothing recorded to retry: skip
+        work[name] = [
+            i for i in work.get(name, []) if i not in per_frag or retry.get(name, {}).get(i)
+        ]
+    work = {k: v for k, v in work.items() if v}
+    outputs: list[TaskOutput] = []
+    skipped: list[dict[str, Any]] = []
+    if work:
+        marks = (
+            TaskProgress(ctx.location.join("_progress", tag).uri) if run.driver_escalation else None
+        )
+        job = ChunkJob(run.session, ctx, snap, step, retry, run.run_id, tag, options.isolation,
+                       options.on_corrupt, marks)  # fmt: skip
+        outputs, skipped, scan, escalated = execute_chunk(job, work)
+        out.escalated += [f for f in escalated if f not in out.escalated]
+        out.bytes_read += int(scan.get("omnitableBytesRead", 0))
+        out.scans += int(scan.get("omnitableScans", 0))
+    written = [ctx.location.child_path(o.file.path) for o in outputs]
+    try:
+        _check_skip_ratio(skipped, len(chunk), options.max_skip_ratio)
+    except BaseException:
+        delete_quietly(ctx.location.fs, written)
+        raise
+    out.skipped += skipped
+    if not outputs:  # nothing to commit when every fragment of the chunk was skipped
+        return
+    try:
+        _check_error_ratio(step, outputs, options.max_error_ratio)
+        _record_errors(run.session, ctx, snap, outputs, run.run_id, step)
+        failpoint("backfill.before_commit")
+        version = _commit(ctx, snap, step, outputs, run.run_id)
+    except BaseException as exc:
+        if not isinstance(exc, CommitOutcomeUnknown):  # the commit may reference them
+            delete_quietly(ctx.location.fs, written)
+        raise
+    failpoint("backfill.after_commit")
+    out.versions.append(version)
+    run.result.versions.append(version)
+    out.files += len(outputs)
+    for o in outputs:
+        if o.errors:
+            key = next(f.id for f in step.features if f.name == o.feature)
+            out.errors[key] = out.errors.get(key, 0) + len(o.errors)
 
 
 def _check_skip_ratio(skipped: list[dict[str, Any]], fragments: int, max_ratio: float) -> None:

@@ -22,8 +22,8 @@ from omnitable.exec.task import (
     FRAGMENT,
     OFFSET,
     TYPE_ERROR_PREFIX,
+    TaskSpec,
     compute_partition,
-    step_spec,
 )
 from omnitable.format.fs import delete_quietly
 from omnitable.spark.session import warehouse_string
@@ -236,7 +236,7 @@ def _run_job(job: ChunkJob, work: dict[str, list[str]], escalate: list[str]) -> 
     frag_ids = sorted({i for ids in work.values() for i in ids})
     by_id = {f.fragment_id: f for f in snap.fragments}
     features = [f.load() for f in job.step.features if f.name in work]
-    spec = step_spec(
+    spec = TaskSpec(
         root=ctx.root.uri,
         location=ctx.record.location,
         features=features,
@@ -249,7 +249,7 @@ def _run_job(job: ChunkJob, work: dict[str, list[str]], escalate: list[str]) -> 
         isolation=job.isolation,
         progress=job.progress.uri if job.progress is not None else None,
         escalate=escalate,
-    )
+    ).to_json()
     df = step_dataframe(session, ctx, snap, job.step, frag_ids, job.on_corrupt)
     tag = job.tag
     sc = session.sparkContext

@@ -17,6 +17,7 @@ import json
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -43,24 +44,11 @@ _LOADED: dict[str, Feature] = {}
 _SIZING: weakref.WeakKeyDictionary[Callable[..., Any], CallSizing] = weakref.WeakKeyDictionary()
 
 
-def step_spec(
-    *,
-    root: str,
-    location: str,
-    features: list[Feature],
-    work: dict[str, list[str]],
-    retry: dict[str, dict[str, list[int]]],
-    row_counts: dict[str, int],
-    paths: dict[str, str],
-    options: WriteOptions,
-    run_id: str,
-    isolation: str,
-    progress: str | None = None,
-    escalate: list[str] | None = None,
-) -> str:
-    """Everything a task needs, as JSON (shipped to executors with the task).
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything a task of one chunk needs, shipped to executors as JSON with the task.
 
-    Args:
+    Attributes:
         work: feature -> fragments to compute (fully, or only ``retry`` offsets).
         retry: feature -> fragment -> row offsets to recompute (other rows keep their values).
         isolation: ``auto`` | ``inprocess`` | ``subprocess`` | ``off`` (overrides features).
@@ -69,22 +57,40 @@ def step_spec(
         escalate: features to run in the child process from the start (a worker died while
             computing them in an earlier job of this chunk).
     """
-    return json.dumps(
-        {
-            "root": root,
-            "location": location,
-            "run_id": run_id,
-            "features": [dict(f.definition(), fingerprint=f.code_fingerprint) for f in features],
-            "work": work,
-            "retry": retry,
-            "row_counts": row_counts,
-            "paths": paths,
-            "options": options.__dict__,
-            "isolation": isolation,
-            "progress": progress,
-            "escalate": escalate or [],
-        }
-    )
+
+    root: str
+    location: str
+    features: list[Feature]
+    work: dict[str, list[str]]
+    retry: dict[str, dict[str, list[int]]]
+    row_counts: dict[str, int]
+    paths: dict[str, str]
+    options: WriteOptions
+    run_id: str
+    isolation: str
+    progress: str | None = None
+    escalate: list[str] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        """The JSON :func:`compute_partition` reads."""
+        return json.dumps(
+            {
+                "root": self.root,
+                "location": self.location,
+                "run_id": self.run_id,
+                "features": [
+                    dict(f.definition(), fingerprint=f.code_fingerprint) for f in self.features
+                ],
+                "work": self.work,
+                "retry": self.retry,
+                "row_counts": self.row_counts,
+                "paths": self.paths,
+                "options": self.options.__dict__,
+                "isolation": self.isolation,
+                "progress": self.progress,
+                "escalate": self.escalate,
+            }
+        )
 
 
 def compute_partition(

@@ -228,10 +228,10 @@ def code_fingerprint(fn: Callable[..., Any]) -> str:
         text = textwrap.dedent(inspect.getsource(target))
         text = re.sub(r"^(\s*@.*\n)+", "", text)  # decorators (incl. version strings) excluded
         payload = text.encode()
-    except (OSError, TypeError):
+    except (OSError, TypeError) as exc:
         code = getattr(target, "__code__", None)
         if code is None:
-            raise ValidationError(f"Cannot fingerprint {fn!r}: not a Python function") from None
+            raise ValidationError(f"Cannot fingerprint {fn!r}: not a Python function") from exc
         payload = code.co_code + repr(code.co_consts).encode()
     return hashlib.sha256(payload).hexdigest()
 
@@ -247,7 +247,7 @@ def resolve_ref(ref: str) -> Any:
         raise ValidationError(
             f"Cannot import feature code '{ref}': {exc}; make the module importable (installed "
             "or on PYTHONPATH) in every process that runs backfills"
-        ) from None
+        ) from exc
     return obj
 
 

@@ -20,6 +20,7 @@ from omnitable.features.graph import FeatureGraph
 from omnitable.vocabulary.names import APPEND_NAME
 
 if TYPE_CHECKING:
+    from omnitable.catalog.snapshot import Snapshot
     from omnitable.context import TableContext
 
 _IDENT = re.compile(r"`((?:[^`]|``)+)`|\b([A-Za-z_][A-Za-z0-9_]*)\b")
@@ -84,6 +85,34 @@ def register(ctx: TableContext, features: tuple[Feature, ...]) -> int | None:
     merged = {**current, **{f.name: f for f in resolved}}
     FeatureGraph.build(merged.values(), raw)
 
+    new_columns, removed = _column_changes(snap, current, resolved)
+    if not rows and not new_columns and not removed:
+        return None
+    req = CommitRequest(
+        op="register",
+        base_version=snap.version,
+        summary={
+            "features": [f"{r.name}@{r.version}" for r in rows],
+            "columns": [c.name for c in new_columns],
+        },
+        new_columns=new_columns,
+        removed_columns=removed,
+        features=rows,
+    )
+    failpoint("register.before_commit")
+    return ctx.commit(req)
+
+
+def _column_changes(
+    snap: Snapshot, current: dict[str, Feature], resolved: list[Feature]
+) -> tuple[list[NewColumn], list[str]]:
+    """The output columns registering ``resolved`` adds, and those it removes (an output whose
+    type changed is replaced; one the new version no longer produces is removed).
+
+    Raises:
+        ValidationError: a feature's group holds other columns, or an output is already a
+            column of another feature or of the table.
+    """
     by_name = {c.name: c for c in snap.columns}
     new_columns: list[NewColumn] = []
     removed: list[str] = []
@@ -108,24 +137,8 @@ def register(ctx: TableContext, features: tuple[Feature, ...]) -> int | None:
             new_columns.append(NewColumn(out, ddl, True, f.name, f.name))
         previous = current.get(f.name)
         if previous is not None:
-            for out in previous.outputs:
-                if out not in f.outputs and out in by_name:
-                    removed.append(out)  # an output the new version no longer produces
-    if not rows and not new_columns and not removed:
-        return None
-    req = CommitRequest(
-        op="register",
-        base_version=snap.version,
-        summary={
-            "features": [f"{r.name}@{r.version}" for r in rows],
-            "columns": [c.name for c in new_columns],
-        },
-        new_columns=new_columns,
-        removed_columns=removed,
-        features=rows,
-    )
-    failpoint("register.before_commit")
-    return ctx.commit(req)
+            removed += [o for o in previous.outputs if o not in f.outputs and o in by_name]
+    return new_columns, removed
 
 
 def _check_version_rule(ctx: TableContext, f: Feature) -> None:

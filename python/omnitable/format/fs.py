@@ -51,14 +51,14 @@ def resolve_location(uri: str) -> Location:
         try:
             import fsspec
         except ImportError:  # pragma: no cover - fsspec is a dependency
-            raise ValidationError(f"Cannot open '{uri}': {arrow_exc}") from None
+            raise ValidationError(f"Cannot open '{uri}': {arrow_exc}") from arrow_exc
         try:
             ffs, path = fsspec.core.url_to_fs(uri)
         except (ValueError, ImportError) as exc:
             raise ValidationError(
                 f"Cannot open warehouse root '{uri}': no filesystem for scheme '{scheme}' "
                 f"({exc}); use a local path or an s3://, gs://, hdfs://, abfs:// URI"
-            ) from None
+            ) from exc
         handler = pafs.FSSpecHandler(ffs)
         return Location(pafs.PyFileSystem(handler), path, uri)
 

@@ -133,7 +133,7 @@ class FragmentReader:
         try:
             survivors = pred.filter(where).column(_INDEX).to_numpy()
         except ARROW_VALUE_ERRORS as exc:
-            raise ValidationError(f"Cannot evaluate filter {where}: {exc}") from None
+            raise ValidationError(f"Cannot evaluate filter {where}: {exc}") from exc
         schema = pa.schema([self._field(c) for c in out_cols])
         if len(survivors) == 0:
             return schema.empty_table()
@@ -199,8 +199,8 @@ class FragmentReader:
             if "No match for FieldRef" in msg:
                 raise UnknownColumnError(
                     f"Cannot filter table '{self.snapshot.table.name}': {msg}"
-                ) from None
-            raise ValidationError(f"Cannot filter with {where}: {msg}") from None
+                ) from exc
+            raise ValidationError(f"Cannot filter with {where}: {msg}") from exc
         return cols
 
     # -- pruning --------------------------------------------------------------------------

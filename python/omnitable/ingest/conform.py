@@ -90,7 +90,7 @@ class Conformer:
         try:
             canonical = canonical_arrow_type(arr.type, name)
         except ValidationError as exc:
-            raise SchemaMismatchError(str(exc)) from None
+            raise SchemaMismatchError(str(exc)) from exc
         if _is_textual(canonical) != _is_textual(target):
             raise SchemaMismatchError(
                 f"Cannot ingest column '{name}' into table '{self.table_name}': it has type "
@@ -102,7 +102,7 @@ class Conformer:
             raise SchemaMismatchError(
                 f"Cannot ingest column '{name}' into table '{self.table_name}': cannot convert "
                 f"{to_ddl(canonical)} to {to_ddl(target)} ({str(exc).splitlines()[0]})"
-            ) from None
+            ) from exc
 
 
 def _is_textual(t: pa.DataType) -> bool:

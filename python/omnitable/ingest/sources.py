@@ -110,7 +110,7 @@ def _from_pandas(df: Any, schema_hint: pa.Schema | None) -> pa.Table:
 
         raise SchemaMismatchError(
             f"Cannot convert the pandas DataFrame to the table's types: {exc}"
-        ) from None
+        ) from exc
 
 
 def _read_file(path: str) -> Iterator[pa.RecordBatch]:
@@ -120,12 +120,12 @@ def _read_file(path: str) -> Iterator[pa.RecordBatch]:
             pf = pq.ParquetFile(path)
             yield from pf.iter_batches(batch_size=_SOURCE_BATCH_ROWS)
         except (pa.ArrowInvalid, OSError) as exc:
-            raise CorruptInputError(f"Cannot read Parquet file '{path}': {exc}") from None
+            raise CorruptInputError(f"Cannot read Parquet file '{path}': {exc}") from exc
     elif lower.endswith(JSONL_SUFFIXES):
         try:
             table = pajson.read_json(path)
         except (pa.ArrowInvalid, OSError) as exc:
-            raise CorruptInputError(f"Cannot read JSON-lines file '{path}': {exc}") from None
+            raise CorruptInputError(f"Cannot read JSON-lines file '{path}': {exc}") from exc
         yield from table.to_batches(max_chunksize=_SOURCE_BATCH_ROWS)
     else:
         raise ValidationError(

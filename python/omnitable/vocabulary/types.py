@@ -152,7 +152,7 @@ def parse_type_spec(spec: str | pa.DataType, column: str) -> pa.DataType:
         except ValidationError as exc:
             raise ValidationError(
                 f"Cannot use type '{spec}' for column '{column}': {exc}"
-            ) from None
+            ) from exc
     raise ValidationError(
         f"Cannot use type {spec!r} for column '{column}': give a pyarrow type or a Spark DDL "
         "string such as 'bigint', 'string', 'array<float>'"
