@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from omnitable.warehouse import Warehouse
 
 EXTENSIONS_CLASS = "io.omnitable.spark.OmniTableSparkSessionExtensions"
-CATALOG_CLASS = "io.omnitable.spark.catalog.OmniTableCatalog"
+CATALOG_CLASS = "io.omnitable.spark.source.OmniTableCatalog"
 CATALOG_NAME = "omnitable"
 JAR_NAME = "omnitable-spark.jar"
 DELTA_JARS = ("delta-spark_4.1_2.13-4.1.0.jar", "delta-storage-4.1.0.jar")

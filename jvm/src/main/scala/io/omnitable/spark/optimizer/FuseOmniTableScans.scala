@@ -1,8 +1,9 @@
 package io.omnitable.spark.optimizer
 
-import io.omnitable.spark.OmniTableConf
 import io.omnitable.spark.catalog.SystemColumns
+import io.omnitable.spark.conf.OmniTableConf
 import io.omnitable.spark.optimizer.OmniTableRelations.{chain, Chain, Read}
+import io.omnitable.spark.read.plan.OptimizerMarks
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.catalyst.expressions.{
   Alias,
@@ -60,7 +61,7 @@ import org.apache.spark.sql.types.BooleanType
  */
 object FuseOmniTableScans extends Rule[LogicalPlan] with PredicateHelper with Logging {
 
-  override val ruleName: String = "FuseOmniTableScans"
+  override val ruleName: String = OptimizerMarks.FuseScansRule
 
   override def apply(plan: LogicalPlan): LogicalPlan =
     if (!OmniTableConf.fromSQLConf().fuseScans) plan

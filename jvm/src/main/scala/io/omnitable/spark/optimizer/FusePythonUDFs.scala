@@ -2,7 +2,7 @@ package io.omnitable.spark.optimizer
 
 import scala.collection.mutable
 
-import io.omnitable.spark.OmniTableConf
+import io.omnitable.spark.conf.OmniTableConf
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeSet, Expression, PythonUDF}

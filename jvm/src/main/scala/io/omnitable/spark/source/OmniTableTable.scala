@@ -4,9 +4,8 @@ import java.util
 
 import scala.jdk.CollectionConverters._
 
-import io.omnitable.spark.OmniTableConf
-import io.omnitable.spark.optimizer.OptimizerMarks
-import io.omnitable.spark.read.{OmniTableScanBuilder, ReadColumn}
+import io.omnitable.spark.conf.OmniTableConf
+import io.omnitable.spark.read.plan.{OmniTableScanBuilder, OptimizerMarks, ReadColumn, TableHandle}
 import org.apache.spark.sql.connector.catalog.{
   MetadataColumn,
   SupportsMetadataColumns,

@@ -3,8 +3,9 @@ package io.omnitable.spark.source
 import java.time.format.DateTimeParseException
 import java.util.Locale
 
-import io.omnitable.spark.catalog.SnapshotSpec
+import io.omnitable.spark.catalog.{CatalogReader, SnapshotSpec}
 import io.omnitable.spark.errors.OmniTableErrors
+import io.omnitable.spark.read.plan.TableHandle
 
 /**
  * The options of one `spark.read.format("omnitable")` read that select what to read (settings
@@ -15,7 +16,18 @@ final case class ReadOptions(
     table: String,
     snapshot: SnapshotSpec,
     batches: Option[Seq[String]],
-    fragments: Option[Seq[String]] = None)
+    fragments: Option[Seq[String]] = None) {
+
+  /** Loads [[table]] at the snapshot these options name; checks the batches exist. */
+  def load(reader: CatalogReader, raw: Map[String, String]): TableHandle = {
+    val loaded = reader.loadTable(table, snapshot)
+    batches.foreach { wanted =>
+      val missing = wanted.filterNot(loaded.batchNames.contains)
+      if (missing.nonEmpty) throw OmniTableErrors.batchNotFound(table, missing, loaded.batchNames)
+    }
+    TableHandle(reader, loaded, batches, fragments, raw)
+  }
+}
 
 object ReadOptions {
   val Table = "path"
