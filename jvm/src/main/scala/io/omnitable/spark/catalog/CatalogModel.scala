@@ -14,8 +14,12 @@ object SystemColumns {
   val MainBranch = "main"
 }
 
-/** A row of `tables`. `location` is relative to the data root (or an absolute URI). */
-final case class TableEntry(tableId: String, name: String, location: String)
+/**
+ * A row of `tables`. `location` is relative to the data root (or an absolute URI); `properties`
+ * are the table's properties (`create_table(properties=...)`), values as text (JSON numbers and
+ * booleans as written, strings unquoted).
+ */
+final case class TableEntry(tableId: String, name: String, location: String, properties: Map[String, String])
 
 /** A visible, non-dropped row of `columns`; `dataType` is `ddl` parsed by Spark. */
 final case class ColumnEntry(

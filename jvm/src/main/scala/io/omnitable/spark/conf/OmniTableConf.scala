@@ -17,13 +17,33 @@ final case class OmniTableConfEntry[T](
     optionKey: Option[String],
     default: Option[T],
     doc: String,
-    parse: String => Either[String, T])
+    parse: String => Either[String, T]) {
+
+  /**
+   * The table property that sets it for one table (`create_table(properties=...)`): the session
+   * key without `spark.omnitable.`, e.g. `read.batch_size`. Only `read.*` settings have one;
+   * session-wide settings (the warehouse, optimizer rules) are not per table.
+   */
+  def tableKey: Option[String] = Some(sessionKey.stripPrefix(OmniTableConf.Prefix)).filter(_.startsWith("read."))
+}
+
+/** The properties of the table a read reads (`tables.properties` in the catalog), for [[OmniTableConf]]. */
+final case class TableProperties(table: String, values: Map[String, String])
+
+object TableProperties {
+
+  /** No table (a catalog's or a session's settings). */
+  val Empty: TableProperties = TableProperties("", Map.empty)
+}
 
 /**
  * Every `spark.omnitable.*` setting, and the one precedence chain used to read them:
- * read option → session conf → default.
+ * read option → session conf → table property → default.
  */
 object OmniTableConf {
+
+  /** The prefix of every session key. */
+  val Prefix = "spark.omnitable."
 
   private val registry = mutable.LinkedHashMap.empty[String, OmniTableConfEntry[_]]
 
@@ -201,38 +221,46 @@ object OmniTableConf {
     }
   }
 
-  /** All declared settings, in declaration order (for docs and tests). */
+  /** All declared settings, in declaration order (the settings table of docs/spark.md: [[SettingsDoc]]). */
   def entries: Seq[OmniTableConfEntry[_]] = registry.values.toSeq
 
   /** Session settings as seen by optimizer rules and planner strategies (the running query's SQLConf). */
   def fromSQLConf(): OmniTableConf =
-    new OmniTableConf(Map.empty, key => Option(org.apache.spark.sql.internal.SQLConf.get.getConfString(key, null)))
+    new OmniTableConf(
+      Map.empty,
+      key => Option(org.apache.spark.sql.internal.SQLConf.get.getConfString(key, null)),
+      TableProperties.Empty)
 
-  /** Settings of one read: `options` are the read's options (any key case). */
-  def apply(options: Map[String, String]): OmniTableConf = {
+  /** Settings of one read: `options` are the read's options (any key case), `table` its table's properties. */
+  def apply(options: Map[String, String], table: TableProperties = TableProperties.Empty): OmniTableConf = {
     val session = SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession)
-    new OmniTableConf(options, key => session.flatMap(_.conf.getOption(key)))
+    new OmniTableConf(options, key => session.flatMap(_.conf.getOption(key)), table)
   }
 }
 
 /** Typed view of the settings of one read or one catalog, resolved through the chain above. */
-final class OmniTableConf(options: Map[String, String], session: String => Option[String]) {
+final class OmniTableConf(options: Map[String, String], session: String => Option[String], table: TableProperties) {
   import OmniTableConf._
 
   private val lowered = options.map { case (k, v) => k.toLowerCase(Locale.ROOT) -> v }
 
-  /** The value of `entry`: read option, else session conf, else default (None if none). */
+  /**
+   * The value of `entry`: read option, else session conf, else table property, else default
+   * (None if none). The value found first is parsed; an invalid one fails naming where it came from.
+   */
   def getOption[T](entry: OmniTableConfEntry[T]): Option[T] = {
-    val fromOption = entry.optionKey.flatMap(k => lowered.get(k.toLowerCase(Locale.ROOT)).map(k -> _))
-    val raw = fromOption.orElse(session(entry.sessionKey).map(entry.sessionKey -> _))
-    raw match {
-      case Some((key, value)) =>
-        entry.parse(value) match {
-          case Right(v) => Some(v)
-          case Left(why) => throw OmniTableErrors.invalidOption(key, value, why)
-        }
-      case None => entry.default
+    def parsed(value: String, invalid: String => Throwable): T =
+      entry.parse(value).fold(why => throw invalid(why), v => v)
+    val fromOption = entry.optionKey.flatMap { k =>
+      lowered.get(k.toLowerCase(Locale.ROOT)).map(v => parsed(v, OmniTableErrors.invalidOption(k, v, _)))
     }
+    def fromSession =
+      session(entry.sessionKey).map(v => parsed(v, OmniTableErrors.invalidOption(entry.sessionKey, v, _)))
+    def fromTable = entry.tableKey.flatMap { k =>
+      val overrides = entry.optionKey.map(o => s"read option '$o'").toSeq :+ s"session setting '${entry.sessionKey}'"
+      table.values.get(k).map(v => parsed(v, OmniTableErrors.invalidTableProperty(table.table, k, v, _, overrides)))
+    }
+    fromOption.orElse(fromSession).orElse(fromTable).orElse(entry.default)
   }
 
   def get[T](entry: OmniTableConfEntry[T]): T =

@@ -122,8 +122,8 @@ object OmniTableErrors {
       s"Cannot read $what from warehouse '$warehouse': ${Option(cause.getMessage).getOrElse(cause.toString)}",
       cause)
 
-  def corruptCatalog(warehouse: String, detail: String): OmniTableAnalysisException =
-    analysis("OMNITABLE_CORRUPT_CATALOG", s"Cannot plan a read from warehouse '$warehouse': $detail")
+  def corruptCatalog(warehouse: String, detail: String, cause: Throwable = null): OmniTableAnalysisException =
+    analysis("OMNITABLE_CORRUPT_CATALOG", s"Cannot plan a read from warehouse '$warehouse': $detail", cause)
 
   // --- tables, refs, versions, batches ------------------------------------------------------
 
@@ -186,6 +186,19 @@ object OmniTableErrors {
 
   def invalidOption(key: String, value: String, detail: String): OmniTableAnalysisException =
     analysis("OMNITABLE_INVALID_OPTION", s"Cannot use option $key='$value': $detail")
+
+  /** A table property (`create_table(properties=...)`) that is not a valid value of its setting. */
+  def invalidTableProperty(
+      table: String,
+      key: String,
+      value: String,
+      detail: String,
+      overrides: Seq[String]): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_INVALID_OPTION",
+      s"Cannot use table property $key='$value' of table '$table': $detail; " +
+        s"set ${overrides.mkString(" or ")} to override it for a read or session"
+    )
 
   def unsupportedDataType(table: String, column: String, ddl: String, cause: Throwable): OmniTableAnalysisException =
     analysis(
