@@ -51,13 +51,21 @@ class PackageLayersSuite extends AnyFunSuite {
   private def sources: Seq[File] =
     Files.walk(mainRoot.toPath).iterator().asScala.map(_.toFile).filter(_.getName.endsWith(".scala")).toSeq.sorted
 
-  /** The text of a Scala file without comments and string literals. */
-  private def code(text: String): String =
-    text
-      .replaceAll("(?s)/\\*.*?\\*/", " ")
-      .replaceAll("(?s)\"\"\".*?\"\"\"", "\"\"")
-      .replaceAll("\"(?:[^\"\\\\\\n]|\\\\.)*\"", "\"\"")
-      .replaceAll("//[^\\n]*", " ")
+  private val StringLiteral = "(?s)\"\"\".*?\"\"\"|\"(?:[^\"\\\\\\n]|\\\\.)*\"".r
+  private val Interpolated = "\\$\\{([^}]*)\\}".r
+
+  /** The text of a Scala file without comments, and of its string literals only the `${...}` code. */
+  private def code(text: String): String = {
+    val noBlockComments = text.replaceAll("(?s)/\\*.*?\\*/", " ")
+    val noStrings = StringLiteral.replaceAllIn(
+      noBlockComments,
+      m =>
+        java.util.regex.Matcher.quoteReplacement(Interpolated.findAllMatchIn(m.matched).map(_.group(1)).mkString(
+          " ",
+          " ",
+          " ")))
+    noStrings.replaceAll("//[^\\n]*", " ")
+  }
 
   private val Package = """(?m)^package ([\w.]+)""".r
   private val Qualified = """(?<![\w.])((?:io\.omnitable|org\.apache\.spark(?:\.sql)?\.omnitable)[\w.]*)""".r
@@ -99,8 +107,12 @@ class PackageLayersSuite extends AnyFunSuite {
   test("the check sees imports, qualified and package-relative references") {
     val text = "package io.omnitable.spark\nimport io.omnitable.spark.read.plan.{A, B}\n" +
       "// io.omnitable.spark.conf.X in a comment\nval x = errors.OmniTableErrors.y(\"io.omnitable.spark.catalog.C\")\n" +
-      "val y = io.omnitable.spark.source.OmniTableTable"
-    assert(references("io.omnitable.spark", text).map(_._1).toSet ==
-      Set("io.omnitable.spark.read.plan", "io.omnitable.spark.errors", "io.omnitable.spark.source"))
+      "val y = io.omnitable.spark.source.OmniTableTable\n" +
+      "val z = s\"as of ${io.omnitable.spark.catalog.SnapshotResolver.formatMicros(m)} in io.omnitable.spark.conf\""
+    assert(references("io.omnitable.spark", text).map(_._1).toSet == Set(
+      "io.omnitable.spark.read.plan",
+      "io.omnitable.spark.errors",
+      "io.omnitable.spark.source",
+      "io.omnitable.spark.catalog"))
   }
 }

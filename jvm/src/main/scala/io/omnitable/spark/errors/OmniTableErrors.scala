@@ -151,17 +151,16 @@ object OmniTableErrors {
       "OMNITABLE_VERSION_NOT_FOUND",
       s"Cannot read version $version of table '$table': versions run from 0 to $latest.")
 
-  def versionNotOnBranch(table: String, version: Long, branch: String): OmniTableAnalysisException =
-    analysis(
-      "OMNITABLE_VERSION_NOT_ON_BRANCH",
-      s"Cannot read version $version of table '$table' on branch '$branch': that version is " +
-        s"not in the history of '$branch'."
-    )
+  def versionNotOnBranch(table: String, version: Long, branch: String): OmniTableAnalysisException = {
+    val what = s"version $version of table '$table' on branch '$branch'"
+    analysis("OMNITABLE_VERSION_NOT_ON_BRANCH", s"Cannot read $what: that version is not in the history of '$branch'.")
+  }
 
-  def noVersionAsOf(table: String, branch: String, micros: Long): OmniTableAnalysisException =
+  /** `asOf`: the instant asked for, as the user reads it (e.g. 2026-11-29T11:24:37Z). */
+  def noVersionAsOf(table: String, branch: String, asOf: String): OmniTableAnalysisException =
     analysis(
       "OMNITABLE_VERSION_NOT_FOUND",
-      s"Cannot read table '$table' as of ${io.omnitable.spark.catalog.SnapshotResolver.formatMicros(micros)}: " +
+      s"Cannot read table '$table' as of $asOf: " +
         s"branch '$branch' has no version committed at or before that time."
     )
 
