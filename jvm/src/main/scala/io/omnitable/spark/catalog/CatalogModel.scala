@@ -10,7 +10,6 @@ object SystemColumns {
   /** Metadata columns (SELECT them by name; not part of `SELECT *`). */
   val Fragment = "_ai_fragment_"
   val RowOffset = "_ai_row_offset_"
-  val BaseGroup = "base"
   val MainBranch = "main"
 }
 

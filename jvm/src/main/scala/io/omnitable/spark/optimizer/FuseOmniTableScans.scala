@@ -22,7 +22,7 @@ import org.apache.spark.sql.catalyst.expressions.{
   Or,
   PredicateHelper
 }
-import org.apache.spark.sql.catalyst.plans.{FullOuter, Inner, JoinType, LeftOuter, LeftSemi, RightOuter}
+import org.apache.spark.sql.catalyst.plans.{FullOuter, Inner, LeftOuter, LeftSemi, RightOuter}
 import org.apache.spark.sql.catalyst.plans.logical.{Expand, Filter, Join, JoinHint, LogicalPlan, Project, Union}
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.catalyst.trees.TreePattern.{JOIN, UNION}
@@ -206,6 +206,4 @@ object FuseOmniTableScans extends Rule[LogicalPlan] with PredicateHelper with Lo
 
   private def table(r: DataSourceV2Relation) = r.table.asInstanceOf[io.omnitable.spark.source.OmniTableTable]
   private def marks(r: DataSourceV2Relation): OptimizerMarks = table(r).marks
-
-  private[optimizer] def joinTypes: Seq[JoinType] = Seq(Inner, LeftSemi, LeftOuter, RightOuter, FullOuter)
 }

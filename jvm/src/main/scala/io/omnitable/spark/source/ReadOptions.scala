@@ -30,13 +30,13 @@ final case class ReadOptions(
 }
 
 object ReadOptions {
-  val Table = "path"
-  val VersionAsOf = "versionAsOf"
-  val TimestampAsOf = "timestampAsOf"
-  val Branch = "branch"
-  val Tag = "tag"
-  val Batches = "batches"
-  val Fragments = "fragments"
+  val Table: String = "path"
+  val VersionAsOf: String = "versionAsOf"
+  val TimestampAsOf: String = "timestampAsOf"
+  val Branch: String = "branch"
+  val Tag: String = "tag"
+  val Batches: String = "batches"
+  val Fragments: String = "fragments"
 
   def parse(options: Map[String, String]): ReadOptions = {
     val lowered = options.map { case (k, v) => k.toLowerCase(Locale.ROOT) -> v }

@@ -42,8 +42,8 @@ private[exec] final class FragmentColumnarReader(part: FragmentInputPartition, c
     with Logging {
 
   private val files: Array[ColumnFile] = part.files.indices.map(newFile).toArray
-  private lazy val appendName = ConstantVectors.string(part.batchName, ctx.batchSize)
-  private lazy val fragmentId = ConstantVectors.string(part.fragmentId, ctx.batchSize)
+  private lazy val appendName = ConstantVectors.string(part.batchName, ctx.settings.batchSize)
+  private lazy val fragmentId = ConstantVectors.string(part.fragmentId, ctx.settings.batchSize)
 
   private var sets: Iterator[RowSet] = _
   private var set: RowSet = RowSet.Range(0, 0)
@@ -73,7 +73,7 @@ private[exec] final class FragmentColumnarReader(part: FragmentInputPartition, c
 
   private def advance(): Boolean = {
     if (sets == null) sets = start().iterator
-    if (ctx.limit.exists(emitted >= _)) return false
+    if (ctx.settings.limit.exists(emitted >= _)) return false
     while (consumed == set.size) {
       closeCursors()
       if (!sets.hasNext) return false
@@ -81,9 +81,9 @@ private[exec] final class FragmentColumnarReader(part: FragmentInputPartition, c
       consumed = 0
       openSet()
     }
-    val cap = if (files.isEmpty) Int.MaxValue.toLong else ctx.batchSize.toLong
+    val cap = if (files.isEmpty) Int.MaxValue.toLong else ctx.settings.batchSize.toLong
     var n = math.min(set.size - consumed, cap)
-    ctx.limit.foreach(l => n = math.min(n, l - emitted))
+    ctx.settings.limit.foreach(l => n = math.min(n, l - emitted))
     var i = 0
     while (i < cursors.length) { n = math.min(n, available(i).toLong); i += 1 }
     current = assemble(n.toInt)
@@ -141,7 +141,8 @@ private[exec] final class FragmentColumnarReader(part: FragmentInputPartition, c
     new ColumnarBatch(vectors, n)
   }
 
-  private def newFile(i: Int): ColumnFile = new ColumnFile(part.files(i), ctx.hadoopConf.value.value, ctx.batchSize)
+  private def newFile(i: Int): ColumnFile =
+    new ColumnFile(part.files(i), ctx.hadoopConf.value.value, ctx.settings.batchSize)
 
   /** Validates every file (footer, row counts, chunk bounds), then plans the rows to read. */
   private def start(): Seq[RowSet] = {
@@ -187,7 +188,7 @@ private[exec] final class FragmentColumnarReader(part: FragmentInputPartition, c
     val (innerPart, innerSchema) = LatePartitions.predicatePart(aligned, ctx.readSchema, late.predicateColumns)
     val reader = new FragmentColumnarReader(
       innerPart,
-      ctx.copy(readSchema = innerSchema, limit = None, late = None, inner = true))
+      ctx.copy(readSchema = innerSchema, settings = ctx.settings.copy(limit = None), late = None, inner = true))
     inner = Some(reader)
     val predicate = Predicate.create(late.condition)
     predicate.initialize(Option(TaskContext.get()).map(_.partitionId()).getOrElse(0))
@@ -266,11 +267,12 @@ private[exec] final class FragmentColumnarReader(part: FragmentInputPartition, c
         case e: Throwable if CorruptInputPolicy.isHandled(e) =>
           failures += 1
           val failure = CorruptInputPolicy.classify(e)
-          if (failure == ReadFailure.Environment || failures > ctx.corrupt.retries) giveUp(i, row, failures, e, failure)
+          if (failure == ReadFailure.Environment || failures > ctx.settings.corrupt.retries)
+            giveUp(i, row, failures, e, failure)
           logWarning(
             s"Retrying column file ${part.files(i).uri} of fragment ${part.fragmentId} " +
-              s"(attempt ${failures + 1} of ${ctx.corrupt.retries + 1}): ${OmniTableErrors.describe(e)}")
-          Thread.sleep(ctx.corrupt.backoffMillis * failures)
+              s"(attempt ${failures + 1} of ${ctx.settings.corrupt.retries + 1}): ${OmniTableErrors.describe(e)}")
+          Thread.sleep(ctx.settings.corrupt.backoffMillis * failures)
       }
     result.get
   }
@@ -281,7 +283,7 @@ private[exec] final class FragmentColumnarReader(part: FragmentInputPartition, c
     if (failure != ReadFailure.Corrupt)
       throw OmniTableErrors.unreadableFragment(part.fragmentId, uri, rowGroup, attempts, e)
     val wholeFragment = part.rowStart == 0 && part.rowEnd == part.fragmentRows
-    if (ctx.corrupt.skipFragment && (emitted == 0 || ctx.inner) && wholeFragment) {
+    if (ctx.settings.corrupt.skipFragment && (emitted == 0 || ctx.inner) && wholeFragment) {
       val error = OmniTableErrors.describe(e)
       logWarning(
         s"Skipping fragment ${part.fragmentId} of table ${ctx.table} (on_corrupt=skip_fragment): column file " +
@@ -291,7 +293,7 @@ private[exec] final class FragmentColumnarReader(part: FragmentInputPartition, c
       throw FragmentSkipped
     }
     val hint =
-      if (!ctx.corrupt.skipFragment) {
+      if (!ctx.settings.corrupt.skipFragment) {
         "Set the read option on_corrupt=skip_fragment to skip (and report) fragments with unreadable files."
       } else if (!wholeFragment) {
         s"on_corrupt=skip_fragment cannot skip it: this partition reads only rows [${part.rowStart}, " +
@@ -318,8 +320,8 @@ private[exec] final class FragmentColumnarReader(part: FragmentInputPartition, c
   /** The partition's row range minus the row groups that statistics rule out, in order. */
   private def planRanges(): Seq[(Long, Long)] = {
     val whole = Seq((rowStart, rowEnd))
-    ctx.rowFilter match {
-      case Some(filter) if ctx.rowGroupFiltering && files.nonEmpty =>
+    ctx.settings.rowFilter match {
+      case Some(filter) if ctx.settings.rowGroupFiltering && files.nonEmpty =>
         val excluded = mutable.ArrayBuffer.empty[(Long, Long)]
         files.foreach { f =>
           val starts = f.rowGroupStarts

@@ -4,12 +4,14 @@ import org.apache.spark.sql.connector.metric.{CustomMetric, CustomSumMetric, Cus
 
 /** Scan metrics shown in the SQL UI and on `BatchScanExec.metrics` (summed over tasks). */
 object ReadMetrics {
-  val BytesRead = "omnitableBytesRead"
-  val FilesOpened = "omnitableFilesOpened"
-  val RowGroupsRead = "omnitableRowGroupsRead"
-  val RowGroupsSkipped = "omnitableRowGroupsSkipped"
-  val FragmentsRead = "omnitableFragmentsRead"
-  val CorruptFragments = "omnitableCorruptFragments"
+  private val Prefix = "omnitable"
+
+  val BytesRead: String = Prefix + "BytesRead"
+  val FilesOpened: String = Prefix + "FilesOpened"
+  val RowGroupsRead: String = Prefix + "RowGroupsRead"
+  val RowGroupsSkipped: String = Prefix + "RowGroupsSkipped"
+  val FragmentsRead: String = Prefix + "FragmentsRead"
+  val CorruptFragments: String = Prefix + "CorruptFragments"
 
   def all: Array[CustomMetric] = Array(
     new BytesReadMetric,
@@ -25,32 +27,18 @@ object ReadMetrics {
   }
 }
 
-class BytesReadMetric extends CustomSumMetric {
-  override def name(): String = ReadMetrics.BytesRead
-  override def description(): String = "column chunk bytes read (compressed)"
+/**
+ * One scan metric summed over tasks: `metricName` (what tasks report) and its SQL UI description.
+ * Spark creates metrics by class name, so each is a class without constructor arguments.
+ */
+sealed abstract class ReadMetric(metricName: String, text: String) extends CustomSumMetric {
+  override def name(): String = metricName
+  override def description(): String = text
 }
 
-class FilesOpenedMetric extends CustomSumMetric {
-  override def name(): String = ReadMetrics.FilesOpened
-  override def description(): String = "column files opened"
-}
-
-class RowGroupsReadMetric extends CustomSumMetric {
-  override def name(): String = ReadMetrics.RowGroupsRead
-  override def description(): String = "row groups read"
-}
-
-class RowGroupsSkippedMetric extends CustomSumMetric {
-  override def name(): String = ReadMetrics.RowGroupsSkipped
-  override def description(): String = "row groups skipped by statistics"
-}
-
-class FragmentsReadMetric extends CustomSumMetric {
-  override def name(): String = ReadMetrics.FragmentsRead
-  override def description(): String = "fragments read"
-}
-
-class CorruptFragmentsMetric extends CustomSumMetric {
-  override def name(): String = ReadMetrics.CorruptFragments
-  override def description(): String = "corrupt fragments skipped"
-}
+class BytesReadMetric extends ReadMetric(ReadMetrics.BytesRead, "column chunk bytes read (compressed)")
+class FilesOpenedMetric extends ReadMetric(ReadMetrics.FilesOpened, "column files opened")
+class RowGroupsReadMetric extends ReadMetric(ReadMetrics.RowGroupsRead, "row groups read")
+class RowGroupsSkippedMetric extends ReadMetric(ReadMetrics.RowGroupsSkipped, "row groups skipped by statistics")
+class FragmentsReadMetric extends ReadMetric(ReadMetrics.FragmentsRead, "fragments read")
+class CorruptFragmentsMetric extends ReadMetric(ReadMetrics.CorruptFragments, "corrupt fragments skipped")

@@ -17,15 +17,22 @@ import org.apache.spark.broadcast.Broadcast
 import org.apache.spark.sql.execution.datasources.SchemaColumnConvertNotSupportedException
 import org.apache.spark.sql.types.StructType
 
-/** What every reader of one scan shares (serialized once per task with the reader factory). */
-final case class ReaderContext(
-    table: String,
-    readSchema: StructType,
+/**
+ * How the readers of one scan read: rows per batch, the pushed data filter (tested against
+ * row-group statistics when `rowGroupFiltering`), the pushed limit and what to do with corrupt files.
+ */
+final case class ReaderSettings(
     batchSize: Int,
     rowFilter: Option[Filter],
     rowGroupFiltering: Boolean,
     limit: Option[Long],
-    corrupt: CorruptInputPolicy,
+    corrupt: CorruptInputPolicy)
+
+/** What every reader of one scan shares (serialized once per task with the reader factory). */
+final case class ReaderContext(
+    table: String,
+    readSchema: StructType,
+    settings: ReaderSettings,
     report: ScanReportAccumulator,
     hadoopConf: Broadcast[SerializableHadoopConf],
     late: Option[LateMaterialization] = None,

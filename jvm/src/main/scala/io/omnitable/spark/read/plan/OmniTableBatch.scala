@@ -7,6 +7,7 @@ import io.omnitable.spark.read.exec.{
   LateMaterialization,
   OmniTablePartitionReaderFactory,
   ReaderContext,
+  ReaderSettings,
   SerializableHadoopConf
 }
 import org.apache.hadoop.conf.Configuration
@@ -43,18 +44,14 @@ final class OmniTableBatch(
     val broadcast = spark.sparkContext.broadcast(new SerializableHadoopConf(hadoopConf))
     val report = new ScanReportAccumulator
     spark.sparkContext.register(report, ScanReport.AccumulatorName)
-    new OmniTablePartitionReaderFactory(ReaderContext(
-      table,
-      schema,
+    val settings = ReaderSettings(
       conf.batchSize,
       pushdown.rowFilter,
       conf.rowGroupFiltering,
       pushdown.limit.map(_.toLong),
-      CorruptInputPolicy(conf.skipCorruptFragments, conf.corruptRetries),
-      report,
-      broadcast,
-      late
-    ))
+      CorruptInputPolicy(conf.skipCorruptFragments, conf.corruptRetries)
+    )
+    new OmniTablePartitionReaderFactory(ReaderContext(table, schema, settings, report, broadcast, late))
   }
 }
 
