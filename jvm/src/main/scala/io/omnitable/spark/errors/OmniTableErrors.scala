@@ -183,8 +183,8 @@ object OmniTableErrors {
       "OMNITABLE_FRAGMENT_NOT_FOUND",
       s"Cannot read fragments ${missing.mkString(", ")} of table '$table': not visible in $snapshot.")
 
-  def invalidOption(key: String, value: String, detail: String): OmniTableAnalysisException =
-    analysis("OMNITABLE_INVALID_OPTION", s"Cannot use option $key='$value': $detail")
+  def invalidOption(key: String, value: String, detail: String, cause: Throwable = null): OmniTableAnalysisException =
+    analysis("OMNITABLE_INVALID_OPTION", s"Cannot use option $key='$value': $detail", cause)
 
   /** A table property (`create_table(properties=...)`) that is not a valid value of its setting. */
   def invalidTableProperty(

@@ -76,11 +76,12 @@ object ReadOptions {
         case _: DateTimeParseException =>
           try java.time.LocalDateTime.parse(text).toInstant(java.time.ZoneOffset.UTC)
           catch {
-            case _: DateTimeParseException =>
+            case e: DateTimeParseException =>
               throw OmniTableErrors.invalidOption(
                 TimestampAsOf,
                 v,
-                "expected an ISO-8601 instant such as 2026-11-29T11:24:37Z, or epoch milliseconds")
+                "expected an ISO-8601 instant such as 2026-11-29T11:24:37Z, or epoch milliseconds",
+                e)
           }
       }
     instant.getEpochSecond * 1000000L + instant.getNano / 1000L
