@@ -152,6 +152,33 @@ def test_counts_and_empty_tables(spark: Any, wh: omnitable.Warehouse) -> None:
     assert t.to_spark(spark).where("x IS NULL").count() == 1
 
 
+def test_table_properties_are_read_settings(spark: Any, wh: omnitable.Warehouse) -> None:
+    """Read option, then session conf, then table property, then default (docs/spark.md)."""
+    t = wh.create_table("props", {"x": "bigint"}, properties={"read.max_rows_per_partition": 2})
+    t.append(pa.table({"x": pa.array(range(10), pa.int64())}), "a")
+
+    def partitions(**options: str) -> int:
+        reader = spark.read.format("omnitable").option("warehouse", warehouse_string(wh))
+        df = reader.options(**options).load(t.name)
+        assert df.count() == 10
+        return int(df.rdd.getNumPartitions())
+
+    assert partitions() == 5
+    key = "spark.omnitable.read.max_rows_per_partition"
+    spark.conf.set(key, "5")
+    try:
+        assert partitions() == 2
+        assert partitions(max_rows_per_partition="10") == 1
+    finally:
+        spark.conf.unset(key)
+    bad = wh.create_table("bad_props", {"x": "bigint"}, properties={"read.batch_size": "many"})
+    bad_read = spark.read.format("omnitable").option("warehouse", warehouse_string(wh))
+    with pytest.raises(
+        Exception, match="table property read.batch_size='many' of table 'bad_props'"
+    ):
+        bad_read.load(bad.name).collect()
+
+
 def test_missing_table_is_a_spark_not_found_error(spark: Any, wh: omnitable.Warehouse) -> None:
     from pyspark.errors import AnalysisException
 

@@ -23,7 +23,7 @@ class HasAddress(Protocol):
 
 
 EXTENSIONS_CLASS = "io.omnitable.spark.OmniTableSparkSessionExtensions"
-CATALOG_CLASS = "io.omnitable.spark.catalog.OmniTableCatalog"
+CATALOG_CLASS = "io.omnitable.spark.source.OmniTableCatalog"
 CATALOG_NAME = "omnitable"
 JAR_NAME = "omnitable-spark.jar"
 DELTA_JARS = ("delta-spark_4.1_2.13-4.1.0.jar", "delta-storage-4.1.0.jar")

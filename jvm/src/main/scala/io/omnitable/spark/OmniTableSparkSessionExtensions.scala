@@ -1,5 +1,6 @@
 package io.omnitable.spark
 
+import io.omnitable.spark.conf.{OmniTableVersion, SparkVersionCheck}
 import io.omnitable.spark.optimizer.{FuseOmniTableScans, FusePythonUDFs, LateMaterializeFilteredColumns}
 import org.apache.spark.sql.SparkSessionExtensions
 import org.apache.spark.sql.catalyst.FunctionIdentifier

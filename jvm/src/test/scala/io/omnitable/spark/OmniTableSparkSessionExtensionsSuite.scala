@@ -1,5 +1,6 @@
 package io.omnitable.spark
 
+import io.omnitable.spark.conf.{OmniTableVersion, SparkVersionCheck}
 import org.apache.spark.sql.AnalysisException
 import org.scalatest.funsuite.AnyFunSuite
 

@@ -10,12 +10,15 @@ object SystemColumns {
   /** Metadata columns (SELECT them by name; not part of `SELECT *`). */
   val Fragment = "_ai_fragment_"
   val RowOffset = "_ai_row_offset_"
-  val BaseGroup = "base"
   val MainBranch = "main"
 }
 
-/** A row of `tables`. `location` is relative to the data root (or an absolute URI). */
-final case class TableEntry(tableId: String, name: String, location: String)
+/**
+ * A row of `tables`. `location` is relative to the data root (or an absolute URI); `properties`
+ * are the table's properties (`create_table(properties=...)`), values as text (JSON numbers and
+ * booleans as written, strings unquoted).
+ */
+final case class TableEntry(tableId: String, name: String, location: String, properties: Map[String, String])
 
 /** A visible, non-dropped row of `columns`; `dataType` is `ddl` parsed by Spark. */
 final case class ColumnEntry(

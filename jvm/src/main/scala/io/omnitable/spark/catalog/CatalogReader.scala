@@ -3,6 +3,7 @@ package io.omnitable.spark.catalog
 import java.sql.{Connection, SQLException}
 
 import scala.collection.mutable
+import scala.jdk.CollectionConverters._
 import scala.util.control.NonFatal
 
 import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableErrors}
@@ -106,9 +107,25 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
   // --- internals ----------------------------------------------------------------------------
 
   private def findTable(conn: Connection, name: String): Option[TableEntry] =
-    Jdbc.query(conn, "SELECT table_id, name, location FROM tables WHERE name = ?", name) { rs =>
-      TableEntry(rs.getString(1), rs.getString(2), rs.getString(3))
+    Jdbc.query(conn, "SELECT table_id, name, location, properties FROM tables WHERE name = ?", name) { rs =>
+      TableEntry(rs.getString(1), rs.getString(2), rs.getString(3), properties(rs.getString(2), rs.getString(4)))
     }.headOption
+
+  /** The `properties` JSON object of table `name`, values as text. */
+  private def properties(name: String, json: String): Map[String, String] = {
+    val node =
+      try CatalogReader.Json.readTree(json)
+      catch {
+        case e: com.fasterxml.jackson.core.JacksonException =>
+          throw OmniTableErrors.corruptCatalog(display, s"the properties of table '$name' are not JSON", e)
+      }
+    if (node == null || !node.isObject) {
+      throw OmniTableErrors.corruptCatalog(display, s"the properties of table '$name' are not a JSON object")
+    }
+    node.properties().asScala.map { e =>
+      e.getKey -> (if (e.getValue.isTextual) e.getValue.textValue() else e.getValue.toString)
+    }.toMap
+  }
 
   private def loadColumns(conn: Connection, table: TableEntry, segments: Seq[Segment]): Seq[ColumnEntry] = {
     val (where, params) = Jdbc.visible("c", segments)
@@ -184,6 +201,8 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
 }
 
 object CatalogReader {
+
+  private val Json = new com.fasterxml.jackson.databind.ObjectMapper()
 
   /**
    * The reader of a warehouse configured in setting `key` (a session or catalog setting). A

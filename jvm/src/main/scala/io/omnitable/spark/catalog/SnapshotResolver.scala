@@ -132,7 +132,7 @@ private[catalog] final class SnapshotResolver(conn: Connection, table: TableEntr
     val eligible = commits.filter { case (v, b, at) =>
       segments.exists(s => s.branch == b && v <= s.upto) && toMicros(at) <= micros
     }
-    if (eligible.isEmpty) throw OmniTableErrors.noVersionAsOf(table.name, branch, micros)
+    if (eligible.isEmpty) throw OmniTableErrors.noVersionAsOf(table.name, branch, SnapshotResolver.formatMicros(micros))
     eligible.map(_._1).max
   }
 }

@@ -122,8 +122,8 @@ object OmniTableErrors {
       s"Cannot read $what from warehouse '$warehouse': ${Option(cause.getMessage).getOrElse(cause.toString)}",
       cause)
 
-  def corruptCatalog(warehouse: String, detail: String): OmniTableAnalysisException =
-    analysis("OMNITABLE_CORRUPT_CATALOG", s"Cannot plan a read from warehouse '$warehouse': $detail")
+  def corruptCatalog(warehouse: String, detail: String, cause: Throwable = null): OmniTableAnalysisException =
+    analysis("OMNITABLE_CORRUPT_CATALOG", s"Cannot plan a read from warehouse '$warehouse': $detail", cause)
 
   // --- tables, refs, versions, batches ------------------------------------------------------
 
@@ -151,17 +151,16 @@ object OmniTableErrors {
       "OMNITABLE_VERSION_NOT_FOUND",
       s"Cannot read version $version of table '$table': versions run from 0 to $latest.")
 
-  def versionNotOnBranch(table: String, version: Long, branch: String): OmniTableAnalysisException =
-    analysis(
-      "OMNITABLE_VERSION_NOT_ON_BRANCH",
-      s"Cannot read version $version of table '$table' on branch '$branch': that version is " +
-        s"not in the history of '$branch'."
-    )
+  def versionNotOnBranch(table: String, version: Long, branch: String): OmniTableAnalysisException = {
+    val what = s"version $version of table '$table' on branch '$branch'"
+    analysis("OMNITABLE_VERSION_NOT_ON_BRANCH", s"Cannot read $what: that version is not in the history of '$branch'.")
+  }
 
-  def noVersionAsOf(table: String, branch: String, micros: Long): OmniTableAnalysisException =
+  /** `asOf`: the instant asked for, as the user reads it (e.g. 2026-11-29T11:24:37Z). */
+  def noVersionAsOf(table: String, branch: String, asOf: String): OmniTableAnalysisException =
     analysis(
       "OMNITABLE_VERSION_NOT_FOUND",
-      s"Cannot read table '$table' as of ${io.omnitable.spark.catalog.SnapshotResolver.formatMicros(micros)}: " +
+      s"Cannot read table '$table' as of $asOf: " +
         s"branch '$branch' has no version committed at or before that time."
     )
 
@@ -184,8 +183,21 @@ object OmniTableErrors {
       "OMNITABLE_FRAGMENT_NOT_FOUND",
       s"Cannot read fragments ${missing.mkString(", ")} of table '$table': not visible in $snapshot.")
 
-  def invalidOption(key: String, value: String, detail: String): OmniTableAnalysisException =
-    analysis("OMNITABLE_INVALID_OPTION", s"Cannot use option $key='$value': $detail")
+  def invalidOption(key: String, value: String, detail: String, cause: Throwable = null): OmniTableAnalysisException =
+    analysis("OMNITABLE_INVALID_OPTION", s"Cannot use option $key='$value': $detail", cause)
+
+  /** A table property (`create_table(properties=...)`) that is not a valid value of its setting. */
+  def invalidTableProperty(
+      table: String,
+      key: String,
+      value: String,
+      detail: String,
+      overrides: Seq[String]): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_INVALID_OPTION",
+      s"Cannot use table property $key='$value' of table '$table': $detail; " +
+        s"set ${overrides.mkString(" or ")} to override it for a read or session"
+    )
 
   def unsupportedDataType(table: String, column: String, ddl: String, cause: Throwable): OmniTableAnalysisException =
     analysis(

@@ -1,8 +1,9 @@
 package io.omnitable.spark.optimizer
 
-import io.omnitable.spark.OmniTableConf
 import io.omnitable.spark.catalog.SystemColumns
+import io.omnitable.spark.conf.OmniTableConf
 import io.omnitable.spark.optimizer.OmniTableRelations.{chain, Chain, Read}
+import io.omnitable.spark.read.plan.OptimizerMarks
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.catalyst.expressions.{
   Alias,
@@ -21,7 +22,7 @@ import org.apache.spark.sql.catalyst.expressions.{
   Or,
   PredicateHelper
 }
-import org.apache.spark.sql.catalyst.plans.{FullOuter, Inner, JoinType, LeftOuter, LeftSemi, RightOuter}
+import org.apache.spark.sql.catalyst.plans.{FullOuter, Inner, LeftOuter, LeftSemi, RightOuter}
 import org.apache.spark.sql.catalyst.plans.logical.{Expand, Filter, Join, JoinHint, LogicalPlan, Project, Union}
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.catalyst.trees.TreePattern.{JOIN, UNION}
@@ -60,7 +61,7 @@ import org.apache.spark.sql.types.BooleanType
  */
 object FuseOmniTableScans extends Rule[LogicalPlan] with PredicateHelper with Logging {
 
-  override val ruleName: String = "FuseOmniTableScans"
+  override val ruleName: String = OptimizerMarks.FuseScansRule
 
   override def apply(plan: LogicalPlan): LogicalPlan =
     if (!OmniTableConf.fromSQLConf().fuseScans) plan
@@ -205,6 +206,4 @@ object FuseOmniTableScans extends Rule[LogicalPlan] with PredicateHelper with Lo
 
   private def table(r: DataSourceV2Relation) = r.table.asInstanceOf[io.omnitable.spark.source.OmniTableTable]
   private def marks(r: DataSourceV2Relation): OptimizerMarks = table(r).marks
-
-  private[optimizer] def joinTypes: Seq[JoinType] = Seq(Inner, LeftSemi, LeftOuter, RightOuter, FullOuter)
 }

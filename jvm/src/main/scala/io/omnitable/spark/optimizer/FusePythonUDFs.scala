@@ -2,7 +2,7 @@ package io.omnitable.spark.optimizer
 
 import scala.collection.mutable
 
-import io.omnitable.spark.OmniTableConf
+import io.omnitable.spark.conf.OmniTableConf
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeSet, Expression, PythonUDF}
@@ -53,37 +53,54 @@ case class FusePythonUDFs(session: SparkSession) extends SparkStrategy with Logg
     if (p.moved == 0 && p.shared == 0) return None
     val Eval(bottom) = nodes.head: @unchecked
     val evaluations = nodes.count(Eval.unapply(_).isDefined)
-    val passes = p.computes.values.count(_.nonEmpty)
-    var cur: SparkPlan = planLater(bottom.child)
-    nodes.zipWithIndex.foreach { case (node, i) =>
-      // Results evaluations above need from here: those computed at or below this position.
-      val wanted = nodes.indices.drop(i + 1).flatMap(p.wants).distinct
-      def passUp(plan: SparkPlan, keep: AttributeSet): Seq[Attribute] = {
-        val present = AttributeSet(plan.output)
-        wanted.filter(a => present.contains(a) && !keep.contains(a))
-      }
-      node match {
-        case Filter(cond, _) => cur = FilterExec(cond, cur)
-        case Project(list, _) => cur = ProjectExec(list ++ passUp(cur, AttributeSet(list.map(_.toAttribute))), cur)
-        case Eval(e) =>
-          val here = p.computes.getOrElse(i, Nil)
-          if (i == 0) {
-            cur = FusedPythonEvalExec(here.map(_._1), here.map(_._2), cur, top.evalType, evaluations, passes, p.shared)
-          } else if (here.nonEmpty) cur = evalExec(here.map(_._1), here.map(_._2), cur, e.evalType)
-          val aliases = p.reused.getOrElse(i, Nil).map { case (r, src) =>
-            r.exprId -> Alias(src, r.name)(r.exprId, r.qualifier, Some(r.metadata))
-          }.toMap
-          val present = AttributeSet(cur.output)
-          val list = (e.node.output ++ passUp(cur, e.node.outputSet)).map {
-            case a if present.contains(a) => a
-            case a => aliases.getOrElse(a.exprId, a)
-          }
-          if (list.map(_.exprId) != cur.output.map(_.exprId)) cur = ProjectExec(list, cur)
-        case other => throw new IllegalStateException(s"FusePythonUDFs: unexpected ${other.nodeName} in a chain")
-      }
+    val chain = FusePythonUDFs.Chain(nodes, p, top.evalType, evaluations, p.computes.values.count(_.nonEmpty))
+    val plan = nodes.indices.foldLeft(planLater(bottom.child))((below, i) => planNode(chain, i, below))
+    logInfo(
+      s"FusePythonUDFs: $evaluations Python evaluations -> ${chain.passes} (${p.moved} UDFs moved, ${p.shared} shared)")
+    Some(plan)
+  }
+
+  /** Node `i` of `chain` planned over `below` (the plan of the nodes under it). */
+  private def planNode(chain: FusePythonUDFs.Chain, i: Int, below: SparkPlan): SparkPlan = {
+    // Results evaluations above need from here: those computed at or below this position.
+    val wanted = chain.nodes.indices.drop(i + 1).flatMap(chain.placement.wants).distinct
+    def passUp(plan: SparkPlan, keep: AttributeSet): Seq[Attribute] = {
+      val present = AttributeSet(plan.output)
+      wanted.filter(a => present.contains(a) && !keep.contains(a))
     }
-    logInfo(s"FusePythonUDFs: $evaluations Python evaluations -> $passes (${p.moved} UDFs moved, ${p.shared} shared)")
-    Some(cur)
+    chain.nodes(i) match {
+      case Filter(cond, _) => FilterExec(cond, below)
+      case Project(list, _) => ProjectExec(list ++ passUp(below, AttributeSet(list.map(_.toAttribute))), below)
+      case Eval(e) =>
+        val evaluated = planEval(chain, i, e, below)
+        val aliases = chain.placement.reused.getOrElse(i, Nil).map { case (r, src) =>
+          r.exprId -> Alias(src, r.name)(r.exprId, r.qualifier, Some(r.metadata))
+        }.toMap
+        val present = AttributeSet(evaluated.output)
+        val list = (e.node.output ++ passUp(evaluated, e.node.outputSet)).map {
+          case a if present.contains(a) => a
+          case a => aliases.getOrElse(a.exprId, a)
+        }
+        if (list.map(_.exprId) != evaluated.output.map(_.exprId)) ProjectExec(list, evaluated) else evaluated
+      case other => throw new IllegalStateException(s"FusePythonUDFs: unexpected ${other.nodeName} in a chain")
+    }
+  }
+
+  /** The UDFs placed at evaluation `i` of `chain` evaluated over `below`; the lowest one is the fused node. */
+  private def planEval(chain: FusePythonUDFs.Chain, i: Int, e: Eval, below: SparkPlan): SparkPlan = {
+    val here = chain.placement.computes.getOrElse(i, Nil)
+    if (i == 0) {
+      val p = chain.placement
+      FusedPythonEvalExec(
+        here.map(_._1),
+        here.map(_._2),
+        below,
+        chain.evalType,
+        chain.evaluations,
+        chain.passes,
+        p.shared)
+    } else if (here.nonEmpty) evalExec(here.map(_._1), here.map(_._2), below, e.evalType)
+    else below
   }
 
   private def evalExec(udfs: Seq[PythonUDF], res: Seq[Attribute], child: SparkPlan, evalType: Int): SparkPlan =
@@ -141,6 +158,17 @@ object FusePythonUDFs {
       wants: Int => Seq[Attribute],
       moved: Int,
       shared: Int)
+
+  /**
+   * A chain being rewritten: its nodes bottom-up, where its UDFs are computed, its eval type, and
+   * how many evaluations Spark planned and how many passes remain (for EXPLAIN).
+   */
+  private final case class Chain(
+      nodes: Seq[LogicalPlan],
+      placement: Placement,
+      evalType: Int,
+      evaluations: Int,
+      passes: Int)
 
   private def place(nodes: Seq[LogicalPlan]): Placement = {
     val computes = mutable.Map[Int, mutable.ArrayBuffer[(PythonUDF, Attribute)]]()

@@ -1,7 +1,8 @@
 package io.omnitable.spark.optimizer
 
-import io.omnitable.spark.OmniTableConf
+import io.omnitable.spark.conf.OmniTableConf
 import io.omnitable.spark.optimizer.OmniTableRelations.Read
+import io.omnitable.spark.read.plan.OptimizerMarks
 import org.apache.spark.sql.catalyst.expressions.{
   And,
   AttributeReference,

@@ -4,9 +4,10 @@ import java.util
 
 import scala.jdk.CollectionConverters._
 
-import io.omnitable.spark.{OmniTableConf, SparkVersionCheck}
 import io.omnitable.spark.catalog.CatalogReader
+import io.omnitable.spark.conf.{OmniTableConf, SparkVersionCheck}
 import io.omnitable.spark.errors.OmniTableErrors
+import io.omnitable.spark.read.plan.TableHandle
 import org.apache.spark.sql.connector.catalog.{Table, TableProvider}
 import org.apache.spark.sql.connector.expressions.Transform
 import org.apache.spark.sql.sources.DataSourceRegister
@@ -56,7 +57,7 @@ class OmniTableDataSource extends TableProvider with DataSourceRegister {
         if (conf.warehouseFromOptions)
           CatalogReader.fromReadOption(conf.warehouse, OmniTableConf.configuredWarehouses())
         else CatalogReader.configured(OmniTableConf.WAREHOUSE.sessionKey, conf.warehouse)
-      val h = TableHandle.load(reader, ReadOptions.parse(options), options)
+      val h = ReadOptions.parse(options).load(reader, options)
       loaded = Some(options -> h)
       h
   }

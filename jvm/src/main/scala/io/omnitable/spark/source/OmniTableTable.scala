@@ -4,9 +4,8 @@ import java.util
 
 import scala.jdk.CollectionConverters._
 
-import io.omnitable.spark.OmniTableConf
-import io.omnitable.spark.optimizer.OptimizerMarks
-import io.omnitable.spark.read.{OmniTableScanBuilder, ReadColumn}
+import io.omnitable.spark.conf.{OmniTableConf, TableProperties}
+import io.omnitable.spark.read.plan.{OmniTableScanBuilder, OptimizerMarks, ReadColumn, TableHandle}
 import org.apache.spark.sql.connector.catalog.{
   MetadataColumn,
   SupportsMetadataColumns,
@@ -59,7 +58,10 @@ final class OmniTableTable(val handle: TableHandle, val marks: OptimizerMarks = 
 
   override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = {
     val merged = handle.options ++ options.asCaseSensitiveMap().asScala
-    new OmniTableScanBuilder(handle, OmniTableConf(merged), marks)
+    new OmniTableScanBuilder(
+      handle,
+      OmniTableConf(merged, TableProperties(snap.table.name, snap.table.properties)),
+      marks)
   }
 
   /** The same table, read with what the optimizer rules decided (see [[OptimizerMarks]]). */

@@ -3,8 +3,9 @@ package io.omnitable.spark.source
 import java.time.format.DateTimeParseException
 import java.util.Locale
 
-import io.omnitable.spark.catalog.SnapshotSpec
+import io.omnitable.spark.catalog.{CatalogReader, SnapshotSpec}
 import io.omnitable.spark.errors.OmniTableErrors
+import io.omnitable.spark.read.plan.TableHandle
 
 /**
  * The options of one `spark.read.format("omnitable")` read that select what to read (settings
@@ -15,16 +16,27 @@ final case class ReadOptions(
     table: String,
     snapshot: SnapshotSpec,
     batches: Option[Seq[String]],
-    fragments: Option[Seq[String]] = None)
+    fragments: Option[Seq[String]] = None) {
+
+  /** Loads [[table]] at the snapshot these options name; checks the batches exist. */
+  def load(reader: CatalogReader, raw: Map[String, String]): TableHandle = {
+    val loaded = reader.loadTable(table, snapshot)
+    batches.foreach { wanted =>
+      val missing = wanted.filterNot(loaded.batchNames.contains)
+      if (missing.nonEmpty) throw OmniTableErrors.batchNotFound(table, missing, loaded.batchNames)
+    }
+    TableHandle(reader, loaded, batches, fragments, raw)
+  }
+}
 
 object ReadOptions {
-  val Table = "path"
-  val VersionAsOf = "versionAsOf"
-  val TimestampAsOf = "timestampAsOf"
-  val Branch = "branch"
-  val Tag = "tag"
-  val Batches = "batches"
-  val Fragments = "fragments"
+  val Table: String = "path"
+  val VersionAsOf: String = "versionAsOf"
+  val TimestampAsOf: String = "timestampAsOf"
+  val Branch: String = "branch"
+  val Tag: String = "tag"
+  val Batches: String = "batches"
+  val Fragments: String = "fragments"
 
   def parse(options: Map[String, String]): ReadOptions = {
     val lowered = options.map { case (k, v) => k.toLowerCase(Locale.ROOT) -> v }
@@ -64,11 +76,12 @@ object ReadOptions {
         case _: DateTimeParseException =>
           try java.time.LocalDateTime.parse(text).toInstant(java.time.ZoneOffset.UTC)
           catch {
-            case _: DateTimeParseException =>
+            case e: DateTimeParseException =>
               throw OmniTableErrors.invalidOption(
                 TimestampAsOf,
                 v,
-                "expected an ISO-8601 instant such as 2026-11-29T11:24:37Z, or epoch milliseconds")
+                "expected an ISO-8601 instant such as 2026-11-29T11:24:37Z, or epoch milliseconds",
+                e)
           }
       }
     instant.getEpochSecond * 1000000L + instant.getNano / 1000L

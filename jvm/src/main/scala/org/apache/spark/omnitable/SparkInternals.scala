@@ -9,7 +9,7 @@ import org.apache.spark.SparkContext
  * `org.apache.spark` for that reason only). Pinned to the Spark line the jar is built for.
  */
 object SparkInternals {
-  io.omnitable.spark.SparkVersionCheck.verified
+  io.omnitable.spark.conf.SparkVersionCheck.verified
 
   /**
    * Waits until every event posted to `sc`'s listener bus so far has been delivered (listeners

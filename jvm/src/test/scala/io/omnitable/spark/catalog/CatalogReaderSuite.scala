@@ -29,6 +29,22 @@ class CatalogReaderSuite extends AnyFunSuite with BeforeAndAfterAll {
   private lazy val handReader = new CatalogReader(hand.dir.getPath)
   private def resolve(spec: SnapshotSpec): SnapshotId = handReader.loadTable("hand", spec).snapshot
 
+  test("a table's properties are read from the catalog, values as text") {
+    assert(handReader.loadTable("hand", SnapshotSpec.Head).table.properties.isEmpty)
+    hand.exec("""UPDATE tables SET properties = '{"read.batch_size": 7, "read.on_corrupt": "skip_fragment", """ +
+      """"flag": true, "meta": {"a": [1]}}' WHERE table_id = 't0'""")
+    try {
+      assert(handReader.loadTable("hand", SnapshotSpec.Head).table.properties == Map(
+        "read.batch_size" -> "7",
+        "read.on_corrupt" -> "skip_fragment",
+        "flag" -> "true",
+        "meta" -> """{"a":[1]}"""))
+      hand.exec("UPDATE tables SET properties = '[1]' WHERE table_id = 't0'")
+      val e = intercept[OmniTableAnalysisException](handReader.loadTable("hand", SnapshotSpec.Head))
+      assert(e.getMessage.contains("the properties of table 'hand' are not a JSON object"))
+    } finally hand.exec("UPDATE tables SET properties = '{}' WHERE table_id = 't0'")
+  }
+
   test("branch heads resolve to their segments, parents up to the fork version") {
     assert(resolve(SnapshotSpec.Head) == SnapshotId(5, Seq(Segment("main", 5)), "branch main (version 5)"))
     assert(resolve(SnapshotSpec(branch = Some("b1"))).segments == Seq(Segment("b1", 4), Segment("main", 2)))

@@ -1,5 +1,6 @@
 package io.omnitable.spark.optimizer
 
+import io.omnitable.spark.read.plan.OptimizerMarks
 import org.apache.spark.sql.DataFrame
 import org.apache.spark.sql.functions.{col, rand}
 

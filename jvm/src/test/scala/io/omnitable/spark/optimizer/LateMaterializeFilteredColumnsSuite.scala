@@ -1,6 +1,6 @@
 package io.omnitable.spark.optimizer
 
-import io.omnitable.spark.read.ReadMetrics
+import io.omnitable.spark.read.exec.ReadMetrics
 import org.apache.spark.sql.DataFrame
 import org.apache.spark.sql.execution.datasources.v2.BatchScanExec
 import org.apache.spark.sql.functions.{col, rand}

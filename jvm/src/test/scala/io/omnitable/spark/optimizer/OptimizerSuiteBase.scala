@@ -2,7 +2,7 @@ package io.omnitable.spark.optimizer
 
 import io.omnitable.spark.{SharedSparkSession, TestWarehouses}
 import io.omnitable.spark.SparkTestUtils.assertSameRows
-import io.omnitable.spark.read.OmniTableScan
+import io.omnitable.spark.read.plan.OmniTableScan
 import org.apache.spark.sql.DataFrame
 import org.apache.spark.sql.execution.datasources.v2.BatchScanExec
 import org.scalatest.funsuite.AnyFunSuite

@@ -1,8 +1,8 @@
 package io.omnitable.spark.optimizer
 
-import io.omnitable.spark.catalog.OmniTableCatalog
 import io.omnitable.spark.optimizer.OmniTableRelations.Read
-import io.omnitable.spark.source.OmniTableTable
+import io.omnitable.spark.read.plan.OptimizerMarks
+import io.omnitable.spark.source.{OmniTableCatalog, OmniTableTable}
 import org.apache.spark.sql.DataFrame
 import org.apache.spark.sql.execution.columnar.InMemoryRelation
 import org.apache.spark.sql.execution.exchange.ReusedExchangeExec

@@ -9,7 +9,7 @@ import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Strategy
  * `org.apache.spark.sql` for that reason only). Pinned to the Spark line the jar is built for.
  */
 object SqlInternals {
-  io.omnitable.spark.SparkVersionCheck.verified
+  io.omnitable.spark.conf.SparkVersionCheck.verified
 
   /** The V2 predicate Spark pushes into a scan for the filter conjunct `e`, if it pushes one. */
   def translateFilterV2(e: Expression): Option[Predicate] = DataSourceV2Strategy.translateFilterV2(e)

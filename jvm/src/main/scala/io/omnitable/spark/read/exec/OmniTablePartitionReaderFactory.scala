@@ -1,0 +1,30 @@
+package io.omnitable.spark.read.exec
+
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader, PartitionReaderFactory}
+import org.apache.spark.sql.vectorized.ColumnarBatch
+
+/** Creates the zip reader of each fragment partition (columnar; rows only on request). */
+final class OmniTablePartitionReaderFactory(ctx: ReaderContext) extends PartitionReaderFactory {
+
+  override def supportColumnarReads(partition: InputPartition): Boolean = true
+
+  override def createColumnarReader(partition: InputPartition): PartitionReader[ColumnarBatch] =
+    new FragmentColumnarReader(partition.asInstanceOf[FragmentInputPartition], ctx)
+
+  override def createReader(partition: InputPartition): PartitionReader[InternalRow] = {
+    val batches = createColumnarReader(partition)
+    new PartitionReader[InternalRow] {
+      private var rows: java.util.Iterator[InternalRow] = java.util.Collections.emptyIterator()
+      override def next(): Boolean = {
+        while (!rows.hasNext) {
+          if (!batches.next()) return false
+          rows = batches.get().rowIterator()
+        }
+        true
+      }
+      override def get(): InternalRow = rows.next()
+      override def close(): Unit = batches.close()
+    }
+  }
+}

@@ -1,0 +1,100 @@
+package io.omnitable.spark.source
+
+import java.util
+
+import scala.jdk.CollectionConverters._
+
+import io.omnitable.spark.catalog.{CatalogReader, SnapshotSpec}
+import io.omnitable.spark.conf.{OmniTableConf, SparkVersionCheck}
+import io.omnitable.spark.errors.OmniTableErrors
+import org.apache.spark.sql.catalyst.analysis.{NoSuchNamespaceException, NoSuchTableException}
+import org.apache.spark.sql.connector.catalog.{Column, Identifier, Table, TableCatalog, TableChange}
+import org.apache.spark.sql.connector.expressions.Transform
+import org.apache.spark.sql.util.CaseInsensitiveStringMap
+
+/**
+ * The tables of one warehouse as a Spark catalog (`spark.sql.catalog.omnitable`, option
+ * `warehouse`, else session `spark.omnitable.warehouse`): `SELECT … FROM omnitable.web`,
+ * `SHOW TABLES IN omnitable`, `DESCRIBE TABLE omnitable.web`, and time travel with
+ * `VERSION AS OF <n>` (a version) or `VERSION AS OF '<ref>'` (a branch or tag) and
+ * `TIMESTAMP AS OF`. Read-only: tables are written through the Python API.
+ */
+class OmniTableCatalog extends TableCatalog {
+
+  private var catalogName: String = "omnitable"
+  private var catalogOptions: Map[String, String] = Map.empty
+  @volatile private var cachedReader: CatalogReader = _
+
+  override def initialize(name: String, options: CaseInsensitiveStringMap): Unit = {
+    SparkVersionCheck.verified
+    catalogName = name
+    catalogOptions = options.asCaseSensitiveMap().asScala.toMap
+  }
+
+  override def name(): String = catalogName
+
+  /**
+   * Resolved on first use, so a session may set `spark.omnitable.warehouse` after startup. The
+   * catalog's `warehouse` option, else that session setting: configuration, so `env:NAME`
+   * passwords resolve and literal ones are refused.
+   */
+  private def reader: CatalogReader = {
+    if (cachedReader == null) {
+      val conf = OmniTableConf(catalogOptions)
+      val key =
+        if (conf.warehouseFromOptions) s"spark.sql.catalog.$catalogName.warehouse"
+        else OmniTableConf.WAREHOUSE.sessionKey
+      cachedReader = CatalogReader.configured(key, conf.warehouse)
+    }
+    cachedReader
+  }
+
+  override def listTables(namespace: Array[String]): Array[Identifier] = {
+    if (namespace.nonEmpty) throw new NoSuchNamespaceException(namespace)
+    reader.listTables().map(t => Identifier.of(Array.empty[String], t)).toArray
+  }
+
+  override def loadTable(ident: Identifier): Table = load(ident, SnapshotSpec.Head)
+
+  override def loadTable(ident: Identifier, version: String): Table = {
+    val v = version.trim
+    load(
+      ident,
+      v.toLongOption match {
+        case Some(n) => SnapshotSpec(version = Some(n))
+        case None => SnapshotSpec(ref = Some(v))
+      })
+  }
+
+  override def loadTable(ident: Identifier, timestamp: Long): Table =
+    load(ident, SnapshotSpec(asOfMicros = Some(timestamp)))
+
+  /**
+   * A missing table raises OmniTable's "Cannot find table" error (condition
+   * TABLE_OR_VIEW_NOT_FOUND) rather than a NoSuchTableException: on that one Spark would go on
+   * to read `omnitable.<name>` as a file query on the `omnitable` data source (the same name as
+   * this catalog) and report a confusing "unsupported data source" error instead.
+   */
+  private def load(ident: Identifier, spec: SnapshotSpec): Table = {
+    if (ident.namespace().nonEmpty) throw new NoSuchTableException(ident)
+    val options = catalogOptions + (ReadOptions.Table -> ident.name())
+    new OmniTableTable(ReadOptions(ident.name(), spec, None).load(reader, options))
+  }
+
+  override def tableExists(ident: Identifier): Boolean =
+    ident.namespace().isEmpty && reader.tableExists(ident.name())
+
+  override def createTable(
+      ident: Identifier,
+      columns: Array[Column],
+      partitions: Array[Transform],
+      properties: util.Map[String, String]): Table = throw OmniTableErrors.readOnly(s"create table $ident")
+
+  override def alterTable(ident: Identifier, changes: TableChange*): Table =
+    throw OmniTableErrors.readOnly(s"alter table $ident")
+
+  override def dropTable(ident: Identifier): Boolean = throw OmniTableErrors.readOnly(s"drop table $ident")
+
+  override def renameTable(oldIdent: Identifier, newIdent: Identifier): Unit =
+    throw OmniTableErrors.readOnly(s"rename table $oldIdent")
+}
