@@ -140,29 +140,12 @@ def _build_code(
         progress(f"reading {batch}", len(chosen), len(chosen))
         version = t.append(pa.table(rows, schema=_code_schema()), batch, target_fragment_rows=256)
         say(f"appended batch {batch}: {len(chosen)} files -> version {version}")
-    src = t.read(columns=[ROW_ID, "source"])
-    texts = src.column("source").to_pylist()
-    t.add_columns(
-        pa.table(
-            {
-                ROW_ID: src.column(ROW_ID),
-                "n_defs": pa.array(
-                    [len(re.findall(r"^\s*(?:async\s+)?def ", s, re.M)) for s in texts], pa.int32()
-                ),
-                "n_classes": pa.array(
-                    [len(re.findall(r"^\s*class ", s, re.M)) for s in texts], pa.int32()
-                ),
-                "has_main": pa.array(
-                    [
-                        'if __name__ == "__main__"' in s or "if __name__ == '__main__'" in s
-                        for s in texts
-                    ]
-                ),
-            }
-        ),
-        group="code_signals",
-    )
-    say(f"added columns n_defs, n_classes, has_main (group 'code_signals') -> version {t.version}")
+    _add_signals(t, "source", "code_signals", say, {
+        "n_defs": (lambda s: len(re.findall(r"^\s*(?:async\s+)?def ", s, re.M)), pa.int32()),
+        "n_classes": (lambda s: len(re.findall(r"^\s*class ", s, re.M)), pa.int32()),
+        "has_main": (lambda s: 'if __name__ == "__main__"' in s
+                     or "if __name__ == '__main__'" in s, pa.bool_()),
+    })  # fmt: skip
     return t
 
 
@@ -248,20 +231,28 @@ def _build_docs(
         progress(f"reading {batch}", len(files), len(files))
         version = t.append(pa.table(rows), batch)
         say(f"appended batch {batch}: {len(files)} files -> version {version}")
-    src = t.read(columns=[ROW_ID, "text"])
-    texts = src.column("text").to_pylist()
-    t.add_columns(
-        pa.table(
-            {
-                ROW_ID: src.column(ROW_ID),
-                "words": pa.array([len(s.split()) for s in texts], pa.int32()),
-                "licence": pa.array([_licence(s) for s in texts]),
-            }
-        ),
-        group="doc_signals",
-    )
-    say(f"added columns words, licence (group 'doc_signals') -> version {t.version}")
+    _add_signals(t, "text", "doc_signals", say, {
+        "words": (lambda s: len(s.split()), pa.int32()),
+        "licence": (_licence, pa.string()),
+    })  # fmt: skip
     return t
+
+
+def _add_signals(
+    t: Table,
+    source: str,
+    group: str,
+    say: Callable[[str], None],
+    signals: dict[str, tuple[Callable[[str], Any], pa.DataType]],
+) -> None:
+    """Compute each signal over the text column ``source`` and attach them as one new group."""
+    src = t.read(columns=[ROW_ID, source])
+    texts = src.column(source).to_pylist()
+    columns: dict[str, Any] = {ROW_ID: src.column(ROW_ID)}
+    for name, (fn, dtype) in signals.items():
+        columns[name] = pa.array([fn(s) for s in texts], dtype)
+    t.add_columns(pa.table(columns), group=group)
+    say(f"added columns {', '.join(signals)} (group '{group}') -> version {t.version}")
 
 
 def _licence(text: str) -> str | None:
