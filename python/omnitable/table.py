@@ -13,7 +13,7 @@ from omnitable.catalog.records import CommitRecord, TableRecord
 from omnitable.catalog.snapshot import Snapshot
 from omnitable.context import TableContext, WarehouseHandle
 from omnitable.format.fs import Location
-from omnitable.format.reader import FragmentReader, ReadStats
+from omnitable.format.reader import FragmentReader, ReadPlan, ReadStats
 from omnitable.ingest.append import append
 from omnitable.ingest.columns import add_columns
 from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
@@ -149,15 +149,30 @@ class Table:
         tag: str | None = None,
     ) -> ScanResult:
         """Like :meth:`read`, also returning what the read touched (fragments, files, bytes)."""
-        if batches is not None:
-            if isinstance(batches, str):
-                batches = [batches]
-            batches = list(batches)
-        snap = self.snapshot(version=version, branch=branch, tag=tag)
-        selectivity = self._ctx.settings.resolve(READ_LATE_MATERIALIZATION_MAX_SELECTIVITY)
-        reader = FragmentReader(self.location, snap, selectivity)
+        batches = _batch_list(batches)
+        reader = self._reader(version, branch, tag)
         table, stats = reader.read(columns, where, batches)
         return ScanResult(table, stats)
+
+    def plan(
+        self,
+        columns: list[str] | None = None,
+        where: pc.Expression | None = None,
+        version: int | None = None,
+        batches: list[str] | None = None,
+        *,
+        branch: str | None = None,
+        tag: str | None = None,
+    ) -> ReadPlan:
+        """What :meth:`read` with these arguments would visit (fragments after pruning, the
+        files providing the columns), without opening a file."""
+        batches = _batch_list(batches)
+        return self._reader(version, branch, tag).plan(columns, where, batches)
+
+    def _reader(self, version: int | None, branch: str | None, tag: str | None) -> FragmentReader:
+        snap = self.snapshot(version=version, branch=branch, tag=tag)
+        selectivity = self._ctx.settings.resolve(READ_LATE_MATERIALIZATION_MAX_SELECTIVITY)
+        return FragmentReader(self.location, snap, selectivity)
 
     def to_pandas(self, columns: list[str] | None = None, **kwargs: Any) -> Any:
         return self.read(columns, **kwargs).to_pandas()
@@ -329,6 +344,13 @@ class Table:
         from omnitable.features.status import lineage
 
         return lineage(self._ctx, self.snapshot(), column, batch)
+
+
+def _batch_list(batches: list[str] | str | None) -> list[str] | None:
+    """A ``batches`` argument as a list (one name may be given as a string)."""
+    if batches is None:
+        return None
+    return [batches] if isinstance(batches, str) else list(batches)
 
 
 __all__ = ["APPEND_NAME", "MAIN", "ROW_ID", "BatchInfo", "ScanResult", "Table"]

@@ -150,9 +150,7 @@ def parse_type_spec(spec: str | pa.DataType, column: str) -> pa.DataType:
         try:
             return to_arrow(spec)
         except ValidationError as exc:
-            raise ValidationError(
-                f"Cannot use type '{spec}' for column '{column}': {exc}"
-            ) from exc
+            raise ValidationError(f"Cannot use type '{spec}' for column '{column}': {exc}") from exc
     raise ValidationError(
         f"Cannot use type {spec!r} for column '{column}': give a pyarrow type or a Spark DDL "
         "string such as 'bigint', 'string', 'array<float>'"
