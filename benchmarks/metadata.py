@@ -247,6 +247,7 @@ def append_request(t: Any, layout: Layout, size: Size, n: int) -> Any:
 def backfill_request(t: Any, layout: Layout, size: Size, batch: int) -> Any:
     """A backfill of the feature over one batch: new ``feat`` files replace the old ones."""
     from omnitable.catalog.commit import CommitRequest, LineageEntry
+    from omnitable.catalog.snapshot import SnapshotScope
     from omnitable.vocabulary.descriptors import FileDescriptor
     from omnitable.vocabulary.stats import ColumnStats
 
@@ -270,7 +271,8 @@ def backfill_request(t: Any, layout: Layout, size: Size, batch: int) -> Any:
         )
         for fid in frag_ids
     ]
-    snap = t.snapshot()
+    scope = SnapshotScope.of([f"batch/{batch:08d}"], [n for _, n in cols])
+    snap = t.snapshot(scope=scope)
     removed = [f.file_id for fid in frag_ids for f in snap.files_by_fragment.get(fid, [])]
     lineage = [
         LineageEntry(f.file_id, n, FEATURE, "1", [], "python") for f in files for _, n in cols

@@ -25,7 +25,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from omnitable.catalog.records import ColumnRecord, FileRecord, FragmentRecord
-from omnitable.catalog.snapshot import Snapshot
+from omnitable.catalog.snapshot import Snapshot, columns_mentioned
 from omnitable.exceptions import CorruptInputError, UnknownColumnError, ValidationError
 from omnitable.format.fs import Location
 from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
@@ -213,8 +213,7 @@ class FragmentReader:
                 f"Cannot read: where must be a pyarrow.compute.Expression such as "
                 f"pc.field('score') > 0.5, got {type(where).__name__}"
             )
-        text = str(where)
-        cols = [c for c in self.snapshot.column_names() if c in text]
+        cols = columns_mentioned(str(where), self.snapshot.column_names())
         schema = pa.schema([self._field(c) for c in self.snapshot.column_names()])
         dummy = ds.FileSystemDataset.from_paths(
             ["/omnitable/check"],
