@@ -73,7 +73,7 @@ def parse_size(text: str, per_batch: int) -> Size:
 # -- the table and its synthetic rows ------------------------------------------------------------
 
 
-def create_table(wh: Any, size: Size) -> tuple[Any, Layout]:
+def create_table(wh: Any, size: Size, name: str = "meta") -> tuple[Any, Layout]:
     """A real table: raw columns in groups g1..g(G-2) and ``base``, the feature's in ``feat``."""
     from omnitable.catalog.commit import CommitRequest, FeatureRow, NewColumn
 
@@ -84,7 +84,7 @@ def create_table(wh: Any, size: Size) -> tuple[Any, Layout]:
         for k, g in enumerate(raw_groups)
     }
     t = wh.create_table(
-        "meta",
+        name,
         {c: "double" for c in raw},
         groups={g: cs for g, cs in groups.items() if g != "base"},
     )
@@ -183,8 +183,11 @@ COLUMNS = {
 }
 
 
-def bulk_insert(store: Any, rows: dict[str, Iterator[tuple[Any, ...]]], head: int) -> None:
-    """Insert ``rows`` in one transaction (COPY on PostgreSQL), then move ``main`` to ``head``."""
+def bulk_insert(
+    store: Any, rows: dict[str, Iterator[tuple[Any, ...]]], table_id: str, head: int
+) -> None:
+    """Insert ``rows`` in one transaction (COPY on PostgreSQL), then move the table's ``main``
+    to ``head``."""
     raw = store.engine.raw_connection()
     try:
         conn = raw.driver_connection
@@ -200,10 +203,9 @@ def bulk_insert(store: Any, rows: dict[str, Iterator[tuple[Any, ...]]], head: in
                 with cur.copy(f"COPY {table} ({COLUMNS[table]}) FROM STDIN") as copy:
                     for row in it:
                         copy.write_row(row)
-        cur.execute(f"UPDATE refs SET version = {head} WHERE name = 'main'")
-        cur.execute(
-            f"UPDATE tables SET next_row_id = {10**12}"  # past every synthetic id
-        )
+        where = f"WHERE table_id = '{table_id}'"  # a generated hex id
+        cur.execute(f"UPDATE refs SET version = {head} {where} AND name = 'main'")
+        cur.execute(f"UPDATE tables SET next_row_id = {10**12} {where}")  # past synthetic ids
         conn.commit() if not store.is_sqlite else cur.execute("COMMIT")
         cur.execute("ANALYZE")
         if not store.is_sqlite:
@@ -373,7 +375,7 @@ def run_one(backend: str, size: Size, repeats: int) -> dict[str, float]:
         t, layout = create_table(wh, size)
         start = time.perf_counter()
         head = layout.base_version + size.batches
-        bulk_insert(wh.catalog.store, synthetic_rows(size, layout), head)
+        bulk_insert(wh.catalog.store, synthetic_rows(size, layout), layout.table_id, head)
         load = time.perf_counter() - start
         t = wh.table("meta")
         times = measure(wh, t, layout, size, repeats)
