@@ -138,7 +138,7 @@ class SnapshotScope:
     """Which part of a snapshot to load; the rest stays in the database.
 
     ``fragments``: load the fragments (False: columns and batches only). ``files``: load the
-    files and their column statistics. ``batches``: fragments and files of these batch names only
+    files and their column statistics. ``batches``: these batches, their fragments and files only
     (None: all). ``columns``: files and statistics of these column names only (None: all; names
     that are not columns of the snapshot are ignored).
     """
@@ -319,7 +319,7 @@ def load_snapshot(
         conn, table, branch=branch, tag=tag, version=version
     )
     columns = _load_columns(conn, table, segments)
-    batches = _load_batches(conn, table, segments)
+    batches = _load_batches(conn, table, segments, scope.batches)
     snap = Snapshot(
         table, resolved_version, commit_branch, segments, columns, batches, [], scope=scope
     )
@@ -379,10 +379,13 @@ def _load_columns(
 
 
 def _load_batches(
-    conn: Connection, table: TableRecord, segments: list[Segment]
+    conn: Connection, table: TableRecord, segments: list[Segment], names: frozenset[str] | None
 ) -> list[BatchRecord]:
+    """The visible batches (of these names; None: all)."""
     params: dict[str, Any] = {"t": table.table_id}
     where = visible_clause("b", segments, params)
+    if names is not None:
+        where += " AND " + _in_list("b.name", "bn", sorted(names), params)
     return [
         BatchRecord(r.batch_id, r.name, int(r.added_version), r.created_at)
         for r in conn.execute(
