@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 
 _NO_FRAGMENTS = SnapshotScope(fragments=False, files=False)
+_COLUMNS_ONLY = SnapshotScope(fragments=False, files=False, batches=frozenset())
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class Table:
     @property
     def schema(self) -> pa.Schema:
         """Logical schema at the head of ``main`` (system columns first)."""
-        return self.snapshot(scope=_NO_FRAGMENTS).arrow_schema()
+        return self.snapshot(scope=_COLUMNS_ONLY).arrow_schema()
 
     @property
     def version(self) -> int:

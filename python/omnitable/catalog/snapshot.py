@@ -140,14 +140,14 @@ class SnapshotScope:
     ``fragments``: load the fragments (False: columns and batches only). ``files``: load the
     files and their column statistics. ``batches``: these batches, their fragments and files only
     (None: all). ``columns``: files and statistics of these column names only (None: all; names
-    that are not columns of the snapshot are ignored).
+    that are not columns of the snapshot are ignored), and of the columns whose name occurs in
+    ``mentions`` (a filter's text, see :func:`columns_mentioned`).
     """
 
     fragments: bool = True
     files: bool = True
     batches: frozenset[str] | None = None
     columns: frozenset[str] | None = None
-
     mentions: str = ""
 
     @classmethod
