@@ -158,16 +158,23 @@ class SnapshotScope:
         where: object | None = None,
     ) -> SnapshotScope:
         """The scope of a read of ``columns`` (None: all) of ``batches`` (None: all) filtered by
-        ``where`` (its columns are found by :func:`columns_mentioned` in its text)."""
+        ``where`` (its columns are found by :func:`columns_mentioned` in its text). A value that
+        is not a list of names scopes nothing, so the reader rejects it as it would unscoped."""
         return cls(
-            batches=None if batches is None else frozenset(batches),
-            columns=None if columns is None else frozenset(columns),
+            batches=_names(batches),
+            columns=_names(columns),
             mentions="" if where is None else str(where),
         )
 
     def wants(self, name: str) -> bool:
         """Whether this scope loads the files and statistics of column ``name``."""
         return self.columns is None or name in self.columns or name in self.mentions
+
+
+def _names(values: object) -> frozenset[str] | None:
+    if isinstance(values, (list, tuple)) and all(isinstance(v, str) for v in values):
+        return frozenset(values)
+    return None
 
 
 def columns_mentioned(text: str, names: Iterable[str]) -> list[str]:
