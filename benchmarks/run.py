@@ -18,6 +18,7 @@ BENCHMARKS = [
     "isolation",
     "optimizer",
     "reader_memory",
+    "metadata",
 ]
 
 

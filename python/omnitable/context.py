@@ -14,7 +14,7 @@ from omnitable.catalog.address import CatalogAddress
 from omnitable.catalog.catalog import Catalog
 from omnitable.catalog.commit import CommitRequest
 from omnitable.catalog.records import TableRecord
-from omnitable.catalog.snapshot import Snapshot
+from omnitable.catalog.snapshot import FULL_SCOPE, Snapshot, SnapshotScope
 from omnitable.format.fs import Location
 from omnitable.format.writer import WriteOptions
 from omnitable.settings import Sources
@@ -70,10 +70,11 @@ class TableContext:
         branch: str | None = None,
         tag: str | None = None,
         with_files: bool = True,
+        scope: SnapshotScope = FULL_SCOPE,
     ) -> Snapshot:
-        """The catalog state of one version (default: head of ``main``)."""
+        """The catalog state of one version (default: head of ``main``), only ``scope`` loaded."""
         return self.catalog.snapshot(
-            self.record, branch=branch, tag=tag, version=version, with_files=with_files
+            self.record, branch=branch, tag=tag, version=version, with_files=with_files, scope=scope
         )
 
     def commit(self, request: CommitRequest) -> int:

@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from omnitable.catalog.records import CommitRecord, TableRecord
-from omnitable.catalog.snapshot import Snapshot
+from omnitable.catalog.snapshot import FULL_SCOPE, Snapshot, SnapshotScope
 from omnitable.context import TableContext, WarehouseHandle
 from omnitable.format.fs import Location
-from omnitable.format.reader import FragmentReader, ReadStats
+from omnitable.format.reader import FragmentReader, ReadPlan, ReadStats
 from omnitable.ingest.append import append
 from omnitable.ingest.columns import add_columns
 from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from omnitable.exec.backfill import BackfillPlan
     from omnitable.features.definition import Feature
     from omnitable.features.status import LineageRecord, StatusGrid
+
+
+_NO_FRAGMENTS = SnapshotScope(fragments=False, files=False)
+_COLUMNS_ONLY = SnapshotScope(fragments=False, files=False, batches=frozenset())
 
 
 @dataclass(frozen=True)
@@ -68,14 +72,18 @@ class Table:
         branch: str | None = None,
         tag: str | None = None,
         with_files: bool = True,
+        scope: SnapshotScope = FULL_SCOPE,
     ) -> Snapshot:
-        """The catalog state of one version (default: head of ``main``)."""
-        return self._ctx.snapshot(branch=branch, tag=tag, version=version, with_files=with_files)
+        """The catalog state of one version (default: head of ``main``); only ``scope`` (default:
+        everything) is loaded."""
+        return self._ctx.snapshot(
+            branch=branch, tag=tag, version=version, with_files=with_files, scope=scope
+        )
 
     @property
     def schema(self) -> pa.Schema:
         """Logical schema at the head of ``main`` (system columns first)."""
-        return self.snapshot(with_files=False).arrow_schema()
+        return self.snapshot(scope=_COLUMNS_ONLY).arrow_schema()
 
     @property
     def version(self) -> int:
@@ -84,15 +92,10 @@ class Table:
 
     def batches(self, version: int | None = None) -> list[BatchInfo]:
         """Batches with their row and fragment counts, oldest first."""
-        snap = self.snapshot(version=version, with_files=False)
-        rows: dict[str, int] = {}
-        frags: dict[str, int] = {}
-        for f in snap.fragments:
-            rows[f.batch_id] = rows.get(f.batch_id, 0) + f.row_count
-            frags[f.batch_id] = frags.get(f.batch_id, 0) + 1
+        snap = self.snapshot(version=version, scope=_NO_FRAGMENTS)
+        counts = self._ctx.catalog.fragment_counts(self.record, snap.segments)
         return [
-            BatchInfo(b.name, rows.get(b.batch_id, 0), frags.get(b.batch_id, 0), b.created_at)
-            for b in snap.batches
+            BatchInfo(b.name, *counts.get(b.batch_id, (0, 0)), b.created_at) for b in snap.batches
         ]
 
     def history(self) -> list[CommitRecord]:
@@ -107,7 +110,7 @@ class Table:
         return self._ctx.catalog.list_runs(self.record)
 
     def count(self, version: int | None = None) -> int:
-        return sum(f.row_count for f in self.snapshot(version=version, with_files=False).fragments)
+        return sum(b.rows for b in self.batches(version))
 
     def __repr__(self) -> str:
         return f"Table({self.name!r}, warehouse={self.warehouse.address.display()!r})"
@@ -149,15 +152,34 @@ class Table:
         tag: str | None = None,
     ) -> ScanResult:
         """Like :meth:`read`, also returning what the read touched (fragments, files, bytes)."""
-        if batches is not None:
-            if isinstance(batches, str):
-                batches = [batches]
-            batches = list(batches)
-        snap = self.snapshot(version=version, branch=branch, tag=tag)
-        selectivity = self._ctx.settings.resolve(READ_LATE_MATERIALIZATION_MAX_SELECTIVITY)
-        reader = FragmentReader(self.location, snap, selectivity)
+        batches = _batch_list(batches)
+        reader = self._reader(SnapshotScope.of(batches, columns, where), version, branch, tag)
         table, stats = reader.read(columns, where, batches)
         return ScanResult(table, stats)
+
+    def plan(
+        self,
+        columns: list[str] | None = None,
+        where: pc.Expression | None = None,
+        version: int | None = None,
+        batches: list[str] | None = None,
+        *,
+        branch: str | None = None,
+        tag: str | None = None,
+    ) -> ReadPlan:
+        """What :meth:`read` with these arguments would visit (fragments after pruning, the
+        files providing the columns), without opening a file."""
+        batches = _batch_list(batches)
+        scope = SnapshotScope.of(batches, columns, where)
+        return self._reader(scope, version, branch, tag).plan(columns, where, batches)
+
+    def _reader(
+        self, scope: SnapshotScope, version: int | None, branch: str | None, tag: str | None
+    ) -> FragmentReader:
+        """A reader over the snapshot of ``scope`` (what the read needs, nothing more)."""
+        snap = self.snapshot(version=version, branch=branch, tag=tag, scope=scope)
+        selectivity = self._ctx.settings.resolve(READ_LATE_MATERIALIZATION_MAX_SELECTIVITY)
+        return FragmentReader(self.location, snap, selectivity)
 
     def to_pandas(self, columns: list[str] | None = None, **kwargs: Any) -> Any:
         return self.read(columns, **kwargs).to_pandas()
@@ -329,6 +351,13 @@ class Table:
         from omnitable.features.status import lineage
 
         return lineage(self._ctx, self.snapshot(), column, batch)
+
+
+def _batch_list(batches: list[str] | str | None) -> list[str] | None:
+    """A ``batches`` argument as a list (one name may be given as a string)."""
+    if batches is None:
+        return None
+    return [batches] if isinstance(batches, str) else list(batches)
 
 
 __all__ = ["APPEND_NAME", "MAIN", "ROW_ID", "BatchInfo", "ScanResult", "Table"]

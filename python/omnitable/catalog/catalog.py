@@ -22,7 +22,15 @@ from omnitable.catalog import lineage
 from omnitable.catalog.address import CatalogAddress
 from omnitable.catalog.commit import CommitRequest, NewColumn, commit, find_commit, utcnow
 from omnitable.catalog.records import CommitRecord, TableRecord
-from omnitable.catalog.snapshot import Snapshot, load_snapshot, segments_for
+from omnitable.catalog.snapshot import (
+    FULL_SCOPE,
+    Segment,
+    Snapshot,
+    SnapshotScope,
+    fragment_counts,
+    load_snapshot,
+    segments_for,
+)
 from omnitable.catalog.store import CatalogStore
 from omnitable.exceptions import (
     AlreadyExistsError,
@@ -229,11 +237,26 @@ class Catalog:
         tag: str | None = None,
         version: int | None = None,
         with_files: bool = True,
+        scope: SnapshotScope = FULL_SCOPE,
     ) -> Snapshot:
+        """One snapshot, only its ``scope`` loaded (see :func:`load_snapshot`)."""
         with self.store.read() as conn:
             return load_snapshot(
-                conn, table, branch=branch, tag=tag, version=version, with_files=with_files
+                conn,
+                table,
+                branch=branch,
+                tag=tag,
+                version=version,
+                with_files=with_files,
+                scope=scope,
             )
+
+    def fragment_counts(
+        self, table: TableRecord, segments: list[Segment]
+    ) -> dict[str, tuple[int, int]]:
+        """Per batch id: (rows, fragments) visible in ``segments``, counted in SQL."""
+        with self.store.read() as conn:
+            return fragment_counts(conn, table, segments)
 
     def head_version(self, table: TableRecord, branch: str = MAIN) -> int:
         with self.store.read() as conn:

@@ -73,6 +73,9 @@ CREATE TABLE IF NOT EXISTS commits (
 ;
 CREATE INDEX IF NOT EXISTS commits_by_token ON commits (table_id, commit_token)
 ;
+-- Every commit reads the table's latest committed_at (it never decreases with the version).
+CREATE INDEX IF NOT EXISTS commits_by_time ON commits (table_id, committed_at)
+;
 -- Named refs. kind = branch | tag. A branch's `version` is its head; `parent_branch` and
 -- `fork_version` say where it forked (NULL for main). A tag pins `version` on `parent_branch`.
 CREATE TABLE IF NOT EXISTS refs (
@@ -98,6 +101,9 @@ CREATE TABLE IF NOT EXISTS batches (
     created_at      TEXT NOT NULL,
     PRIMARY KEY (table_id, batch_id)
 )
+;
+-- A read of some batches finds them by name (docs/catalog.md, "What a snapshot loads").
+CREATE INDEX IF NOT EXISTS batches_by_name ON batches (table_id, name)
 ;
 -- Fragments: immutable, ordered slices of one batch's rows. A row's address is
 -- (fragment_id, offset). `path` is the fragment's directory relative to the table location.

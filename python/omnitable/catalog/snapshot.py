@@ -6,7 +6,8 @@ Implements docs/catalog.md "Resolving a snapshot" (the JVM reader implements the
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -132,9 +133,65 @@ def visible_clause(alias: str, segments: list[Segment], params: dict[str, Any]) 
     return "(" + " OR ".join(parts) + ")"
 
 
+@dataclass(frozen=True)
+class SnapshotScope:
+    """Which part of a snapshot to load; the rest stays in the database.
+
+    ``fragments``: load the fragments (False: columns and batches only). ``files``: load the
+    files and their column statistics. ``batches``: these batches, their fragments and files only
+    (None: all). ``columns``: files and statistics of these column names only (None: all; names
+    that are not columns of the snapshot are ignored), and of the columns whose name occurs in
+    ``mentions`` (a filter's text, see :func:`columns_mentioned`).
+    """
+
+    fragments: bool = True
+    files: bool = True
+    batches: frozenset[str] | None = None
+    columns: frozenset[str] | None = None
+    mentions: str = ""
+
+    @classmethod
+    def of(
+        cls,
+        batches: list[str] | None = None,
+        columns: list[str] | None = None,
+        where: object | None = None,
+    ) -> SnapshotScope:
+        """The scope of a read of ``columns`` (None: all) of ``batches`` (None: all) filtered by
+        ``where`` (its columns are found by :func:`columns_mentioned` in its text). A value that
+        is not a list of names scopes nothing, so the reader rejects it as it would unscoped."""
+        return cls(
+            batches=_names(batches),
+            columns=_names(columns),
+            mentions="" if where is None else str(where),
+        )
+
+    def wants(self, name: str) -> bool:
+        """Whether this scope loads the files and statistics of column ``name``."""
+        return self.columns is None or name in self.columns or name in self.mentions
+
+
+def _names(values: object) -> frozenset[str] | None:
+    if isinstance(values, (list, tuple)) and all(isinstance(v, str) for v in values):
+        return frozenset(values)
+    return None
+
+
+def columns_mentioned(text: str, names: Iterable[str]) -> list[str]:
+    """The names that occur in ``text`` (a filter's text): a superset of its columns."""
+    return [n for n in names if n in text]
+
+
+FULL_SCOPE = SnapshotScope()
+
+
 @dataclass
 class Snapshot:
-    """Everything a reader or writer needs to know about one version of a table."""
+    """Everything a reader or writer needs to know about one version of a table.
+
+    ``scope`` says what was loaded: asking a scoped snapshot for fragments of other batches or
+    for other columns' files raises ValidationError instead of answering wrongly.
+    """
 
     table: TableRecord
     version: int
@@ -144,6 +201,13 @@ class Snapshot:
     batches: list[BatchRecord]
     fragments: list[FragmentRecord]
     files_by_fragment: dict[str, list[FileRecord]] = field(default_factory=dict)
+    scope: SnapshotScope = FULL_SCOPE
+    _scoped_ids: frozenset[int] | None = field(init=False, repr=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.scope.columns is not None:
+            wants = self.scope.wants
+            self._scoped_ids = frozenset(c.column_id for c in self.columns if wants(c.name))
 
     # -- schema ---------------------------------------------------------------------------
 
@@ -178,7 +242,12 @@ class Snapshot:
     # -- physical resolution ------------------------------------------------------------------
 
     def resolve(self, fragment_id: str, column_ids: list[int]) -> dict[int, FileRecord | None]:
-        """For each column id, the visible file of the fragment that provides it (or None)."""
+        """For each column id, the visible file of the fragment that provides it (or None).
+
+        Raises:
+            ValidationError: a column outside the snapshot's loaded scope.
+        """
+        self._check_column_scope(column_ids)
         files = self.files_by_fragment.get(fragment_id, [])
         out: dict[int, FileRecord | None] = {}
         for cid in column_ids:
@@ -190,8 +259,27 @@ class Snapshot:
         return out
 
     def fragments_of(self, batch_names: list[str] | None) -> list[FragmentRecord]:
+        """The fragments of these batches (None: all), in the table's row order.
+
+        Raises:
+            NotFoundError: an unknown batch name.
+            ValidationError: a batch outside the snapshot's loaded scope.
+        """
+        scoped = self.scope.batches
+        if scoped is not None and (batch_names is None or not scoped.issuperset(batch_names)):
+            raise ValidationError(
+                f"Cannot list fragments of batches {batch_names}: the snapshot of table "
+                f"'{self.table.name}' was loaded for batches {sorted(scoped)} only; load it "
+                "with a scope that includes them"
+            )
         if batch_names is None:
             return list(self.fragments)
+        self.check_batches(batch_names)
+        wanted = set(batch_names)
+        return [f for f in self.fragments if f.batch_name in wanted]
+
+    def check_batches(self, batch_names: Iterable[str]) -> None:
+        """Raises NotFoundError naming the batches this snapshot does not have."""
         known = {b.name for b in self.batches}
         missing = [b for b in batch_names if b not in known]
         if missing:
@@ -199,8 +287,18 @@ class Snapshot:
                 f"Cannot find batch(es) {', '.join(repr(m) for m in missing)} in table "
                 f"'{self.table.name}' at version {self.version}; see Table.batches()"
             )
-        wanted = set(batch_names)
-        return [f for f in self.fragments if f.batch_name in wanted]
+
+    def _check_column_scope(self, column_ids: list[int]) -> None:
+        loaded = self._scoped_ids
+        if loaded is None:
+            return
+        outside = [cid for cid in column_ids if cid not in loaded]
+        if outside:
+            raise ValidationError(
+                f"Cannot resolve column id(s) {outside} of table '{self.table.name}': the "
+                f"snapshot was loaded for columns {sorted(self.scope.columns or ())} only; load it "
+                "with a scope that includes them"
+            )
 
 
 def load_snapshot(
@@ -211,14 +309,60 @@ def load_snapshot(
     tag: str | None = None,
     version: int | None = None,
     with_files: bool = True,
+    scope: SnapshotScope = FULL_SCOPE,
 ) -> Snapshot:
-    """Read one snapshot of ``table`` from the catalog (inside one read transaction)."""
+    """Read one snapshot of ``table`` from the catalog (inside one read transaction).
+
+    Only ``scope`` is loaded (``with_files=False`` drops the files from it): the batch and
+    column filters run in SQL, so a one-batch read of a few columns touches that batch's
+    fragments and only those columns' ``file_columns`` rows, whatever the table's size.
+
+    Raises:
+        NotFoundError: unknown ref, version or batch of the scope.
+    """
+    if not with_files:
+        scope = replace(scope, files=False)
     segments, resolved_version, commit_branch = segments_for(
         conn, table, branch=branch, tag=tag, version=version
     )
+    columns = _load_columns(conn, table, segments)
+    batches = _load_batches(conn, table, segments, scope.batches)
+    snap = Snapshot(
+        table, resolved_version, commit_branch, segments, columns, batches, [], scope=scope
+    )
+    if scope.batches is not None:
+        snap.check_batches(sorted(scope.batches))
+    if not scope.fragments:
+        return snap
+    batch_ids = _scope_batch_ids(batches, scope)
+    snap.fragments = _load_fragments(conn, table, segments, batches, batch_ids)
+    if scope.files:
+        column_ids = None if scope.columns is None else sorted(snap._scoped_ids or ())
+        snap.files_by_fragment = _load_files(conn, table, segments, batch_ids, column_ids)
+    return snap
+
+
+def _scope_batch_ids(batches: list[BatchRecord], scope: SnapshotScope) -> list[str] | None:
+    if scope.batches is None:
+        return None
+    return [b.batch_id for b in batches if b.name in scope.batches]
+
+
+def _in_list(column: str, prefix: str, values: list[Any], params: dict[str, Any]) -> str:
+    """``column IN (:p0, …)`` with its parameters added (FALSE for an empty list)."""
+    if not values:
+        return "1 = 0"
+    names = [f"{prefix}{i}" for i in range(len(values))]
+    params.update(zip(names, values, strict=True))
+    return f"{column} IN ({', '.join(':' + n for n in names)})"
+
+
+def _load_columns(
+    conn: Connection, table: TableRecord, segments: list[Segment]
+) -> list[ColumnRecord]:
     params: dict[str, Any] = {"t": table.table_id}
     where = visible_clause("c", segments, params)
-    columns = [
+    return [
         ColumnRecord(
             r.column_id,
             r.name,
@@ -239,22 +383,41 @@ def load_snapshot(
             params,
         )
     ]
-    params = {"t": table.table_id}
+
+
+def _load_batches(
+    conn: Connection, table: TableRecord, segments: list[Segment], names: frozenset[str] | None
+) -> list[BatchRecord]:
+    """The visible batches (of these names; None: all)."""
+    params: dict[str, Any] = {"t": table.table_id}
     where = visible_clause("b", segments, params)
-    batches = [
+    if names is not None:
+        where += " AND " + _in_list("b.name", "bn", sorted(names), params)
+    return [
         BatchRecord(r.batch_id, r.name, int(r.added_version), r.created_at)
         for r in conn.execute(
             text(
-                f"SELECT * FROM batches b WHERE b.table_id = :t AND {where} "
-                "ORDER BY b.added_version, b.name"
+                "SELECT b.batch_id, b.name, b.added_version, b.created_at FROM batches b "
+                f"WHERE b.table_id = :t AND {where} ORDER BY b.added_version, b.name"
             ),
             params,
         )
     ]
+
+
+def _load_fragments(
+    conn: Connection,
+    table: TableRecord,
+    segments: list[Segment],
+    batches: list[BatchRecord],
+    batch_ids: list[str] | None,
+) -> list[FragmentRecord]:
     batch_names = {b.batch_id: b.name for b in batches}
-    params = {"t": table.table_id}
+    params: dict[str, Any] = {"t": table.table_id}
     where = visible_clause("f", segments, params)
-    fragments = [
+    if batch_ids is not None:
+        where += " AND " + _in_list("f.batch_id", "bid", batch_ids, params)
+    return [
         FragmentRecord(
             r.fragment_id,
             r.batch_id,
@@ -265,24 +428,52 @@ def load_snapshot(
         )
         for r in conn.execute(
             text(
-                f"SELECT * FROM fragments f WHERE f.table_id = :t AND {where} "
+                "SELECT f.fragment_id, f.batch_id, f.row_count, f.path, f.added_version "
+                f"FROM fragments f WHERE f.table_id = :t AND {where} "
                 "ORDER BY f.added_version, f.batch_id, f.seq"
             ),
             params,
         )
         if r.batch_id in batch_names
     ]
-    snap = Snapshot(table, resolved_version, commit_branch, segments, columns, batches, fragments)
-    if with_files:
-        snap.files_by_fragment = _load_files(conn, table, segments)
-    return snap
+
+
+def fragment_counts(
+    conn: Connection, table: TableRecord, segments: list[Segment]
+) -> dict[str, tuple[int, int]]:
+    """Per visible batch id: (rows, fragments) of its visible fragments, summed in SQL."""
+    params: dict[str, Any] = {"t": table.table_id}
+    where = visible_clause("f", segments, params)
+    rows = conn.execute(
+        text(
+            "SELECT f.batch_id, SUM(f.row_count) AS n_rows, COUNT(*) AS n_fragments "
+            f"FROM fragments f WHERE f.table_id = :t AND {where} GROUP BY f.batch_id"
+        ),
+        params,
+    )
+    return {r.batch_id: (int(r.n_rows), int(r.n_fragments)) for r in rows}
 
 
 def _load_files(
-    conn: Connection, table: TableRecord, segments: list[Segment]
+    conn: Connection,
+    table: TableRecord,
+    segments: list[Segment],
+    batch_ids: list[str] | None,
+    column_ids: list[int] | None,
 ) -> dict[str, list[FileRecord]]:
+    """Visible files (of the fragments of ``batch_ids``) with their ``file_columns`` rows (of
+    ``column_ids``); None: no filter."""
+    if column_ids == [] or batch_ids == []:
+        return {}
     params: dict[str, Any] = {"t": table.table_id}
     where = visible_clause("fi", segments, params)
+    if batch_ids is not None:
+        where += (
+            " AND fi.fragment_id IN (SELECT f.fragment_id FROM fragments f "
+            "WHERE f.table_id = :t AND " + _in_list("f.batch_id", "bid", batch_ids, params) + ")"
+        )
+    if column_ids is not None:
+        where += " AND " + _in_list("fc.column_id", "cid", column_ids, params)
     rows = conn.execute(
         text(
             "SELECT fi.file_id, fi.fragment_id, fi.group_name, fi.path, fi.row_count, "

@@ -25,7 +25,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from omnitable.catalog.records import ColumnRecord, FileRecord, FragmentRecord
-from omnitable.catalog.snapshot import Snapshot
+from omnitable.catalog.snapshot import Snapshot, columns_mentioned
 from omnitable.exceptions import CorruptInputError, UnknownColumnError, ValidationError
 from omnitable.format.fs import Location
 from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
@@ -60,6 +60,18 @@ class ReadStats:
     bytes_read: int
 
 
+@dataclass(frozen=True)
+class ReadPlan:
+    """The fragments a read visits (after pruning) and how many files provide its columns."""
+
+    columns: list[str]
+    where: pc.Expression | None
+    where_columns: list[str]
+    fragments_total: int
+    fragments: list[FragmentRecord]
+    files: int
+
+
 class FragmentReader:
     """Reads columns of the fragments of one snapshot.
 
@@ -81,6 +93,29 @@ class FragmentReader:
 
     # -- public ---------------------------------------------------------------------------
 
+    def plan(
+        self,
+        columns: list[str] | None = None,
+        where: pc.Expression | None = None,
+        batches: list[str] | None = None,
+    ) -> ReadPlan:
+        """What a read would touch (columns checked, fragments pruned by statistics, the file
+        providing each column of each fragment), without opening a file."""
+        out_cols = self._check_columns(columns)
+        where_cols = self._where_columns(where)
+        fragments = self.snapshot.fragments_of(batches)
+        total = len(fragments)
+        if where is not None:
+            fragments = self._prune(fragments, where, where_cols)
+        ids = [c.column_id for c in self.snapshot.columns if c.name in {*out_cols, *where_cols}]
+        files = {
+            f.file_id
+            for frag in fragments
+            for f in self.snapshot.resolve(frag.fragment_id, ids).values()
+            if f is not None
+        }
+        return ReadPlan(out_cols, where, where_cols, total, fragments, len(files))
+
     def read(
         self,
         columns: list[str] | None = None,
@@ -88,13 +123,9 @@ class FragmentReader:
         batches: list[str] | None = None,
         use_threads: bool = True,
     ) -> tuple[pa.Table, ReadStats]:
-        snap = self.snapshot
-        out_cols = self._check_columns(columns)
-        where_cols = self._where_columns(where)
-        fragments = snap.fragments_of(batches)
-        total = len(fragments)
-        if where is not None:
-            fragments = self._prune(fragments, where, where_cols)
+        plan = self.plan(columns, where, batches)
+        out_cols, where_cols, fragments = plan.columns, plan.where_columns, plan.fragments
+        total = plan.fragments_total
         schema = pa.schema([self._field(c) for c in out_cols])
 
         def one(frag: FragmentRecord) -> pa.Table:
@@ -182,8 +213,7 @@ class FragmentReader:
                 f"Cannot read: where must be a pyarrow.compute.Expression such as "
                 f"pc.field('score') > 0.5, got {type(where).__name__}"
             )
-        text = str(where)
-        cols = [c for c in self.snapshot.column_names() if c in text]
+        cols = columns_mentioned(str(where), self.snapshot.column_names())
         schema = pa.schema([self._field(c) for c in self.snapshot.column_names()])
         dummy = ds.FileSystemDataset.from_paths(
             ["/omnitable/check"],

@@ -1,0 +1,473 @@
+"""Metadata at scale (issue 19): planning and catalog operations on a table with many files.
+
+A real table is created through the API (columns in G groups, one of them the outputs of a
+registered feature), then SYNTHETIC catalog rows are inserted directly (executemany on SQLite,
+COPY on PostgreSQL): N fragments in batches of ``--fragments-per-batch``, one file per fragment
+and group, one ``file_columns`` row per file and column it carries. No data file exists: every
+measure is catalog work only. Measured (median of ``--repeats``):
+
+  * ``Table.version``, ``schema``, ``batches()``, ``history()`` (target <= 50 ms);
+  * ``Table.plan`` of a one-batch read of 4 columns (target <= 100 ms) and of a full scan of
+    4 columns (target <= 2 s): the snapshot plus the reader's planning, no file opened;
+  * the catalog time of a commit: an append of one batch, and a backfill of the feature over
+    one batch (target <= 200 ms);
+  * the catalog's size per file and per statistic (``file_columns`` row).
+
+Sizes are ``NxGxC`` (fragments x groups x columns); several sizes give the growth law. The
+issue's full size is ``--sizes 300000x50x2500`` (PostgreSQL). PostgreSQL runs when
+``OMNITABLE_TEST_POSTGRES_URL`` is set (in a throw-away database), SQLite always.
+
+Run: ./dev bench metadata [--sizes 1000x10x100 4000x10x100] [--backends sqlite postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.common import BENCH_DIR, fmt_bytes, fmt_seconds, report, time_interleaved
+
+ROWS_PER_FRAGMENT = 1000
+FEATURE = "feat"
+PG_ENV = "OMNITABLE_TEST_POSTGRES_URL"
+
+
+@dataclass(frozen=True)
+class Size:
+    fragments: int
+    groups: int
+    columns: int
+    per_batch: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.fragments}x{self.groups}x{self.columns}"
+
+    @property
+    def batches(self) -> int:
+        return -(-self.fragments // self.per_batch)
+
+
+@dataclass
+class Layout:
+    """The table's columns: ``by_group[g]`` lists the (column_id, name) pairs of group ``g``."""
+
+    table_id: str
+    by_group: dict[str, list[tuple[int, str]]]
+    base_version: int
+
+
+def parse_size(text: str, per_batch: int) -> Size:
+    n, g, c = (int(x) for x in text.lower().split("x"))
+    if g < 3 or c < g:
+        raise SystemExit(f"size {text}: need at least 3 groups and one column per group")
+    return Size(n, g, c, per_batch)
+
+
+# -- the table and its synthetic rows ------------------------------------------------------------
+
+
+def create_table(wh: Any, size: Size, name: str = "meta") -> tuple[Any, Layout]:
+    """A real table: raw columns in groups g1..g(G-2) and ``base``, the feature's in ``feat``."""
+    from omnitable.catalog.commit import CommitRequest, FeatureRow, NewColumn
+
+    raw_groups = ["base"] + [f"g{i}" for i in range(1, size.groups - 1)]
+    raw = [f"c{i:05d}" for i in range(size.columns - size.columns // size.groups)]
+    groups = {
+        g: [c for i, c in enumerate(raw) if i % len(raw_groups) == k]
+        for k, g in enumerate(raw_groups)
+    }
+    t = wh.create_table(
+        name,
+        {c: "double" for c in raw},
+        groups={g: cs for g, cs in groups.items() if g != "base"},
+    )
+    outputs = [f"{FEATURE}_{i:05d}" for i in range(size.columns // size.groups)]
+    definition = {"inputs": raw[:1], "outputs": {o: "double" for o in outputs}, "kind": "pandas"}
+    req = CommitRequest(
+        "register",
+        t.version,
+        new_columns=[NewColumn(o, "double", True, FEATURE, FEATURE) for o in outputs],
+        features=[FeatureRow(FEATURE, "1", "pandas", definition, "fp")],
+    )
+    version = wh.catalog.commit(t.record, req)
+    snap = t.snapshot(with_files=False)
+    by_group: dict[str, list[tuple[int, str]]] = {}
+    for c in snap.columns:
+        by_group.setdefault(c.group_name, []).append((c.column_id, c.name))
+    return t, Layout(t.record.table_id, by_group, version)
+
+
+def synthetic_rows(size: Size, layout: Layout) -> dict[str, Iterator[tuple[Any, ...]]]:
+    """Rows of commits, batches, fragments, files and file_columns: batch ``b`` is committed at
+    version ``base + 1 + b``, its fragments carry one file per group."""
+    t, base = layout.table_id, layout.base_version
+    now = "2026-11-30T00:00:00.000000Z"
+
+    def commits() -> Iterator[tuple[Any, ...]]:
+        for b in range(size.batches):
+            v = base + 1 + b
+            yield (t, v, v - 1, "main", "append", None, '{"synthetic": true}', now, None)
+
+    def batches() -> Iterator[tuple[Any, ...]]:
+        for b in range(size.batches):
+            yield (t, f"ba{b:08d}", f"batch/{b:08d}", "main", base + 1 + b, None, now)
+
+    def fragments() -> Iterator[tuple[Any, ...]]:
+        for i in range(size.fragments):
+            b, seq = divmod(i, size.per_batch)
+            yield (
+                t,
+                f"fr{i:09d}",
+                f"ba{b:08d}",
+                seq,
+                ROWS_PER_FRAGMENT,
+                f"f/fr{i:09d}",
+                "main",
+                base + 1 + b,
+                None,
+            )
+
+    def files() -> Iterator[tuple[Any, ...]]:
+        for i in range(size.fragments):
+            v = base + 1 + i // size.per_batch
+            for g in layout.by_group:
+                yield (
+                    t,
+                    f"fi{i:09d}{g}",
+                    f"fr{i:09d}",
+                    g,
+                    f"f/fr{i:09d}/{g}.parquet",
+                    ROWS_PER_FRAGMENT,
+                    4096,
+                    "main",
+                    v,
+                    None,
+                    None,
+                )
+
+    def file_columns() -> Iterator[tuple[Any, ...]]:
+        for i in range(size.fragments):
+            lo = i * ROWS_PER_FRAGMENT
+            for g, cols in layout.by_group.items():
+                fv = "1" if g == FEATURE else None
+                for cid, _ in cols:
+                    stats = (str(lo), str(lo + ROWS_PER_FRAGMENT - 1)) if cid == 0 else ("0", "1")
+                    yield (t, f"fi{i:09d}{g}", cid, 0, *stats, fv)
+
+    return {
+        "commits": commits(),
+        "batches": batches(),
+        "fragments": fragments(),
+        "files": files(),
+        "file_columns": file_columns(),
+    }
+
+
+COLUMNS = {
+    "commits": "table_id, version, parent_version, branch, op, run_id, summary, committed_at, "
+    "commit_token",
+    "batches": "table_id, batch_id, name, branch, added_version, removed_version, created_at",
+    "fragments": "table_id, fragment_id, batch_id, seq, row_count, path, branch, added_version, "
+    "removed_version",
+    "files": "table_id, file_id, fragment_id, group_name, path, row_count, size_bytes, branch, "
+    "added_version, removed_version, run_id",
+    "file_columns": "table_id, file_id, column_id, null_count, min_value, max_value, "
+    "feature_version",
+}
+
+
+def bulk_insert(
+    store: Any, rows: dict[str, Iterator[tuple[Any, ...]]], table_id: str, head: int
+) -> None:
+    """Insert ``rows`` in one transaction (COPY on PostgreSQL), then move the table's ``main``
+    to ``head``."""
+    raw = store.engine.raw_connection()
+    try:
+        conn = raw.driver_connection
+        cur = conn.cursor()
+        if store.is_sqlite:
+            cur.execute("PRAGMA synchronous=OFF")
+            cur.execute("BEGIN IMMEDIATE")
+            for table, it in rows.items():
+                marks = ", ".join("?" * len(COLUMNS[table].split(",")))
+                cur.executemany(f"INSERT INTO {table} ({COLUMNS[table]}) VALUES ({marks})", it)
+        else:
+            for table, it in rows.items():
+                with cur.copy(f"COPY {table} ({COLUMNS[table]}) FROM STDIN") as copy:
+                    for row in it:
+                        copy.write_row(row)
+        where = f"WHERE table_id = '{table_id}'"  # a generated hex id
+        cur.execute(f"UPDATE refs SET version = {head} {where} AND name = 'main'")
+        cur.execute(f"UPDATE tables SET next_row_id = {10**12} {where}")  # past synthetic ids
+        conn.commit() if not store.is_sqlite else cur.execute("COMMIT")
+        cur.execute("ANALYZE")
+        if not store.is_sqlite:
+            conn.commit()
+    finally:
+        raw.close()
+
+
+# -- measures ------------------------------------------------------------------------------------
+
+
+def append_request(t: Any, layout: Layout, size: Size, n: int) -> Any:
+    """An append of one batch (``per_batch`` fragments, files of every raw group)."""
+    from omnitable.catalog.commit import CommitRequest
+    from omnitable.vocabulary.descriptors import FileDescriptor, FragmentDescriptor
+    from omnitable.vocabulary.stats import ColumnStats
+
+    bid = f"new{n}{uuid.uuid4().hex[:8]}"
+    frags = []
+    for seq in range(size.per_batch):
+        fid = f"{bid}-{seq}"
+        files = [
+            FileDescriptor(
+                f"{fid}{g}",
+                fid,
+                g,
+                f"n/{fid}/{g}.parquet",
+                ROWS_PER_FRAGMENT,
+                4096,
+                {name: ColumnStats(0, "0", "1") for _, name in cols},
+            )
+            for g, cols in layout.by_group.items()
+            if g != FEATURE
+        ]
+        frags.append(FragmentDescriptor(fid, bid, ROWS_PER_FRAGMENT, f"n/{fid}", files, seq))
+    return CommitRequest(
+        "append", t.version, new_batches=[(bid, f"new/{bid}")], new_fragments=frags
+    )
+
+
+def backfill_request(t: Any, layout: Layout, size: Size, batch: int) -> Any:
+    """A backfill of the feature over one batch: new ``feat`` files replace the old ones."""
+    from omnitable.catalog.commit import CommitRequest, LineageEntry
+    from omnitable.catalog.snapshot import SnapshotScope
+    from omnitable.vocabulary.descriptors import FileDescriptor
+    from omnitable.vocabulary.stats import ColumnStats
+
+    cols = layout.by_group[FEATURE]
+    frag_ids = [
+        f"fr{i:09d}"
+        for i in range(batch * size.per_batch, (batch + 1) * size.per_batch)
+        if i < size.fragments
+    ]
+    tag = uuid.uuid4().hex[:8]
+    files = [
+        FileDescriptor(
+            f"{fid}{FEATURE}{tag}",
+            fid,
+            FEATURE,
+            f"f/{fid}/{tag}.parquet",
+            ROWS_PER_FRAGMENT,
+            4096,
+            {n: ColumnStats(0, "0", "1") for _, n in cols},
+            {n: "1" for _, n in cols},
+        )
+        for fid in frag_ids
+    ]
+    scope = SnapshotScope.of([f"batch/{batch:08d}"], [n for _, n in cols])
+    snap = t.snapshot(scope=scope)
+    removed = [f.file_id for fid in frag_ids for f in snap.files_by_fragment.get(fid, [])]
+    lineage = [
+        LineageEntry(f.file_id, n, FEATURE, "1", [], "python") for f in files for _, n in cols
+    ]
+    return CommitRequest(
+        "backfill",
+        snap.version,
+        new_files=files,
+        removed_files=removed,
+        lineage=lineage,
+        feature_versions={FEATURE: "1"},
+    )
+
+
+def timed_commits(wh: Any, t: Any, make: Callable[[int], Any], repeats: int) -> float:
+    """Median time of ``Catalog.commit`` alone (the request is built beforehand)."""
+    samples = []
+    for n in range(repeats):
+        req = make(n)
+        start = time.perf_counter()
+        wh.catalog.commit(t.record, req)
+        samples.append(time.perf_counter() - start)
+    return sorted(samples)[len(samples) // 2]
+
+
+def catalog_sizes(store: Any) -> dict[str, int]:
+    """Bytes of ``files`` and ``file_columns`` with their indexes."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
+
+    with store.engine.connect() as conn:
+        if not store.is_sqlite:
+            return {
+                t: int(conn.execute(text(f"SELECT pg_total_relation_size('{t}')")).scalar() or 0)
+                for t in ("files", "file_columns")
+            }
+        try:
+            rows = conn.execute(
+                text(
+                    "SELECT m.tbl_name, SUM(d.pgsize) FROM dbstat d JOIN sqlite_master m "
+                    "ON m.name = d.name GROUP BY m.tbl_name"
+                )
+            ).all()
+            return {str(r[0]): int(r[1]) for r in rows if r[0] in ("files", "file_columns")}
+        except OperationalError:  # dbstat not compiled in: the whole file, split by row counts
+            path = store.address.sqlite_dir
+            total = sum(p.stat().st_size for p in path.glob("catalog.db*"))
+            return {"files": 0, "file_columns": total}
+
+
+def measure(wh: Any, t: Any, layout: Layout, size: Size, repeats: int) -> dict[str, float]:
+    four = [n for g in list(layout.by_group)[1:3] for _, n in layout.by_group[g][:2]]
+    mid = f"batch/{size.batches // 2:08d}"
+    one = t.plan(four, batches=[mid])
+    assert len(one.fragments) == min(size.per_batch, size.fragments), one.fragments_total
+    assert one.files == 2 * len(one.fragments), one.files
+    full = t.plan(four)
+    assert len(full.fragments) == size.fragments
+    times = time_interleaved(
+        {
+            "version": lambda: t.version,
+            "schema": lambda: t.schema,
+            "batches()": lambda: t.batches(),
+            "history()": lambda: t.history(),
+            "plan one batch, 4 columns": lambda: t.plan(four, batches=[mid]),
+            "plan full scan, 4 columns": lambda: t.plan(four),
+        },
+        repeats=repeats,
+        warmup=0,
+    )
+    times["commit: append one batch"] = timed_commits(
+        wh, t, lambda n: append_request(t, layout, size, n), repeats
+    )
+    times["commit: backfill one batch"] = timed_commits(
+        wh, t, lambda n: backfill_request(t, layout, size, n % size.batches), repeats
+    )
+    return times
+
+
+TARGETS = {
+    "version": 0.05,
+    "schema": 0.05,
+    "batches()": 0.05,
+    "history()": 0.05,
+    "plan one batch, 4 columns": 0.1,
+    "plan full scan, 4 columns": 2.0,
+    "commit: append one batch": 0.2,
+    "commit: backfill one batch": 0.2,
+}
+
+
+def run_one(backend: str, size: Size, repeats: int) -> dict[str, float]:
+    import omnitable
+
+    address, cleanup = _warehouse(backend, size)
+    try:
+        wh = omnitable.connect(address, **({} if backend == "sqlite" else {"root": str(BENCH_DIR)}))
+        t, layout = create_table(wh, size)
+        start = time.perf_counter()
+        head = layout.base_version + size.batches
+        bulk_insert(wh.catalog.store, synthetic_rows(size, layout), layout.table_id, head)
+        load = time.perf_counter() - start
+        t = wh.table("meta")
+        times = measure(wh, t, layout, size, repeats)
+        sizes = catalog_sizes(wh.catalog.store)
+        _report(backend, size, times, sizes, load)
+        wh.close()
+        return times
+    finally:
+        cleanup()
+
+
+def _report(
+    backend: str, size: Size, times: dict[str, float], sizes: dict[str, int], load: float
+) -> None:
+    n_files = size.fragments * size.groups
+    n_stats = size.fragments * (size.columns + 1)
+    rows = [(k, fmt_seconds(v), f"target <= {fmt_seconds(TARGETS[k])}") for k, v in times.items()]
+    rows += [
+        ("catalog bytes per file", fmt_bytes(sizes.get("files", 0) / n_files), "(files table)"),
+        (
+            "catalog bytes per statistic",
+            fmt_bytes(sizes.get("file_columns", 0) / n_stats),
+            "(file_columns table)",
+        ),
+        ("synthetic load", fmt_seconds(load), f"{n_files} files, {n_stats} statistics"),
+    ]
+    report(f"metadata, {backend}, {size.label} ({size.batches} batches)", rows)
+
+
+def _warehouse(backend: str, size: Size) -> tuple[str, Callable[[], None]]:
+    if backend == "sqlite":
+        path = BENCH_DIR / f"metadata-{size.label}-{uuid.uuid4().hex[:6]}"
+        return str(path), lambda: shutil.rmtree(path, ignore_errors=True)
+    import psycopg
+
+    from omnitable.catalog.address import parse_address
+
+    base = parse_address(os.environ[PG_ENV])
+    url = base.connect_url()
+    name = f"omt_bench_{uuid.uuid4().hex[:10]}"
+
+    def admin(sql: str) -> None:
+        with psycopg.connect(
+            host=url.host,
+            port=url.port or 5432,
+            user=url.username,
+            password=url.password,
+            dbname=url.database,
+            autocommit=True,
+        ) as conn:
+            conn.execute(sql)
+
+    admin(f'CREATE DATABASE "{name}"')
+    address = base.url.set(database=name).render_as_string(hide_password=False)
+    return address, lambda: admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def growth(results: dict[str, dict[str, float]], sizes: list[Size]) -> Iterable[tuple[str, ...]]:
+    """Per measure, the exponent k of time ~ files^k between the smallest and largest size."""
+    import math
+
+    if len(sizes) < 2:
+        return []
+    a, b = sizes[0], sizes[-1]
+    fa, fb = a.fragments * a.columns, b.fragments * b.columns
+    out = []
+    for k in results[a.label]:
+        ta, tb = results[a.label][k], results[b.label][k]
+        exp = math.log(max(tb, 1e-6) / max(ta, 1e-6)) / math.log(fb / fa) if fb != fa else 0.0
+        out.append((k, f"k = {exp:.2f}", f"{fmt_seconds(ta)} -> {fmt_seconds(tb)}"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    parser = argparse.ArgumentParser(prog="metadata")
+    parser.add_argument(
+        "--sizes",
+        nargs="+",
+        default=["1000x10x100", "4000x10x100"],
+        help="NxGxC: fragments x groups x columns (issue: 300000x50x2500)",
+    )
+    parser.add_argument("--fragments-per-batch", type=int, default=20)
+    parser.add_argument("--backends", nargs="+", default=None, choices=["sqlite", "postgres"])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    backends = args.backends or ["sqlite"] + (["postgres"] if os.environ.get(PG_ENV) else [])
+    sizes = [parse_size(s, args.fragments_per_batch) for s in args.sizes]
+    out: dict[str, float] = {}
+    for backend in backends:
+        results = {s.label: run_one(backend, s, args.repeats) for s in sizes}
+        law = list(growth(results, sizes))
+        if law:
+            report(f"growth law, {backend}: time ~ (fragments x columns)^k", law)
+        out.update({f"{backend}/{s}/{k}": v for s, r in results.items() for k, v in r.items()})
+    return out

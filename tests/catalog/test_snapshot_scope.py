@@ -1,0 +1,184 @@
+"""Scoped snapshots (issue 19): a snapshot loaded for some batches and columns answers exactly
+like the full snapshot, and a one-batch plan runs a number of SQL statements that does not
+depend on the table's size."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import event
+
+import omnitable
+from omnitable.catalog.snapshot import Snapshot, SnapshotScope
+from omnitable.exceptions import NotFoundError, ValidationError
+from omnitable.format.reader import FragmentReader
+from omnitable.vocabulary.names import APPEND_NAME, ROW_ID
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import metadata as bench  # noqa: E402
+from tests.spark.fixtures.make_warehouses import _add_ref, _append_on_branch  # noqa: E402
+
+BATCHES = ["a", "b", "c", "d"]
+OP = st.one_of(
+    st.tuples(st.just("append"), st.sampled_from(BATCHES), st.integers(1, 30)),
+    st.tuples(st.just("replace"), st.sampled_from(BATCHES), st.integers(1, 30)),
+    st.tuples(st.just("add_columns"), st.sampled_from(BATCHES), st.integers(0, 1)),
+    st.tuples(st.just("branch"), st.sampled_from(BATCHES), st.integers(1, 10)),
+)
+
+
+def _rows(n: int, seed: int) -> pa.Table:
+    xs = [seed * 100 + i if i % 7 else None for i in range(n)]
+    return pa.table(
+        {
+            "x": pa.array(xs, pa.int64()),
+            "y": pa.array([float(i) / 3 for i in range(n)]),
+            "s": pa.array([f"s{seed}-{i}" for i in range(n)]),
+        }
+    )
+
+
+def _apply(t: omnitable.Table, ops: list[tuple[str, str, int]]) -> list[dict[str, Any]]:
+    """Runs ``ops``; returns the snapshots to compare (head, each version, the branch)."""
+    refs: list[dict[str, Any]] = [{}]
+    for k, (op, name, n) in enumerate(ops):
+        have = {b.name for b in t.batches()}
+        if op == "append" and name not in have:
+            t.append(_rows(n, k), name, target_fragment_rows=8)
+        elif op == "replace":
+            t.append(_rows(n, k), name, mode="replace", target_fragment_rows=8)
+        elif op == "add_columns" and have:
+            ids = t.read([ROW_ID])[ROW_ID].to_pylist()[n::2]
+            data = pa.table({ROW_ID: pa.array(ids, pa.int64()), f"z{k}": [1.5] * len(ids)})
+            t.add_columns(data, group=f"gz{k}")
+        elif op == "branch" and not any("branch" in r for r in refs):
+            _add_ref(t, "dev", "branch", t.version, "main", t.version)
+            _append_on_branch(t, _rows(n, k), f"dev-{name}", "dev")
+            refs.append({"branch": "dev"})
+        refs.append({"version": t.version})
+    return refs
+
+
+def _providers(snap: Snapshot, fragment_id: str, ids: list[int]) -> dict[int, Any]:
+    return {
+        cid: None if f is None else (f.file_id, f.added_version, f.columns[cid])
+        for cid, f in snap.resolve(fragment_id, ids).items()
+    }
+
+
+def _check_scope(
+    t: omnitable.Table, ref: dict[str, Any], batches: list[str] | None, names: list[str] | None
+) -> None:
+    full = t.snapshot(**ref)
+    known = [b.name for b in full.batches]
+    batches = None if batches is None else [b for b in batches if b in known] or known[:1]
+    where = pc.field("x") > 150
+    scoped = t.snapshot(**ref, scope=SnapshotScope.of(batches, names, where))
+    assert scoped.fragments == full.fragments_of(batches)
+    wanted = {*(names or full.column_names()), "x"}
+    ids = [c.column_id for c in full.columns if c.name in wanted]
+    for frag in scoped.fragments:
+        assert _providers(scoped, frag.fragment_id, ids) == _providers(full, frag.fragment_id, ids)
+    for w in (None, where):
+        expected, _ = FragmentReader(t.location, full).read(names, w, batches)
+        got, _ = FragmentReader(t.location, scoped).read(names, w, batches)
+        assert got.equals(expected)
+        assert t.read(names, w, batches=batches, **ref).equals(expected)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    ops=st.lists(OP, min_size=1, max_size=7),
+    picks=st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.lists(st.sampled_from(BATCHES), min_size=1, max_size=2)),
+            st.one_of(
+                st.none(),
+                st.lists(
+                    st.sampled_from(["x", "y", "s", ROW_ID, APPEND_NAME]),
+                    min_size=1,
+                    max_size=3,
+                    unique=True,
+                ),
+            ),
+            st.integers(0, 20),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+)
+def test_scoped_snapshot_answers_like_the_full_one(
+    ops: list[tuple[str, str, int]], picks: list[tuple[Any, Any, int]]
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        wh = omnitable.connect(str(Path(tmp) / "wh"))
+        t = wh.create_table("t", {"x": "bigint", "y": "double", "s": "string"}, {"gy": ["y"]})
+        t.append(_rows(12, 99), "seed", target_fragment_rows=8)
+        refs = _apply(t, ops)
+        for batches, names, r in picks:
+            _check_scope(t, refs[r % len(refs)], batches, names)
+        wh.close()
+
+
+def test_scoped_snapshot_refuses_questions_outside_its_scope(tmp_path: Path) -> None:
+    wh = omnitable.connect(str(tmp_path / "wh"))
+    t = wh.create_table("t", {"x": "bigint", "y": "double", "s": "string"}, {"gy": ["y"]})
+    t.append(_rows(5, 1), "a")
+    t.append(_rows(5, 2), "b")
+    snap = t.snapshot(scope=SnapshotScope.of(["a"], ["x"]))
+    y = snap.column("y").column_id
+    with pytest.raises(ValidationError, match="loaded for columns"):
+        snap.resolve(snap.fragments[0].fragment_id, [y])
+    with pytest.raises(ValidationError, match="loaded for batches"):
+        snap.fragments_of(["b"])
+    with pytest.raises(NotFoundError, match="Cannot find batch"):
+        t.snapshot(scope=SnapshotScope.of(["nope"], ["x"]))
+    assert [(b.name, b.rows, b.fragments) for b in t.batches()] == [("a", 5, 1), ("b", 5, 1)]
+    assert t.count() == 10
+    wh.close()
+
+
+def _statements(wh: omnitable.Warehouse, fn: Any) -> list[str]:
+    seen: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    engine = wh.catalog.store.engine
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        fn()
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+    return seen
+
+
+def test_one_batch_plan_runs_the_same_statements_whatever_the_size(
+    wh: omnitable.Warehouse,
+) -> None:
+    counts: dict[str, int] = {}
+    for name, n in (("small", 40), ("large", 400)):
+        size = bench.Size(n, 3, 6, 10)
+        t, layout = bench.create_table(wh, size, name)
+        head = layout.base_version + size.batches
+        bench.bulk_insert(
+            wh.catalog.store, bench.synthetic_rows(size, layout), layout.table_id, head
+        )
+        t = wh.table(name)
+        cols = [c for c in t.schema.names if c.startswith("c")][:4]
+        plan = partial(t.plan, cols, batches=["batch/00000002"])
+        assert [f.fragment_id for f in plan().fragments] == [f"fr{i:09d}" for i in range(20, 30)]
+        counts[name] = len(_statements(wh, plan))
+        assert len(t.batches()) == size.batches
+    assert counts["small"] == counts["large"] > 0
