@@ -1,6 +1,6 @@
 package io.omnitable.spark.catalog
 
-import java.sql.{Connection, SQLException}
+import java.sql.SQLException
 
 import scala.collection.mutable
 import scala.jdk.CollectionConverters._
@@ -19,6 +19,9 @@ import org.apache.spark.sql.catalyst.parser.CatalystSqlParser
 final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnector.systemEnv) {
 
   val address: CatalogAddress = CatalogAddress.parse(warehouse)
+
+  /** Statements this reader ran and rows they returned. */
+  val queries: QueryCounter = new QueryCounter
 
   /** The address safe to print (no literal password). */
   def display: String = address.display
@@ -106,7 +109,7 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
 
   // --- internals ----------------------------------------------------------------------------
 
-  private def findTable(conn: Connection, name: String): Option[TableEntry] =
+  private def findTable(conn: Jdbc.Conn, name: String): Option[TableEntry] =
     Jdbc.query(conn, "SELECT table_id, name, location, properties FROM tables WHERE name = ?", name) { rs =>
       TableEntry(rs.getString(1), rs.getString(2), rs.getString(3), properties(rs.getString(2), rs.getString(4)))
     }.headOption
@@ -127,7 +130,7 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
     }.toMap
   }
 
-  private def loadColumns(conn: Connection, table: TableEntry, segments: Seq[Segment]): Seq[ColumnEntry] = {
+  private def loadColumns(conn: Jdbc.Conn, table: TableEntry, segments: Seq[Segment]): Seq[ColumnEntry] = {
     val (where, params) = Jdbc.visible("c", segments)
     Jdbc.query(
       conn,
@@ -156,7 +159,7 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
     }
   }
 
-  private def loadBatchNames(conn: Connection, table: TableEntry, segments: Seq[Segment]): Seq[String] = {
+  private def loadBatchNames(conn: Jdbc.Conn, table: TableEntry, segments: Seq[Segment]): Seq[String] = {
     val (where, params) = Jdbc.visible("b", segments)
     Jdbc.query(
       conn,
@@ -165,10 +168,10 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
       (table.tableId +: params): _*)(_.getString(1))
   }
 
-  private def meta(conn: Connection, key: String): Option[String] =
+  private def meta(conn: Jdbc.Conn, key: String): Option[String] =
     Jdbc.query(conn, "SELECT value FROM omnitable_meta WHERE key = ?", key)(_.getString(1)).headOption
 
-  private def checkSchemaVersion(conn: Connection): Unit = {
+  private def checkSchemaVersion(conn: Jdbc.Conn): Unit = {
     val found = try meta(conn, "schema_version")
     catch {
       case e: SQLException => throw OmniTableErrors.notACatalog(
@@ -184,8 +187,9 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
   }
 
   /** Opens a checked connection, runs `body` in one read transaction, translates driver errors. */
-  private def withConnection[T](what: String)(body: Connection => T): T = {
-    val conn = JdbcConnector.open(address, env)
+  private def withConnection[T](what: String)(body: Jdbc.Conn => T): T = {
+    val jdbc = JdbcConnector.open(address, env)
+    val conn = Jdbc.Conn(jdbc, queries)
     try {
       checkSchemaVersion(conn)
       body(conn)
@@ -193,9 +197,9 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
       case e: OmniTableAnalysisException => throw e
       case e: SQLException => throw OmniTableErrors.catalogQueryFailed(display, what, e)
     } finally {
-      try conn.rollback()
+      try jdbc.rollback()
       catch { case NonFatal(_) => }
-      conn.close()
+      jdbc.close()
     }
   }
 }
