@@ -2,7 +2,6 @@ package io.omnitable.spark.catalog
 
 import java.sql.SQLException
 
-import scala.collection.mutable
 import scala.jdk.CollectionConverters._
 import scala.util.control.NonFatal
 
@@ -52,59 +51,20 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
     )
   }
 
-  /** The visible fragments of `snap` with their visible files and column statistics. */
-  def loadFragments(snap: TableSnapshot): Seq[FragmentEntry] =
+  /** The visible fragments of `snap` with their visible files and all their column statistics. */
+  def loadFragments(snap: TableSnapshot): Seq[FragmentEntry] = listFragments(snap, FragmentScope.All).fragments
+
+  /**
+   * The fragments of `scope` in `snap`, reading only their rows of `fragments`, `files` and
+   * `file_columns` (docs/spark.md, "How planning scales"). Option lists longer than
+   * `maxPushedValues` are applied in memory instead of as SQL parameters; the listing is the same.
+   */
+  def listFragments(
+      snap: TableSnapshot,
+      scope: FragmentScope,
+      maxPushedValues: Int = FragmentQuery.MaxPushedValues): FragmentListing =
     withConnection(s"the fragments of table '${snap.table.name}'") { conn =>
-      val t = snap.table.tableId
-      val (fragWhere, fragParams) = Jdbc.visible("f", snap.snapshot.segments)
-      val fragments = Jdbc.query(
-        conn,
-        "SELECT f.fragment_id, f.batch_id, f.row_count, f.path, b.name FROM fragments f JOIN batches b " +
-          "ON b.table_id = f.table_id AND b.batch_id = f.batch_id " +
-          s"WHERE f.table_id = ? AND $fragWhere ORDER BY f.added_version, f.batch_id, f.seq",
-        (t +: fragParams): _*
-      ) { rs =>
-        (rs.getString(1), rs.getString(2), rs.getLong(3), rs.getString(4), rs.getString(5))
-      }
-      val (fileWhere, fileParams) = Jdbc.visible("fi", snap.snapshot.segments)
-      val files = mutable.LinkedHashMap.empty[String, (Array[Any], mutable.Map[Int, FileColumnStats])]
-      Jdbc.query(
-        conn,
-        "SELECT fi.file_id, fi.fragment_id, fi.group_name, fi.path, fi.row_count, fi.size_bytes, " +
-          "fi.added_version, fc.column_id, fc.null_count, fc.min_value, fc.max_value " +
-          "FROM files fi JOIN file_columns fc ON fc.table_id = fi.table_id AND fc.file_id = fi.file_id " +
-          s"WHERE fi.table_id = ? AND $fileWhere",
-        (t +: fileParams): _*
-      ) { rs =>
-        val fileId = rs.getString(1)
-        val (_, cols) = files.getOrElseUpdate(
-          fileId,
-          (
-            Array[Any](
-              rs.getString(2),
-              rs.getString(3),
-              rs.getString(4),
-              rs.getLong(5),
-              rs.getLong(6),
-              rs.getLong(7)),
-            mutable.Map.empty))
-        cols(rs.getInt(8)) = FileColumnStats(Jdbc.optLong(rs, 9), Option(rs.getString(10)), Option(rs.getString(11)))
-      }
-      val byFragment = files.toSeq.map { case (id, (f, cols)) =>
-        FileEntry(
-          id,
-          f(0).asInstanceOf[String],
-          f(1).asInstanceOf[String],
-          f(2).asInstanceOf[String],
-          f(3).asInstanceOf[Long],
-          f(4).asInstanceOf[Long],
-          f(5).asInstanceOf[Long],
-          cols.toMap
-        )
-      }.groupBy(_.fragmentId)
-      fragments.map { case (id, batchId, rows, path, batchName) =>
-        FragmentEntry(id, batchId, batchName, rows, path, byFragment.getOrElse(id, Seq.empty).sortBy(_.fileId))
-      }
+      new FragmentQuery(conn, snap, scope, maxPushedValues).run()
     }
 
   // --- internals ----------------------------------------------------------------------------

@@ -35,16 +35,29 @@ private[catalog] object Jdbc {
   final case class Conn(jdbc: Connection, counter: QueryCounter)
 
   /** Runs `sql` with positional `params` (String, java.lang.Long, ...) and maps every row. */
-  def query[T](conn: Conn, sql: String, params: AnyRef*)(row: ResultSet => T): Seq[T] =
+  def query[T](conn: Conn, sql: String, params: AnyRef*)(row: ResultSet => T): Seq[T] = {
+    val out = mutable.ArrayBuffer.empty[T]
+    foreach(conn, sql, params: _*)(rs => out += row(rs))
+    out.toSeq
+  }
+
+  /** Runs `sql` with positional `params` and calls `row` on every row (nothing is kept). */
+  def foreach(conn: Conn, sql: String, params: AnyRef*)(row: ResultSet => Unit): Unit =
     Using.resource(conn.jdbc.prepareStatement(sql)) { stmt =>
       params.zipWithIndex.foreach { case (p, i) => stmt.setObject(i + 1, p) }
       Using.resource(stmt.executeQuery()) { rs =>
-        val out = mutable.ArrayBuffer.empty[T]
-        while (rs.next()) out += row(rs)
-        conn.counter.add(out.size.toLong)
-        out.toSeq
+        var rows = 0L
+        while (rs.next()) {
+          row(rs)
+          rows += 1
+        }
+        conn.counter.add(rows)
       }
     }
+
+  /** `expr IN (?, ...)` over `values` with its parameters (`1 = 0` for none: PostgreSQL has no `IN ()`). */
+  def in(expr: String, values: Seq[AnyRef]): (String, Seq[AnyRef]) =
+    if (values.isEmpty) ("1 = 0", Nil) else (values.map(_ => "?").mkString(s"$expr IN (", ", ", ")"), values)
 
   def optLong(rs: ResultSet, column: Int): Option[Long] = {
     val v = rs.getLong(column)

@@ -1,5 +1,7 @@
 package io.omnitable.spark.catalog
 
+import scala.collection.mutable
+
 /**
  * Synthetic catalog rows (no data files) under the table of a [[HandMadeCatalog]], for planning
  * measurements and tests: `fragments` fragments of `rowsPerFragment` rows in batches of
@@ -73,6 +75,110 @@ object SyntheticTables {
       "file_columns",
       for (f <- (0 until shape.fragments).iterator; c <- 0 to shape.columns)
         yield Seq(t, fileId(f, c % shape.groups), c, 0L, s"${f * 10}.0", s"${f * 10 + 9}.5", null)
+    )
+  }
+
+  /**
+   * A random small table: versions 1..`versions` on `main` and, after version 2, on branch `dev`
+   * (forked at 2); batches named from a small pool (a name re-used on a branch replaces that
+   * branch's batch), fragments of 0..60 rows with one file per group, later files carrying some
+   * columns again (sometimes removing an older file), random statistics (some NULL). Returns
+   * the version -> branch map.
+   */
+  def random(hand: HandMadeCatalog, rng: scala.util.Random, versions: Int = 10): Map[Long, String] = {
+    val t = hand.tableId
+    val columns = 2 + rng.nextInt(6)
+    hand.insert(
+      "columns",
+      (1 to columns).iterator.map { c =>
+        Seq(t, c, s"c$c", s"c$c", "double", 1, c, "active", s"g${c % 3}", null, "main", 0L, null)
+      })
+    val branchOf = (0 to versions).map(v => v.toLong -> (if (v > 2 && rng.nextBoolean()) "dev" else "main")).toMap
+    hand.insert("commits", branchOf.iterator.map { case (v, b) => Seq(t, v, null, b, "test", null, "{}", At, null) })
+    hand.ref("main", "branch", branchOf.filter(_._2 == "main").keys.max, None, None)
+    hand.ref("dev", "branch", branchOf.filter(_._2 == "dev").keys.maxOption.getOrElse(2L), Some("main"), Some(2L))
+    val fragments = mutable.ArrayBuffer.empty[String]
+    (1 to versions).foreach { v =>
+      val branch = branchOf(v.toLong)
+      if (rng.nextInt(3) > 0) addBatch(hand, rng, v.toLong, branch, columns, fragments)
+      if (fragments.nonEmpty && rng.nextBoolean()) {
+        addFile(
+          hand,
+          rng,
+          v.toLong,
+          branch,
+          fragments(rng.nextInt(fragments.size)),
+          (1 to columns).filter(_ => rng.nextBoolean()))
+      }
+    }
+    branchOf
+  }
+
+  private def addBatch(
+      hand: HandMadeCatalog,
+      rng: scala.util.Random,
+      v: Long,
+      branch: String,
+      columns: Int,
+      fragments: mutable.ArrayBuffer[String]): Unit = {
+    val name = s"p${rng.nextInt(4)}"
+    val old = s"SELECT batch_id FROM batches WHERE name = '$name' AND branch = '$branch' AND removed_version IS NULL"
+    Seq(
+      "files" -> s"fragment_id IN (SELECT fragment_id FROM fragments WHERE batch_id IN ($old))",
+      "fragments" ->
+        s"batch_id IN ($old)",
+      "batches" -> s"batch_id IN ($old)"
+    ).foreach { case (table, where) =>
+      hand.exec(s"UPDATE $table SET removed_version = $v WHERE removed_version IS NULL AND $where")
+    }
+    val batchId = s"B$v"
+    hand.insert("batches", Iterator(Seq(hand.tableId, batchId, name, branch, v, null, At)))
+    (0 until 1 + rng.nextInt(3)).foreach { seq =>
+      val id = s"F$v-$seq"
+      val rows = if (rng.nextInt(5) == 0) 0L else 1L + rng.nextInt(60)
+      hand.insert("fragments", Iterator(Seq(hand.tableId, id, batchId, seq.toLong, rows, s"data/$id", branch, v, null)))
+      fragments += id
+      (0 until 3).foreach(g => addFile(hand, rng, v, branch, id, (0 to columns).filter(_ % 3 == g), s"g$g", rows))
+    }
+  }
+
+  private def addFile(
+      hand: HandMadeCatalog,
+      rng: scala.util.Random,
+      v: Long,
+      branch: String,
+      fragment: String,
+      columns: Seq[Int],
+      group: String = "feat",
+      rows: Long = -1): Unit = {
+    val t = hand.tableId
+    val fileId = s"$fragment-$group-v$v"
+    if (group == "feat" && rng.nextBoolean()) {
+      hand.exec(s"UPDATE files SET removed_version = $v WHERE fragment_id = '$fragment' AND branch = '$branch' " +
+        s"AND removed_version IS NULL AND group_name = 'feat'")
+    }
+    val rowCount = if (rows >= 0) rows else 0L
+    hand.insert(
+      "files",
+      Iterator(Seq(
+        t,
+        fileId,
+        fragment,
+        group,
+        s"data/$fragment/$group-v$v.parquet",
+        rowCount,
+        100L + rng.nextInt(1000),
+        branch,
+        v,
+        null,
+        null)))
+    hand.insert(
+      "file_columns",
+      columns.iterator.map { c =>
+        val lo = rng.nextInt(100)
+        val bounds = if (rng.nextInt(4) == 0) Seq(null, null) else Seq(s"$lo.0", s"${lo + rng.nextInt(50)}.5")
+        Seq(t, fileId, c, if (rng.nextInt(4) == 0) null else rng.nextInt(5).toLong) ++ bounds :+ null
+      }
     )
   }
 }

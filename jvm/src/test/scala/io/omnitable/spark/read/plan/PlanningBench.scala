@@ -1,6 +1,6 @@
 package io.omnitable.spark.read.plan
 
-import io.omnitable.spark.catalog.{CatalogReader, HandMadeCatalog, SnapshotSpec, SyntheticTables}
+import io.omnitable.spark.catalog.{CatalogReader, HandMadeCatalog, SnapshotSpec, SyntheticTables, TableSnapshot}
 import io.omnitable.spark.conf.{OmniTableConf, TableProperties}
 import org.apache.spark.sql.types.StructType
 
@@ -59,8 +59,15 @@ object PlanningBench {
   }
 
   /** What the data source does for `spark.read.format("omnitable").option("batches", ...)`, then `select(columns)`. */
-  def plan(reader: CatalogReader, batches: Option[Seq[String]], columns: Seq[String]): OmniTableScan = {
-    val snap = reader.loadTable("hand", SnapshotSpec.Head)
+  def plan(reader: CatalogReader, batches: Option[Seq[String]], columns: Seq[String]): OmniTableScan =
+    scan(reader, reader.loadTable("hand", SnapshotSpec.Head), batches, columns)
+
+  /** The scan of `columns` of `snap` (of `batches`, if given), built as Spark builds it. */
+  def scan(
+      reader: CatalogReader,
+      snap: TableSnapshot,
+      batches: Option[Seq[String]],
+      columns: Seq[String]): OmniTableScan = {
     val conf = new OmniTableConf(Map.empty, _ => None, TableProperties.Empty)
     val builder = new OmniTableScanBuilder(TableHandle(reader, snap, batches, None, Map.empty), conf)
     val schema = ReadColumn.schema(ReadColumn.tableColumns(snap))
