@@ -14,6 +14,7 @@ import io.omnitable.spark.read.exec.{
   StatsView,
   Value
 }
+import org.apache.spark.sql.types.{StructField, StructType}
 
 /** What a scan asks for, after pushdown. */
 final case class ScanRequest(
@@ -92,16 +93,24 @@ object ScanPlanner {
     }
     val tableUri = snap.tableUri
     val partitions = mutable.ArrayBuffer.empty[FragmentInputPartition]
-    val usedFiles = mutable.LinkedHashMap.empty[String, FileEntry]
+    // A file belongs to one fragment, so the files opened are just listed; files with the same
+    // fields (those of one group, usually) share one read schema.
+    val (paths, groups) = (mutable.ArrayBuffer.empty[String], mutable.SortedSet.empty[String])
+    var bytes = 0L
+    val schemas = mutable.HashMap.empty[Seq[StructField], StructType]
     kept.foreach { frag =>
       val (files, sources) = resolveFiles(frag, request.readColumns)
-      files.foreach(f => usedFiles(f.fileId) = f)
+      files.foreach { f =>
+        paths += f.path
+        groups += f.groupName
+        bytes += f.sizeBytes
+      }
       val slices = files.map { f =>
         val fields = request.readColumns.collect {
           case s: ReadColumn.Stored if frag.fileFor(s.columnId).exists(_ eq f) =>
             s.field.copy(name = s.physicalName, nullable = true)
         }
-        FileSlice(DataPaths.join(tableUri, f.path), org.apache.spark.sql.types.StructType(fields), f.rowCount)
+        FileSlice(DataPaths.join(tableUri, f.path), schemas.getOrElseUpdate(fields, StructType(fields)), f.rowCount)
       }.toArray
       val ranges = request.maxRowsPerPartition.fold(Seq((0L, frag.rowCount)))(rowRanges(frag.rowCount, _))
       val alignTo = if (ranges.size > 1 && files.nonEmpty) files.indices.maxBy(files(_).sizeBytes) else -1
@@ -118,14 +127,7 @@ object ScanPlanner {
       byStats,
       empty,
       byLimit)
-    val chosen = usedFiles.values.toSeq
-    ScanPlan(
-      partitions.toSeq,
-      counts,
-      chosen.map(_.groupName).distinct.sorted,
-      chosen.map(_.path),
-      chosen.map(_.sizeBytes).sum,
-      rows)
+    ScanPlan(partitions.toSeq, counts, groups.toSeq, paths.toSeq, bytes, rows)
   }
 
   /** What the catalog knows about a filter column over the whole fragment. */
