@@ -22,12 +22,21 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
   private val tableId = snap.table.tableId
   private val segments = snap.snapshot.segments
 
-  /** The batch / fragment option as a condition on `f` (fragments) and `b` (its batch row), if pushed. */
+  /**
+   * Fragment `f` is in a batch named in `names` (by batch id, so the `fragments_by_batch` index
+   * serves it; a name has one batch row per time it was appended or replaced).
+   */
+  private def inBatches(names: Seq[String]): (String, Seq[AnyRef]) = {
+    val (in, params) = Jdbc.in("nb.name", names)
+    (s"f.batch_id IN (SELECT nb.batch_id FROM batches nb WHERE nb.table_id = ? AND $in)", tableId +: params)
+  }
+
+  /** The batch / fragment option as a condition on fragment `f`, if pushed. */
   private val optionCondition: Option[(String, Seq[AnyRef])] = {
     val fits = Seq(scope.batches, scope.fragments).forall(_.forall(_.size <= maxPushed))
     (scope.fragments, scope.batches) match {
       case (Some(ids), _) if fits => Some(Jdbc.in("f.fragment_id", ids))
-      case (None, Some(names)) if fits => Some(Jdbc.in("b.name", names))
+      case (None, Some(names)) if fits => Some(inBatches(names))
       case _ => None
     }
   }
@@ -58,10 +67,8 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
   /** Statement 1: visible fragments, and those of the requested batches. */
   private def counts(): (Int, Int) = {
     val (inBatch, inBatchParams) = scope.batches.fold(("1", Seq.empty[AnyRef])) { names =>
-      val (in, params) = Jdbc.in("b.name", names)
-      (
-        s"CASE WHEN f.batch_id IN (SELECT b.batch_id FROM batches b WHERE b.table_id = ? AND $in) THEN 1 ELSE 0 END",
-        tableId +: params)
+      val (in, params) = inBatches(names)
+      (s"CASE WHEN $in THEN 1 ELSE 0 END", params)
     }
     val (cond, params) = where(Some(("f.table_id = ?", Seq(tableId))), Some(Jdbc.visible("f", segments)))
     Jdbc.query(conn, s"SELECT COUNT(*), SUM($inBatch) FROM fragments f WHERE $cond", (inBatchParams ++ params): _*) {
@@ -92,8 +99,7 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
       else
         optionCondition.map { case (sql, params) =>
           (
-            "fi.fragment_id IN (SELECT f.fragment_id FROM fragments f JOIN batches b ON b.table_id = f.table_id " +
-              s"AND b.batch_id = f.batch_id WHERE f.table_id = ? AND $sql)",
+            s"fi.fragment_id IN (SELECT f.fragment_id FROM fragments f WHERE f.table_id = ? AND $sql)",
             tableId +: params)
         }
     val columnIds = scope.columns.map(_.toSeq.sorted.map(Int.box))

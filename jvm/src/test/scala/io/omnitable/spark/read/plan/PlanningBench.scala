@@ -33,6 +33,10 @@ object PlanningBench {
       val reader = new CatalogReader(hand.dir.getPath)
       val columns = Seq("c1", "c2", "c3", "c4")
       val middle = Some(Seq(SyntheticTables.batchName(shape.batches / 2)))
+      val snap = reader.loadTable("hand", SnapshotSpec.Head)
+      val load = median(reader, { reader.loadTable("hand", SnapshotSpec.Head); scan(reader, snap, Some(Nil), Nil) })
+      println(
+        f"  load the table (+ an empty scan): ${load.millis}%.1f ms, ${load.statements} statements, ${load.rows} rows")
       Seq("one batch" -> middle, "full scan" -> None).foreach { case (what, batches) =>
         val f = measure(reader, batches, columns)
         println(
@@ -43,12 +47,16 @@ object PlanningBench {
   }
 
   /** Median of 3 (after one warm-up) of: load the table, build the scan. */
-  def measure(reader: CatalogReader, batches: Option[Seq[String]], columns: Seq[String]): Figure = {
-    plan(reader, batches, columns)
+  def measure(reader: CatalogReader, batches: Option[Seq[String]], columns: Seq[String]): Figure =
+    median(reader, plan(reader, batches, columns))
+
+  /** Median of 3 (after one warm-up) of `body`'s time, statements and rows read. */
+  def median(reader: CatalogReader, body: => OmniTableScan): Figure = {
+    body
     val runs = (1 to 3).map { _ =>
       reader.queries.reset()
       val t0 = System.nanoTime()
-      val scan = plan(reader, batches, columns)
+      val scan = body
       Figure(
         (System.nanoTime() - t0) / 1e6,
         reader.queries.statements,
