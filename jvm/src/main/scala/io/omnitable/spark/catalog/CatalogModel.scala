@@ -56,6 +56,39 @@ final case class FileEntry(
     addedVersion: Long,
     columns: Map[Int, FileColumnStats])
 
+/** Statistics left out of a listing (its columns are not a predicate column of the scan). */
+object FileColumnStats {
+  val Unknown: FileColumnStats = FileColumnStats(None, None, None)
+}
+
+/**
+ * The part of a snapshot a scan reads, pushed into the catalog's SQL (None: no restriction):
+ * the fragments of `batches` (append names) and of `fragments` (ids); of each fragment's visible
+ * files, the `file_columns` rows of `columns` only (files carrying none of them are left out),
+ * with statistics for `statsColumns` only ([[FileColumnStats.Unknown]] for the others).
+ */
+final case class FragmentScope(
+    batches: Option[Seq[String]] = None,
+    fragments: Option[Seq[String]] = None,
+    columns: Option[Set[Int]] = None,
+    statsColumns: Option[Set[Int]] = None)
+
+object FragmentScope {
+  val All: FragmentScope = FragmentScope()
+}
+
+/**
+ * The visible fragments of a [[FragmentScope]] in table order, how many visible fragments the
+ * snapshot has, how many the batch option and then the fragment option left out, and the
+ * requested fragment ids the snapshot does not have.
+ */
+final case class FragmentListing(
+    fragments: Seq[FragmentEntry],
+    total: Int,
+    byBatchOption: Int,
+    byFragmentOption: Int,
+    missingFragments: Seq[String])
+
 /** A visible fragment with its visible files. */
 final case class FragmentEntry(
     fragmentId: String,

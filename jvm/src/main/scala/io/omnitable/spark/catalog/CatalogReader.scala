@@ -1,8 +1,7 @@
 package io.omnitable.spark.catalog
 
-import java.sql.{Connection, SQLException}
+import java.sql.SQLException
 
-import scala.collection.mutable
 import scala.jdk.CollectionConverters._
 import scala.util.control.NonFatal
 
@@ -19,6 +18,9 @@ import org.apache.spark.sql.catalyst.parser.CatalystSqlParser
 final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnector.systemEnv) {
 
   val address: CatalogAddress = CatalogAddress.parse(warehouse)
+
+  /** Statements this reader ran and rows they returned. */
+  val queries: QueryCounter = new QueryCounter
 
   /** The address safe to print (no literal password). */
   def display: String = address.display
@@ -49,64 +51,25 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
     )
   }
 
-  /** The visible fragments of `snap` with their visible files and column statistics. */
-  def loadFragments(snap: TableSnapshot): Seq[FragmentEntry] =
+  /** The visible fragments of `snap` with their visible files and all their column statistics. */
+  def loadFragments(snap: TableSnapshot): Seq[FragmentEntry] = listFragments(snap, FragmentScope.All).fragments
+
+  /**
+   * The fragments of `scope` in `snap`, reading only their rows of `fragments`, `files` and
+   * `file_columns` (docs/spark.md, "How planning scales"). Option lists longer than
+   * `maxPushedValues` are applied in memory instead of as SQL parameters; the listing is the same.
+   */
+  def listFragments(
+      snap: TableSnapshot,
+      scope: FragmentScope,
+      maxPushedValues: Int = FragmentQuery.MaxPushedValues): FragmentListing =
     withConnection(s"the fragments of table '${snap.table.name}'") { conn =>
-      val t = snap.table.tableId
-      val (fragWhere, fragParams) = Jdbc.visible("f", snap.snapshot.segments)
-      val fragments = Jdbc.query(
-        conn,
-        "SELECT f.fragment_id, f.batch_id, f.row_count, f.path, b.name FROM fragments f JOIN batches b " +
-          "ON b.table_id = f.table_id AND b.batch_id = f.batch_id " +
-          s"WHERE f.table_id = ? AND $fragWhere ORDER BY f.added_version, f.batch_id, f.seq",
-        (t +: fragParams): _*
-      ) { rs =>
-        (rs.getString(1), rs.getString(2), rs.getLong(3), rs.getString(4), rs.getString(5))
-      }
-      val (fileWhere, fileParams) = Jdbc.visible("fi", snap.snapshot.segments)
-      val files = mutable.LinkedHashMap.empty[String, (Array[Any], mutable.Map[Int, FileColumnStats])]
-      Jdbc.query(
-        conn,
-        "SELECT fi.file_id, fi.fragment_id, fi.group_name, fi.path, fi.row_count, fi.size_bytes, " +
-          "fi.added_version, fc.column_id, fc.null_count, fc.min_value, fc.max_value " +
-          "FROM files fi JOIN file_columns fc ON fc.table_id = fi.table_id AND fc.file_id = fi.file_id " +
-          s"WHERE fi.table_id = ? AND $fileWhere",
-        (t +: fileParams): _*
-      ) { rs =>
-        val fileId = rs.getString(1)
-        val (_, cols) = files.getOrElseUpdate(
-          fileId,
-          (
-            Array[Any](
-              rs.getString(2),
-              rs.getString(3),
-              rs.getString(4),
-              rs.getLong(5),
-              rs.getLong(6),
-              rs.getLong(7)),
-            mutable.Map.empty))
-        cols(rs.getInt(8)) = FileColumnStats(Jdbc.optLong(rs, 9), Option(rs.getString(10)), Option(rs.getString(11)))
-      }
-      val byFragment = files.toSeq.map { case (id, (f, cols)) =>
-        FileEntry(
-          id,
-          f(0).asInstanceOf[String],
-          f(1).asInstanceOf[String],
-          f(2).asInstanceOf[String],
-          f(3).asInstanceOf[Long],
-          f(4).asInstanceOf[Long],
-          f(5).asInstanceOf[Long],
-          cols.toMap
-        )
-      }.groupBy(_.fragmentId)
-      fragments.map { case (id, batchId, rows, path, batchName) =>
-        FragmentEntry(id, batchId, batchName, rows, path, byFragment.getOrElse(id, Seq.empty).sortBy(_.fileId))
-      }
+      new FragmentQuery(conn, snap, scope, maxPushedValues).run()
     }
 
   // --- internals ----------------------------------------------------------------------------
 
-  private def findTable(conn: Connection, name: String): Option[TableEntry] =
+  private def findTable(conn: Jdbc.Conn, name: String): Option[TableEntry] =
     Jdbc.query(conn, "SELECT table_id, name, location, properties FROM tables WHERE name = ?", name) { rs =>
       TableEntry(rs.getString(1), rs.getString(2), rs.getString(3), properties(rs.getString(2), rs.getString(4)))
     }.headOption
@@ -127,7 +90,7 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
     }.toMap
   }
 
-  private def loadColumns(conn: Connection, table: TableEntry, segments: Seq[Segment]): Seq[ColumnEntry] = {
+  private def loadColumns(conn: Jdbc.Conn, table: TableEntry, segments: Seq[Segment]): Seq[ColumnEntry] = {
     val (where, params) = Jdbc.visible("c", segments)
     Jdbc.query(
       conn,
@@ -156,7 +119,7 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
     }
   }
 
-  private def loadBatchNames(conn: Connection, table: TableEntry, segments: Seq[Segment]): Seq[String] = {
+  private def loadBatchNames(conn: Jdbc.Conn, table: TableEntry, segments: Seq[Segment]): Seq[String] = {
     val (where, params) = Jdbc.visible("b", segments)
     Jdbc.query(
       conn,
@@ -165,10 +128,10 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
       (table.tableId +: params): _*)(_.getString(1))
   }
 
-  private def meta(conn: Connection, key: String): Option[String] =
+  private def meta(conn: Jdbc.Conn, key: String): Option[String] =
     Jdbc.query(conn, "SELECT value FROM omnitable_meta WHERE key = ?", key)(_.getString(1)).headOption
 
-  private def checkSchemaVersion(conn: Connection): Unit = {
+  private def checkSchemaVersion(conn: Jdbc.Conn): Unit = {
     val found = try meta(conn, "schema_version")
     catch {
       case e: SQLException => throw OmniTableErrors.notACatalog(
@@ -184,8 +147,9 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
   }
 
   /** Opens a checked connection, runs `body` in one read transaction, translates driver errors. */
-  private def withConnection[T](what: String)(body: Connection => T): T = {
-    val conn = JdbcConnector.open(address, env)
+  private def withConnection[T](what: String)(body: Jdbc.Conn => T): T = {
+    val jdbc = JdbcConnector.open(address, env)
+    val conn = Jdbc.Conn(jdbc, queries)
     try {
       checkSchemaVersion(conn)
       body(conn)
@@ -193,9 +157,9 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
       case e: OmniTableAnalysisException => throw e
       case e: SQLException => throw OmniTableErrors.catalogQueryFailed(display, what, e)
     } finally {
-      try conn.rollback()
+      try jdbc.rollback()
       catch { case NonFatal(_) => }
-      conn.close()
+      jdbc.close()
     }
   }
 }

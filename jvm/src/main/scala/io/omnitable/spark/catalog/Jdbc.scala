@@ -1,23 +1,63 @@
 package io.omnitable.spark.catalog
 
 import java.sql.{Connection, ResultSet}
+import java.util.concurrent.atomic.AtomicLong
 
 import scala.collection.mutable
 import scala.util.Using
 
+/**
+ * How many statements a [[CatalogReader]] ran and how many rows they returned, since it was
+ * made (or since `reset`). Planning cost follows these; tests count them.
+ */
+final class QueryCounter {
+  private val statementCount = new AtomicLong
+  private val rowCount = new AtomicLong
+
+  def statements: Long = statementCount.get
+  def rows: Long = rowCount.get
+
+  def reset(): Unit = {
+    statementCount.set(0)
+    rowCount.set(0)
+  }
+
+  private[catalog] def add(rows: Long): Unit = {
+    statementCount.incrementAndGet()
+    rowCount.addAndGet(rows)
+  }
+}
+
 /** Small helpers for the catalog's read queries (prepared statements, typed NULLs). */
 private[catalog] object Jdbc {
 
+  /** An open catalog connection and the counter its queries add to. */
+  final case class Conn(jdbc: Connection, counter: QueryCounter)
+
   /** Runs `sql` with positional `params` (String, java.lang.Long, ...) and maps every row. */
-  def query[T](conn: Connection, sql: String, params: AnyRef*)(row: ResultSet => T): Seq[T] =
-    Using.resource(conn.prepareStatement(sql)) { stmt =>
+  def query[T](conn: Conn, sql: String, params: AnyRef*)(row: ResultSet => T): Seq[T] = {
+    val out = mutable.ArrayBuffer.empty[T]
+    foreach(conn, sql, params: _*)(rs => out += row(rs))
+    out.toSeq
+  }
+
+  /** Runs `sql` with positional `params` and calls `row` on every row (nothing is kept). */
+  def foreach(conn: Conn, sql: String, params: AnyRef*)(row: ResultSet => Unit): Unit =
+    Using.resource(conn.jdbc.prepareStatement(sql)) { stmt =>
       params.zipWithIndex.foreach { case (p, i) => stmt.setObject(i + 1, p) }
       Using.resource(stmt.executeQuery()) { rs =>
-        val out = mutable.ArrayBuffer.empty[T]
-        while (rs.next()) out += row(rs)
-        out.toSeq
+        var rows = 0L
+        while (rs.next()) {
+          row(rs)
+          rows += 1
+        }
+        conn.counter.add(rows)
       }
     }
+
+  /** `expr IN (?, ...)` over `values` with its parameters (`1 = 0` for none: PostgreSQL has no `IN ()`). */
+  def in(expr: String, values: Seq[AnyRef]): (String, Seq[AnyRef]) =
+    if (values.isEmpty) ("1 = 0", Nil) else (values.map(_ => "?").mkString(s"$expr IN (", ", ", ")"), values)
 
   def optLong(rs: ResultSet, column: Int): Option[Long] = {
     val v = rs.getLong(column)

@@ -1,6 +1,5 @@
 package io.omnitable.spark.catalog
 
-import java.sql.Connection
 import java.time.Instant
 
 import scala.collection.mutable
@@ -16,7 +15,7 @@ import io.omnitable.spark.errors.OmniTableErrors
  *  - version `v`: the segments of `(commits[v].branch, v)`; with a branch, `v` must be covered
  *    by that branch's head segments.
  */
-private[catalog] final class SnapshotResolver(conn: Connection, table: TableEntry, warehouse: String) {
+private[catalog] final class SnapshotResolver(conn: Jdbc.Conn, table: TableEntry, warehouse: String) {
   import SnapshotResolver._
 
   private lazy val refs: Map[String, RefRow] = Jdbc.query(

@@ -27,6 +27,29 @@ final class HandMadeCatalog {
     finally st.close()
   }
 
+  /** Inserts `rows` into `table` in one transaction (one batched prepared statement). */
+  def insert(table: String, rows: Iterator[Seq[Any]]): Unit = {
+    val buffered = rows.buffered
+    if (buffered.hasNext) {
+      val width = buffered.head.size
+      val st = conn.prepareStatement(s"INSERT INTO $table VALUES (${Seq.fill(width)("?").mkString(", ")})")
+      conn.setAutoCommit(false)
+      try {
+        buffered.grouped(10000).foreach { chunk =>
+          chunk.foreach { row =>
+            row.zipWithIndex.foreach { case (v, i) => st.setObject(i + 1, v.asInstanceOf[AnyRef]) }
+            st.addBatch()
+          }
+          st.executeBatch()
+        }
+        conn.commit()
+      } finally {
+        conn.setAutoCommit(true)
+        st.close()
+      }
+    }
+  }
+
   def commit(version: Long, branch: String, at: String): Unit =
     exec(s"INSERT INTO commits VALUES ('$tableId', $version, NULL, '$branch', 'test', NULL, '{}', '$at', NULL)")
 

@@ -94,8 +94,8 @@ final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf, marks
       // Skipping corrupt fragments is whole-fragment: never split them then.
       if (conf.splitFragments && !conf.skipCorruptFragments) Some(conf.maxRowsPerPartition) else None
     )
-    val fragments = handle.reader.loadFragments(snap)
-    val plan = ScanPlanner.plan(snap, fragments, request)
+    val listing = handle.reader.listFragments(snap, ScanPlanner.scope(request))
+    val plan = ScanPlanner.plan(snap, listing, request)
     val dataFilter = pushed.map(_._2).filter(_.columns.exists(_.kind == FilterColumn.Data))
     val schema = ReadColumn.schema(readColumns)
     val late = marks.lateMaterialization.map { conjuncts =>
@@ -110,7 +110,7 @@ final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf, marks
             case Conversion.Converted(f, _) => Some(f)
             case _ => None
           },
-        fragments.filter(f => kept.contains(f.fragmentId)),
+        listing.fragments.filter(f => kept.contains(f.fragmentId)),
         OmniTableConf.fromSQLConf().lateMaterializationMaxSelectivity
       )
     }

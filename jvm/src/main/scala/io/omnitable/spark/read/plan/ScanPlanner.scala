@@ -2,7 +2,7 @@ package io.omnitable.spark.read.plan
 
 import scala.collection.mutable
 
-import io.omnitable.spark.catalog.{DataPaths, FileEntry, FragmentEntry, TableSnapshot}
+import io.omnitable.spark.catalog.{DataPaths, FileEntry, FragmentEntry, FragmentListing, FragmentScope, TableSnapshot}
 import io.omnitable.spark.errors.OmniTableErrors
 import io.omnitable.spark.read.exec.{
   ColumnSource,
@@ -14,6 +14,7 @@ import io.omnitable.spark.read.exec.{
   StatsView,
   Value
 }
+import org.apache.spark.sql.types.{StructField, StructType}
 
 /** What a scan asks for, after pushdown. */
 final case class ScanRequest(
@@ -52,29 +53,36 @@ final case class ScanPlan(
     rows: Long)
 
 /**
- * Plans a read on the driver: prunes fragments (batch option, exact predicates on batch name /
- * fragment id, catalog min/max/null statistics), picks for each fragment the one file that
+ * Plans a read on the driver: the catalog lists only the fragments of the batch and fragment
+ * options, with the files and statistics of the columns the scan needs ([[scope]]); this prunes
+ * them further (exact predicates on batch name / fragment id, catalog min/max/null statistics), picks for each fragment the one file that
  * provides each requested column (docs/format.md: highest added_version), and cuts large
  * fragments into row ranges (which readers align to row groups). Pure: no Spark session, no I/O.
  */
 object ScanPlanner {
 
-  def plan(snap: TableSnapshot, fragments: Seq[FragmentEntry], request: ScanRequest): ScanPlan = {
-    var byBatch, byFragment, byPredicate, byStats, empty, byLimit = 0
-    val wanted = request.batches.map(_.toSet)
-    val wantedFragments = request.fragments.map(_.toSet)
-    wantedFragments.foreach { ids =>
-      val missing = ids -- fragments.map(_.fragmentId)
-      if (missing.nonEmpty)
-        throw OmniTableErrors.fragmentNotFound(snap.table.name, snap.snapshot.label, missing.toSeq.sorted)
-    }
+  /**
+   * What `request` needs from the catalog: the fragments of its batch and fragment options, the
+   * files of its stored and predicate columns, the statistics of its predicate columns.
+   */
+  def scope(request: ScanRequest): FragmentScope = {
+    val predicate = (request.exactFilter.columns ++ request.pruningFilter.columns).collect {
+      case c if c.kind == FilterColumn.Data => c.columnId
+    }.toSet
+    val stored = request.readColumns.collect { case s: ReadColumn.Stored => s.columnId }.toSet
+    FragmentScope(request.batches, request.fragments, Some(stored ++ predicate), Some(predicate))
+  }
+
+  /** Plans `request` over `listing` (the catalog's answer to [[scope]]`(request)`, or a wider one). */
+  def plan(snap: TableSnapshot, listing: FragmentListing, request: ScanRequest): ScanPlan = {
+    if (listing.missingFragments.nonEmpty)
+      throw OmniTableErrors.fragmentNotFound(snap.table.name, snap.snapshot.label, listing.missingFragments)
+    var byPredicate, byStats, empty, byLimit = 0
     val kept = mutable.ArrayBuffer.empty[FragmentEntry]
     var rows = 0L
-    fragments.foreach { frag =>
+    listing.fragments.foreach { frag =>
       val stats = fragmentStats(frag) _
-      if (wanted.exists(w => !w.contains(frag.batchName))) byBatch += 1
-      else if (wantedFragments.exists(w => !w.contains(frag.fragmentId))) byFragment += 1
-      else if (!StatsEvaluator.mightMatch(request.exactFilter, stats)) byPredicate += 1
+      if (!StatsEvaluator.mightMatch(request.exactFilter, stats)) byPredicate += 1
       else if (frag.rowCount == 0) empty += 1
       else if (request.statsPruning && !StatsEvaluator.mightMatch(request.pruningFilter, stats)) byStats += 1
       else if (request.limit.exists(n => rows >= n)) byLimit += 1
@@ -85,16 +93,24 @@ object ScanPlanner {
     }
     val tableUri = snap.tableUri
     val partitions = mutable.ArrayBuffer.empty[FragmentInputPartition]
-    val usedFiles = mutable.LinkedHashMap.empty[String, FileEntry]
+    // A file belongs to one fragment, so the files opened are just listed; files with the same
+    // fields (those of one group, usually) share one read schema.
+    val (paths, groups) = (mutable.ArrayBuffer.empty[String], mutable.SortedSet.empty[String])
+    var bytes = 0L
+    val schemas = mutable.HashMap.empty[Seq[StructField], StructType]
     kept.foreach { frag =>
       val (files, sources) = resolveFiles(frag, request.readColumns)
-      files.foreach(f => usedFiles(f.fileId) = f)
+      files.foreach { f =>
+        paths += f.path
+        groups += f.groupName
+        bytes += f.sizeBytes
+      }
       val slices = files.map { f =>
         val fields = request.readColumns.collect {
           case s: ReadColumn.Stored if frag.fileFor(s.columnId).exists(_ eq f) =>
             s.field.copy(name = s.physicalName, nullable = true)
         }
-        FileSlice(DataPaths.join(tableUri, f.path), org.apache.spark.sql.types.StructType(fields), f.rowCount)
+        FileSlice(DataPaths.join(tableUri, f.path), schemas.getOrElseUpdate(fields, StructType(fields)), f.rowCount)
       }.toArray
       val ranges = request.maxRowsPerPartition.fold(Seq((0L, frag.rowCount)))(rowRanges(frag.rowCount, _))
       val alignTo = if (ranges.size > 1 && files.nonEmpty) files.indices.maxBy(files(_).sizeBytes) else -1
@@ -103,15 +119,15 @@ object ScanPlanner {
           FragmentInputPartition(frag.fragmentId, frag.batchName, frag.rowCount, start, end, slices, sources, alignTo)
       }
     }
-    val counts = PruningCounts(fragments.size, byBatch, byFragment, byPredicate, byStats, empty, byLimit)
-    val chosen = usedFiles.values.toSeq
-    ScanPlan(
-      partitions.toSeq,
-      counts,
-      chosen.map(_.groupName).distinct.sorted,
-      chosen.map(_.path),
-      chosen.map(_.sizeBytes).sum,
-      rows)
+    val counts = PruningCounts(
+      listing.total,
+      listing.byBatchOption,
+      listing.byFragmentOption,
+      byPredicate,
+      byStats,
+      empty,
+      byLimit)
+    ScanPlan(partitions.toSeq, counts, groups.toSeq, paths.toSeq, bytes, rows)
   }
 
   /** What the catalog knows about a filter column over the whole fragment. */

@@ -1,0 +1,184 @@
+package io.omnitable.spark.catalog
+
+import scala.collection.mutable
+
+/**
+ * Synthetic catalog rows (no data files) under the table of a [[HandMadeCatalog]], for planning
+ * measurements and tests: `fragments` fragments of `rowsPerFragment` rows in batches of
+ * `fragmentsPerBatch`, one commit per batch, each fragment with one file per group `g0`..`g<groups-1>`;
+ * user column `c<i>` (i = 1..columns, type double) lives in group `g<i % groups>`, the row id in `g0`.
+ */
+object SyntheticTables {
+
+  val At = "2026-01-01T00:00:00.000000Z"
+
+  final case class Shape(fragments: Int, groups: Int, columns: Int, fragmentsPerBatch: Int = 20) {
+    def batches: Int = (fragments + fragmentsPerBatch - 1) / fragmentsPerBatch
+    def files: Long = fragments.toLong * groups
+    def fileColumns: Long = fragments.toLong * (columns + 1)
+    override def toString: String = s"$fragments fragments x $groups groups x $columns columns"
+  }
+
+  def batchName(b: Int): String = f"b$b%06d"
+  def fragmentId(f: Int): String = f"F$f%08d"
+
+  /** Writes `shape` on branch main, versions 1..batches (version 0 creates the table). */
+  def uniform(hand: HandMadeCatalog, shape: Shape, rowsPerFragment: Long = 1000): Unit = {
+    val t = hand.tableId
+    hand.insert(
+      "columns",
+      (1 to shape.columns).iterator.map { c =>
+        Seq(t, c, s"c$c", s"c$c", "double", 1, c, "active", s"g${c % shape.groups}", null, "main", 0L, null)
+      })
+    hand.insert(
+      "commits",
+      (0 to shape.batches).iterator.map(v => Seq(t, v.toLong, null, "main", "test", null, "{}", At, null)))
+    hand.ref("main", "branch", shape.batches.toLong, None, None)
+    hand.insert(
+      "batches",
+      (0 until shape.batches).iterator.map(b => Seq(t, s"B$b", batchName(b), "main", b + 1L, null, At)))
+    def version(f: Int): Long = f / shape.fragmentsPerBatch + 1L
+    hand.insert(
+      "fragments",
+      (0 until shape.fragments).iterator.map { f =>
+        val b = f / shape.fragmentsPerBatch
+        Seq(
+          t,
+          fragmentId(f),
+          s"B$b",
+          (f % shape.fragmentsPerBatch).toLong,
+          rowsPerFragment,
+          s"data/${fragmentId(f)}",
+          "main",
+          version(f),
+          null)
+      }
+    )
+    def fileId(f: Int, g: Int) = s"${fragmentId(f)}-g$g"
+    hand.insert(
+      "files",
+      for (f <- (0 until shape.fragments).iterator; g <- 0 until shape.groups)
+        yield Seq(
+          t,
+          fileId(f, g),
+          fragmentId(f),
+          s"g$g",
+          s"data/${fragmentId(f)}/g$g.parquet",
+          rowsPerFragment,
+          4096L * (g + 1),
+          "main",
+          version(f),
+          null,
+          null)
+    )
+    hand.insert(
+      "file_columns",
+      for (f <- (0 until shape.fragments).iterator; c <- 0 to shape.columns)
+        yield Seq(t, fileId(f, c % shape.groups), c, 0L, s"${f * 10}.0", s"${f * 10 + 9}.5", null)
+    )
+  }
+
+  /**
+   * A random small table: versions 1..`versions` on `main` and, after version 2, on branch `dev`
+   * (forked at 2); batches named from a small pool (a name re-used on a branch replaces that
+   * branch's batch), fragments of 0..60 rows with one file per group, later files carrying some
+   * columns again (sometimes removing an older file), random statistics (some NULL). Returns
+   * the version -> branch map.
+   */
+  def random(hand: HandMadeCatalog, rng: scala.util.Random, versions: Int = 10): Map[Long, String] = {
+    val t = hand.tableId
+    val columns = 2 + rng.nextInt(6)
+    hand.insert(
+      "columns",
+      (1 to columns).iterator.map { c =>
+        Seq(t, c, s"c$c", s"c$c", "double", 1, c, "active", s"g${c % 3}", null, "main", 0L, null)
+      })
+    val branchOf = (0 to versions).map(v => v.toLong -> (if (v > 2 && rng.nextBoolean()) "dev" else "main")).toMap
+    hand.insert("commits", branchOf.iterator.map { case (v, b) => Seq(t, v, null, b, "test", null, "{}", At, null) })
+    hand.ref("main", "branch", branchOf.filter(_._2 == "main").keys.max, None, None)
+    hand.ref("dev", "branch", branchOf.filter(_._2 == "dev").keys.maxOption.getOrElse(2L), Some("main"), Some(2L))
+    val fragments = mutable.ArrayBuffer.empty[String]
+    (1 to versions).foreach { v =>
+      val branch = branchOf(v.toLong)
+      if (rng.nextInt(3) > 0) addBatch(hand, rng, v.toLong, branch, columns, fragments)
+      if (fragments.nonEmpty && rng.nextBoolean()) {
+        addFile(
+          hand,
+          rng,
+          v.toLong,
+          branch,
+          fragments(rng.nextInt(fragments.size)),
+          (1 to columns).filter(_ => rng.nextBoolean()))
+      }
+    }
+    branchOf
+  }
+
+  private def addBatch(
+      hand: HandMadeCatalog,
+      rng: scala.util.Random,
+      v: Long,
+      branch: String,
+      columns: Int,
+      fragments: mutable.ArrayBuffer[String]): Unit = {
+    val name = s"p${rng.nextInt(4)}"
+    val old = s"SELECT batch_id FROM batches WHERE name = '$name' AND branch = '$branch' AND removed_version IS NULL"
+    Seq(
+      "files" -> s"fragment_id IN (SELECT fragment_id FROM fragments WHERE batch_id IN ($old))",
+      "fragments" ->
+        s"batch_id IN ($old)",
+      "batches" -> s"batch_id IN ($old)"
+    ).foreach { case (table, where) =>
+      hand.exec(s"UPDATE $table SET removed_version = $v WHERE removed_version IS NULL AND $where")
+    }
+    val batchId = s"B$v"
+    hand.insert("batches", Iterator(Seq(hand.tableId, batchId, name, branch, v, null, At)))
+    (0 until 1 + rng.nextInt(3)).foreach { seq =>
+      val id = s"F$v-$seq"
+      val rows = if (rng.nextInt(5) == 0) 0L else 1L + rng.nextInt(60)
+      hand.insert("fragments", Iterator(Seq(hand.tableId, id, batchId, seq.toLong, rows, s"data/$id", branch, v, null)))
+      fragments += id
+      (0 until 3).foreach(g => addFile(hand, rng, v, branch, id, (0 to columns).filter(_ % 3 == g), s"g$g", rows))
+    }
+  }
+
+  private def addFile(
+      hand: HandMadeCatalog,
+      rng: scala.util.Random,
+      v: Long,
+      branch: String,
+      fragment: String,
+      columns: Seq[Int],
+      group: String = "feat",
+      rows: Long = -1): Unit = {
+    val t = hand.tableId
+    val fileId = s"$fragment-$group-v$v"
+    if (group == "feat" && rng.nextBoolean()) {
+      hand.exec(s"UPDATE files SET removed_version = $v WHERE fragment_id = '$fragment' AND branch = '$branch' " +
+        s"AND removed_version IS NULL AND group_name = 'feat'")
+    }
+    val rowCount = if (rows >= 0) rows else 0L
+    hand.insert(
+      "files",
+      Iterator(Seq(
+        t,
+        fileId,
+        fragment,
+        group,
+        s"data/$fragment/$group-v$v.parquet",
+        rowCount,
+        100L + rng.nextInt(1000),
+        branch,
+        v,
+        null,
+        null)))
+    hand.insert(
+      "file_columns",
+      columns.iterator.map { c =>
+        val lo = rng.nextInt(100)
+        val bounds = if (rng.nextInt(4) == 0) Seq(null, null) else Seq(s"$lo.0", s"${lo + rng.nextInt(50)}.5")
+        Seq(t, fileId, c, if (rng.nextInt(4) == 0) null else rng.nextInt(5).toLong) ++ bounds :+ null
+      }
+    )
+  }
+}

@@ -1,0 +1,137 @@
+package io.omnitable.spark.read.plan
+
+import scala.util.{Random, Try}
+
+import io.omnitable.spark.TestWarehouses
+import io.omnitable.spark.catalog._
+import io.omnitable.spark.read.exec.{CompareOp, Filter, Value}
+import org.scalatest.funsuite.AnyFunSuite
+
+/**
+ * Planning with the scan's batches, fragments and columns pushed into the catalog's SQL equals
+ * planning over every visible fragment, file and statistic (the catalog filtering in memory),
+ * and a one-batch plan runs as many statements, reading as many rows, on a small table as on a
+ * table ten times larger.
+ */
+class PrunedPlanningSuite extends AnyFunSuite {
+
+  /** The same listing, read with nothing pushed into SQL: every visible fragment, file and statistic. */
+  private def unpruned(reader: CatalogReader, snap: TableSnapshot, request: ScanRequest): FragmentListing =
+    reader.listFragments(snap, FragmentScope(request.batches, request.fragments), maxPushedValues = 0)
+
+  private def partitions(plan: ScanPlan): Seq[Any] = plan.partitions.map(p =>
+    (p.fragmentId, p.batchName, p.fragmentRows, p.rowStart, p.rowEnd, p.files.toSeq, p.sources.toSeq, p.alignTo))
+
+  /** Pushed and unpruned listings agree on fragments, counts, the providing file of each column and its statistics. */
+  private def assertSameListing(pushed: FragmentListing, full: FragmentListing, scope: FragmentScope): Unit = {
+    assert(
+      (pushed.total, pushed.byBatchOption, pushed.byFragmentOption, pushed.missingFragments) ==
+        (full.total, full.byBatchOption, full.byFragmentOption, full.missingFragments))
+    assert(pushed.fragments.map(f => (f.fragmentId, f.batchName, f.rowCount, f.path)) ==
+      full.fragments.map(f => (f.fragmentId, f.batchName, f.rowCount, f.path)))
+    pushed.fragments.zip(full.fragments).foreach { case (p, f) =>
+      scope.columns.get.foreach { c =>
+        assert(p.fileFor(c).map(_.fileId) == f.fileFor(c).map(_.fileId), s"column $c of ${p.fragmentId}")
+      }
+      scope.statsColumns.get.foreach(c => assert(p.fileFor(c).map(_.columns(c)) == f.fileFor(c).map(_.columns(c))))
+    }
+  }
+
+  private def randomRequest(rng: Random, snap: TableSnapshot, fragmentIds: Seq[String]): ScanRequest = {
+    def some[T](all: Seq[T]): Seq[T] = all.filter(_ => rng.nextBoolean())
+    val columns = ReadColumn.tableColumns(snap) ++ ReadColumn.metadataColumns
+    val filterColumns = ReadColumn.filterColumns(snap)
+    val data = snap.userColumns.map(c => filterColumns(c.name))
+    val batch = filterColumns(SystemColumns.AppendName)
+    val exact =
+      if (rng.nextBoolean()) Filter.Const(true) else Filter.In(batch, some(snap.batchNames).map(Value.str), false)
+    val byStats = some(data).map(c => Filter.Compare(CompareOp.Gt, c, Value.Floating(rng.nextInt(120).toDouble)))
+    ScanRequest(
+      some(columns),
+      Option.when(rng.nextBoolean())(some(snap.batchNames)),
+      Option.when(rng.nextInt(3) == 0)(some(fragmentIds) ++ Option.when(rng.nextInt(4) == 0)("F-missing")),
+      exact,
+      Filter.and(exact +: byStats),
+      rng.nextBoolean(),
+      Option.when(rng.nextInt(4) == 0)(1 + rng.nextInt(80)),
+      Option.when(rng.nextBoolean())(1L + rng.nextInt(40))
+    )
+  }
+
+  test("pruned planning equals unpruned planning on random tables, versions and branches") {
+    var nonEmptyPlans = 0
+    (1 to 25).foreach { seed =>
+      val rng = new Random(seed)
+      val hand = new HandMadeCatalog
+      try {
+        val branchOf = SyntheticTables.random(hand, rng)
+        val reader = new CatalogReader(hand.dir.getPath)
+        val specs = Seq(SnapshotSpec.Head, SnapshotSpec(branch = Some("dev"))) ++
+          (0 to 2).map(_ => SnapshotSpec(version = Some(rng.nextInt(branchOf.size).toLong)))
+        specs.foreach { spec =>
+          val snap = reader.loadTable("hand", spec)
+          val ids = reader.loadFragments(snap).map(_.fragmentId)
+          (1 to 8).foreach { _ =>
+            val request = randomRequest(rng, snap, ids)
+            val scope = ScanPlanner.scope(request)
+            val pushed = reader.listFragments(snap, scope)
+            val full = unpruned(reader, snap, request)
+            assertSameListing(pushed, full, scope)
+            val (a, b) = (Try(ScanPlanner.plan(snap, pushed, request)), Try(ScanPlanner.plan(snap, full, request)))
+            assert(a.isSuccess == b.isSuccess &&
+              a.failed.map(_.getMessage).toOption == b.failed.map(_.getMessage).toOption)
+            a.foreach { p =>
+              val q = b.get
+              assert((p.counts, p.groups, p.files, p.fileBytes, p.rows) ==
+                (q.counts, q.groups, q.files, q.fileBytes, q.rows))
+              assert(partitions(p) == partitions(q), s"seed $seed, $spec, $request")
+              if (p.partitions.exists(_.files.nonEmpty)) nonEmptyPlans += 1
+            }
+          }
+        }
+      } finally hand.close()
+    }
+    assert(nonEmptyPlans > 200, "most random plans read files")
+  }
+
+  test("a one-batch plan runs as many statements and reads as many rows on a table 10x larger") {
+    def oneBatch(shape: SyntheticTables.Shape): (Long, Long, Long, PruningCounts) = {
+      val hand = new HandMadeCatalog
+      try {
+        SyntheticTables.uniform(hand, shape)
+        val reader = new CatalogReader(hand.dir.getPath)
+        val batch = Some(Seq(SyntheticTables.batchName(1)))
+        val snap = reader.loadTable("hand", SnapshotSpec.Head)
+        reader.queries.reset()
+        val scan = PlanningBench.scan(reader, snap, batch, Seq("c1", "c2", "c3", "c4"))
+        val (planStatements, planRows) = (reader.queries.statements, reader.queries.rows)
+        reader.queries.reset()
+        PlanningBench.plan(reader, batch, Seq("c1", "c2", "c3", "c4"))
+        (reader.queries.statements, planStatements, planRows, scan.plan.counts)
+      } finally hand.close()
+    }
+    val (small, large) = (oneBatch(SyntheticTables.Shape(40, 3, 6)), oneBatch(SyntheticTables.Shape(400, 3, 6)))
+    assert(small._1 == large._1, "statements of loading the table and planning the scan")
+    assert(small._2 == large._2 && small._3 == large._3, "statements and rows of planning the scan")
+    // schema version check + count + fragments + files (one row per file and requested column it carries)
+    assert(small._2 == 4 && small._3 == 1 + 1 + 20 + 20 * 4)
+    assert(small._4 == PruningCounts(40, 20, 0, 0, 0, 0, 0) && large._4 == PruningCounts(400, 380, 0, 0, 0, 0, 0))
+  }
+
+  test("a PostgreSQL catalog lists pruned fragments like an unpruned read") {
+    val pg = Option(TestWarehouses.manifest.get("postgres"))
+    if (pg.isEmpty) {
+      if (sys.env.get("OMNITABLE_REQUIRE_POSTGRES").contains("1")) fail("OMNITABLE_TEST_POSTGRES_URL is not set")
+      cancel("PostgreSQL tests need OMNITABLE_TEST_POSTGRES_URL (see scripts/start-postgres.sh)")
+    }
+    val reader = new CatalogReader(pg.get.get("warehouse").asText())
+    val snap = reader.loadTable("refs", SnapshotSpec(branch = Some("dev")))
+    val rng = new Random(7)
+    val ids = reader.loadFragments(snap).map(_.fragmentId)
+    (1 to 20).foreach { _ =>
+      val request = randomRequest(rng, snap, ids).copy(fragments = None)
+      val scope = ScanPlanner.scope(request)
+      assertSameListing(reader.listFragments(snap, scope), unpruned(reader, snap, request), scope)
+    }
+  }
+}
