@@ -434,18 +434,10 @@ def _warehouse(backend: str, size: Size) -> tuple[str, Callable[[], None]]:
     from omnitable.catalog.address import parse_address
 
     base = parse_address(os.environ[PG_ENV])
-    url = base.connect_url()
     name = f"omt_bench_{uuid.uuid4().hex[:10]}"
 
     def admin(sql: str) -> None:
-        with psycopg.connect(
-            host=url.host,
-            port=url.port or 5432,
-            user=url.username,
-            password=url.password,
-            dbname=url.database,
-            autocommit=True,
-        ) as conn:
+        with psycopg.connect(**base.connect_params(), autocommit=True) as conn:
             conn.execute(sql)
 
     admin(f'CREATE DATABASE "{name}"')

@@ -43,15 +43,7 @@ class PostgresDatabases:
     def _admin(self):  # type: ignore[no-untyped-def]
         import psycopg
 
-        url = self.base.connect_url()
-        return psycopg.connect(
-            host=url.host,
-            port=url.port or 5432,
-            user=url.username,
-            password=url.password,
-            dbname=url.database,
-            autocommit=True,
-        )
+        return psycopg.connect(**self.base.connect_params(), autocommit=True)
 
     def create(self) -> str:
         name = f"omt_{uuid.uuid4().hex[:12]}"

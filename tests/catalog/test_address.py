@@ -44,6 +44,20 @@ def test_postgres_env_password_resolved_at_connect_and_never_rendered(
     assert "env:OMNITABLE_TEST_PW" in addr.warehouse_string()
 
 
+def test_connect_params_resolve_the_env_password_and_default_the_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OMNITABLE_TEST_PW", "s3cret")
+    params = parse_address("postgresql://me:env:OMNITABLE_TEST_PW@db.example/wh").connect_params()
+    assert params == {
+        "host": "db.example",
+        "port": 5432,
+        "user": "me",
+        "password": "s3cret",
+        "dbname": "wh",
+    }
+
+
 def test_postgres_missing_env_password_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OMNITABLE_UNSET_PW", raising=False)
     addr = parse_address("postgresql://bob:env:OMNITABLE_UNSET_PW@localhost/wh")

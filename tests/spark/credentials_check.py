@@ -120,15 +120,7 @@ def main() -> None:
 def _admin(url: str):  # type: ignore[no-untyped-def]
     import psycopg
 
-    u = parse_address(url).connect_url()
-    return psycopg.connect(
-        host=u.host,
-        port=u.port or 5432,
-        user=u.username,
-        password=u.password,
-        dbname=u.database,
-        autocommit=True,
-    )
+    return psycopg.connect(**parse_address(url).connect_params(), autocommit=True)
 
 
 if __name__ == "__main__":

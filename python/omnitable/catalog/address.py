@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -87,6 +88,13 @@ class CatalogAddress:
                 value = read_env_password(password[len(ENV_REFERENCE) :], self.redacted())
                 url = url.set(password=value)
         return url
+
+    def connect_params(self) -> dict[str, Any]:
+        """A PostgreSQL address as DB-API keyword arguments (``psycopg.connect(**params)``):
+        host, port, user, password (``env:NAME`` resolved now) and dbname."""
+        url = self.connect_url()
+        return {"host": url.host, "port": url.port or 5432, "user": url.username,
+                "password": url.password, "dbname": url.database}  # fmt: skip
 
     @property
     def has_env_password(self) -> bool:
