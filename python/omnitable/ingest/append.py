@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from omnitable.catalog.runs import RunScope
+from omnitable.catalog.snapshot import SnapshotScope
 from omnitable.context import TableContext
 from omnitable.exceptions import AlreadyExistsError, CommitOutcomeUnknown, ValidationError
 from omnitable.format.fs import delete_quietly
@@ -20,7 +21,7 @@ from omnitable.format.writer import WriteOptions, new_id
 from omnitable.ingest.ids import check_existing, commit_append
 from omnitable.ingest.local import BatchTarget, BatchWriter, LocalWriter, append_request
 from omnitable.ingest.sources import is_spark_dataframe
-from omnitable.vocabulary.names import check_append_name
+from omnitable.vocabulary.names import ROW_ID, check_append_name
 
 
 def append(
@@ -34,13 +35,16 @@ def append(
     check_append_name(append_name)
     if mode not in ("error", "replace"):
         raise ValidationError(f"Cannot append: mode must be 'error' or 'replace', got {mode!r}")
-    snap = ctx.snapshot()
+    snap = ctx.snapshot(scope=SnapshotScope(fragments=False, files=False))
     replaced = {b.batch_id for b in snap.batches if b.name == append_name}
     if replaced and mode == "error":
         raise AlreadyExistsError(
             f"Cannot append batch '{append_name}' to table '{ctx.name}': it already exists; "
             "use mode='replace' to replace it atomically"
         )
+    if replaced:  # the fragments the commit removes
+        batch = SnapshotScope(files=False, batches=frozenset({append_name}))
+        snap = ctx.snapshot(version=snap.version, scope=batch)
     if is_spark_dataframe(data):
         from omnitable.ingest.spark import SparkWriter
 
@@ -54,8 +58,11 @@ def append(
         files: list[str] = []
         try:
             out = writer.write(target, files)
-            if out.supplied:
-                check_existing(ctx, snap, out.claim, replaced)
+            if out.supplied:  # against the id files of every batch of the same version
+                ids = SnapshotScope(columns=frozenset({ROW_ID}))
+                check_existing(
+                    ctx, ctx.snapshot(version=snap.version, scope=ids), out.claim, replaced
+                )
             req = append_request(snap, target.batch_id, append_name, replaced, out.fragments,
                                  out.id_range, run.run_id, writer.engine)  # fmt: skip
             version = commit_append(ctx, req, out.claim)

@@ -18,6 +18,7 @@ import numpy as np
 
 from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, IdsNotChecked
+from omnitable.catalog.snapshot import SnapshotScope
 from omnitable.exceptions import CommitConflict, ValidationError
 from omnitable.vocabulary.descriptors import FragmentDescriptor
 from omnitable.vocabulary.names import ROW_ID
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from omnitable.context import TableContext
 
 SAMPLE = 5  # ids named in an error
+_IDS = SnapshotScope(columns=frozenset({ROW_ID}))  # what the id checks read of a snapshot
 _MAX_ROUNDS = 20  # exact re-checks before giving up on a table under constant appends
 
 
@@ -197,7 +199,7 @@ def commit_append(ctx: TableContext, req: CommitRequest, claim: IdClaim) -> int:
 
 
 def _check_since(ctx: TableContext, req: CommitRequest, claim: IdClaim, head: int) -> None:
-    snap = ctx.snapshot(version=head, branch=req.branch)
+    snap = ctx.snapshot(version=head, branch=req.branch, scope=_IDS)
     names = [b.name for b in snap.batches if b.added_version > claim.checked_version]
     count, sample = find_clashes(ctx, snap, claim, names)
     if count:
