@@ -6,7 +6,7 @@
 -- UTC text ('2026-11-29T11:24:37.123456Z'), JSON documents as TEXT.
 -- Statements are separated by lines holding a single ';'.
 --
--- omnitable-schema-version: 2
+-- omnitable-schema-version: 3
 
 CREATE TABLE IF NOT EXISTS omnitable_meta (
     key   TEXT PRIMARY KEY,
@@ -125,9 +125,13 @@ CREATE TABLE IF NOT EXISTS fragments (
 CREATE INDEX IF NOT EXISTS fragments_by_batch ON fragments (table_id, batch_id)
 ;
 -- Column files. Each holds exactly its fragment's rows in fragment order (alignment invariant)
--- and the columns listed in file_columns. `path` is relative to the table location.
--- A file is visible in a snapshot when its (branch, added_version) is in the snapshot's
--- ancestry and its removed_version is not (see docs/catalog.md, "Resolving a snapshot").
+-- and the columns of its column set (`set_id`, see column_sets). `path` is relative to the table
+-- location. A file is visible in a snapshot when its (branch, added_version) is in the
+-- snapshot's ancestry and its removed_version is not (see docs/catalog.md, "Resolving a
+-- snapshot"). `stats` holds the statistics planning uses, one entry per column of the set in
+-- the set's `position` order: a JSON array of `[null_count, min, max]` (min/max as text in the
+-- column's canonical encoding, see docs/catalog.md; null when not kept), or NULL when the file
+-- kept none. One row per file, however many columns it carries.
 CREATE TABLE IF NOT EXISTS files (
     table_id        TEXT NOT NULL,
     file_id         TEXT NOT NULL,
@@ -140,6 +144,8 @@ CREATE TABLE IF NOT EXISTS files (
     added_version   BIGINT NOT NULL,
     removed_version BIGINT,
     run_id          TEXT,
+    set_id          TEXT NOT NULL,
+    stats           TEXT,
     PRIMARY KEY (table_id, file_id)
 )
 ;
@@ -147,19 +153,26 @@ CREATE INDEX IF NOT EXISTS files_by_fragment ON files (table_id, fragment_id)
 ;
 CREATE INDEX IF NOT EXISTS files_by_version ON files (table_id, added_version)
 ;
--- Which logical columns a file carries, with the statistics planning uses (min/max as text in
--- the column's canonical encoding, see docs/catalog.md; NULL when not kept) and, for derived
--- columns, the producing feature version.
-CREATE TABLE IF NOT EXISTS file_columns (
+-- Column sets: which logical columns a file carries and, for derived columns, the producing
+-- feature version. A set is stored once and shared by every file with the same list (a table
+-- has a few sets per column group and feature version, not one per file), so the catalog grows
+-- by one `files` row per file instead of one row per file and column. Sets are immutable and
+-- identified by their content: `set_id` is the first 16 hex digits of the SHA-256 of the
+-- set's `column_id:feature_version` pairs in ascending column id, joined by ';' (an empty
+-- feature version for raw columns), so concurrent writers of the same set insert the same rows.
+-- `position` is the column's index in the set (0, 1, ... in ascending column id), which is its
+-- index in a file's `stats`.
+CREATE TABLE IF NOT EXISTS column_sets (
     table_id        TEXT NOT NULL,
-    file_id         TEXT NOT NULL,
+    set_id          TEXT NOT NULL,
     column_id       INTEGER NOT NULL,
-    null_count      BIGINT,
-    min_value       TEXT,
-    max_value       TEXT,
+    position        INTEGER NOT NULL,
     feature_version TEXT,
-    PRIMARY KEY (table_id, file_id, column_id)
+    PRIMARY KEY (table_id, set_id, column_id)
 )
+;
+-- A read of some columns finds the sets (then the files) carrying them.
+CREATE INDEX IF NOT EXISTS column_sets_by_column ON column_sets (table_id, column_id)
 ;
 -- Registered features, every version ever registered. `definition` is a JSON document
 -- (inputs, outputs, kind, import reference or SQL, preferences); `fingerprint` hashes the code.
