@@ -3,7 +3,8 @@
 A real table is created through the API (columns in G groups, one of them the outputs of a
 registered feature), then SYNTHETIC catalog rows are inserted directly (executemany on SQLite,
 COPY on PostgreSQL): N fragments in batches of ``--fragments-per-batch``, one file per fragment
-and group, one ``file_columns`` row per file and column it carries. No data file exists: every
+and group, one ``files`` row with the statistics of every column it carries (and one column set
+per group, shared by its files). No data file exists: every
 measure is catalog work only. Measured (median of ``--repeats``):
 
   * ``Table.version``, ``schema``, ``batches()``, ``history()`` (target <= 50 ms);
@@ -11,7 +12,7 @@ measure is catalog work only. Measured (median of ``--repeats``):
     4 columns (target <= 2 s): the snapshot plus the reader's planning, no file opened;
   * the catalog time of a commit: an append of one batch, and a backfill of the feature over
     one batch (target <= 200 ms);
-  * the catalog's size per file and per statistic (``file_columns`` row).
+  * the catalog's size per file and per statistic (``files`` and ``column_sets``).
 
 Sizes are ``NxGxC`` (fragments x groups x columns); several sizes give the growth law. The
 issue's full size is ``--sizes 300000x50x2500`` (PostgreSQL). PostgreSQL runs when
@@ -112,8 +113,11 @@ def create_table(wh: Any, size: Size, name: str = "meta") -> tuple[Any, Layout]:
 
 
 def synthetic_rows(size: Size, layout: Layout) -> dict[str, Iterator[tuple[Any, ...]]]:
-    """Rows of commits, batches, fragments, files and file_columns: batch ``b`` is committed at
-    version ``base + 1 + b``, its fragments carry one file per group."""
+    """Rows of commits, batches, fragments, column sets and files: batch ``b`` is committed at
+    version ``base + 1 + b``, its fragments carry one file per group (one set per group)."""
+    from omnitable.catalog.sets import ColumnSet, encode_stats
+    from omnitable.vocabulary.stats import ColumnStats
+
     t, base = layout.table_id, layout.base_version
     now = "2026-11-30T00:00:00.000000Z"
 
@@ -141,6 +145,28 @@ def synthetic_rows(size: Size, layout: Layout) -> dict[str, Iterator[tuple[Any, 
                 None,
             )
 
+    sets = {
+        g: ColumnSet.of({cid: "1" if g == FEATURE else None for cid, _ in cols})
+        for g, cols in layout.by_group.items()
+    }
+
+    def column_sets() -> Iterator[tuple[Any, ...]]:
+        for cs in sets.values():
+            for pos, (cid, fv) in enumerate(cs.members):
+                yield (t, cs.set_id, cid, pos, fv)
+
+    def stats(i: int, g: str) -> str | None:
+        lo = i * ROWS_PER_FRAGMENT
+        by_id = {
+            cid: ColumnStats(0, str(lo), str(lo + ROWS_PER_FRAGMENT - 1))
+            if cid == 0
+            else ColumnStats(0, "0", "1")
+            for cid, _ in layout.by_group[g]
+        }
+        return encode_stats(sets[g], by_id)
+
+    shared = {g: stats(0, g) for g in layout.by_group if g != "base"}  # the same for every file
+
     def files() -> Iterator[tuple[Any, ...]]:
         for i in range(size.fragments):
             v = base + 1 + i // size.per_batch
@@ -157,23 +183,16 @@ def synthetic_rows(size: Size, layout: Layout) -> dict[str, Iterator[tuple[Any, 
                     v,
                     None,
                     None,
+                    sets[g].set_id,
+                    shared[g] if g in shared else stats(i, g),
                 )
-
-    def file_columns() -> Iterator[tuple[Any, ...]]:
-        for i in range(size.fragments):
-            lo = i * ROWS_PER_FRAGMENT
-            for g, cols in layout.by_group.items():
-                fv = "1" if g == FEATURE else None
-                for cid, _ in cols:
-                    stats = (str(lo), str(lo + ROWS_PER_FRAGMENT - 1)) if cid == 0 else ("0", "1")
-                    yield (t, f"fi{i:09d}{g}", cid, 0, *stats, fv)
 
     return {
         "commits": commits(),
         "batches": batches(),
         "fragments": fragments(),
+        "column_sets": column_sets(),
         "files": files(),
-        "file_columns": file_columns(),
     }
 
 
@@ -183,10 +202,9 @@ COLUMNS = {
     "batches": "table_id, batch_id, name, branch, added_version, removed_version, created_at",
     "fragments": "table_id, fragment_id, batch_id, seq, row_count, path, branch, added_version, "
     "removed_version",
+    "column_sets": "table_id, set_id, column_id, position, feature_version",
     "files": "table_id, file_id, fragment_id, group_name, path, row_count, size_bytes, branch, "
-    "added_version, removed_version, run_id",
-    "file_columns": "table_id, file_id, column_id, null_count, min_value, max_value, "
-    "feature_version",
+    "added_version, removed_version, run_id, set_id, stats",
 }
 
 
@@ -308,7 +326,7 @@ def timed_commits(wh: Any, t: Any, make: Callable[[int], Any], repeats: int) -> 
 
 
 def catalog_sizes(store: Any) -> dict[str, int]:
-    """Bytes of ``files`` and ``file_columns`` with their indexes."""
+    """Bytes of ``files`` and ``column_sets`` with their indexes."""
     from sqlalchemy import text
     from sqlalchemy.exc import OperationalError
 
@@ -316,7 +334,7 @@ def catalog_sizes(store: Any) -> dict[str, int]:
         if not store.is_sqlite:
             return {
                 t: int(conn.execute(text(f"SELECT pg_total_relation_size('{t}')")).scalar() or 0)
-                for t in ("files", "file_columns")
+                for t in ("files", "column_sets")
             }
         try:
             rows = conn.execute(
@@ -325,11 +343,11 @@ def catalog_sizes(store: Any) -> dict[str, int]:
                     "ON m.name = d.name GROUP BY m.tbl_name"
                 )
             ).all()
-            return {str(r[0]): int(r[1]) for r in rows if r[0] in ("files", "file_columns")}
+            return {str(r[0]): int(r[1]) for r in rows if r[0] in ("files", "column_sets")}
         except OperationalError:  # dbstat not compiled in: the whole file, split by row counts
             path = store.address.sqlite_dir
             total = sum(p.stat().st_size for p in path.glob("catalog.db*"))
-            return {"files": 0, "file_columns": total}
+            return {"files": total, "column_sets": 0}
 
 
 def measure(wh: Any, t: Any, layout: Layout, size: Size, repeats: int) -> dict[str, float]:
@@ -413,13 +431,10 @@ def _report(
     ]
     one, base = times["plan one batch, 4 columns"], times[BASELINE]
     rows.append((BASELINE, fmt_seconds(base), f"this / the scoped plan: {fmt_ratio(base / one)}"))
+    total = sizes.get("files", 0) + sizes.get("column_sets", 0)
     rows += [
-        ("catalog bytes per file", fmt_bytes(sizes.get("files", 0) / n_files), "(files table)"),
-        (
-            "catalog bytes per statistic",
-            fmt_bytes(sizes.get("file_columns", 0) / n_stats),
-            "(file_columns table)",
-        ),
+        ("catalog bytes per file", fmt_bytes(total / n_files), "(files + column_sets, indexes)"),
+        ("catalog bytes per statistic", fmt_bytes(total / n_stats), "(the same over statistics)"),
         ("synthetic load", fmt_seconds(load), f"{n_files} files, {n_stats} statistics"),
     ]
     report(f"metadata, {backend}, {size.label} ({size.batches} batches)", rows)

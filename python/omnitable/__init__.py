@@ -31,7 +31,7 @@ from omnitable.isolation import failure_counter, isolated, isolated_schema
 from omnitable.spark.session import spark_session
 from omnitable.table import BatchInfo, Table
 from omnitable.vocabulary.names import APPEND_NAME, ROW_ID
-from omnitable.warehouse import Warehouse, connect
+from omnitable.warehouse import Warehouse, connect, upgrade_catalog
 
 __version__ = "0.1.0"
 
@@ -64,4 +64,5 @@ __all__ = [
     "isolated_schema",
     "spark_session",
     "sql_feature",
+    "upgrade_catalog",
 ]

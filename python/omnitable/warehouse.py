@@ -13,6 +13,7 @@ from omnitable._failpoints import failpoint
 from omnitable.catalog.address import CatalogAddress, parse_address
 from omnitable.catalog.catalog import Catalog
 from omnitable.catalog.commit import NewColumn
+from omnitable.catalog.upgrade import upgrade_catalog as _upgrade
 from omnitable.exceptions import UnknownColumnError, ValidationError
 from omnitable.format.fs import Location, resolve_location
 from omnitable.format.writer import WriteOptions
@@ -55,6 +56,17 @@ def connect(
         CatalogVersionError: the catalog has another schema version.
     """
     return Warehouse(parse_address(uri), root, write_options, settings)
+
+
+def upgrade_catalog(uri: str | os.PathLike[str] | None = None) -> tuple[int, int]:
+    """Upgrade the catalog at ``uri`` (as for :func:`connect`) in place to this release's schema,
+    in one transaction; returns (old version, new version). Clients of the older release then
+    refuse the catalog: upgrade them together (docs/catalog.md, "Upgrading a catalog").
+
+    Raises:
+        CatalogVersionError: a version this release cannot upgrade.
+    """
+    return _upgrade(parse_address(uri))
 
 
 class Warehouse:

@@ -212,7 +212,7 @@ class Catalog:
             self.store.lock_table(conn, table.table_id)
             for t in (
                 "lineage",
-                "file_columns",
+                "column_sets",
                 "files",
                 "fragments",
                 "batches",

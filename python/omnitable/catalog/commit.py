@@ -21,11 +21,13 @@ from sqlalchemy import Connection, text
 
 from omnitable._failpoints import failpoint
 from omnitable.catalog.records import TableRecord
+from omnitable.catalog.sets import ColumnSet, decode_stats, encode_stats, insert_missing_sets
 from omnitable.catalog.snapshot import Segment, segments_for, visible_clause
 from omnitable.catalog.store import CatalogStore
 from omnitable.exceptions import AlreadyExistsError, CommitConflict, NotFoundError, ValidationError
 from omnitable.vocabulary.descriptors import FileDescriptor, FragmentDescriptor
 from omnitable.vocabulary.names import MAIN, ROW_ID
+from omnitable.vocabulary.stats import ColumnStats
 
 _CHUNK = 500  # ids per IN (...) list
 
@@ -402,9 +404,9 @@ def _check_cell_conflicts(conn: Connection, t: str, req: CommitRequest, head: in
         for fid in sorted(removed):
             for r in conn.execute(
                 text(
-                    "SELECT fi.fragment_id, c.name FROM files fi JOIN file_columns fc ON "
-                    "fc.table_id = fi.table_id AND fc.file_id = fi.file_id JOIN columns c ON "
-                    "c.table_id = fc.table_id AND c.column_id = fc.column_id "
+                    "SELECT fi.fragment_id, c.name FROM files fi JOIN column_sets cs ON "
+                    "cs.table_id = fi.table_id AND cs.set_id = fi.set_id JOIN columns c ON "
+                    "c.table_id = cs.table_id AND c.column_id = cs.column_id "
                     "WHERE fi.table_id = :t AND fi.file_id = :f"
                 ),
                 {"t": t, "f": fid},
@@ -420,9 +422,9 @@ def _check_cell_conflicts(conn: Connection, t: str, req: CommitRequest, head: in
         marks = _bind_ids(params, chunk)
         rows = conn.execute(
             text(
-                "SELECT fi.fragment_id, c.name FROM files fi JOIN file_columns fc ON "
-                "fc.table_id = fi.table_id AND fc.file_id = fi.file_id JOIN columns c ON "
-                "c.table_id = fc.table_id AND c.column_id = fc.column_id "
+                "SELECT fi.fragment_id, c.name FROM files fi JOIN column_sets cs ON "
+                "cs.table_id = fi.table_id AND cs.set_id = fi.set_id JOIN columns c ON "
+                "c.table_id = cs.table_id AND c.column_id = cs.column_id "
                 "WHERE fi.table_id = :t AND fi.branch = :b AND "
                 "(fi.added_version > :base OR (fi.removed_version IS NOT NULL AND "
                 "fi.removed_version > :base)) "
@@ -453,18 +455,16 @@ def _check_id_overlaps(conn: Connection, t: str, req: CommitRequest, head: int) 
         return
     rows = conn.execute(
         text(
-            "SELECT fc.min_value, fc.max_value FROM files fi JOIN file_columns fc ON "
-            "fc.table_id = fi.table_id AND fc.file_id = fi.file_id "
+            "SELECT fi.stats, cs.position FROM files fi JOIN column_sets cs ON "
+            "cs.table_id = fi.table_id AND cs.set_id = fi.set_id "
             "WHERE fi.table_id = :t AND fi.branch = :b AND fi.added_version > :since "
-            "AND fc.column_id = 0"
+            "AND cs.column_id = 0"
         ),
         {"t": t, "b": req.branch, "since": claim.checked_version},
     )
     for r in rows:
-        if r.min_value is None or r.max_value is None:
-            overlap = True
-        else:
-            overlap = claim.may_overlap(int(r.min_value), int(r.max_value))
+        bounds = decode_stats(r.stats, int(r.position)).int_bounds()
+        overlap = bounds is None or claim.may_overlap(*bounds)
         if overlap:
             raise IdsNotChecked(
                 f"Cannot commit {req.op}: commits after version {claim.checked_version} added "
@@ -646,8 +646,8 @@ def _head_providers(
         marks = _bind_ids(params, fragment_ids[i : i + _CHUNK])
         rows = conn.execute(
             text(
-                "SELECT fi.fragment_id, fc.column_id, fi.file_id, fi.added_version FROM files fi "
-                "JOIN file_columns fc ON fc.table_id = fi.table_id AND fc.file_id = fi.file_id "
+                "SELECT fi.fragment_id, cs.column_id, fi.file_id, fi.added_version FROM files fi "
+                "JOIN column_sets cs ON cs.table_id = fi.table_id AND cs.set_id = fi.set_id "
                 f"WHERE fi.table_id = :t AND {vis} AND fi.fragment_id IN ({marks})"
             ),
             params,
@@ -746,37 +746,40 @@ def _insert_files(
     files: list[FileDescriptor],
     column_ids: dict[str, int],
 ) -> None:
+    """One ``files`` row per file (its column set and statistics), and the sets not stored yet."""
+    rows, sets = [], []
+    for f in files:
+        column_set, stats = _file_set(f, column_ids)
+        sets.append(column_set)
+        rows.append(
+            {"t": t, "id": f.file_id, "frag": f.fragment_id, "g": f.group_name, "p": f.path,
+             "n": f.row_count, "s": f.size_bytes, "b": req.branch, "v": version,
+             "r": req.run_id, "set": column_set.set_id, "st": encode_stats(column_set, stats)}
+        )  # fmt: skip
+    insert_missing_sets(conn, t, sets)
     conn.execute(
         text(
             "INSERT INTO files (table_id, file_id, fragment_id, group_name, path, row_count, "
-            "size_bytes, branch, added_version, removed_version, run_id) VALUES "
-            "(:t, :id, :frag, :g, :p, :n, :s, :b, :v, NULL, :r)"
+            "size_bytes, branch, added_version, removed_version, run_id, set_id, stats) VALUES "
+            "(:t, :id, :frag, :g, :p, :n, :s, :b, :v, NULL, :r, :set, :st)"
         ),
-        [
-            {"t": t, "id": f.file_id, "frag": f.fragment_id, "g": f.group_name, "p": f.path,
-             "n": f.row_count, "s": f.size_bytes, "b": req.branch, "v": version, "r": req.run_id}
-            for f in files
-        ],
-    )  # fmt: skip
-    col_rows = []
-    for f in files:
-        seen: set[int] = set()
-        for name, st in f.columns.items():
-            cid = column_ids[name]
-            if cid in seen:
-                raise ValidationError(f"Cannot commit: file {f.path} lists column '{name}' twice")
-            seen.add(cid)
-            col_rows.append(
-                {"t": t, "f": f.file_id, "c": cid, "nc": st.null_count, "lo": st.min_value,
-                 "hi": st.max_value, "fv": f.feature_versions.get(name)}
-            )  # fmt: skip
-    conn.execute(
-        text(
-            "INSERT INTO file_columns (table_id, file_id, column_id, null_count, min_value, "
-            "max_value, feature_version) VALUES (:t, :f, :c, :nc, :lo, :hi, :fv)"
-        ),
-        col_rows,
+        rows,
     )
+
+
+def _file_set(
+    f: FileDescriptor, column_ids: dict[str, int]
+) -> tuple[ColumnSet, dict[int, ColumnStats]]:
+    """The column set a file carries and its statistics by column id."""
+    versions: dict[int, str | None] = {}
+    stats: dict[int, ColumnStats] = {}
+    for name, st in f.columns.items():
+        cid = column_ids[name]
+        if cid in versions:
+            raise ValidationError(f"Cannot commit: file {f.path} lists column '{name}' twice")
+        versions[cid] = f.feature_versions.get(name)
+        stats[cid] = st
+    return ColumnSet.of(versions), stats
 
 
 def _insert_lineage(

@@ -5,6 +5,7 @@ Implements docs/catalog.md "Resolving a snapshot" (the JVM reader implements the
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -21,6 +22,7 @@ from omnitable.catalog.records import (
     FragmentRecord,
     TableRecord,
 )
+from omnitable.catalog.sets import stats_entry
 from omnitable.exceptions import NotFoundError, UnknownColumnError, ValidationError
 from omnitable.vocabulary.names import APPEND_NAME, MAIN, ROW_ID
 from omnitable.vocabulary.stats import ColumnStats
@@ -315,7 +317,7 @@ def load_snapshot(
 
     Only ``scope`` is loaded (``with_files=False`` drops the files from it): the batch and
     column filters run in SQL, so a one-batch read of a few columns touches that batch's
-    fragments and only those columns' ``file_columns`` rows, whatever the table's size.
+    fragments and only those columns' sets and files, whatever the table's size.
 
     Raises:
         NotFoundError: unknown ref, version or batch of the scope.
@@ -461,8 +463,8 @@ def _load_files(
     batch_ids: list[str] | None,
     column_ids: list[int] | None,
 ) -> dict[str, list[FileRecord]]:
-    """Visible files (of the fragments of ``batch_ids``) with their ``file_columns`` rows (of
-    ``column_ids``); None: no filter."""
+    """Visible files (of the fragments of ``batch_ids``) with the columns of their sets (of
+    ``column_ids``) and those columns' statistics; None: no filter."""
     if column_ids == [] or batch_ids == []:
         return {}
     params: dict[str, Any] = {"t": table.table_id}
@@ -473,23 +475,23 @@ def _load_files(
             "WHERE f.table_id = :t AND " + _in_list("f.batch_id", "bid", batch_ids, params) + ")"
         )
     if column_ids is not None:
-        where += " AND " + _in_list("fc.column_id", "cid", column_ids, params)
+        where += " AND " + _in_list("cs.column_id", "cid", column_ids, params)
     rows = conn.execute(
         text(
             "SELECT fi.file_id, fi.fragment_id, fi.group_name, fi.path, fi.row_count, "
-            "fi.size_bytes, fi.added_version, fc.column_id, fc.null_count, fc.min_value, "
-            "fc.max_value, fc.feature_version "
-            "FROM files fi JOIN file_columns fc "
-            "ON fc.table_id = fi.table_id AND fc.file_id = fi.file_id "
+            "fi.size_bytes, fi.added_version, fi.stats, cs.column_id, cs.position, "
+            "cs.feature_version "
+            "FROM files fi JOIN column_sets cs "
+            "ON cs.table_id = fi.table_id AND cs.set_id = fi.set_id "
             f"WHERE fi.table_id = :t AND {where}"
         ),
         params,
     )
-    by_id: dict[str, FileRecord] = {}
+    by_id: dict[str, tuple[FileRecord, list[Any]]] = {}
     by_fragment: dict[str, list[FileRecord]] = defaultdict(list)
     for r in rows:
-        rec = by_id.get(r.file_id)
-        if rec is None:
+        loaded = by_id.get(r.file_id)
+        if loaded is None:
             rec = FileRecord(
                 r.file_id,
                 r.fragment_id,
@@ -499,12 +501,9 @@ def _load_files(
                 int(r.size_bytes),
                 int(r.added_version),
             )
-            by_id[r.file_id] = rec
+            loaded = by_id[r.file_id] = (rec, [] if r.stats is None else json.loads(r.stats))
             by_fragment[r.fragment_id].append(rec)
-        null_count = None if r.null_count is None else int(r.null_count)
-        rec.columns[int(r.column_id)] = FileColumn(
-            int(r.column_id),
-            ColumnStats(null_count or 0, r.min_value, r.max_value),
-            r.feature_version,
-        )
+        rec, entries = loaded
+        stats = stats_entry(entries, int(r.position)) if entries else ColumnStats(0)
+        rec.columns[int(r.column_id)] = FileColumn(int(r.column_id), stats, r.feature_version)
     return dict(by_fragment)

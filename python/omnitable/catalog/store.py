@@ -127,10 +127,16 @@ class CatalogStore:
     def _check_version(self, found: Any) -> None:
         expected = schema_version()
         if found is None or str(found) != str(expected):
+            older = str(found).isdigit() and int(str(found)) < expected
+            what = (
+                "upgrade it in place with `omnitable -w ADDRESS upgrade-catalog` (or "
+                "omnitable.upgrade_catalog(ADDRESS)); every client must then use this release"
+                if older
+                else "use the omnitable release that matches it"
+            )
             raise CatalogVersionError(
                 f"Cannot open catalog {self.address.redacted()}: it has schema version {found}, "
-                f"this omnitable needs version {expected}; upgrade omnitable (or migrate the "
-                "catalog) so both agree"
+                f"this omnitable needs version {expected}; {what}"
             )
 
     def get_meta(self, key: str) -> str | None:

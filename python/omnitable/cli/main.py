@@ -11,7 +11,7 @@ import traceback
 
 import click
 
-from omnitable.cli import backfill_cmd, demo_cmd, settings_cmd, tables_cmd
+from omnitable.cli import backfill_cmd, catalog_cmd, demo_cmd, settings_cmd, tables_cmd
 from omnitable.cli.context import Context
 from omnitable.cli.output import Output
 from omnitable.exceptions import CommitConflict, NotFoundError, OmniTableError, ValidationError
@@ -49,6 +49,7 @@ for command in (
     settings_cmd.settings_command,
     tables_cmd.tables,
     tables_cmd.show,
+    catalog_cmd.upgrade_catalog_command,
 ):
     cli.add_command(command)
 

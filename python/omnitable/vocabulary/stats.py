@@ -40,7 +40,7 @@ class ColumnStats:
 
 
 def compute_stats(values: pa.ChunkedArray | pa.Array) -> ColumnStats:
-    """Statistics of a column of canonical type, as stored in ``file_columns``."""
+    """Statistics of a column of canonical type, as stored in ``files.stats``."""
     t = values.type
     nulls = int(values.null_count)
     if len(values) == nulls or not _keeps_min_max(t):

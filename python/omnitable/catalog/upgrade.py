@@ -1,0 +1,109 @@
+"""In-place upgrade of an older catalog schema to the one this release ships (docs/catalog.md,
+"Upgrading a catalog").
+
+Version 2 -> 3: ``file_columns`` (one row per file and column) becomes column sets shared by the
+files (``column_sets``) plus one ``stats`` value per file. Everything runs in one write
+transaction: a crash or an error leaves the version-2 catalog as it was.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from omnitable.catalog.address import CatalogAddress
+from omnitable.catalog.sets import ColumnSet, encode_stats, insert_missing_sets
+from omnitable.catalog.store import CatalogStore, schema_statements, schema_version
+from omnitable.exceptions import CatalogVersionError
+from omnitable.vocabulary.stats import ColumnStats
+
+_FILE_COLUMNS = (
+    "table_id, file_id, fragment_id, group_name, path, row_count, size_bytes, branch, "
+    "added_version, removed_version, run_id"
+)
+
+
+def upgrade_catalog(address: CatalogAddress) -> tuple[int, int]:
+    """Upgrade the catalog at ``address`` to this release's schema; returns (from, to).
+
+    A catalog already at this version is left alone. Readers and writers of the older release
+    refuse the upgraded catalog (their schema check), so upgrade every client together.
+
+    Raises:
+        CatalogVersionError: a version this release cannot upgrade (newer, or unknown).
+    """
+    store = CatalogStore(address)
+    try:
+        with store.write() as conn:
+            found = conn.execute(
+                text("SELECT value FROM omnitable_meta WHERE key = 'schema_version'")
+            ).scalar()
+            target = schema_version()
+            if str(found) == str(target):
+                return target, target
+            if str(found) != "2" or target != 3:
+                raise CatalogVersionError(
+                    f"Cannot upgrade catalog {address.redacted()}: it has schema version "
+                    f"{found}, and this omnitable upgrades only version 2 to {target}; use the "
+                    "omnitable release that matches it"
+                )
+            _upgrade_2_to_3(conn, store.is_sqlite)
+            conn.execute(
+                text("UPDATE omnitable_meta SET value = :v WHERE key = 'schema_version'"),
+                {"v": str(target)},
+            )
+            return 2, target
+    finally:
+        store.close()
+
+
+def _upgrade_2_to_3(conn: Connection, is_sqlite: bool) -> None:
+    """Move ``files`` aside, create the version-3 tables, and copy every file with its set and
+    statistics built from its ``file_columns`` rows."""
+    for index in ("files_by_fragment", "files_by_version"):
+        conn.execute(text(f"DROP INDEX IF EXISTS {index}"))
+    if not is_sqlite:  # the new table's key takes the usual name
+        conn.execute(text("ALTER TABLE files RENAME CONSTRAINT files_pkey TO files_v2_pkey"))
+    conn.execute(text("ALTER TABLE files RENAME TO files_v2"))
+    for stmt in schema_statements():  # IF NOT EXISTS: creates files, column_sets and indexes
+        conn.execute(text(stmt))
+    table_ids = [r[0] for r in conn.execute(text("SELECT DISTINCT table_id FROM files_v2"))]
+    for table_id in table_ids:
+        _copy_table_files(conn, table_id)
+    conn.execute(text("DROP TABLE file_columns"))
+    conn.execute(text("DROP TABLE files_v2"))
+
+
+def _copy_table_files(conn: Connection, table_id: str) -> None:
+    """Copy one table's files (a table at a time bounds the memory to its statistics)."""
+    members: dict[str, dict[int, str | None]] = defaultdict(dict)
+    stats: dict[str, dict[int, ColumnStats]] = defaultdict(dict)
+    for r in conn.execute(
+        text(
+            "SELECT file_id, column_id, null_count, min_value, max_value, feature_version "
+            "FROM file_columns WHERE table_id = :t"
+        ),
+        {"t": table_id},
+    ):
+        cid = int(r.column_id)
+        members[r.file_id][cid] = r.feature_version
+        nc = 0 if r.null_count is None else int(r.null_count)
+        stats[r.file_id][cid] = ColumnStats(nc, r.min_value, r.max_value)
+    rows: list[dict[str, Any]] = []
+    sets: dict[str, ColumnSet] = {}
+    for r in conn.execute(
+        text(f"SELECT {_FILE_COLUMNS} FROM files_v2 WHERE table_id = :t"), {"t": table_id}
+    ):
+        column_set = ColumnSet.of(members.get(r.file_id, {}))
+        sets[column_set.set_id] = column_set
+        row = dict(r._mapping)
+        row["set_id"] = column_set.set_id
+        row["stats"] = encode_stats(column_set, stats.get(r.file_id, {}))
+        rows.append(row)
+    insert_missing_sets(conn, table_id, sets.values())
+    if rows:
+        names = _FILE_COLUMNS + ", set_id, stats"
+        marks = ", ".join(":" + n.strip() for n in names.split(","))
+        conn.execute(text(f"INSERT INTO files ({names}) VALUES ({marks})"), rows)

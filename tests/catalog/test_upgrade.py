@@ -1,0 +1,149 @@
+"""Upgrading a version-2 catalog (``file_columns``) to version 3 (column sets, per-file stats):
+the upgraded catalog resolves, plans and reads exactly like before, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from sqlalchemy import text
+
+import omnitable
+from omnitable.catalog.sets import decode_stats
+from omnitable.catalog.store import CatalogStore
+from omnitable.cli.main import main as cli_main
+from omnitable.exceptions import CatalogVersionError
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import metadata as bench  # noqa: E402
+
+V2_FILE_COLUMNS = """CREATE TABLE file_columns (
+    table_id        TEXT NOT NULL,
+    file_id         TEXT NOT NULL,
+    column_id       INTEGER NOT NULL,
+    null_count      BIGINT,
+    min_value       TEXT,
+    max_value       TEXT,
+    feature_version TEXT,
+    PRIMARY KEY (table_id, file_id, column_id)
+)"""
+
+
+def _as_version_2(store: CatalogStore) -> int:
+    """Rewrite a version-3 catalog into the version-2 layout (the inverse of the upgrade);
+    returns the number of ``file_columns`` rows written."""
+    with store.write() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT fi.table_id, fi.file_id, fi.stats, cs.column_id, cs.position, "
+                "cs.feature_version FROM files fi JOIN column_sets cs "
+                "ON cs.table_id = fi.table_id AND cs.set_id = fi.set_id"
+            )
+        ).all()
+        conn.execute(text(V2_FILE_COLUMNS))
+        params = []
+        for r in rows:
+            st = decode_stats(r.stats, int(r.position))
+            params.append(
+                {"t": r.table_id, "f": r.file_id, "c": r.column_id, "n": st.null_count,
+                 "lo": st.min_value, "hi": st.max_value, "fv": r.feature_version}
+            )  # fmt: skip
+        conn.execute(
+            text(
+                "INSERT INTO file_columns VALUES (:t, :f, :c, :n, :lo, :hi, :fv)",
+            ),
+            params,
+        )
+        conn.execute(text("DROP INDEX column_sets_by_column"))
+        conn.execute(text("DROP TABLE column_sets"))
+        conn.execute(text("ALTER TABLE files DROP COLUMN set_id"))
+        conn.execute(text("ALTER TABLE files DROP COLUMN stats"))
+        conn.execute(text("UPDATE omnitable_meta SET value = '2' WHERE key = 'schema_version'"))
+    return len(params)
+
+
+def _state(wh: omnitable.Warehouse) -> dict[str, Any]:
+    """Everything a reader sees: per table, the full snapshot's files (columns, stats, feature
+    versions) and the rows read."""
+    out: dict[str, Any] = {}
+    for name in wh.tables():
+        t = wh.table(name)
+        snap = t.snapshot()
+        files = {
+            f.file_id: (f.fragment_id, f.group_name, f.path, sorted(f.columns.items()))
+            for fs in snap.files_by_fragment.values()
+            for f in fs
+        }
+        data = t.read().sort_by(omnitable.ROW_ID) if name == "docs" else None
+        out[name] = (snap.version, files, data)
+    return out
+
+
+@pytest.fixture
+def populated(catalog_spec: tuple[str, str | None]) -> tuple[str, str | None]:
+    """A warehouse with real appends (ints with nulls, strings, doubles, a replaced batch,
+    added columns) and a synthetic table with a registered feature's files."""
+    uri, root = catalog_spec
+    with omnitable.connect(uri, root=root) as wh:
+        t = wh.create_table("docs", {"x": "bigint", "s": "string"})
+        for i, name in enumerate(["a", "b", "a"]):
+            n = 12 + i
+            t.append(
+                pa.table(
+                    {
+                        "x": pa.array([k if k % 5 else None for k in range(n)], pa.int64()),
+                        "s": [f"s{i}-{k}" for k in range(n)],
+                    }
+                ),
+                name,
+                mode="replace" if i == 2 else "error",
+                target_fragment_rows=5,
+            )
+        ids = t.read([omnitable.ROW_ID])[omnitable.ROW_ID].to_pylist()[:7]
+        t.add_columns(pa.table({omnitable.ROW_ID: ids, "y": [0.5, None, 2.0, 3, 4, 5, 6]}), "extra")
+        t.append(pa.table({"x": [1, 2], "s": ["p", "q"], "y": [0.5, None]}), "c")
+        size = bench.Size(6, 3, 9, 2)
+        meta, layout = bench.create_table(wh, size)
+        head = layout.base_version + size.batches
+        bench.bulk_insert(wh.catalog.store, bench.synthetic_rows(size, layout), layout.table_id, head)
+    return uri, root
+
+
+def test_upgrade_keeps_every_file_column_statistic_and_row(
+    populated: tuple[str, str | None],
+) -> None:
+    uri, root = populated
+    with omnitable.connect(uri, root=root) as wh:
+        before = _state(wh)
+        written = _as_version_2(wh.catalog.store)
+    assert written > 50
+    with pytest.raises(CatalogVersionError, match="schema version 2.*needs version 3.*upgrade-catalog"):
+        omnitable.connect(uri, root=root)
+    assert omnitable.upgrade_catalog(uri) == (2, 3)
+    with omnitable.connect(uri, root=root) as wh:
+        after = _state(wh)
+        with wh.catalog.store.read() as conn:
+            sets = conn.execute(text("SELECT COUNT(DISTINCT set_id) FROM column_sets")).scalar()
+            files = conn.execute(text("SELECT COUNT(*) FROM files")).scalar()
+    assert after == before
+    assert 0 < sets < files  # files share their sets
+    assert omnitable.upgrade_catalog(uri) == (3, 3)  # idempotent
+
+
+def test_cli_upgrades_and_refuses_an_unknown_version(
+    populated: tuple[str, str | None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri, root = populated
+    with omnitable.connect(uri, root=root) as wh:
+        _as_version_2(wh.catalog.store)
+    assert cli_main(["-w", uri, "--json", "upgrade-catalog"]) == 0
+    assert '"from_version": 2' in capsys.readouterr().out
+    with omnitable.connect(uri, root=root) as wh, wh.catalog.store.write() as conn:
+        conn.execute(text("UPDATE omnitable_meta SET value = '1' WHERE key = 'schema_version'"))
+    assert cli_main(["-w", uri, "upgrade-catalog"]) == 1
+    assert "upgrades only version 2 to" in " ".join(capsys.readouterr().err.split())
