@@ -75,7 +75,12 @@ def _state(wh: omnitable.Warehouse) -> dict[str, Any]:
         t = wh.table(name)
         snap = t.snapshot()
         files = {
-            f.file_id: (f.fragment_id, f.group_name, f.path, sorted(f.columns.items()))
+            f.file_id: (
+                f.fragment_id,
+                f.group_name,
+                f.path,
+                sorted((c, fc.feature_version, f.stats(c)) for c, fc in f.columns.items()),
+            )
             for fs in snap.files_by_fragment.values()
             for f in fs
         }
@@ -108,9 +113,11 @@ def populated(catalog_spec: tuple[str, str | None]) -> tuple[str, str | None]:
         t.add_columns(pa.table({omnitable.ROW_ID: ids, "y": [0.5, None, 2.0, 3, 4, 5, 6]}), "extra")
         t.append(pa.table({"x": [1, 2], "s": ["p", "q"], "y": [0.5, None]}), "c")
         size = bench.Size(6, 3, 9, 2)
-        meta, layout = bench.create_table(wh, size)
+        _, layout = bench.create_table(wh, size)
         head = layout.base_version + size.batches
-        bench.bulk_insert(wh.catalog.store, bench.synthetic_rows(size, layout), layout.table_id, head)
+        bench.bulk_insert(
+            wh.catalog.store, bench.synthetic_rows(size, layout), layout.table_id, head
+        )
     return uri, root
 
 
@@ -122,7 +129,9 @@ def test_upgrade_keeps_every_file_column_statistic_and_row(
         before = _state(wh)
         written = _as_version_2(wh.catalog.store)
     assert written > 50
-    with pytest.raises(CatalogVersionError, match="schema version 2.*needs version 3.*upgrade-catalog"):
+    with pytest.raises(
+        CatalogVersionError, match="schema version 2.*needs version 3.*upgrade-catalog"
+    ):
         omnitable.connect(uri, root=root)
     assert omnitable.upgrade_catalog(uri) == (2, 3)
     with omnitable.connect(uri, root=root) as wh:

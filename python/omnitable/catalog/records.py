@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from omnitable.catalog.sets import stats_entry
 from omnitable.vocabulary.stats import ColumnStats
 from omnitable.vocabulary.types import to_arrow
 
@@ -74,15 +76,19 @@ class FragmentRecord:
 
 @dataclass(frozen=True)
 class FileColumn:
-    """A column carried by a file, with its statistics."""
+    """A column carried by a file: its index in the file's column set (and statistics), and the
+    feature version that produced it (None: a raw column). Shared by the files of one set."""
 
     column_id: int
-    stats: ColumnStats
+    position: int
     feature_version: str | None = None
 
 
 @dataclass
 class FileRecord:
+    """A visible file. ``columns`` is its column set's (shared, never mutated); ``stats_json`` its
+    statistics as stored (``files.stats``), decoded on first use by :meth:`stats`."""
+
     file_id: str
     fragment_id: str
     group_name: str
@@ -90,7 +96,22 @@ class FileRecord:
     row_count: int
     size_bytes: int
     added_version: int
-    columns: dict[int, FileColumn] = field(default_factory=dict)
+    columns: Mapping[int, FileColumn] = field(default_factory=dict)
+    stats_json: str | None = None
+    _entries: list[Any] | None = field(default=None, repr=False, compare=False)
+
+    def stats(self, column_id: int) -> ColumnStats:
+        """Statistics of a column the file carries (unknown: null count 0, no bounds).
+
+        Raises:
+            KeyError: the file does not carry ``column_id``.
+        """
+        position = self.columns[column_id].position
+        if self.stats_json is None:
+            return ColumnStats(0)
+        if self._entries is None:
+            self._entries = json.loads(self.stats_json)
+        return stats_entry(self._entries, position)
 
 
 @dataclass(frozen=True)

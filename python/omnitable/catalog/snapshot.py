@@ -5,7 +5,6 @@ Implements docs/catalog.md "Resolving a snapshot" (the JVM reader implements the
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -22,10 +21,8 @@ from omnitable.catalog.records import (
     FragmentRecord,
     TableRecord,
 )
-from omnitable.catalog.sets import stats_entry
 from omnitable.exceptions import NotFoundError, UnknownColumnError, ValidationError
 from omnitable.vocabulary.names import APPEND_NAME, MAIN, ROW_ID
-from omnitable.vocabulary.stats import ColumnStats
 
 Segment = tuple[str, int]
 
@@ -463,11 +460,25 @@ def _load_files(
     batch_ids: list[str] | None,
     column_ids: list[int] | None,
 ) -> dict[str, list[FileRecord]]:
-    """Visible files (of the fragments of ``batch_ids``) with the columns of their sets (of
-    ``column_ids``) and those columns' statistics; None: no filter."""
+    """Visible files (of the fragments of ``batch_ids``) whose column set holds one of
+    ``column_ids`` (None: no filter), each with those columns of its set; one row per file."""
     if column_ids == [] or batch_ids == []:
         return {}
     params: dict[str, Any] = {"t": table.table_id}
+    of_columns = ""
+    if column_ids is not None:
+        of_columns = " AND " + _in_list("cs.column_id", "cid", column_ids, params)
+    sets: dict[str, dict[int, FileColumn]] = defaultdict(dict)
+    for r in conn.execute(
+        text(
+            "SELECT cs.set_id, cs.column_id, cs.position, cs.feature_version FROM column_sets cs "
+            f"WHERE cs.table_id = :t{of_columns}"
+        ),
+        params,
+    ):
+        sets[r.set_id][int(r.column_id)] = FileColumn(
+            int(r.column_id), int(r.position), r.feature_version
+        )
     where = visible_clause("fi", segments, params)
     if batch_ids is not None:
         where += (
@@ -475,24 +486,18 @@ def _load_files(
             "WHERE f.table_id = :t AND " + _in_list("f.batch_id", "bid", batch_ids, params) + ")"
         )
     if column_ids is not None:
-        where += " AND " + _in_list("cs.column_id", "cid", column_ids, params)
-    rows = conn.execute(
+        where += f" AND fi.set_id IN (SELECT cs.set_id FROM column_sets cs WHERE cs.table_id = :t{of_columns})"
+    by_fragment: dict[str, list[FileRecord]] = defaultdict(list)
+    for r in conn.execute(
         text(
             "SELECT fi.file_id, fi.fragment_id, fi.group_name, fi.path, fi.row_count, "
-            "fi.size_bytes, fi.added_version, fi.stats, cs.column_id, cs.position, "
-            "cs.feature_version "
-            "FROM files fi JOIN column_sets cs "
-            "ON cs.table_id = fi.table_id AND cs.set_id = fi.set_id "
-            f"WHERE fi.table_id = :t AND {where}"
+            "fi.size_bytes, fi.added_version, fi.set_id, fi.stats "
+            f"FROM files fi WHERE fi.table_id = :t AND {where}"
         ),
         params,
-    )
-    by_id: dict[str, tuple[FileRecord, list[Any]]] = {}
-    by_fragment: dict[str, list[FileRecord]] = defaultdict(list)
-    for r in rows:
-        loaded = by_id.get(r.file_id)
-        if loaded is None:
-            rec = FileRecord(
+    ):
+        by_fragment[r.fragment_id].append(
+            FileRecord(
                 r.file_id,
                 r.fragment_id,
                 r.group_name,
@@ -500,10 +505,8 @@ def _load_files(
                 int(r.row_count),
                 int(r.size_bytes),
                 int(r.added_version),
+                sets[r.set_id],
+                r.stats,
             )
-            loaded = by_id[r.file_id] = (rec, [] if r.stats is None else json.loads(r.stats))
-            by_fragment[r.fragment_id].append(rec)
-        rec, entries = loaded
-        stats = stats_entry(entries, int(r.position)) if entries else ColumnStats(0)
-        rec.columns[int(r.column_id)] = FileColumn(int(r.column_id), stats, r.feature_version)
+        )
     return dict(by_fragment)

@@ -269,7 +269,7 @@ class FragmentReader:
             if provider is None:
                 parts.append(field.is_null())
                 continue
-            st = provider.columns[col.column_id].stats
+            st = provider.stats(col.column_id)
             if st.min_value is None or st.max_value is None:
                 if frag.row_count > 0 and st.null_count >= frag.row_count:
                     parts.append(field.is_null())

@@ -133,7 +133,7 @@ def _write_aligned(
         provider = snap.resolve(frag.fragment_id, [row_id.column_id])[row_id.column_id]
         if provider is None or frag.row_count == 0:
             continue
-        if not provider.columns[row_id.column_id].stats.may_overlap(lo, hi):
+        if not provider.stats(row_id.column_id).may_overlap(lo, hi):
             continue
         positions = pc.index_in(
             reader.read_fragment(frag, [ROW_ID]).column(ROW_ID), value_set=id_set

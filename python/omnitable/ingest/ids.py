@@ -149,7 +149,7 @@ def _candidates(
         provider = snap.resolve(frag.fragment_id, [rid])[rid]
         if provider is None:
             continue
-        bounds = provider.columns[rid].stats.int_bounds()
+        bounds = provider.stats(rid).int_bounds()
         if bounds is None or claim.may_overlap(*bounds):
             out.append((frag, provider))
     return out
