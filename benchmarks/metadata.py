@@ -350,10 +350,15 @@ def catalog_sizes(store: Any) -> dict[str, int]:
             return {"files": total, "column_sets": 0}
 
 
+def four_columns(layout: Layout) -> list[str]:
+    """The columns every plan reads: 2 of each of 2 raw groups."""
+    return [n for g in list(layout.by_group)[1:3] for _, n in layout.by_group[g][:2]]
+
+
 def measure(wh: Any, t: Any, layout: Layout, size: Size, repeats: int) -> dict[str, float]:
     from omnitable.format.reader import FragmentReader
 
-    four = [n for g in list(layout.by_group)[1:3] for _, n in layout.by_group[g][:2]]
+    four = four_columns(layout)
     mid = f"batch/{size.batches // 2:08d}"
     one = t.plan(four, batches=[mid])
     assert len(one.fragments) == min(size.per_batch, size.fragments), one.fragments_total
@@ -398,6 +403,20 @@ TARGETS = {
 }
 
 
+def peak_memory(fn: Callable[[], Any]) -> int:
+    """Peak Python memory allocated while ``fn`` runs (tracemalloc; the result is dropped)."""
+    import gc
+    import tracemalloc
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def run_one(backend: str, size: Size, repeats: int) -> dict[str, float]:
     import omnitable
 
@@ -411,8 +430,9 @@ def run_one(backend: str, size: Size, repeats: int) -> dict[str, float]:
         load = time.perf_counter() - start
         t = wh.table("meta")
         times = measure(wh, t, layout, size, repeats)
+        memory = peak_memory(lambda: t.plan(four_columns(layout)))
         sizes = catalog_sizes(wh.catalog.store)
-        _report(backend, size, times, sizes, load)
+        _report(backend, size, times, sizes, load, memory)
         wh.close()
         return times
     finally:
@@ -420,7 +440,12 @@ def run_one(backend: str, size: Size, repeats: int) -> dict[str, float]:
 
 
 def _report(
-    backend: str, size: Size, times: dict[str, float], sizes: dict[str, int], load: float
+    backend: str,
+    size: Size,
+    times: dict[str, float],
+    sizes: dict[str, int],
+    load: float,
+    memory: int,
 ) -> None:
     n_files = size.fragments * size.groups
     n_stats = size.fragments * (size.columns + 1)
@@ -432,7 +457,13 @@ def _report(
     one, base = times["plan one batch, 4 columns"], times[BASELINE]
     rows.append((BASELINE, fmt_seconds(base), f"this / the scoped plan: {fmt_ratio(base / one)}"))
     total = sizes.get("files", 0) + sizes.get("column_sets", 0)
+    read = 2 * size.fragments  # the full scan's files: 2 groups of every fragment
     rows += [
+        (
+            "plan full scan: peak driver memory",
+            fmt_bytes(memory),
+            f"{fmt_bytes(memory / read)} per file read ({read} files)",
+        ),
         ("catalog bytes per file", fmt_bytes(total / n_files), "(files + column_sets, indexes)"),
         ("catalog bytes per statistic", fmt_bytes(total / n_stats), "(the same over statistics)"),
         ("synthetic load", fmt_seconds(load), f"{n_files} files, {n_stats} statistics"),

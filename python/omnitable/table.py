@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from omnitable.catalog.records import CommitRecord, TableRecord
 from omnitable.catalog.snapshot import FULL_SCOPE, Snapshot, SnapshotScope
 from omnitable.context import TableContext, WarehouseHandle
+from omnitable.exceptions import ValidationError
 from omnitable.format.fs import Location
 from omnitable.format.reader import FragmentReader, ReadPlan, ReadStats
 from omnitable.ingest.append import append
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from omnitable.features.status import LineageRecord, StatusGrid
 
 
-_NO_FRAGMENTS = SnapshotScope(fragments=False, files=False)
 _COLUMNS_ONLY = SnapshotScope(fragments=False, files=False, batches=frozenset())
 
 
@@ -92,15 +92,26 @@ class Table:
 
     def batches(self, version: int | None = None) -> list[BatchInfo]:
         """Batches with their row and fragment counts, oldest first."""
-        snap = self.snapshot(version=version, scope=_NO_FRAGMENTS)
-        counts = self._ctx.catalog.fragment_counts(self.record, snap.segments)
         return [
-            BatchInfo(b.name, *counts.get(b.batch_id, (0, 0)), b.created_at) for b in snap.batches
+            BatchInfo(b.name, rows, fragments, b.created_at)
+            for b, rows, fragments in self._ctx.catalog.batch_counts(self.record, version)
         ]
 
-    def history(self) -> list[CommitRecord]:
-        """Commits of ``main``, newest first: version, op, summary, time."""
-        return list(self._ctx.catalog.history(self.record))
+    def history(self, limit: int | None = None) -> list[CommitRecord]:
+        """Commits of ``main``, newest first: version, op, summary, time; the ``limit`` newest
+        only when given (the catalog returns no more).
+
+        Raises:
+            ValidationError: ``limit`` is not a positive integer.
+        """
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise ValidationError(
+                f"Cannot list the history of table '{self.name}': limit must be a positive "
+                f"integer or None, got {limit!r}"
+            )
+        return self._ctx.catalog.history(self.record, limit=limit)
 
     def runs(self) -> list[dict[str, Any]]:
         """This table's ingest and backfill runs, newest first: ``run_id``, ``kind``, ``status``

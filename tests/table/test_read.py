@@ -97,6 +97,11 @@ def test_time_travel(wh: omnitable.Warehouse) -> None:
     assert t.read(columns=["x"], version=0).num_rows == 0
     assert t.read(columns=["x"]).column("x").to_pylist() == [1, 2]
     assert [h.op for h in t.history()] == ["append", "append", "create"]
+    assert t.history(limit=2) == t.history()[:2]
+    assert [(b.name, b.rows) for b in t.batches(version=1)] == [("a", 1)]
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(omnitable.ValidationError, match="limit must be a positive integer"):
+            t.history(limit=bad)  # type: ignore[arg-type]
 
 
 def test_rich_types_round_trip(wh: omnitable.Warehouse) -> None:

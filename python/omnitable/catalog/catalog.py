@@ -21,13 +21,13 @@ from omnitable._failpoints import failpoint
 from omnitable.catalog import lineage
 from omnitable.catalog.address import CatalogAddress
 from omnitable.catalog.commit import CommitRequest, NewColumn, commit, find_commit, utcnow
-from omnitable.catalog.records import CommitRecord, TableRecord
+from omnitable.catalog.records import BatchRecord, CommitRecord, TableRecord
 from omnitable.catalog.snapshot import (
     FULL_SCOPE,
-    Segment,
     Snapshot,
     SnapshotScope,
     fragment_counts,
+    load_batches,
     load_snapshot,
     segments_for,
 )
@@ -251,12 +251,22 @@ class Catalog:
                 scope=scope,
             )
 
-    def fragment_counts(
-        self, table: TableRecord, segments: list[Segment]
-    ) -> dict[str, tuple[int, int]]:
-        """Per batch id: (rows, fragments) visible in ``segments``, counted in SQL."""
+    def batch_counts(
+        self, table: TableRecord, version: int | None = None
+    ) -> list[tuple[BatchRecord, int, int]]:
+        """The visible batches at ``version`` (None: the head of main), oldest first, each with
+        its visible rows and fragments counted in SQL; no column, fragment or file is loaded.
+
+        Raises:
+            NotFoundError: unknown version.
+        """
         with self.store.read() as conn:
-            return fragment_counts(conn, table, segments)
+            segments, _, _ = segments_for(conn, table, version=version)
+            counts = fragment_counts(conn, table, segments)
+            return [
+                (b, *counts.get(b.batch_id, (0, 0)))
+                for b in load_batches(conn, table, segments, None)
+            ]
 
     def head_version(self, table: TableRecord, branch: str = MAIN) -> int:
         with self.store.read() as conn:
@@ -324,8 +334,10 @@ class Catalog:
             )
         return int(start)
 
-    def history(self, table: TableRecord, branch: str = MAIN) -> list[CommitRecord]:
-        """Commits in the ancestry of ``branch``'s head, newest first."""
+    def history(
+        self, table: TableRecord, branch: str = MAIN, limit: int | None = None
+    ) -> list[CommitRecord]:
+        """Commits in the ancestry of ``branch``'s head, newest first (the ``limit`` newest)."""
         with self.store.read() as conn:
             segments, _, _ = segments_for(conn, table, branch=branch)
             params: dict[str, Any] = {"t": table.table_id}
@@ -336,7 +348,7 @@ class Catalog:
             rows = conn.execute(
                 text(
                     f"SELECT * FROM commits WHERE table_id = :t AND ({' OR '.join(parts)}) "
-                    "ORDER BY version DESC"
+                    "ORDER BY version DESC" + ("" if limit is None else f" LIMIT {int(limit)}")
                 ),
                 params,
             )

@@ -325,7 +325,7 @@ def load_snapshot(
         conn, table, branch=branch, tag=tag, version=version
     )
     columns = _load_columns(conn, table, segments)
-    batches = _load_batches(conn, table, segments, scope.batches)
+    batches = load_batches(conn, table, segments, scope.batches)
     snap = Snapshot(
         table, resolved_version, commit_branch, segments, columns, batches, [], scope=scope
     )
@@ -384,7 +384,7 @@ def _load_columns(
     ]
 
 
-def _load_batches(
+def load_batches(
     conn: Connection, table: TableRecord, segments: list[Segment], names: frozenset[str] | None
 ) -> list[BatchRecord]:
     """The visible batches (of these names; None: all)."""
@@ -416,24 +416,18 @@ def _load_fragments(
     where = visible_clause("f", segments, params)
     if batch_ids is not None:
         where += " AND " + _in_list("f.batch_id", "bid", batch_ids, params)
+    rows = conn.execute(
+        text(
+            "SELECT f.fragment_id, f.batch_id, f.row_count, f.path, f.added_version "
+            f"FROM fragments f WHERE f.table_id = :t AND {where} "
+            "ORDER BY f.added_version, f.batch_id, f.seq"
+        ),
+        params,
+    ).all()  # one fetch: a full scan lists every fragment
     return [
-        FragmentRecord(
-            r.fragment_id,
-            r.batch_id,
-            batch_names[r.batch_id],
-            int(r.row_count),
-            r.path,
-            int(r.added_version),
-        )
-        for r in conn.execute(
-            text(
-                "SELECT f.fragment_id, f.batch_id, f.row_count, f.path, f.added_version "
-                f"FROM fragments f WHERE f.table_id = :t AND {where} "
-                "ORDER BY f.added_version, f.batch_id, f.seq"
-            ),
-            params,
-        )
-        if r.batch_id in batch_names
+        FragmentRecord(fid, bid, batch_names[bid], int(n), path, int(v))
+        for fid, bid, n, path, v in rows
+        if bid in batch_names
     ]
 
 
@@ -487,26 +481,19 @@ def _load_files(
         )
     if column_ids is not None:
         where += f" AND fi.set_id IN (SELECT cs.set_id FROM column_sets cs WHERE cs.table_id = :t{of_columns})"
-    by_fragment: dict[str, list[FileRecord]] = defaultdict(list)
-    for r in conn.execute(
+    rows = conn.execute(
         text(
             "SELECT fi.file_id, fi.fragment_id, fi.group_name, fi.path, fi.row_count, "
             "fi.size_bytes, fi.added_version, fi.set_id, fi.stats "
             f"FROM files fi WHERE fi.table_id = :t AND {where}"
         ),
         params,
-    ):
-        by_fragment[r.fragment_id].append(
+    ).all()  # one fetch: a full scan lists every file read
+    by_fragment: dict[str, list[FileRecord]] = defaultdict(list)
+    for file_id, frag_id, group, path, n, size, v, set_id, stats in rows:
+        by_fragment[frag_id].append(
             FileRecord(
-                r.file_id,
-                r.fragment_id,
-                r.group_name,
-                r.path,
-                int(r.row_count),
-                int(r.size_bytes),
-                int(r.added_version),
-                sets[r.set_id],
-                r.stats,
+                file_id, frag_id, group, path, int(n), int(size), int(v), sets[set_id], stats
             )
         )
     return dict(by_fragment)

@@ -48,7 +48,12 @@ def tables(ctx: Context) -> None:
 @click.command()
 @click.argument("table")
 @click.option(
-    "--history", "history_limit", default=10, show_default=True, help="How many versions to list."
+    "--history",
+    "history_limit",
+    default=10,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="How many versions to list.",
 )
 @click.pass_obj
 def show(ctx: Context, table: str, history_limit: int) -> None:
@@ -69,7 +74,7 @@ def show(ctx: Context, table: str, history_limit: int) -> None:
             ],
             "history": [
                 {"version": h.version, "op": h.op, "time": h.time, "summary": h.summary}
-                for h in t.history()[:history_limit]
+                for h in t.history(history_limit)
             ],
         }
 
