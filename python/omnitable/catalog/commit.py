@@ -22,7 +22,7 @@ from sqlalchemy import Connection, text
 from omnitable._failpoints import failpoint
 from omnitable.catalog.records import TableRecord
 from omnitable.catalog.sets import ColumnSet, decode_stats, encode_stats, insert_missing_sets
-from omnitable.catalog.snapshot import Segment, segments_for, visible_clause
+from omnitable.catalog.snapshot import Segment, in_list, segments_for, visible_clause
 from omnitable.catalog.store import CatalogStore
 from omnitable.exceptions import AlreadyExistsError, CommitConflict, NotFoundError, ValidationError
 from omnitable.vocabulary.descriptors import FileDescriptor, FragmentDescriptor
@@ -306,12 +306,14 @@ def _check_batches(conn: Connection, t: str, req: CommitRequest, segments: list[
     if req.new_batches or removed_batches:
         params: dict[str, Any] = {"t": t}
         vis = visible_clause("b", segments, params)
-        live = {
+        names = in_list("b.name", "bn", sorted({n for _, n in req.new_batches}), params)
+        ids = in_list("b.batch_id", "bi", sorted(removed_batches), params)
+        live = {  # only the batches named: the batches_by_name index and the key serve it
             r.batch_id: (r.name, int(r.added_version))
             for r in conn.execute(
                 text(
                     f"SELECT batch_id, name, added_version FROM batches b WHERE b.table_id = :t "
-                    f"AND {vis}"
+                    f"AND {vis} AND ({names} OR {ids})"
                 ),
                 params,
             )

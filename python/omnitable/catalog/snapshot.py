@@ -347,7 +347,7 @@ def _scope_batch_ids(batches: list[BatchRecord], scope: SnapshotScope) -> list[s
     return [b.batch_id for b in batches if b.name in scope.batches]
 
 
-def _in_list(column: str, prefix: str, values: list[Any], params: dict[str, Any]) -> str:
+def in_list(column: str, prefix: str, values: list[Any], params: dict[str, Any]) -> str:
     """``column IN (:p0, …)`` with its parameters added (FALSE for an empty list)."""
     if not values:
         return "1 = 0"
@@ -391,7 +391,7 @@ def load_batches(
     params: dict[str, Any] = {"t": table.table_id}
     where = visible_clause("b", segments, params)
     if names is not None:
-        where += " AND " + _in_list("b.name", "bn", sorted(names), params)
+        where += " AND " + in_list("b.name", "bn", sorted(names), params)
     return [
         BatchRecord(r.batch_id, r.name, int(r.added_version), r.created_at)
         for r in conn.execute(
@@ -415,7 +415,7 @@ def _load_fragments(
     params: dict[str, Any] = {"t": table.table_id}
     where = visible_clause("f", segments, params)
     if batch_ids is not None:
-        where += " AND " + _in_list("f.batch_id", "bid", batch_ids, params)
+        where += " AND " + in_list("f.batch_id", "bid", batch_ids, params)
     rows = conn.execute(
         text(
             "SELECT f.fragment_id, f.batch_id, f.row_count, f.path, f.added_version "
@@ -461,7 +461,7 @@ def _load_files(
     params: dict[str, Any] = {"t": table.table_id}
     of_columns = ""
     if column_ids is not None:
-        of_columns = " AND " + _in_list("cs.column_id", "cid", column_ids, params)
+        of_columns = " AND " + in_list("cs.column_id", "cid", column_ids, params)
     sets: dict[str, dict[int, FileColumn]] = defaultdict(dict)
     for r in conn.execute(
         text(
@@ -477,7 +477,7 @@ def _load_files(
     if batch_ids is not None:
         where += (
             " AND fi.fragment_id IN (SELECT f.fragment_id FROM fragments f "
-            "WHERE f.table_id = :t AND " + _in_list("f.batch_id", "bid", batch_ids, params) + ")"
+            "WHERE f.table_id = :t AND " + in_list("f.batch_id", "bid", batch_ids, params) + ")"
         )
     if column_ids is not None:
         where += f" AND fi.set_id IN (SELECT cs.set_id FROM column_sets cs WHERE cs.table_id = :t{of_columns})"
