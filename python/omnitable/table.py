@@ -93,8 +93,10 @@ class Table:
     def batches(self, version: int | None = None) -> list[BatchInfo]:
         """Batches with their row and fragment counts, oldest first."""
         return [
-            BatchInfo(b.name, rows, fragments, b.created_at)
-            for b, rows, fragments in self._ctx.catalog.batch_counts(self.record, version)
+            BatchInfo(name, rows, fragments, created)
+            for name, created, rows, fragments in self._ctx.catalog.batch_counts(
+                self.record, version
+            )
         ]
 
     def history(self, limit: int | None = None) -> list[CommitRecord]:

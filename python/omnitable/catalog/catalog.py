@@ -21,13 +21,12 @@ from omnitable._failpoints import failpoint
 from omnitable.catalog import lineage
 from omnitable.catalog.address import CatalogAddress
 from omnitable.catalog.commit import CommitRequest, NewColumn, commit, find_commit, utcnow
-from omnitable.catalog.records import BatchRecord, CommitRecord, TableRecord
+from omnitable.catalog.records import CommitRecord, TableRecord
 from omnitable.catalog.snapshot import (
     FULL_SCOPE,
     Snapshot,
     SnapshotScope,
-    fragment_counts,
-    load_batches,
+    batch_counts,
     load_snapshot,
     segments_for,
 )
@@ -253,20 +252,16 @@ class Catalog:
 
     def batch_counts(
         self, table: TableRecord, version: int | None = None
-    ) -> list[tuple[BatchRecord, int, int]]:
-        """The visible batches at ``version`` (None: the head of main), oldest first, each with
-        its visible rows and fragments counted in SQL; no column, fragment or file is loaded.
+    ) -> list[tuple[str, str, int, int]]:
+        """The visible batches at ``version`` (None: the head of main), oldest first: (name,
+        created_at, rows, fragments), counted in SQL; no column, fragment or file is loaded.
 
         Raises:
             NotFoundError: unknown version.
         """
         with self.store.read() as conn:
             segments, _, _ = segments_for(conn, table, version=version)
-            counts = fragment_counts(conn, table, segments)
-            return [
-                (b, *counts.get(b.batch_id, (0, 0)))
-                for b in load_batches(conn, table, segments, None)
-            ]
+            return batch_counts(conn, table, segments)
 
     def head_version(self, table: TableRecord, branch: str = MAIN) -> int:
         with self.store.read() as conn:
@@ -347,23 +342,16 @@ class Catalog:
                 parts.append(f"(branch = :b{i} AND version <= :u{i})")
             rows = conn.execute(
                 text(
-                    f"SELECT * FROM commits WHERE table_id = :t AND ({' OR '.join(parts)}) "
+                    "SELECT version, parent_version, branch, op, run_id, summary, committed_at "
+                    f"FROM commits WHERE table_id = :t AND ({' OR '.join(parts)}) "
                     "ORDER BY version DESC" + ("" if limit is None else f" LIMIT {int(limit)}")
                 ),
                 params,
-            )
-            return [
-                CommitRecord(
-                    int(r.version),
-                    None if r.parent_version is None else int(r.parent_version),
-                    r.branch,
-                    r.op,
-                    r.run_id,
-                    json.loads(r.summary),
-                    r.committed_at,
-                )
-                for r in rows
-            ]
+            ).all()
+        return [
+            CommitRecord(int(v), None if pv is None else int(pv), b, op, run, summary, at)
+            for v, pv, b, op, run, summary, at in rows
+        ]
 
     # -- features -------------------------------------------------------------------------
 

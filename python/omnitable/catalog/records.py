@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -116,10 +117,19 @@ class FileRecord:
 
 @dataclass(frozen=True)
 class CommitRecord:
+    """One commit. ``summary`` is decoded from ``summary_json`` on first use (listing a long
+    history does not parse every summary)."""
+
     version: int
     parent_version: int | None
     branch: str
     op: str
     run_id: str | None
-    summary: dict[str, Any]
+    summary_json: str
     time: str
+
+    @cached_property
+    def summary(self) -> dict[str, Any]:
+        """The commit's summary (rows, files, bytes, ...)."""
+        value: dict[str, Any] = json.loads(self.summary_json)
+        return value

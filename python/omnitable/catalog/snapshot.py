@@ -431,20 +431,26 @@ def _load_fragments(
     ]
 
 
-def fragment_counts(
+def batch_counts(
     conn: Connection, table: TableRecord, segments: list[Segment]
-) -> dict[str, tuple[int, int]]:
-    """Per visible batch id: (rows, fragments) of its visible fragments, summed in SQL."""
+) -> list[tuple[str, str, int, int]]:
+    """Per visible batch, oldest first: (name, created_at, rows, fragments) of its visible
+    fragments, counted in SQL (one statement, one row per batch)."""
     params: dict[str, Any] = {"t": table.table_id}
-    where = visible_clause("f", segments, params)
+    batch_visible = visible_clause("b", segments, params)
+    fragment_visible = visible_clause("f", segments, params)
     rows = conn.execute(
         text(
-            "SELECT f.batch_id, SUM(f.row_count) AS n_rows, COUNT(*) AS n_fragments "
-            f"FROM fragments f WHERE f.table_id = :t AND {where} GROUP BY f.batch_id"
+            "SELECT b.name, b.created_at, COALESCE(SUM(f.row_count), 0), COUNT(f.fragment_id) "
+            "FROM batches b LEFT JOIN fragments f ON f.table_id = b.table_id "
+            f"AND f.batch_id = b.batch_id AND {fragment_visible} "
+            f"WHERE b.table_id = :t AND {batch_visible} "
+            "GROUP BY b.batch_id, b.name, b.created_at, b.added_version "
+            "ORDER BY b.added_version, b.name"
         ),
         params,
-    )
-    return {r.batch_id: (int(r.n_rows), int(r.n_fragments)) for r in rows}
+    ).all()
+    return [(name, at, int(n), int(k)) for name, at, n, k in rows]
 
 
 def _load_files(
