@@ -361,26 +361,18 @@ def _load_columns(
 ) -> list[ColumnRecord]:
     params: dict[str, Any] = {"t": table.table_id}
     where = visible_clause("c", segments, params)
+    rows = conn.execute(
+        text(
+            "SELECT c.column_id, c.name, c.physical_name, c.data_type, c.nullable, c.position, "
+            "c.state, c.group_name, c.feature, c.added_version "
+            f"FROM columns c WHERE c.table_id = :t AND {where} "
+            "AND c.state <> 'dropped' ORDER BY c.position"
+        ),
+        params,
+    ).all()  # one fetch: a wide table has thousands of columns
     return [
-        ColumnRecord(
-            r.column_id,
-            r.name,
-            r.physical_name,
-            r.data_type,
-            bool(r.nullable),
-            r.position,
-            r.state,
-            r.group_name,
-            r.feature,
-            int(r.added_version),
-        )
-        for r in conn.execute(
-            text(
-                f"SELECT * FROM columns c WHERE c.table_id = :t AND {where} "
-                "AND c.state <> 'dropped' ORDER BY c.position"
-            ),
-            params,
-        )
+        ColumnRecord(int(cid), name, phys, dtype, bool(nl), int(pos), st, grp, feat, int(v))
+        for cid, name, phys, dtype, nl, pos, st, grp, feat, v in rows
     ]
 
 

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, NewColumn
+from omnitable.catalog.snapshot import SnapshotScope
 from omnitable.exceptions import AlreadyExistsError, CommitOutcomeUnknown, ValidationError
 from omnitable.format.fs import delete_quietly
 from omnitable.format.reader import FragmentReader
@@ -25,6 +26,8 @@ from omnitable.ingest.sources import is_spark_dataframe, record_batches
 from omnitable.vocabulary.descriptors import FileDescriptor
 from omnitable.vocabulary.names import APPEND_NAME, ROW_ID, check_column_name, check_group_name
 from omnitable.vocabulary.types import canonical_arrow_type, to_ddl
+
+_IDS = SnapshotScope(columns=frozenset({ROW_ID}))
 
 if TYPE_CHECKING:
     from omnitable.catalog.snapshot import Snapshot
@@ -45,7 +48,7 @@ class NewValues:
 def add_columns(ctx: TableContext, data: Any, group: str | None) -> int:
     """Attach the columns of ``data`` (keyed by ``ROW_ID``) as a new group; returns the version
     (see ``Table.add_columns``). Files written before a failure are deleted."""
-    snap = ctx.snapshot()
+    snap = ctx.snapshot(scope=_IDS)  # the id files only: new files align to them
     new = _new_values(ctx, snap, data)
     group = group if group is not None else _default_group(snap, new.names[0])
     check_group_name(group)

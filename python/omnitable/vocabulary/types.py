@@ -9,6 +9,7 @@ with :func:`parse_ddl`. :func:`to_ddl` and :func:`to_arrow` are inverse on canon
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pyarrow as pa
@@ -134,8 +135,9 @@ def _quote(name: str) -> str:
     return name if _PLAIN_NAME.match(name) else "`" + name.replace("`", "``") + "`"
 
 
+@functools.lru_cache(maxsize=4096)
 def to_arrow(ddl: str) -> pa.DataType:
-    """Arrow type of a Spark DDL type string."""
+    """Arrow type of a Spark DDL type string (cached: a wide table repeats a few types)."""
     parser = _DdlParser(ddl)
     t = parser.parse_type()
     parser.expect_end()
