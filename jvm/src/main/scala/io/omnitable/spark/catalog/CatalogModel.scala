@@ -45,7 +45,7 @@ final case class SnapshotId(version: Long, segments: Seq[Segment], label: String
 /** Statistics of one column in one file, still in the catalog's text encoding. */
 final case class FileColumnStats(nullCount: Option[Long], min: Option[String], max: Option[String])
 
-/** A visible row of `files`, with the columns it carries (`file_columns`). */
+/** A visible row of `files`, with the columns of its column set (`column_sets`) and their statistics. */
 final case class FileEntry(
     fileId: String,
     fragmentId: String,
@@ -64,7 +64,7 @@ object FileColumnStats {
 /**
  * The part of a snapshot a scan reads, pushed into the catalog's SQL (None: no restriction):
  * the fragments of `batches` (append names) and of `fragments` (ids); of each fragment's visible
- * files, the `file_columns` rows of `columns` only (files carrying none of them are left out),
+ * files, the columns of `columns` their sets carry (files carrying none of them are left out),
  * with statistics for `statsColumns` only ([[FileColumnStats.Unknown]] for the others).
  */
 final case class FragmentScope(

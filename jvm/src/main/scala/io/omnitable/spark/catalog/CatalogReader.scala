@@ -56,7 +56,7 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
 
   /**
    * The fragments of `scope` in `snap`, reading only their rows of `fragments`, `files` and
-   * `file_columns` (docs/spark.md, "How planning scales"). Option lists longer than
+   * `column_sets` (docs/spark.md, "How planning scales"). Option lists longer than
    * `maxPushedValues` are applied in memory instead of as SQL parameters; the listing is the same.
    */
   def listFragments(

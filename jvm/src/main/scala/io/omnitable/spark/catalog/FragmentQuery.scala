@@ -11,8 +11,9 @@ import scala.collection.mutable
  *  1. (with a batch or fragment option) how many fragments are visible, and how many of them
  *     are in the requested batches: counted by the database;
  *  2. the visible fragments of the requested fragment ids, else of the requested batches, else all;
- *  3. the visible files of the fragments kept, joined with their `file_columns` rows of the
- *     scope's columns, statistics selected for its statistics columns only.
+ *  3. the visible files of the fragments kept, joined with the `column_sets` rows of their sets
+ *     for the scope's columns (one row per file and column it carries); `files.stats` is
+ *     selected on the rows of the statistics columns only and parsed once per file.
  *
  * Lists longer than `maxPushed` values are not sent as parameters: the rows are read without
  * that condition and filtered here, so the listing never depends on where a filter ran.
@@ -103,7 +104,7 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
             tableId +: params)
         }
     val columnIds = scope.columns.map(_.toSeq.sorted.map(Int.box))
-    val ofColumns = columnIds.filter(_.size <= maxPushed).map(Jdbc.in("fc.column_id", _))
+    val ofColumns = columnIds.filter(_.size <= maxPushed).map(Jdbc.in("cs.column_id", _))
     val (stats, statsParams) = statsSelect
     val (cond, params) =
       where(Some(("fi.table_id = ?", Seq(tableId))), Some(Jdbc.visible("fi", segments)), ofFragments, ofColumns)
@@ -112,33 +113,33 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
     Jdbc.foreach(
       conn,
       "SELECT fi.file_id, fi.fragment_id, fi.group_name, fi.path, fi.row_count, fi.size_bytes, fi.added_version, " +
-        s"fc.column_id, $stats FROM files fi JOIN file_columns fc " +
-        s"ON fc.table_id = fi.table_id AND fc.file_id = fi.file_id WHERE $cond",
+        s"cs.column_id, cs.position, $stats FROM files fi JOIN column_sets cs " +
+        s"ON cs.table_id = fi.table_id AND cs.set_id = fi.set_id WHERE $cond",
       (statsParams ++ params): _*
     ) { rs =>
       val column = rs.getInt(8)
       if (keptSet.contains(rs.getString(2)) && scope.columns.forall(_.contains(column))) {
         val file = files.getOrElseUpdate(rs.getString(1), new FileRow(rs))
         file.columns(column) =
-          if (scope.statsColumns.forall(_.contains(column)))
-            FileColumnStats(Jdbc.optLong(rs, 9), Option(rs.getString(10)), Option(rs.getString(11)))
+          if (scope.statsColumns.forall(_.contains(column))) file.stats(rs, column, rs.getInt(9))
           else FileColumnStats.Unknown
       }
     }
     files.values.map(_.entry).toSeq.groupBy(_.fragmentId).map { case (id, fs) => id -> fs.sortBy(_.fileId) }
   }
 
-  /** The statistics columns of statement 3: NULL for columns outside `statsColumns`. */
-  private def statsSelect: (String, Seq[AnyRef]) = {
-    val plain = Seq("fc.null_count", "fc.min_value", "fc.max_value")
+  /**
+   * The `files.stats` column of statement 3: NULL on the rows of columns outside `statsColumns`,
+   * so a file's statistics are sent only with the columns they are read for.
+   */
+  private def statsSelect: (String, Seq[AnyRef]) =
     scope.statsColumns.map(_.toSeq.sorted.map(Int.box)) match {
-      case Some(ids) if ids.isEmpty => ("NULL, NULL, NULL", Nil)
+      case Some(ids) if ids.isEmpty => ("NULL", Nil)
       case Some(ids) if ids.size <= maxPushed =>
-        val (in, params) = Jdbc.in("fc.column_id", ids)
-        (plain.map(c => s"CASE WHEN $in THEN $c END").mkString(", "), params ++ params ++ params)
-      case _ => (plain.mkString(", "), Nil)
+        val (in, params) = Jdbc.in("cs.column_id", ids)
+        (s"CASE WHEN $in THEN fi.stats END", params)
+      case _ => ("fi.stats", Nil)
     }
-  }
 
   /** A file being read from statement 3's rows (one row per carried column). */
   private final class FileRow(rs: ResultSet) {
@@ -150,6 +151,19 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
     private val sizeBytes = rs.getLong(6)
     private val addedVersion = rs.getLong(7)
     val columns: mutable.Map[Int, FileColumnStats] = mutable.HashMap.empty
+
+    /** `files.stats`, parsed on the file's first statistics row (None: the file kept none). */
+    private var parsed: Option[Option[FileStats]] = None
+
+    /** The statistics of `column` at `position` of the file's set, from the current row's `files.stats`. */
+    def stats(rs: ResultSet, column: Int, position: Int): FileColumnStats = {
+      val entries = parsed.getOrElse {
+        val read = Option(rs.getString(10)).map(FileStats.parse(_, snap.warehouse, fileId))
+        parsed = Some(read)
+        read
+      }
+      entries.fold(FileColumnStats.Unknown)(_.at(position, column))
+    }
 
     def entry: FileEntry = FileEntry(fileId, fragmentId, group, path, rowCount, sizeBytes, addedVersion, columns.toMap)
   }

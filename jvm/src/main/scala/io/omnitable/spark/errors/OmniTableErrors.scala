@@ -109,12 +109,15 @@ object OmniTableErrors {
       "OMNITABLE_NOT_A_CATALOG",
       s"Cannot open warehouse '$warehouse': $detail. Create it with omnitable.connect(...) first.")
 
-  def schemaVersionMismatch(warehouse: String, found: String, expected: Int): OmniTableAnalysisException =
+  def schemaVersionMismatch(warehouse: String, found: String, expected: Int): OmniTableAnalysisException = {
+    val older = found.toIntOption.exists(_ < expected)
+    val upgrade = if (older) " (an older catalog: upgrade it with `omnitable -w WAREHOUSE upgrade-catalog`)" else ""
     analysis(
       "OMNITABLE_CATALOG_VERSION",
       s"Cannot open warehouse '$warehouse': its catalog schema version is $found but this jar " +
-        s"reads version $expected. Use an omnitable jar and Python package of the same release."
+        s"reads version $expected. Use an omnitable jar and Python package of the same release$upgrade."
     )
+  }
 
   def catalogQueryFailed(warehouse: String, what: String, cause: Throwable): OmniTableAnalysisException =
     analysis(

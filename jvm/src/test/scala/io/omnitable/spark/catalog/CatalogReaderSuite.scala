@@ -106,6 +106,22 @@ class CatalogReaderSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(frags.forall(_.fileFor(f.columnId).forall(_.groupName == "feat")))
   }
 
+  test("hand-made catalogs name raw column sets as the Python writer does") {
+    val conn = new org.sqlite.JDBC().connect(
+      "jdbc:sqlite:" + new File(TestWarehouses.warehouse, "catalog.db"),
+      new Properties())
+    try {
+      val rs = conn.createStatement().executeQuery(
+        "SELECT table_id, set_id, column_id FROM column_sets cs WHERE NOT EXISTS (SELECT 1 FROM column_sets d " +
+          "WHERE d.table_id = cs.table_id AND d.set_id = cs.set_id AND d.feature_version IS NOT NULL) " +
+          "ORDER BY table_id, set_id, position")
+      val rows = Iterator.continually(rs).takeWhile(_.next())
+        .map(r => ((r.getString(1), r.getString(2)), r.getInt(3))).toSeq
+      assert(rows.nonEmpty)
+      rows.groupMap(_._1)(_._2).foreach { case ((_, id), columns) => assert(HandMadeCatalog.setId(columns) == id) }
+    } finally conn.close()
+  }
+
   private def withCopy(sql: String)(check: String => Unit): Unit = {
     val dir = TestWarehouses.copyOfWarehouse()
     val conn = new org.sqlite.JDBC().connect("jdbc:sqlite:" + new File(dir, "catalog.db"), new Properties())
@@ -118,6 +134,12 @@ class CatalogReaderSuite extends AnyFunSuite with BeforeAndAfterAll {
     withCopy("UPDATE omnitable_meta SET value = '99' WHERE key = 'schema_version'") { wh =>
       val e = intercept[OmniTableAnalysisException](new CatalogReader(wh).listTables())
       assert(e.getMessage.contains("schema version is 99 but this jar reads version " + SchemaFile.version))
+      assert(!e.getMessage.contains("upgrade-catalog"))
+    }
+    withCopy("UPDATE omnitable_meta SET value = '2' WHERE key = 'schema_version'") { wh =>
+      val e = intercept[OmniTableAnalysisException](new CatalogReader(wh).listTables())
+      assert(e.getMessage.contains("schema version is 2 but this jar reads version 3"))
+      assert(e.getMessage.contains("upgrade-catalog"))
     }
     withCopy("DROP TABLE omnitable_meta") { wh =>
       val e = intercept[OmniTableAnalysisException](new CatalogReader(wh).listTables())

@@ -1,9 +1,16 @@
 package io.omnitable.spark.catalog
 
 import java.io.File
+import java.nio.charset.StandardCharsets
 import java.nio.file.Files
+import java.security.MessageDigest
 import java.sql.Connection
 import java.util.Properties
+
+import scala.collection.mutable
+import scala.jdk.CollectionConverters._
+
+import com.fasterxml.jackson.databind.ObjectMapper
 
 /**
  * A catalog built by hand from the bundled schema.sql, for catalog-reader unit tests only (ref
@@ -50,6 +57,27 @@ final class HandMadeCatalog {
     }
   }
 
+  private val sets = mutable.HashSet.empty[String]
+
+  /**
+   * Inserts `files` (each its `files` row up to `run_id`, the raw columns it carries, and their
+   * statistics) as schema.sql stores them: the file row with its `set_id` and `stats`, and each
+   * column set not inserted yet.
+   */
+  def insertFiles(files: Iterator[HandMadeCatalog.HandFile]): Unit = {
+    val newSets = mutable.ArrayBuffer.empty[Seq[Any]]
+    insert(
+      "files",
+      files.map { f =>
+        val columns = f.columns.sorted
+        val setId = HandMadeCatalog.setId(columns)
+        if (sets.add(setId)) newSets ++= columns.zipWithIndex.map { case (c, i) => Seq(tableId, setId, c, i, null) }
+        f.row ++ Seq(setId, f.stats.map(s => HandMadeCatalog.statsJson(columns.map(s))).orNull)
+      }
+    )
+    insert("column_sets", newSets.iterator)
+  }
+
   def commit(version: Long, branch: String, at: String): Unit =
     exec(s"INSERT INTO commits VALUES ('$tableId', $version, NULL, '$branch', 'test', NULL, '{}', '$at', NULL)")
 
@@ -58,4 +86,28 @@ final class HandMadeCatalog {
       s"${parent.map(p => s"'$p'").getOrElse("NULL")}, ${fork.map(_.toString).getOrElse("NULL")}, '2026-01-01T00:00:00Z')")
 
   def close(): Unit = conn.close()
+}
+
+object HandMadeCatalog {
+
+  /**
+   * A file for [[HandMadeCatalog.insertFiles]]: `stats` gives a carried column's entry
+   * (None: a JSON null entry); `stats` None: the file kept no statistics (`files.stats` NULL).
+   */
+  final case class HandFile(row: Seq[Any], columns: Seq[Int], stats: Option[Int => Option[FileColumnStats]])
+
+  private val Json = new ObjectMapper()
+
+  /** schema.sql's set id of raw columns `columns` (ascending). */
+  def setId(columns: Seq[Int]): String = {
+    val key = columns.map(c => s"$c:").mkString(";")
+    MessageDigest.getInstance("SHA-256").digest(key.getBytes(StandardCharsets.UTF_8)).take(8).map(b =>
+      f"$b%02x").mkString
+  }
+
+  /** A `files.stats` value: the entries of a set's columns in position order. */
+  def statsJson(entries: Seq[Option[FileColumnStats]]): String =
+    Json.writeValueAsString(entries.map(_.map { s =>
+      Seq[AnyRef](s.nullCount.map(Long.box).orNull, s.min.orNull, s.max.orNull).asJava
+    }.orNull).asJava)
 }

@@ -22,6 +22,6 @@ class SchemaFileSuite extends AnyFunSuite {
       val firstCode = s.linesIterator.map(_.trim).find(l => l.nonEmpty && !l.startsWith("--")).get
       assert(firstCode.startsWith("CREATE "), s)
     }
-    assert(SchemaFile.statements.exists(_.contains("CREATE TABLE IF NOT EXISTS file_columns")))
+    assert(SchemaFile.statements.exists(_.contains("CREATE TABLE IF NOT EXISTS column_sets")))
   }
 }

@@ -2,6 +2,8 @@ package io.omnitable.spark.catalog
 
 import scala.collection.mutable
 
+import io.omnitable.spark.catalog.HandMadeCatalog.HandFile
+
 /**
  * Synthetic catalog rows (no data files) under the table of a [[HandMadeCatalog]], for planning
  * measurements and tests: `fragments` fragments of `rowsPerFragment` rows in batches of
@@ -15,7 +17,9 @@ object SyntheticTables {
   final case class Shape(fragments: Int, groups: Int, columns: Int, fragmentsPerBatch: Int = 20) {
     def batches: Int = (fragments + fragmentsPerBatch - 1) / fragmentsPerBatch
     def files: Long = fragments.toLong * groups
-    def fileColumns: Long = fragments.toLong * (columns + 1)
+
+    /** `column_sets` rows: one set per group (its columns and, in `g0`, the row id). */
+    def setRows: Long = columns + 1L
     override def toString: String = s"$fragments fragments x $groups groups x $columns columns"
   }
 
@@ -54,27 +58,24 @@ object SyntheticTables {
           null)
       }
     )
-    def fileId(f: Int, g: Int) = s"${fragmentId(f)}-g$g"
-    hand.insert(
-      "files",
+    hand.insertFiles(
       for (f <- (0 until shape.fragments).iterator; g <- 0 until shape.groups)
-        yield Seq(
-          t,
-          fileId(f, g),
-          fragmentId(f),
-          s"g$g",
-          s"data/${fragmentId(f)}/g$g.parquet",
-          rowsPerFragment,
-          4096L * (g + 1),
-          "main",
-          version(f),
-          null,
-          null)
-    )
-    hand.insert(
-      "file_columns",
-      for (f <- (0 until shape.fragments).iterator; c <- 0 to shape.columns)
-        yield Seq(t, fileId(f, c % shape.groups), c, 0L, s"${f * 10}.0", s"${f * 10 + 9}.5", null)
+        yield HandFile(
+          Seq(
+            t,
+            s"${fragmentId(f)}-g$g",
+            fragmentId(f),
+            s"g$g",
+            s"data/${fragmentId(f)}/g$g.parquet",
+            rowsPerFragment,
+            4096L * (g + 1),
+            "main",
+            version(f),
+            null,
+            null),
+          (0 to shape.columns).filter(_ % shape.groups == g),
+          Some(_ => Some(FileColumnStats(Some(0L), Some(s"${f * 10}.0"), Some(s"${f * 10 + 9}.5"))))
+        )
     )
   }
 
@@ -82,7 +83,8 @@ object SyntheticTables {
    * A random small table: versions 1..`versions` on `main` and, after version 2, on branch `dev`
    * (forked at 2); batches named from a small pool (a name re-used on a branch replaces that
    * branch's batch), fragments of 0..60 rows with one file per group, later files carrying some
-   * columns again (sometimes removing an older file), random statistics (some NULL). Returns
+   * columns again (sometimes removing an older file), random statistics (some NULL: a bound, a
+   * null count, a column's entry or a file's whole `stats`). Returns
    * the version -> branch map.
    */
   def random(hand: HandMadeCatalog, rng: scala.util.Random, versions: Int = 10): Map[Long, String] = {
@@ -158,27 +160,24 @@ object SyntheticTables {
         s"AND removed_version IS NULL AND group_name = 'feat'")
     }
     val rowCount = if (rows >= 0) rows else 0L
-    hand.insert(
-      "files",
-      Iterator(Seq(
-        t,
-        fileId,
-        fragment,
-        group,
-        s"data/$fragment/$group-v$v.parquet",
-        rowCount,
-        100L + rng.nextInt(1000),
-        branch,
-        v,
-        null,
-        null)))
-    hand.insert(
-      "file_columns",
-      columns.iterator.map { c =>
-        val lo = rng.nextInt(100)
-        val bounds = if (rng.nextInt(4) == 0) Seq(null, null) else Seq(s"$lo.0", s"${lo + rng.nextInt(50)}.5")
-        Seq(t, fileId, c, if (rng.nextInt(4) == 0) null else rng.nextInt(5).toLong) ++ bounds :+ null
-      }
-    )
+    val row = Seq(
+      t,
+      fileId,
+      fragment,
+      group,
+      s"data/$fragment/$group-v$v.parquet",
+      rowCount,
+      100L + rng.nextInt(1000),
+      branch,
+      v,
+      null,
+      null)
+    val stats = columns.map { c =>
+      val lo = rng.nextInt(100)
+      val bounds = if (rng.nextInt(4) == 0) (None, None) else (Some(s"$lo.0"), Some(s"${lo + rng.nextInt(50)}.5"))
+      val nullCount = if (rng.nextInt(4) == 0) None else Some(rng.nextInt(5).toLong)
+      c -> Option.when(rng.nextInt(8) > 0)(FileColumnStats(nullCount, bounds._1, bounds._2))
+    }.toMap
+    hand.insertFiles(Iterator(HandFile(row, columns, Option.when(rng.nextInt(8) > 0)(stats))))
   }
 }

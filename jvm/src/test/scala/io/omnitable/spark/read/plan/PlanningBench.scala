@@ -29,7 +29,7 @@ object PlanningBench {
       val started = System.nanoTime()
       SyntheticTables.uniform(hand, shape)
       val built = (System.nanoTime() - started) / 1e9
-      println(f"$shape: ${shape.files}%d files, ${shape.fileColumns}%d file_columns rows (written in $built%.1f s)")
+      println(f"$shape: ${shape.files}%d files, ${shape.setRows}%d column_sets rows (written in $built%.1f s)")
       val reader = new CatalogReader(hand.dir.getPath)
       val columns = Seq("c1", "c2", "c3", "c4")
       val middle = Some(Seq(SyntheticTables.batchName(shape.batches / 2)))
