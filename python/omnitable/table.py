@@ -308,7 +308,8 @@ class Table:
         ctx = self._ctx
         graph = table_graph(ctx)
         counts = ctx.catalog.error_counts(self.record) if retry_errors else None
-        plan = make_plan(ctx, graph, ctx.snapshot(), list(targets), batches, retry_errors, counts)
+        snap = ctx.snapshot(scope=SnapshotScope.of(batches))  # the named batches only
+        plan = make_plan(ctx, graph, snap, list(targets), batches, retry_errors, counts)
         return BackfillPlan.bind(
             plan, ctx, lambda: self.backfill(targets, batches, retry_errors=retry_errors)
         )
@@ -363,7 +364,8 @@ class Table:
         """Where the current data of a derived column came from, per fragment."""
         from omnitable.features.status import lineage
 
-        return lineage(self._ctx, self.snapshot(), column, batch)
+        scope = SnapshotScope.of(None if batch is None else [batch])
+        return lineage(self._ctx, self.snapshot(scope=scope), column, batch)
 
 
 def _batch_list(batches: list[str] | str | None) -> list[str] | None:

@@ -23,11 +23,12 @@ from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, ExpectedProvider, LineageEntry
 from omnitable.catalog.records import ColumnRecord, FragmentRecord
 from omnitable.catalog.runs import RunScope
-from omnitable.catalog.snapshot import Snapshot
+from omnitable.catalog.snapshot import Snapshot, SnapshotScope
 from omnitable.exceptions import (
     CommitConflict,
     CommitOutcomeUnknown,
     ErrorRatioExceeded,
+    NotFoundError,
     ValidationError,
 )
 from omnitable.exec.errors import append_errors
@@ -246,7 +247,7 @@ def _run_chunk(
     death), check the skip and error ratios, record the errors, commit."""
     ctx, options = run.ctx, run.options
     chunk_ids = {f.fragment_id for f in chunk}
-    snap = ctx.snapshot()
+    snap = _chunk_snapshot(ctx, step, chunk)
     _check_plan_holds(snap, step, chunk)
     work = {
         name: [f.fragment_id for f in frags if f.fragment_id in chunk_ids]
@@ -359,6 +360,21 @@ def _record_errors(
                 )
             )
     append_errors(session, ctx, rows)
+
+
+def _chunk_snapshot(ctx: TableContext, step: Step, chunk: list[FragmentRecord]) -> Snapshot:
+    """The head, loaded for the chunk's batches only (every file of them: the commit decides
+    which files a new one replaces). A batch gone since the plan is a conflict, as a removed
+    fragment is."""
+    try:
+        return ctx.snapshot(scope=SnapshotScope(batches=frozenset(f.batch_name for f in chunk)))
+    except NotFoundError as exc:
+        raise CommitConflict(
+            f"Cannot run backfill step of {', '.join(f.id for f in step.features)}: a batch of "
+            f"its chunk was removed by a concurrent commit after the plan ({exc}); nothing of "
+            "this chunk was committed. Re-plan and run again.",
+            [(f.fragment_id, "*") for f in chunk],
+        ) from exc
 
 
 def _check_plan_holds(snap: Snapshot, step: Step, chunk: list[FragmentRecord]) -> None:
