@@ -144,6 +144,17 @@ def test_scoped_snapshot_refuses_questions_outside_its_scope(tmp_path: Path) -> 
         snap.fragments_of(["b"])
     with pytest.raises(NotFoundError, match="Cannot find batch"):
         t.snapshot(scope=SnapshotScope.of(["nope"], ["x"]))
+    # without a filter no statistics are loaded, and asking for them is an error, not "unknown"
+    x = snap.column("x").column_id
+    (file,) = snap.files_by_fragment[snap.fragments[0].fragment_id]
+    with pytest.raises(ValidationError, match="loaded without them"):
+        file.stats(x)
+    filtered = t.snapshot(scope=SnapshotScope.of(["a"], ["x"], pc.field("x") > 0))
+    (kept,) = filtered.files_by_fragment[snap.fragments[0].fragment_id]
+    (full,) = [
+        f for f in t.snapshot().files_by_fragment[snap.fragments[0].fragment_id] if x in f.columns
+    ]
+    assert kept.stats(x) == full.stats(x) and full.stats(x).min_value == "101"
     assert [(b.name, b.rows, b.fragments) for b in t.batches()] == [("a", 5, 1), ("b", 5, 1)]
     assert t.count() == 10
     wh.close()

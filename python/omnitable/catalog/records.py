@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 from omnitable.catalog.sets import stats_entry
+from omnitable.exceptions import ValidationError
 from omnitable.vocabulary.stats import ColumnStats
 from omnitable.vocabulary.types import to_arrow
 
@@ -99,6 +100,7 @@ class FileRecord:
     added_version: int
     columns: Mapping[int, FileColumn] = field(default_factory=dict)
     stats_json: str | None = None
+    stats_loaded: bool = True
     _entries: list[Any] | None = field(default=None, repr=False, compare=False)
 
     def stats(self, column_id: int) -> ColumnStats:
@@ -106,8 +108,14 @@ class FileRecord:
 
         Raises:
             KeyError: the file does not carry ``column_id``.
+            ValidationError: the snapshot was loaded without statistics.
         """
         position = self.columns[column_id].position
+        if not self.stats_loaded:
+            raise ValidationError(
+                f"Cannot read the statistics of file {self.path}: its snapshot was loaded "
+                "without them; load it with a scope that keeps statistics"
+            )
         if self.stats_json is None:
             return ColumnStats(0)
         if self._entries is None:

@@ -140,7 +140,8 @@ class SnapshotScope:
     files and their column statistics. ``batches``: these batches, their fragments and files only
     (None: all). ``columns``: files and statistics of these column names only (None: all; names
     that are not columns of the snapshot are ignored), and of the columns whose name occurs in
-    ``mentions`` (a filter's text, see :func:`columns_mentioned`).
+    ``mentions`` (a filter's text, see :func:`columns_mentioned`). ``stats``: load the files'
+    statistics (False: asking a file for them is an error).
     """
 
     fragments: bool = True
@@ -148,6 +149,7 @@ class SnapshotScope:
     batches: frozenset[str] | None = None
     columns: frozenset[str] | None = None
     mentions: str = ""
+    stats: bool = True
 
     @classmethod
     def of(
@@ -157,12 +159,14 @@ class SnapshotScope:
         where: object | None = None,
     ) -> SnapshotScope:
         """The scope of a read of ``columns`` (None: all) of ``batches`` (None: all) filtered by
-        ``where`` (its columns are found by :func:`columns_mentioned` in its text). A value that
-        is not a list of names scopes nothing, so the reader rejects it as it would unscoped."""
+        ``where`` (its columns are found by :func:`columns_mentioned` in its text; statistics are
+        loaded only with a filter, which is all they prune). A value that is not a list of names
+        scopes nothing, so the reader rejects it as it would unscoped."""
         return cls(
             batches=_names(batches),
             columns=_names(columns),
             mentions="" if where is None else str(where),
+            stats=where is not None,
         )
 
     def wants(self, name: str) -> bool:
@@ -337,7 +341,9 @@ def load_snapshot(
     snap.fragments = _load_fragments(conn, table, segments, batches, batch_ids)
     if scope.files:
         column_ids = None if scope.columns is None else sorted(snap._scoped_ids or ())
-        snap.files_by_fragment = _load_files(conn, table, segments, batch_ids, column_ids)
+        snap.files_by_fragment = _load_files(
+            conn, table, segments, batch_ids, column_ids, scope.stats
+        )
     return snap
 
 
@@ -451,9 +457,11 @@ def _load_files(
     segments: list[Segment],
     batch_ids: list[str] | None,
     column_ids: list[int] | None,
+    with_stats: bool,
 ) -> dict[str, list[FileRecord]]:
     """Visible files (of the fragments of ``batch_ids``) whose column set holds one of
-    ``column_ids`` (None: no filter), each with those columns of its set; one row per file."""
+    ``column_ids`` (None: no filter), each with those columns of its set (and its statistics
+    when ``with_stats``); one row per file."""
     if column_ids == [] or batch_ids == []:
         return {}
     params: dict[str, Any] = {"t": table.table_id}
@@ -482,8 +490,9 @@ def _load_files(
     rows = conn.execute(
         text(
             "SELECT fi.file_id, fi.fragment_id, fi.group_name, fi.path, fi.row_count, "
-            "fi.size_bytes, fi.added_version, fi.set_id, fi.stats "
-            f"FROM files fi WHERE fi.table_id = :t AND {where}"
+            "fi.size_bytes, fi.added_version, fi.set_id, "
+            + ("fi.stats " if with_stats else "NULL ")
+            + f"FROM files fi WHERE fi.table_id = :t AND {where}"
         ),
         params,
     ).all()  # one fetch: a full scan lists every file read
@@ -491,7 +500,16 @@ def _load_files(
     for file_id, frag_id, group, path, n, size, v, set_id, stats in rows:
         by_fragment[frag_id].append(
             FileRecord(
-                file_id, frag_id, group, path, int(n), int(size), int(v), sets[set_id], stats
+                file_id,
+                frag_id,
+                group,
+                path,
+                int(n),
+                int(size),
+                int(v),
+                sets[set_id],
+                stats,
+                with_stats,
             )
         )
     return dict(by_fragment)
