@@ -128,7 +128,9 @@ def synthetic_rows(size: Size, layout: Layout) -> dict[str, Iterator[tuple[Any, 
 
     def batches() -> Iterator[tuple[Any, ...]]:
         for b in range(size.batches):
-            yield (t, f"ba{b:08d}", f"batch/{b:08d}", "main", base + 1 + b, None, now)
+            n = min(size.per_batch, size.fragments - b * size.per_batch)
+            yield (t, f"ba{b:08d}", f"batch/{b:08d}", "main", base + 1 + b, None, now,
+                   n * ROWS_PER_FRAGMENT, n)  # fmt: skip
 
     def fragments() -> Iterator[tuple[Any, ...]]:
         for i in range(size.fragments):
@@ -199,7 +201,8 @@ def synthetic_rows(size: Size, layout: Layout) -> dict[str, Iterator[tuple[Any, 
 COLUMNS = {
     "commits": "table_id, version, parent_version, branch, op, run_id, summary, committed_at, "
     "commit_token",
-    "batches": "table_id, batch_id, name, branch, added_version, removed_version, created_at",
+    "batches": "table_id, batch_id, name, branch, added_version, removed_version, created_at, "
+    "row_count, fragment_count",
     "fragments": "table_id, fragment_id, batch_id, seq, row_count, path, branch, added_version, "
     "removed_version",
     "column_sets": "table_id, set_id, column_id, position, feature_version",

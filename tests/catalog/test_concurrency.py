@@ -122,3 +122,18 @@ def test_concurrent_appends_of_the_same_batch_name_conflict(wh: omnitable.Wareho
     req = CommitRequest("append", snap.version, new_batches=[(new_id(), "b1")])
     with pytest.raises(omnitable.CommitConflict, match="concurrent commit created it first"):
         wh.catalog.commit(t.record, req)
+
+
+def test_fragments_come_only_with_a_new_batch(wh: omnitable.Warehouse) -> None:
+    """A batch's fragments are added with it (its stored counts stay true): a fragment for an
+    existing batch is refused and nothing is committed."""
+    from omnitable.vocabulary.descriptors import FragmentDescriptor
+
+    t = _make_table(wh)
+    snap = t.snapshot()
+    existing = snap.fragments[0].batch_id
+    stray = FragmentDescriptor("fr-stray", existing, 1, "f/stray")
+    with pytest.raises(omnitable.ValidationError, match="does not create"):
+        wh.catalog.commit(t.record, CommitRequest("append", snap.version, new_fragments=[stray]))
+    assert t.version == snap.version
+    assert [(b.rows, b.fragments) for b in t.batches()] == [(10, len(snap.fragments))]

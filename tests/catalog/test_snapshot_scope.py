@@ -81,6 +81,13 @@ def _check_scope(
     t: omnitable.Table, ref: dict[str, Any], batches: list[str] | None, names: list[str] | None
 ) -> None:
     full = t.snapshot(**ref)
+    if "branch" not in ref:  # the counts stored on batch rows match their visible fragments
+        counted: dict[str, list[int]] = {b.name: [0, 0] for b in full.batches}
+        for f in full.fragments:
+            counted[f.batch_name][0] += f.row_count
+            counted[f.batch_name][1] += 1
+        got = [(b.name, b.rows, b.fragments) for b in t.batches(**ref)]
+        assert got == [(b.name, *counted[b.name]) for b in full.batches]
     known = [b.name for b in full.batches]
     batches = None if batches is None else [b for b in batches if b in known] or known[:1]
     where = pc.field("x") > 150

@@ -63,6 +63,8 @@ def _as_version_2(store: CatalogStore) -> int:
         conn.execute(text("DROP TABLE column_sets"))
         conn.execute(text("ALTER TABLE files DROP COLUMN set_id"))
         conn.execute(text("ALTER TABLE files DROP COLUMN stats"))
+        conn.execute(text("ALTER TABLE batches DROP COLUMN row_count"))
+        conn.execute(text("ALTER TABLE batches DROP COLUMN fragment_count"))
         conn.execute(text("UPDATE omnitable_meta SET value = '2' WHERE key = 'schema_version'"))
     return len(params)
 
@@ -85,7 +87,7 @@ def _state(wh: omnitable.Warehouse) -> dict[str, Any]:
             for f in fs
         }
         data = t.read().sort_by(omnitable.ROW_ID) if name == "docs" else None
-        out[name] = (snap.version, files, data)
+        out[name] = (snap.version, files, data, t.batches(), t.batches(version=1))
     return out
 
 

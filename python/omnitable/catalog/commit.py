@@ -145,6 +145,7 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
         NotFoundError: the table or branch no longer exists.
         AlreadyExistsError / ValidationError: the request is inconsistent with the head state.
     """
+    _check_fragments_have_new_batches(req)
     with store.write(failpoints="commit") as conn:
         store.lock_table(conn, table_id)
         table_row = conn.execute(
@@ -239,6 +240,19 @@ def find_commit(conn: Connection, table_id: str, token: str) -> int | None:
 
 
 # -- validation ---------------------------------------------------------------------------------
+
+
+def _check_fragments_have_new_batches(req: CommitRequest) -> None:
+    """New fragments belong to batches this commit creates (a batch's fragments are added and
+    removed with it, which is what keeps its stored row and fragment counts true)."""
+    new_ids = {bid for bid, _ in req.new_batches}
+    stray = sorted({f.batch_id for f in req.new_fragments} - new_ids)
+    if stray:
+        raise ValidationError(
+            f"Cannot commit {req.op}: fragments of batch id(s) {', '.join(stray)} that this "
+            "commit does not create; add fragments only with a new batch (replace the batch "
+            "to change its fragments)"
+        )
 
 
 def _validate(
@@ -710,16 +724,22 @@ def _insert_data(
     """Insert the request's new batches, fragments, files (with their columns) and lineage."""
     b = req.branch
     if req.new_batches:
+        counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for f in req.new_fragments:
+            counts[f.batch_id][0] += f.row_count
+            counts[f.batch_id][1] += 1
         conn.execute(
             text(
                 "INSERT INTO batches (table_id, batch_id, name, branch, added_version, "
-                "removed_version, created_at) VALUES (:t, :id, :name, :b, :v, NULL, :now)"
+                "removed_version, created_at, row_count, fragment_count) "
+                "VALUES (:t, :id, :name, :b, :v, NULL, :now, :rows, :frags)"
             ),
             [
-                {"t": t, "id": bid, "name": name, "b": b, "v": version, "now": now}
+                {"t": t, "id": bid, "name": name, "b": b, "v": version, "now": now,
+                 "rows": counts[bid][0], "frags": counts[bid][1]}
                 for bid, name in req.new_batches
             ],
-        )
+        )  # fmt: skip
     if req.new_fragments:
         conn.execute(
             text(

@@ -90,7 +90,10 @@ CREATE TABLE IF NOT EXISTS refs (
 )
 ;
 -- Batches (one per `_ai_append_name_` in a snapshot). A replaced batch gets a removed_version
--- and a new batch_id. Visibility rules are the same as for files (see below).
+-- and a new batch_id. Visibility rules are the same as for files (see below). `row_count` and
+-- `fragment_count` are the batch's rows and fragments: a batch's fragments are added with it and
+-- removed with it, so they hold in every snapshot that sees the batch (a commit that changed a
+-- batch's fragments would replace the batch row, as `mode="replace"` does).
 CREATE TABLE IF NOT EXISTS batches (
     table_id        TEXT NOT NULL,
     batch_id        TEXT NOT NULL,
@@ -99,6 +102,8 @@ CREATE TABLE IF NOT EXISTS batches (
     added_version   BIGINT NOT NULL,
     removed_version BIGINT,
     created_at      TEXT NOT NULL,
+    row_count       BIGINT NOT NULL DEFAULT 0,
+    fragment_count  BIGINT NOT NULL DEFAULT 0,
     PRIMARY KEY (table_id, batch_id)
 )
 ;

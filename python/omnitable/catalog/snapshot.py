@@ -432,19 +432,14 @@ def _load_fragments(
 def batch_counts(
     conn: Connection, table: TableRecord, segments: list[Segment]
 ) -> list[tuple[str, str, int, int]]:
-    """Per visible batch, oldest first: (name, created_at, rows, fragments) of its visible
-    fragments, counted in SQL (one statement, one row per batch)."""
+    """Per visible batch, oldest first: (name, created_at, rows, fragments), as stored on the
+    batch row (one row per batch; no fragment is read)."""
     params: dict[str, Any] = {"t": table.table_id}
-    batch_visible = visible_clause("b", segments, params)
-    fragment_visible = visible_clause("f", segments, params)
+    visible = visible_clause("b", segments, params)
     rows = conn.execute(
         text(
-            "SELECT b.name, b.created_at, COALESCE(SUM(f.row_count), 0), COUNT(f.fragment_id) "
-            "FROM batches b LEFT JOIN fragments f ON f.table_id = b.table_id "
-            f"AND f.batch_id = b.batch_id AND {fragment_visible} "
-            f"WHERE b.table_id = :t AND {batch_visible} "
-            "GROUP BY b.batch_id, b.name, b.created_at, b.added_version "
-            "ORDER BY b.added_version, b.name"
+            "SELECT b.name, b.created_at, b.row_count, b.fragment_count FROM batches b "
+            f"WHERE b.table_id = :t AND {visible} ORDER BY b.added_version, b.name"
         ),
         params,
     ).all()

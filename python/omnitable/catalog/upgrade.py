@@ -2,7 +2,8 @@
 "Upgrading a catalog").
 
 Version 2 -> 3: ``file_columns`` (one row per file and column) becomes column sets shared by the
-files (``column_sets``) plus one ``stats`` value per file. Everything runs in one write
+files (``column_sets``) plus one ``stats`` value per file; batches get their row and fragment
+counts. Everything runs in one write
 transaction: a crash or an error leaves the version-2 catalog as it was.
 """
 
@@ -60,8 +61,9 @@ def upgrade_catalog(address: CatalogAddress) -> tuple[int, int]:
 
 
 def _upgrade_2_to_3(conn: Connection, is_sqlite: bool) -> None:
-    """Move ``files`` aside, create the version-3 tables, and copy every file with its set and
-    statistics built from its ``file_columns`` rows."""
+    """Count each batch's rows and fragments onto its row; move ``files`` aside, create the
+    version-3 tables, and copy every file with its set and statistics built from its
+    ``file_columns`` rows."""
     for index in ("files_by_fragment", "files_by_version"):
         conn.execute(text(f"DROP INDEX IF EXISTS {index}"))
     if not is_sqlite:  # the new table's key takes the usual name
@@ -69,6 +71,16 @@ def _upgrade_2_to_3(conn: Connection, is_sqlite: bool) -> None:
     conn.execute(text("ALTER TABLE files RENAME TO files_v2"))
     for stmt in schema_statements():  # IF NOT EXISTS: creates files, column_sets and indexes
         conn.execute(text(stmt))
+    for name in ("row_count", "fragment_count"):
+        conn.execute(text(f"ALTER TABLE batches ADD COLUMN {name} BIGINT NOT NULL DEFAULT 0"))
+    conn.execute(
+        text(
+            "UPDATE batches SET row_count = (SELECT COALESCE(SUM(f.row_count), 0) FROM fragments f "
+            "WHERE f.table_id = batches.table_id AND f.batch_id = batches.batch_id), "
+            "fragment_count = (SELECT COUNT(*) FROM fragments f "
+            "WHERE f.table_id = batches.table_id AND f.batch_id = batches.batch_id)"
+        )
+    )
     table_ids = [r[0] for r in conn.execute(text("SELECT DISTINCT table_id FROM files_v2"))]
     for table_id in table_ids:
         _copy_table_files(conn, table_id)
