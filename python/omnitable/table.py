@@ -320,10 +320,13 @@ class Table:
         from omnitable.features.registry import current_features
         from omnitable.features.status import status_grid
 
+        features = current_features(self._ctx)
+        names = {c for f in features.values() for c in (*f.inputs, *f.outputs)}
+        scope = SnapshotScope(columns=frozenset(names), stats=False)  # the features' files only
         return status_grid(
             self._ctx,
-            self.snapshot(version=version),
-            current_features(self._ctx),
+            self.snapshot(version=version, scope=scope),
+            features,
             self._ctx.catalog.error_counts(self.record),
         )
 
