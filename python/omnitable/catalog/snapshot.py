@@ -329,7 +329,7 @@ def load_snapshot(
         conn, table, branch=branch, tag=tag, version=version
     )
     columns = _load_columns(conn, table, segments)
-    batches = load_batches(conn, table, segments, scope.batches)
+    batches = _load_batches(conn, table, segments, scope.batches)
     snap = Snapshot(
         table, resolved_version, commit_branch, segments, columns, batches, [], scope=scope
     )
@@ -382,7 +382,7 @@ def _load_columns(
     ]
 
 
-def load_batches(
+def _load_batches(
     conn: Connection, table: TableRecord, segments: list[Segment], names: frozenset[str] | None
 ) -> list[BatchRecord]:
     """The visible batches (of these names; None: all)."""
