@@ -3,6 +3,8 @@ the upgraded catalog resolves, plans and reads exactly like before, on SQLite an
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -158,3 +160,23 @@ def test_cli_upgrades_and_refuses_an_unknown_version(
         conn.execute(text("UPDATE omnitable_meta SET value = '1' WHERE key = 'schema_version'"))
     assert cli_main(["-w", uri, "upgrade-catalog"]) == 1
     assert "upgrades only version 2 to" in " ".join(capsys.readouterr().err.split())
+
+
+def test_upgrade_killed_mid_transaction_leaves_the_old_catalog(
+    populated: tuple[str, str | None],
+) -> None:
+    """The process dies after every table was copied, before COMMIT: the catalog is still
+    version 2, and a second upgrade gives the same result as an uninterrupted one."""
+    uri, root = populated
+    with omnitable.connect(uri, root=root) as wh:
+        before = _state(wh)
+        _as_version_2(wh.catalog.store)
+    env = dict(os.environ, OMNITABLE_FAILPOINTS="upgrade.before_commit=exit")
+    code = f"import omnitable; omnitable.upgrade_catalog({uri!r})"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0, proc.stderr
+    with pytest.raises(CatalogVersionError, match="schema version 2"):
+        omnitable.connect(uri, root=root)
+    assert omnitable.upgrade_catalog(uri) == (2, 3)
+    with omnitable.connect(uri, root=root) as wh:
+        assert _state(wh) == before

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from omnitable._failpoints import failpoint
 from omnitable.catalog.address import CatalogAddress
 from omnitable.catalog.sets import ColumnSet, encode_stats, insert_missing_sets
 from omnitable.catalog.store import CatalogStore, schema_statements, schema_version
@@ -55,6 +56,7 @@ def upgrade_catalog(address: CatalogAddress) -> tuple[int, int]:
                 text("UPDATE omnitable_meta SET value = :v WHERE key = 'schema_version'"),
                 {"v": str(target)},
             )
+            failpoint("upgrade.before_commit")
             return 2, target
     finally:
         store.close()
