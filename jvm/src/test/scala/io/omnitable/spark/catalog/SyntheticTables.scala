@@ -40,7 +40,11 @@ object SyntheticTables {
     hand.ref("main", "branch", shape.batches.toLong, None, None)
     hand.insert(
       "batches",
-      (0 until shape.batches).iterator.map(b => Seq(t, s"B$b", batchName(b), "main", b + 1L, null, At)))
+      (0 until shape.batches).iterator.map { b =>
+        val n = math.min(shape.fragmentsPerBatch, shape.fragments - b * shape.fragmentsPerBatch).toLong
+        Seq(t, s"B$b", batchName(b), "main", b + 1L, null, At, n * rowsPerFragment, n)
+      }
+    )
     def version(f: Int): Long = f / shape.fragmentsPerBatch + 1L
     hand.insert(
       "fragments",
@@ -134,14 +138,17 @@ object SyntheticTables {
       hand.exec(s"UPDATE $table SET removed_version = $v WHERE removed_version IS NULL AND $where")
     }
     val batchId = s"B$v"
-    hand.insert("batches", Iterator(Seq(hand.tableId, batchId, name, branch, v, null, At)))
-    (0 until 1 + rng.nextInt(3)).foreach { seq =>
+    val counts = (0 until 1 + rng.nextInt(3)).map { seq =>
       val id = s"F$v-$seq"
       val rows = if (rng.nextInt(5) == 0) 0L else 1L + rng.nextInt(60)
       hand.insert("fragments", Iterator(Seq(hand.tableId, id, batchId, seq.toLong, rows, s"data/$id", branch, v, null)))
       fragments += id
       (0 until 3).foreach(g => addFile(hand, rng, v, branch, id, (0 to columns).filter(_ % 3 == g), s"g$g", rows))
+      rows
     }
+    hand.insert(
+      "batches",
+      Iterator(Seq(hand.tableId, batchId, name, branch, v, null, At, counts.sum, counts.size.toLong)))
   }
 
   private def addFile(
