@@ -22,7 +22,8 @@ from sqlalchemy import Connection, text
 from omnitable._failpoints import failpoint
 from omnitable.catalog.records import TableRecord
 from omnitable.catalog.sets import ColumnSet, decode_stats, encode_stats, insert_missing_sets
-from omnitable.catalog.snapshot import Segment, in_list, segments_for, visible_clause
+from omnitable.catalog.snapshot import Segment, segments_for, visible_clause
+from omnitable.catalog.sql import in_list
 from omnitable.catalog.store import CatalogStore
 from omnitable.exceptions import AlreadyExistsError, CommitConflict, NotFoundError, ValidationError
 from omnitable.vocabulary.descriptors import FileDescriptor, FragmentDescriptor

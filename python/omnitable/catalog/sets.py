@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from omnitable.catalog.sql import in_list
 from omnitable.exceptions import CatalogError
 from omnitable.vocabulary.stats import ColumnStats
 
@@ -84,17 +85,12 @@ def insert_missing_sets(conn: Connection, table_id: str, sets: Iterable[ColumnSe
     ids = sorted(wanted)
     existing: set[str] = set()
     for i in range(0, len(ids), _CHUNK):
-        chunk = ids[i : i + _CHUNK]
         params: dict[str, Any] = {"t": table_id}
-        params.update({f"s{j}": v for j, v in enumerate(chunk)})
-        marks = ", ".join(f":s{j}" for j in range(len(chunk)))
+        of_ids = in_list("set_id", "s", ids[i : i + _CHUNK], params)
         existing.update(
             r[0]
             for r in conn.execute(
-                text(
-                    "SELECT DISTINCT set_id FROM column_sets "
-                    f"WHERE table_id = :t AND set_id IN ({marks})"
-                ),
+                text(f"SELECT DISTINCT set_id FROM column_sets WHERE table_id = :t AND {of_ids}"),
                 params,
             )
         )

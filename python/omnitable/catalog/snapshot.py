@@ -21,6 +21,7 @@ from omnitable.catalog.records import (
     FragmentRecord,
     TableRecord,
 )
+from omnitable.catalog.sql import in_list
 from omnitable.exceptions import NotFoundError, UnknownColumnError, ValidationError
 from omnitable.vocabulary.names import APPEND_NAME, MAIN, ROW_ID
 
@@ -351,15 +352,6 @@ def _scope_batch_ids(batches: list[BatchRecord], scope: SnapshotScope) -> list[s
     if scope.batches is None:
         return None
     return [b.batch_id for b in batches if b.name in scope.batches]
-
-
-def in_list(column: str, prefix: str, values: list[Any], params: dict[str, Any]) -> str:
-    """``column IN (:p0, …)`` with its parameters added (FALSE for an empty list)."""
-    if not values:
-        return "1 = 0"
-    names = [f"{prefix}{i}" for i in range(len(values))]
-    params.update(zip(names, values, strict=True))
-    return f"{column} IN ({', '.join(':' + n for n in names)})"
 
 
 def _load_columns(
