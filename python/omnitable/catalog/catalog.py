@@ -30,6 +30,7 @@ from omnitable.catalog.snapshot import (
     load_snapshot,
     segments_for,
 )
+from omnitable.catalog.sql import gc_paused
 from omnitable.catalog.store import CatalogStore
 from omnitable.exceptions import (
     AlreadyExistsError,
@@ -252,9 +253,9 @@ class Catalog:
 
     def batch_counts(
         self, table: TableRecord, version: int | None = None
-    ) -> list[tuple[str, str, int, int]]:
+    ) -> list[tuple[str, int, int, str]]:
         """The visible batches at ``version`` (None: the head of main), oldest first: (name,
-        created_at, rows, fragments), counted in SQL; no column, fragment or file is loaded.
+        rows, fragments, created_at), as stored; no column, fragment or file is loaded.
 
         Raises:
             NotFoundError: unknown version.
@@ -347,11 +348,9 @@ class Catalog:
                     "ORDER BY version DESC" + ("" if limit is None else f" LIMIT {int(limit)}")
                 ),
                 params,
-            ).all()
-        return [
-            CommitRecord(int(v), None if pv is None else int(pv), b, op, run, summary, at)
-            for v, pv, b, op, run, summary, at in rows
-        ]
+            )
+            with gc_paused():
+                return list(map(CommitRecord._make, rows.all()))
 
     # -- features -------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from omnitable.catalog.records import (
     FragmentRecord,
     TableRecord,
 )
-from omnitable.catalog.sql import in_list
+from omnitable.catalog.sql import gc_paused, in_list
 from omnitable.exceptions import NotFoundError, UnknownColumnError, ValidationError
 from omnitable.vocabulary.names import APPEND_NAME, MAIN, ROW_ID
 
@@ -252,14 +252,13 @@ class Snapshot:
             ValidationError: a column outside the snapshot's loaded scope.
         """
         self._check_column_scope(column_ids)
-        files = self.files_by_fragment.get(fragment_id, [])
-        out: dict[int, FileRecord | None] = {}
-        for cid in column_ids:
-            best: FileRecord | None = None
-            for f in files:
-                if cid in f.columns and (best is None or f.added_version > best.added_version):
-                    best = f
-            out[cid] = best
+        out: dict[int, FileRecord | None] = dict.fromkeys(column_ids)
+        wanted = out.keys()
+        for f in self.files_by_fragment.get(fragment_id, ()):
+            for cid in wanted & f.columns.keys():  # newest file wins; the first among equals
+                best = out[cid]
+                if best is None or f.added_version > best.added_version:
+                    out[cid] = f
         return out
 
     def fragments_of(self, batch_names: list[str] | None) -> list[FragmentRecord]:
@@ -294,7 +293,7 @@ class Snapshot:
 
     def _check_column_scope(self, column_ids: list[int]) -> None:
         loaded = self._scoped_ids
-        if loaded is None:
+        if loaded is None or loaded.issuperset(column_ids):
             return
         outside = [cid for cid in column_ids if cid not in loaded]
         if outside:
@@ -382,16 +381,15 @@ def _load_batches(
     where = visible_clause("b", segments, params)
     if names is not None:
         where += " AND " + in_list("b.name", "bn", sorted(names), params)
-    return [
-        BatchRecord(r.batch_id, r.name, int(r.added_version), r.created_at)
-        for r in conn.execute(
-            text(
-                "SELECT b.batch_id, b.name, b.added_version, b.created_at FROM batches b "
-                f"WHERE b.table_id = :t AND {where} ORDER BY b.added_version, b.name"
-            ),
-            params,
-        )
-    ]
+    rows = conn.execute(
+        text(
+            "SELECT b.batch_id, b.name, b.added_version, b.created_at FROM batches b "
+            f"WHERE b.table_id = :t AND {where} ORDER BY b.added_version, b.name"
+        ),
+        params,
+    )
+    with gc_paused():  # one fetch: a table has thousands of batches
+        return [BatchRecord(bid, name, int(v), at) for bid, name, v, at in rows.all()]
 
 
 def _load_fragments(
@@ -413,29 +411,31 @@ def _load_fragments(
             "ORDER BY f.added_version, f.batch_id, f.seq"
         ),
         params,
-    ).all()  # one fetch: a full scan lists every fragment
-    return [
-        FragmentRecord(fid, bid, batch_names[bid], int(n), path, int(v))
-        for fid, bid, n, path, v in rows
-        if bid in batch_names
-    ]
+    )
+    with gc_paused():  # one fetch: a full scan lists every fragment
+        return [
+            FragmentRecord(fid, bid, batch_names[bid], int(n), path, int(v))
+            for fid, bid, n, path, v in rows.all()
+            if bid in batch_names
+        ]
 
 
 def batch_counts(
     conn: Connection, table: TableRecord, segments: list[Segment]
-) -> list[tuple[str, str, int, int]]:
-    """Per visible batch, oldest first: (name, created_at, rows, fragments), as stored on the
-    batch row (one row per batch; no fragment is read)."""
+) -> list[tuple[str, int, int, str]]:
+    """Per visible batch, oldest first: (name, rows, fragments, created_at), as stored on the
+    batch row (one row per batch; no fragment is read; the counts are BIGINT, so ints)."""
     params: dict[str, Any] = {"t": table.table_id}
     visible = visible_clause("b", segments, params)
     rows = conn.execute(
         text(
-            "SELECT b.name, b.created_at, b.row_count, b.fragment_count FROM batches b "
+            "SELECT b.name, b.row_count, b.fragment_count, b.created_at FROM batches b "
             f"WHERE b.table_id = :t AND {visible} ORDER BY b.added_version, b.name"
         ),
         params,
-    ).all()
-    return [(name, at, int(n), int(k)) for name, at, n, k in rows]
+    )
+    with gc_paused():
+        return [(name, n, k, at) for name, n, k, at in rows.all()]
 
 
 def _load_files(
@@ -482,7 +482,14 @@ def _load_files(
             + f"FROM files fi WHERE fi.table_id = :t AND {where}"
         ),
         params,
-    ).all()  # one fetch: a full scan lists every file read
+    )
+    with gc_paused():  # one fetch: a full scan lists every file read
+        return _file_records(rows.all(), sets, with_stats)
+
+
+def _file_records(
+    rows: Iterable[Any], sets: dict[str, dict[int, FileColumn]], with_stats: bool
+) -> dict[str, list[FileRecord]]:
     by_fragment: dict[str, list[FileRecord]] = defaultdict(list)
     for file_id, frag_id, group, path, n, size, v, set_id, stats in rows:
         by_fragment[frag_id].append(
