@@ -200,3 +200,42 @@ def test_one_batch_plan_runs_the_same_statements_whatever_the_size(
         counts[name] = len(_statements(wh, plan))
         assert len(t.batches()) == size.batches
     assert counts["small"] == counts["large"] > 0
+
+
+def _files_columns(wh: omnitable.Warehouse, fn: Any) -> list[set[int] | None]:
+    """Per statement of ``fn`` that lists files: the column ids it binds (None: every column)."""
+    seen: list[set[int] | None] = []
+
+    def spy(conn: Any, clauseelement: Any, multiparams: Any, params: Any, options: Any) -> None:
+        if "FROM files fi" in str(clauseelement):
+            bound = [dict(params or {})] + [dict(m) for m in multiparams or () if m]
+            ids = {v for p in bound for k, v in p.items() if k.startswith("cid")}
+            seen.append(ids or None)
+
+    engine = wh.catalog.store.engine
+    event.listen(engine, "before_execute", spy)
+    try:
+        fn()
+    finally:
+        event.remove(engine, "before_execute", spy)
+    return seen
+
+
+def test_backfill_plans_status_and_lineage_load_only_their_columns_files(
+    wh: omnitable.Warehouse,
+) -> None:
+    cols = {f"c{i}": "bigint" for i in range(8)}
+    t = wh.create_table("wide", cols, {f"g{i}": [f"c{i}"] for i in range(8)})
+    t.append(pa.table({c: list(range(6)) for c in cols}), "a", target_fragment_rows=3)
+    t.register(omnitable.sql_feature("f", "c1 + 1", "bigint", "1", inputs=["c1"]))
+    ids = {c.name: c.column_id for c in t.snapshot(with_files=False).columns}
+    wanted = {ids["c1"], ids["f"]}
+    for call in (
+        lambda: t.backfill("f"),
+        lambda: t.backfill("f", batches=["a"]),
+        t.status,
+        lambda: t.lineage("f"),
+    ):
+        listed = _files_columns(wh, call)
+        assert listed and all(s is not None and s <= wanted for s in listed), listed
+    assert t.backfill("f").explain()  # the scoped plan still plans the work
