@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 import pyarrow as pa
@@ -24,6 +25,7 @@ from omnitable.catalog.records import (
 from omnitable.catalog.sql import gc_paused, in_list
 from omnitable.exceptions import NotFoundError, UnknownColumnError, ValidationError
 from omnitable.vocabulary.names import APPEND_NAME, MAIN, ROW_ID
+from omnitable.vocabulary.types import to_arrow
 
 Segment = tuple[str, int]
 
@@ -175,6 +177,13 @@ class SnapshotScope:
         return self.columns is None or name in self.columns or name in self.mentions
 
 
+@lru_cache(maxsize=65536)
+def _arrow_field(name: str, data_type: str, nullable: bool) -> pa.Field:
+    """The logical field of a column (cached: a schema of 2,500 columns is built on every
+    ``Table.schema``; fields are immutable)."""
+    return pa.field(name, to_arrow(data_type), nullable=nullable)
+
+
 def _names(values: object) -> frozenset[str] | None:
     if isinstance(values, (list, tuple)) and all(isinstance(v, str) for v in values):
         return frozenset(values)
@@ -240,7 +249,7 @@ class Snapshot:
             pa.field(ROW_ID, pa.int64(), nullable=False),
             pa.field(APPEND_NAME, pa.string(), nullable=False),
         ]
-        fields += [pa.field(c.name, c.arrow_type, nullable=c.nullable) for c in self.user_columns]
+        fields += [_arrow_field(c.name, c.data_type, c.nullable) for c in self.user_columns]
         return pa.schema(fields)
 
     # -- physical resolution ------------------------------------------------------------------
@@ -366,11 +375,12 @@ def _load_columns(
             "AND c.state <> 'dropped' ORDER BY c.position"
         ),
         params,
-    ).all()  # one fetch: a wide table has thousands of columns
-    return [
-        ColumnRecord(int(cid), name, phys, dtype, bool(nl), int(pos), st, grp, feat, int(v))
-        for cid, name, phys, dtype, nl, pos, st, grp, feat, v in rows
-    ]
+    )
+    with gc_paused():  # one fetch: a wide table has thousands of columns
+        return [
+            ColumnRecord(int(cid), name, phys, dtype, bool(nl), int(pos), st, grp, feat, int(v))
+            for cid, name, phys, dtype, nl, pos, st, grp, feat, v in rows.all()
+        ]
 
 
 def _load_batches(
