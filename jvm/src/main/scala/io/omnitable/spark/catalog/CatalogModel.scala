@@ -120,7 +120,8 @@ final case class TableSnapshot(
     table: TableEntry,
     snapshot: SnapshotId,
     columns: Seq[ColumnEntry],
-    batchNames: Seq[String]) {
+    /** How many batches are visible (their names are read only where needed: [[CatalogReader.batchNames]]). */
+    batchCount: Int) {
 
   /** The stored `_ai_unique_id_` column (column 0 of group `base`). */
   def rowIdColumn: ColumnEntry = columns.find(_.name == SystemColumns.RowId).getOrElse(

@@ -9,7 +9,7 @@ import scala.collection.mutable
  * reads, not the size of the table.
  *
  *  1. (with a batch or fragment option) how many fragments are visible, and how many of them
- *     are in the requested batches: counted by the database;
+ *     are in the requested batches: summed by the database from the visible batches' rows;
  *  2. the visible fragments of the requested fragment ids, else of the requested batches, else all;
  *  3. the visible files of the fragments kept, joined with the `column_sets` rows of their sets
  *     for the scope's columns (one row per file and column it carries); `files.stats` is
@@ -65,16 +65,21 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
     (present.map(_._1).mkString(" AND "), present.flatMap(_._2))
   }
 
-  /** Statement 1: visible fragments, and those of the requested batches. */
+  /**
+   * Statement 1: visible fragments, and those of the requested batches, summed from the visible
+   * batches' stored `fragment_count` (a batch's fragments are added and removed with it), so
+   * it reads no fragment row.
+   */
   private def counts(): (Int, Int) = {
-    val (inBatch, inBatchParams) = scope.batches.fold(("1", Seq.empty[AnyRef])) { names =>
-      val (in, params) = inBatches(names)
-      (s"CASE WHEN $in THEN 1 ELSE 0 END", params)
+    val (inBatch, inBatchParams) = scope.batches.fold(("b.fragment_count", Seq.empty[AnyRef])) { names =>
+      val (in, params) = Jdbc.in("b.name", names)
+      (s"CASE WHEN $in THEN b.fragment_count ELSE 0 END", params)
     }
-    val (cond, params) = where(Some(("f.table_id = ?", Seq(tableId))), Some(Jdbc.visible("f", segments)))
-    Jdbc.query(conn, s"SELECT COUNT(*), SUM($inBatch) FROM fragments f WHERE $cond", (inBatchParams ++ params): _*) {
-      rs => (rs.getLong(1).toInt, rs.getLong(2).toInt)
-    }.head
+    val (cond, params) = where(Some(("b.table_id = ?", Seq(tableId))), Some(Jdbc.visible("b", segments)))
+    Jdbc.query(
+      conn,
+      s"SELECT COALESCE(SUM(b.fragment_count), 0), COALESCE(SUM($inBatch), 0) FROM batches b WHERE $cond",
+      (inBatchParams ++ params): _*)(rs => (rs.getLong(1).toInt, rs.getLong(2).toInt)).head
   }
 
   /** Statement 2: the visible fragments the options name (all when not pushed), in table order, without files. */

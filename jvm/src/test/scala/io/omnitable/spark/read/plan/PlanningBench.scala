@@ -68,7 +68,7 @@ object PlanningBench {
 
   /** What the data source does for `spark.read.format("omnitable").option("batches", ...)`, then `select(columns)`. */
   def plan(reader: CatalogReader, batches: Option[Seq[String]], columns: Seq[String]): OmniTableScan =
-    scan(reader, reader.loadTable("hand", SnapshotSpec.Head), batches, columns)
+    scan(reader, reader.loadTable("hand", SnapshotSpec.Head, batches), batches, columns)
 
   /** The scan of `columns` of `snap` (of `batches`, if given), built as Spark builds it. */
   def scan(
