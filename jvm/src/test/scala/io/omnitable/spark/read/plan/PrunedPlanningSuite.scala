@@ -19,8 +19,8 @@ class PrunedPlanningSuite extends AnyFunSuite {
   private def unpruned(reader: CatalogReader, snap: TableSnapshot, request: ScanRequest): FragmentListing =
     reader.listFragments(snap, FragmentScope(request.batches, request.fragments), maxPushedValues = 0)
 
-  private def partitions(plan: ScanPlan): Seq[Any] = plan.partitions.map(p =>
-    (p.fragmentId, p.batchName, p.fragmentRows, p.rowStart, p.rowEnd, p.files.toSeq, p.sources.toSeq, p.alignTo))
+  private def partitions(plan: ScanPlan): Seq[Any] = plan.partitions.map(_.fragments.toSeq.map(p =>
+    (p.fragmentId, p.batchName, p.fragmentRows, p.rowStart, p.rowEnd, p.files.toSeq, p.sources.toSeq, p.alignTo)))
 
   /** Pushed and unpruned listings agree on fragments, counts, the providing file of each column and its statistics. */
   private def assertSameListing(pushed: FragmentListing, full: FragmentListing, scope: FragmentScope): Unit = {
@@ -58,7 +58,12 @@ class PrunedPlanningSuite extends AnyFunSuite {
       Filter.and(exact +: byStats),
       rng.nextBoolean(),
       Option.when(rng.nextInt(4) == 0)(1 + rng.nextInt(80)),
-      Option.when(rng.nextBoolean())(1L + rng.nextInt(40))
+      Option.when(rng.nextBoolean())(1L + rng.nextInt(40)),
+      Option.when(rng.nextBoolean())(Packing(
+        rng.nextInt(20000),
+        rng.nextInt(500),
+        1 + rng.nextInt(4),
+        1 + rng.nextInt(200)))
     )
   }
 
@@ -89,7 +94,7 @@ class PrunedPlanningSuite extends AnyFunSuite {
               assert((p.counts, p.groups, p.files, p.fileBytes, p.rows) ==
                 (q.counts, q.groups, q.files, q.fileBytes, q.rows))
               assert(partitions(p) == partitions(q), s"seed $seed, $spec, $request")
-              if (p.partitions.exists(_.files.nonEmpty)) nonEmptyPlans += 1
+              if (p.fragments.exists(_.files.nonEmpty)) nonEmptyPlans += 1
             }
           }
         }
