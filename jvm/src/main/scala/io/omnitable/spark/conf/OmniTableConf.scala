@@ -92,7 +92,8 @@ object OmniTableConf {
     "spark.omnitable.read.max_rows_per_partition",
     Some("max_rows_per_partition"),
     Some(1L << 20),
-    "Fragments with more rows are split into input partitions of at most this many rows.",
+    "Fragments with more rows are split into input partitions of at most this many rows; small " +
+      "fragments packed into one partition hold at most this many rows together.",
     positiveLong
   ))
 
@@ -100,8 +101,9 @@ object OmniTableConf {
     "spark.omnitable.read.split_fragments",
     Some("split_fragments"),
     Some(true),
-    "Split fragments larger than max_rows_per_partition into row ranges. false: one partition per " +
-      "fragment, its rows contiguous and in fragment order (what per-fragment jobs such as backfills need).",
+    "Split fragments larger than max_rows_per_partition into row ranges, and pack small fragments " +
+      "into one partition (spark.sql.files.maxPartitionBytes). false: one partition per fragment, its " +
+      "rows contiguous and in fragment order (what per-fragment jobs such as backfills need).",
     boolean
   ))
 

@@ -115,7 +115,7 @@ object ScanPlanner {
     }
     val read = new ReadLayout(snap.tableUri, request.readColumns)
     kept.foreach(read.add(_, request.maxRowsPerPartition))
-    val partitions = pack(read.slices.toSeq, read.sliceBytes.result(), request.packing)
+    val partitions = pack(read.slices.toIndexedSeq, read.sliceBytes.result(), request.packing)
     val counts = PruningCounts(
       listing.total,
       listing.byBatchOption,
@@ -168,9 +168,9 @@ object ScanPlanner {
    * and row cap of [[Packing]] (Spark's rule for file splits, keeping the table order).
    */
   def pack(
-      slices: Seq[FragmentInputPartition],
+      slices: IndexedSeq[FragmentInputPartition],
       bytes: Array[Long],
-      packing: Option[Packing]): Seq[PackedInputPartition] = packing match {
+      packing: Option[Packing]): IndexedSeq[PackedInputPartition] = packing match {
     case None => slices.map(s => PackedInputPartition(Array(s)))
     case Some(p) =>
       val costs = slices.indices.map(i => bytes(i) + p.openCostBytes * slices(i).files.length)
@@ -193,7 +193,7 @@ object ScanPlanner {
         if (!s.wholeFragment) close()
       }
       close()
-      out.toSeq
+      out.toIndexedSeq
   }
 
   /** `[0, rows)` cut into near-equal ranges of at most `max` rows. */

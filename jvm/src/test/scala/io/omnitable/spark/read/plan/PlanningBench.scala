@@ -63,7 +63,8 @@ object PlanningBench {
         reader.queries.statements,
         reader.queries.rows,
         s"${scan.plan.counts.kept}/${scan.plan.counts.total}",
-        scan.plan.partitions.size)
+        scan.plan.partitions.size
+      )
     }
     runs.sortBy(_.millis).apply(1)
   }

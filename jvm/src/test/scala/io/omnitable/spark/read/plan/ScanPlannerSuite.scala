@@ -42,7 +42,7 @@ class ScanPlannerSuite extends AnyFunSuite {
       Array.empty)
 
   private def packed(slices: Seq[FragmentInputPartition], bytes: Seq[Long], p: Option[Packing]): Seq[Seq[String]] = {
-    val parts = ScanPlanner.pack(slices, bytes.toArray, p)
+    val parts = ScanPlanner.pack(slices.toIndexedSeq, bytes.toArray, p)
     assert(parts.flatMap(_.fragments) == slices, "the same fragments and ranges, in table order")
     parts.map(_.fragments.toSeq.map(_.fragmentId))
   }
