@@ -144,33 +144,46 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
     val visible = Jdbc.visible("fi", segments, versionIndexed = ofFragments.isEmpty)
     val (cond, params) = where(Some(("fi.table_id = ?", Seq(tableId))), Some(visible), ofFragments, ofSets)
     val keptSet = keptIds.toSet
-    val files = mutable.ArrayBuffer.empty[FileEntry]
+    // the columns of a file without statistics to read, shared by the files of its set
+    val unknown = sets.map { case (id, columns) => id -> columns.map(_._1 -> FileColumnStats.Unknown).toMap }
+    val files = mutable.HashMap.empty[String, mutable.ArrayBuffer[FileEntry]]
     Jdbc.foreach(
       conn,
       "SELECT fi.file_id, fi.fragment_id, fi.group_name, fi.path, fi.row_count, fi.size_bytes, fi.added_version, " +
         s"fi.set_id, $stats FROM files fi WHERE $cond",
       (statsParams ++ params): _*
     ) { rs =>
-      if (keptSet.contains(rs.getString(2)))
-        sets.get(rs.getString(8)).foreach(columns => files += fileEntry(rs, columns))
+      val fragment = rs.getString(2)
+      val setId = rs.getString(8)
+      if (keptSet.contains(fragment) && sets.contains(setId)) {
+        files.getOrElseUpdate(fragment, mutable.ArrayBuffer.empty) +=
+          fileEntry(rs, fragment, sets(setId), unknown(setId))
+      }
     }
-    files.toSeq.groupBy(_.fragmentId).map { case (id, fs) => id -> fs.sortBy(_.fileId) }
+    files.map { case (id, fs) => id -> fs.sortBy(_.fileId).toSeq }.toMap
   }
 
-  /** The file of statement 4's current row, carrying `columns` (id, position in its set). */
-  private def fileEntry(rs: ResultSet, columns: Array[(Int, Int)]): FileEntry = {
+  /**
+   * The file of statement 4's current row (of `fragment`), carrying `columns` (id, position in
+   * its set); `unknown`: those columns without statistics.
+   */
+  private def fileEntry(
+      rs: ResultSet,
+      fragment: String,
+      columns: Array[(Int, Int)],
+      unknown: Map[Int, FileColumnStats]): FileEntry = {
     val fileId = rs.getString(1)
-    val parsed = Option(rs.getString(9)).map(FileStats.parse(_, snap.warehouse, fileId))
-    val stats = columns.map { case (column, position) =>
-      column ->
-        (parsed match {
-          case Some(p) if scope.statsColumns.forall(_.contains(column)) => p.at(position, column)
-          case _ => FileColumnStats.Unknown
-        })
-    }.toMap
+    val stats = Option(rs.getString(9)).map(FileStats.parse(_, snap.warehouse, fileId)) match {
+      case None => unknown
+      case Some(parsed) => columns.map { case (column, position) =>
+          column ->
+            (if (scope.statsColumns.forall(_.contains(column))) parsed.at(position, column)
+             else FileColumnStats.Unknown)
+        }.toMap
+    }
     FileEntry(
       fileId,
-      rs.getString(2),
+      fragment,
       rs.getString(3),
       rs.getString(4),
       rs.getLong(5),
