@@ -202,7 +202,7 @@ class OmniTableScanSuite extends AnyFunSuite with SharedSparkSession {
     }
 
   test("small fragments are packed into fewer partitions, read one after another in table order") {
-    def df = pruning().select("_ai_fragment_", "_ai_row_offset_", "name", "score")
+    def df = pruning().select("_ai_fragment_", "_ai_append_name_", "_ai_row_offset_", "name", "score")
     val (lone, loneRows) = partitioned(df, onePerPartition)
     val (packed, packedRows) = partitioned(df, packAll)
     assert(lone == Seq.fill(20)(1))
