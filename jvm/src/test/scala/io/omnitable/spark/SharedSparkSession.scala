@@ -13,6 +13,17 @@ trait SharedSparkSession extends BeforeAndAfterAll { self: Suite =>
 
   protected def spark: SparkSession = _spark
 
+  /** Runs `body` with the session settings `kv` (restored afterwards). */
+  protected def withConf[T](kv: (String, String)*)(body: => T): T = {
+    val before = kv.map { case (k, _) => k -> spark.conf.getOption(k) }
+    kv.foreach { case (k, v) => spark.conf.set(k, v) }
+    try body
+    finally before.foreach {
+        case (k, Some(v)) => spark.conf.set(k, v)
+        case (k, None) => spark.conf.unset(k)
+      }
+  }
+
   override protected def beforeAll(): Unit = {
     super.beforeAll()
     val builder = SparkSession.builder()

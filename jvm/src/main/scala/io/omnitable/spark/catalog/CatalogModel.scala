@@ -99,10 +99,20 @@ final case class FragmentEntry(
     files: Seq[FileEntry]) {
 
   /** For each column id, the file providing it (computed once: scans ask per column and fragment). */
-  private lazy val providers: Map[Int, FileEntry] =
-    files.flatMap(f => f.columns.keys.map(_ -> f)).groupBy(_._1).map { case (id, carrying) =>
-      id -> carrying.map(_._2).maxBy(f => (f.addedVersion, f.fileId))
+  private lazy val providers: Map[Int, FileEntry] = {
+    val best = scala.collection.mutable.HashMap.empty[Int, FileEntry]
+    files.foreach { f =>
+      f.columns.keysIterator.foreach { id =>
+        best.get(id) match {
+          case Some(b)
+              if b.addedVersion > f.addedVersion ||
+                (b.addedVersion == f.addedVersion && b.fileId.compareTo(f.fileId) >= 0) =>
+          case _ => best(id) = f
+        }
+      }
     }
+    best.toMap
+  }
 
   /** The file providing `columnId`: the visible one carrying it with the highest added_version. */
   def fileFor(columnId: Int): Option[FileEntry] = providers.get(columnId)
@@ -120,7 +130,8 @@ final case class TableSnapshot(
     table: TableEntry,
     snapshot: SnapshotId,
     columns: Seq[ColumnEntry],
-    batchNames: Seq[String]) {
+    /** How many batches are visible (their names are read only where needed: [[CatalogReader.batchNames]]). */
+    batchCount: Int) {
 
   /** The stored `_ai_unique_id_` column (column 0 of group `base`). */
   def rowIdColumn: ColumnEntry = columns.find(_.name == SystemColumns.RowId).getOrElse(

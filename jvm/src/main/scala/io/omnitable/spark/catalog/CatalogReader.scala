@@ -34,22 +34,34 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
     findTable(conn, name).isDefined
   }
 
-  /** Table `name` at the snapshot `spec` names: schema and segments (no fragments yet). */
-  def loadTable(name: String, spec: SnapshotSpec): TableSnapshot = withConnection(s"table '$name'") { conn =>
-    val table = findTable(conn, name).getOrElse(
-      throw OmniTableErrors.tableNotFound(display, name, Jdbc.query(conn, "SELECT name FROM tables")(_.getString(1))))
-    val snapshot = new SnapshotResolver(conn, table, display).resolve(spec)
-    val root = meta(conn, "root").getOrElse(
-      throw OmniTableErrors.corruptCatalog(display, "omnitable_meta has no 'root' entry"))
-    TableSnapshot(
-      display,
-      DataPaths.rootUri(root, address, display),
-      table,
-      snapshot,
-      loadColumns(conn, table, snapshot.segments),
-      loadBatchNames(conn, table, snapshot.segments)
-    )
-  }
+  /**
+   * Table `name` at the snapshot `spec` names: schema, segments and the number of visible
+   * batches (no batch name, fragment or file). With `batches`, checks those names are visible
+   * (reading only their rows) and fails with [[OmniTableErrors.batchNotFound]] otherwise.
+   */
+  def loadTable(name: String, spec: SnapshotSpec, batches: Option[Seq[String]] = None): TableSnapshot =
+    withConnection(s"table '$name'") { conn =>
+      val table = findTable(conn, name).getOrElse(
+        throw OmniTableErrors.tableNotFound(display, name, Jdbc.query(conn, "SELECT name FROM tables")(_.getString(1))))
+      val snapshot = new SnapshotResolver(conn, table, display).resolve(spec)
+      val root = meta(conn, "root").getOrElse(
+        throw OmniTableErrors.corruptCatalog(display, "omnitable_meta has no 'root' entry"))
+      batches.foreach(checkBatches(conn, table, snapshot.segments, _))
+      TableSnapshot(
+        display,
+        DataPaths.rootUri(root, address, display),
+        table,
+        snapshot,
+        loadColumns(conn, table, snapshot.segments),
+        countBatches(conn, table, snapshot.segments)
+      )
+    }
+
+  /** The names of the visible batches of `snap`, in table order (one row per batch). */
+  def batchNames(snap: TableSnapshot): Seq[String] =
+    withConnection(s"the batches of table '${snap.table.name}'") { conn =>
+      loadBatchNames(conn, snap.table, snap.snapshot.segments)
+    }
 
   /** The visible fragments of `snap` with their visible files and all their column statistics. */
   def loadFragments(snap: TableSnapshot): Seq[FragmentEntry] = listFragments(snap, FragmentScope.All).fragments
@@ -126,6 +138,34 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
       s"SELECT b.name FROM batches b WHERE b.table_id = ? AND $where " +
         "ORDER BY b.added_version, b.name",
       (table.tableId +: params): _*)(_.getString(1))
+  }
+
+  /** How many batches are visible (counted by the database). */
+  private def countBatches(conn: Jdbc.Conn, table: TableEntry, segments: Seq[Segment]): Int = {
+    val (where, params) = Jdbc.visible("b", segments)
+    Jdbc.query(conn, s"SELECT COUNT(*) FROM batches b WHERE b.table_id = ? AND $where", (table.tableId +: params): _*)(
+      _.getLong(1).toInt).head
+  }
+
+  /**
+   * Fails unless every name of `wanted` is a visible batch: reads the rows of those names only
+   * (all visible names when the list is too long to send, and for the error message).
+   */
+  private def checkBatches(conn: Jdbc.Conn, table: TableEntry, segments: Seq[Segment], wanted: Seq[String]): Unit = {
+    val distinct = wanted.distinct
+    val found =
+      if (distinct.size > FragmentQuery.MaxPushedValues) loadBatchNames(conn, table, segments).toSet
+      else {
+        val (visible, visibleParams) = Jdbc.visible("b", segments)
+        val (in, inParams) = Jdbc.in("b.name", distinct)
+        Jdbc.query(
+          conn,
+          s"SELECT DISTINCT b.name FROM batches b WHERE b.table_id = ? AND $in AND $visible",
+          (table.tableId +: (inParams ++ visibleParams)): _*)(_.getString(1)).toSet
+      }
+    val missing = wanted.filterNot(found.contains)
+    if (missing.nonEmpty)
+      throw OmniTableErrors.batchNotFound(table.name, missing, loadBatchNames(conn, table, segments))
   }
 
   private def meta(conn: Jdbc.Conn, key: String): Option[String] =

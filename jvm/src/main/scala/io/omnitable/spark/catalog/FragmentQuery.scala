@@ -5,15 +5,16 @@ import java.sql.ResultSet
 import scala.collection.mutable
 
 /**
- * The SQL of [[CatalogReader.listFragments]]: three statements whose rows follow what the scan
+ * The SQL of [[CatalogReader.listFragments]]: four statements whose rows follow what the scan
  * reads, not the size of the table.
  *
  *  1. (with a batch or fragment option) how many fragments are visible, and how many of them
- *     are in the requested batches: counted by the database;
+ *     are in the requested batches: summed by the database from the visible batches' rows;
  *  2. the visible fragments of the requested fragment ids, else of the requested batches, else all;
- *  3. the visible files of the fragments kept, joined with the `column_sets` rows of their sets
- *     for the scope's columns (one row per file and column it carries); `files.stats` is
- *     selected on the rows of the statistics columns only and parsed once per file.
+ *  3. the column sets holding the scope's columns (one row per column of each such set);
+ *  4. the visible files of the fragments kept using those sets (one row per file);
+ *     `files.stats` is selected for the sets holding a statistics column only and parsed once
+ *     per file.
  *
  * Lists longer than `maxPushed` values are not sent as parameters: the rows are read without
  * that condition and filtered here, so the listing never depends on where a filter ran.
@@ -65,16 +66,21 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
     (present.map(_._1).mkString(" AND "), present.flatMap(_._2))
   }
 
-  /** Statement 1: visible fragments, and those of the requested batches. */
+  /**
+   * Statement 1: visible fragments, and those of the requested batches, summed from the visible
+   * batches' stored `fragment_count` (a batch's fragments are added and removed with it), so
+   * it reads no fragment row.
+   */
   private def counts(): (Int, Int) = {
-    val (inBatch, inBatchParams) = scope.batches.fold(("1", Seq.empty[AnyRef])) { names =>
-      val (in, params) = inBatches(names)
-      (s"CASE WHEN $in THEN 1 ELSE 0 END", params)
+    val (inBatch, inBatchParams) = scope.batches.fold(("b.fragment_count", Seq.empty[AnyRef])) { names =>
+      val (in, params) = Jdbc.in("b.name", names)
+      (s"CASE WHEN $in THEN b.fragment_count ELSE 0 END", params)
     }
-    val (cond, params) = where(Some(("f.table_id = ?", Seq(tableId))), Some(Jdbc.visible("f", segments)))
-    Jdbc.query(conn, s"SELECT COUNT(*), SUM($inBatch) FROM fragments f WHERE $cond", (inBatchParams ++ params): _*) {
-      rs => (rs.getLong(1).toInt, rs.getLong(2).toInt)
-    }.head
+    val (cond, params) = where(Some(("b.table_id = ?", Seq(tableId))), Some(Jdbc.visible("b", segments)))
+    Jdbc.query(
+      conn,
+      s"SELECT COALESCE(SUM(b.fragment_count), 0), COALESCE(SUM($inBatch), 0) FROM batches b WHERE $cond",
+      (inBatchParams ++ params): _*)(rs => (rs.getLong(1).toInt, rs.getLong(2).toInt)).head
   }
 
   /** Statement 2: the visible fragments the options name (all when not pushed), in table order, without files. */
@@ -92,8 +98,33 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
     }
   }
 
-  /** Statement 3: the visible files of `kept` carrying a scope column, by fragment, each sorted by file id. */
+  /**
+   * Statement 3: the column sets holding a scope column, with the positions of those columns in
+   * each set (a few rows: one per column of each distinct set).
+   */
+  private def columnSets(): Map[String, Array[(Int, Int)]] = {
+    val ofColumns =
+      scope.columns.map(_.toSeq.sorted.map(Int.box)).filter(_.size <= maxPushed).map(Jdbc.in("cs.column_id", _))
+    val (cond, params) = where(Some(("cs.table_id = ?", Seq(tableId))), ofColumns)
+    val sets = mutable.HashMap.empty[String, mutable.ArrayBuffer[(Int, Int)]]
+    Jdbc.foreach(conn, s"SELECT cs.set_id, cs.column_id, cs.position FROM column_sets cs WHERE $cond", params: _*) {
+      rs =>
+        val column = rs.getInt(2)
+        if (scope.columns.forall(_.contains(column)))
+          sets.getOrElseUpdate(rs.getString(1), mutable.ArrayBuffer.empty) += ((column, rs.getInt(3)))
+    }
+    sets.map { case (id, columns) => id -> columns.toArray }.toMap
+  }
+
+  /**
+   * Statement 4: the visible files of `kept` whose sets are in `sets` (one row per file), by
+   * fragment, each sorted by file id. `files.stats` is selected only for the sets holding a
+   * statistics column. With the fragments pushed, the version condition is kept out of index
+   * choice (`+added_version`), so SQLite looks the files up by fragment, not by version range.
+   */
   private def filesOf(kept: Seq[FragmentEntry]): Map[String, Seq[FileEntry]] = {
+    val sets = columnSets()
+    if (sets.isEmpty) return Map.empty
     val keptIds = kept.map(_.fragmentId)
     val ofFragments =
       if (keptIds.size <= maxPushed) Some(Jdbc.in("fi.fragment_id", keptIds))
@@ -103,69 +134,62 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
             s"fi.fragment_id IN (SELECT f.fragment_id FROM fragments f WHERE f.table_id = ? AND $sql)",
             tableId +: params)
         }
-    val columnIds = scope.columns.map(_.toSeq.sorted.map(Int.box))
-    val ofColumns = columnIds.filter(_.size <= maxPushed).map(Jdbc.in("cs.column_id", _))
-    val (stats, statsParams) = statsSelect
-    val (cond, params) =
-      where(Some(("fi.table_id = ?", Seq(tableId))), Some(Jdbc.visible("fi", segments)), ofFragments, ofColumns)
+    val setIds = sets.keys.toSeq.sorted
+    val ofSets = Option.when(setIds.size <= maxPushed)(Jdbc.in("fi.set_id", setIds))
+    val statsSets = setIds.filter(sets(_).exists { case (c, _) => scope.statsColumns.forall(_.contains(c)) })
+    val (stats, statsParams) =
+      if (statsSets.isEmpty) ("NULL", Nil)
+      else if (statsSets.size == setIds.size || statsSets.size > maxPushed) ("fi.stats", Nil)
+      else Jdbc.in("fi.set_id", statsSets) match { case (in, params) => (s"CASE WHEN $in THEN fi.stats END", params) }
+    val visible = Jdbc.visible("fi", segments, versionIndexed = ofFragments.isEmpty)
+    val (cond, params) = where(Some(("fi.table_id = ?", Seq(tableId))), Some(visible), ofFragments, ofSets)
     val keptSet = keptIds.toSet
-    val files = mutable.LinkedHashMap.empty[String, FileRow]
+    // the columns of a file without statistics to read, shared by the files of its set
+    val unknown = sets.map { case (id, columns) => id -> columns.map(_._1 -> FileColumnStats.Unknown).toMap }
+    val files = mutable.HashMap.empty[String, mutable.ArrayBuffer[FileEntry]]
     Jdbc.foreach(
       conn,
       "SELECT fi.file_id, fi.fragment_id, fi.group_name, fi.path, fi.row_count, fi.size_bytes, fi.added_version, " +
-        s"cs.column_id, cs.position, $stats FROM files fi JOIN column_sets cs " +
-        s"ON cs.table_id = fi.table_id AND cs.set_id = fi.set_id WHERE $cond",
+        s"fi.set_id, $stats FROM files fi WHERE $cond",
       (statsParams ++ params): _*
     ) { rs =>
-      val column = rs.getInt(8)
-      if (keptSet.contains(rs.getString(2)) && scope.columns.forall(_.contains(column))) {
-        val file = files.getOrElseUpdate(rs.getString(1), new FileRow(rs))
-        file.columns(column) =
-          if (scope.statsColumns.forall(_.contains(column))) file.stats(rs, column, rs.getInt(9))
-          else FileColumnStats.Unknown
+      val fragment = rs.getString(2)
+      val setId = rs.getString(8)
+      if (keptSet.contains(fragment) && sets.contains(setId)) {
+        files.getOrElseUpdate(fragment, mutable.ArrayBuffer.empty) +=
+          fileEntry(rs, fragment, sets(setId), unknown(setId))
       }
     }
-    files.values.map(_.entry).toSeq.groupBy(_.fragmentId).map { case (id, fs) => id -> fs.sortBy(_.fileId) }
+    files.map { case (id, fs) => id -> fs.sortBy(_.fileId).toSeq }.toMap
   }
 
   /**
-   * The `files.stats` column of statement 3: NULL on the rows of columns outside `statsColumns`,
-   * so a file's statistics are sent only with the columns they are read for.
+   * The file of statement 4's current row (of `fragment`), carrying `columns` (id, position in
+   * its set); `unknown`: those columns without statistics.
    */
-  private def statsSelect: (String, Seq[AnyRef]) =
-    scope.statsColumns.map(_.toSeq.sorted.map(Int.box)) match {
-      case Some(ids) if ids.isEmpty => ("NULL", Nil)
-      case Some(ids) if ids.size <= maxPushed =>
-        val (in, params) = Jdbc.in("cs.column_id", ids)
-        (s"CASE WHEN $in THEN fi.stats END", params)
-      case _ => ("fi.stats", Nil)
+  private def fileEntry(
+      rs: ResultSet,
+      fragment: String,
+      columns: Array[(Int, Int)],
+      unknown: Map[Int, FileColumnStats]): FileEntry = {
+    val fileId = rs.getString(1)
+    val stats = Option(rs.getString(9)).map(FileStats.parse(_, snap.warehouse, fileId)) match {
+      case None => unknown
+      case Some(parsed) => columns.map { case (column, position) =>
+          column ->
+            (if (scope.statsColumns.forall(_.contains(column))) parsed.at(position, column)
+             else FileColumnStats.Unknown)
+        }.toMap
     }
-
-  /** A file being read from statement 3's rows (one row per carried column). */
-  private final class FileRow(rs: ResultSet) {
-    private val fileId = rs.getString(1)
-    private val fragmentId = rs.getString(2)
-    private val group = rs.getString(3)
-    private val path = rs.getString(4)
-    private val rowCount = rs.getLong(5)
-    private val sizeBytes = rs.getLong(6)
-    private val addedVersion = rs.getLong(7)
-    val columns: mutable.Map[Int, FileColumnStats] = mutable.HashMap.empty
-
-    /** `files.stats`, parsed on the file's first statistics row (None: the file kept none). */
-    private var parsed: Option[Option[FileStats]] = None
-
-    /** The statistics of `column` at `position` of the file's set, from the current row's `files.stats`. */
-    def stats(rs: ResultSet, column: Int, position: Int): FileColumnStats = {
-      val entries = parsed.getOrElse {
-        val read = Option(rs.getString(10)).map(FileStats.parse(_, snap.warehouse, fileId))
-        parsed = Some(read)
-        read
-      }
-      entries.fold(FileColumnStats.Unknown)(_.at(position, column))
-    }
-
-    def entry: FileEntry = FileEntry(fileId, fragmentId, group, path, rowCount, sizeBytes, addedVersion, columns.toMap)
+    FileEntry(
+      fileId,
+      fragment,
+      rs.getString(3),
+      rs.getString(4),
+      rs.getLong(5),
+      rs.getLong(6),
+      rs.getLong(7),
+      stats)
   }
 }
 

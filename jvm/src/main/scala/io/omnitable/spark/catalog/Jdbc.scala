@@ -66,11 +66,14 @@ private[catalog] object Jdbc {
 
   /**
    * SQL selecting the rows of `alias` visible in `segments`, with its parameters in order
-   * (docs/catalog.md: an OR of one condition per segment).
+   * (docs/catalog.md: an OR of one condition per segment). `versionIndexed = false` writes
+   * `+added_version` (the same value), which keeps SQLite from choosing a version-range index
+   * over a more selective one.
    */
-  def visible(alias: String, segments: Seq[Segment]): (String, Seq[AnyRef]) = {
+  def visible(alias: String, segments: Seq[Segment], versionIndexed: Boolean = true): (String, Seq[AnyRef]) = {
+    val added = if (versionIndexed) s"$alias.added_version" else s"+$alias.added_version"
     val sql = segments.map { _ =>
-      s"($alias.branch = ? AND $alias.added_version <= ? AND " +
+      s"($alias.branch = ? AND $added <= ? AND " +
         s"($alias.removed_version IS NULL OR $alias.removed_version > ?))"
     }.mkString("(", " OR ", ")")
     val params = segments.flatMap(s => Seq[AnyRef](s.branch, Long.box(s.upto), Long.box(s.upto)))

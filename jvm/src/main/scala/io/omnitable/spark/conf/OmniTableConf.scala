@@ -92,7 +92,8 @@ object OmniTableConf {
     "spark.omnitable.read.max_rows_per_partition",
     Some("max_rows_per_partition"),
     Some(1L << 20),
-    "Fragments with more rows are split into input partitions of at most this many rows.",
+    "Fragments with more rows are split into input partitions of at most this many rows; small " +
+      "fragments packed into one partition hold at most this many rows together.",
     positiveLong
   ))
 
@@ -100,8 +101,9 @@ object OmniTableConf {
     "spark.omnitable.read.split_fragments",
     Some("split_fragments"),
     Some(true),
-    "Split fragments larger than max_rows_per_partition into row ranges. false: one partition per " +
-      "fragment, its rows contiguous and in fragment order (what per-fragment jobs such as backfills need).",
+    "Split fragments larger than max_rows_per_partition into row ranges, and pack small fragments " +
+      "into one partition (spark.sql.files.maxPartitionBytes). false: one partition per fragment, its " +
+      "rows contiguous and in fragment order (what per-fragment jobs such as backfills need).",
     boolean
   ))
 
@@ -282,4 +284,30 @@ final class OmniTableConf(options: Map[String, String], session: String => Optio
   def fusePythonUdfs: Boolean = get(FUSE_PYTHON_UDFS)
   def lateMaterialization: Boolean = get(LATE_MATERIALIZATION)
   def lateMaterializationMaxSelectivity: Double = get(LATE_MATERIALIZATION_MAX_SELECTIVITY)
+
+  /** Spark's `spark.sql.files.maxPartitionBytes` (session only): the target size of a packed partition. */
+  def filesMaxPartitionBytes: Long = sparkBytes("spark.sql.files.maxPartitionBytes", "128m")
+
+  /** Spark's `spark.sql.files.openCostInBytes` (session only): what opening one file costs, in bytes. */
+  def filesOpenCostInBytes: Long = sparkBytes("spark.sql.files.openCostInBytes", "4m")
+
+  /**
+   * Spark's `spark.sql.files.minPartitionNum`, else `spark.sql.leafNodeDefaultParallelism`
+   * (session only): how many partitions packing aims at least for; None: the default parallelism.
+   */
+  def filesMinPartitionNum: Option[Int] =
+    Seq("spark.sql.files.minPartitionNum", "spark.sql.leafNodeDefaultParallelism").iterator.flatMap { key =>
+      session(key).map(v =>
+        positiveInt(Int.MaxValue)(v).fold(why => throw OmniTableErrors.invalidOption(key, v, why), n => n))
+    }.nextOption()
+
+  /** A Spark byte-size session setting (`128m`, `4194304`, ...), in bytes. */
+  private def sparkBytes(key: String, default: String): Long = {
+    val v = session(key).getOrElse(default)
+    try org.apache.spark.network.util.JavaUtils.byteStringAsBytes(v.trim)
+    catch {
+      case e: NumberFormatException =>
+        throw OmniTableErrors.invalidOption(key, v, "expected a byte size such as 128m", e)
+    }
+  }
 }

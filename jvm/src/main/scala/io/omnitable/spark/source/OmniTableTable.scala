@@ -41,7 +41,7 @@ final class OmniTableTable(val handle: TableHandle, val marks: OptimizerMarks = 
     "warehouse" -> snap.warehouse,
     "snapshot" -> snap.snapshot.label,
     "version" -> snap.snapshot.version.toString,
-    "batches" -> snap.batchNames.size.toString
+    "batches" -> snap.batchCount.toString
   ).asJava
 
   override def metadataColumns(): Array[MetadataColumn] = ReadColumn.metadataColumns.map { c =>

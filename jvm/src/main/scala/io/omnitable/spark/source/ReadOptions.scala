@@ -19,14 +19,8 @@ final case class ReadOptions(
     fragments: Option[Seq[String]] = None) {
 
   /** Loads [[table]] at the snapshot these options name; checks the batches exist. */
-  def load(reader: CatalogReader, raw: Map[String, String]): TableHandle = {
-    val loaded = reader.loadTable(table, snapshot)
-    batches.foreach { wanted =>
-      val missing = wanted.filterNot(loaded.batchNames.contains)
-      if (missing.nonEmpty) throw OmniTableErrors.batchNotFound(table, missing, loaded.batchNames)
-    }
-    TableHandle(reader, loaded, batches, fragments, raw)
-  }
+  def load(reader: CatalogReader, raw: Map[String, String]): TableHandle =
+    TableHandle(reader, reader.loadTable(table, snapshot, batches), batches, fragments, raw)
 }
 
 object ReadOptions {

@@ -86,7 +86,7 @@ class CatalogReaderSuite extends AnyFunSuite with BeforeAndAfterAll {
     val snap = reader.loadTable("pruning", SnapshotSpec.Head)
     assert(snap.columns.map(_.name) == Seq("_ai_unique_id_", "score", "k", "name", "payload"))
     assert(snap.columns.map(_.groupName) == Seq("base", "hot", "hot", "base", "wide"))
-    assert(snap.batchNames == Seq("p1", "p2", "p3", "p4"))
+    assert(snap.batchCount == 4 && reader.batchNames(snap) == Seq("p1", "p2", "p3", "p4"))
     // a table's directory is unique per table id: <name>-<table_id>
     assert(snap.dataRoot.startsWith("file:") && snap.tableUri.endsWith(s"/wh/pruning-${snap.table.tableId}"))
     val fragments = reader.loadFragments(snap)
@@ -166,7 +166,7 @@ class CatalogReaderSuite extends AnyFunSuite with BeforeAndAfterAll {
     val r = new CatalogReader(warehouse)
     assert(r.listTables() == Seq("refs"))
     val dev = r.loadTable("refs", SnapshotSpec(branch = Some("dev")))
-    assert(dev.batchNames.toSet == Set("r1", "d1"))
+    assert(dev.batchCount == 2 && r.batchNames(dev).toSet == Set("r1", "d1"))
     assert(r.loadFragments(dev).map(_.rowCount).sum == 150)
     assert(r.loadTable("refs", SnapshotSpec(tag = Some("t1"))).snapshot.version == pg.get.get("v1").asLong())
     val noPw = new CatalogReader(warehouse, _ => None)

@@ -35,6 +35,19 @@ class LateMaterializeFilteredColumnsSuite extends OptimizerSuiteBase {
     assertSameWithRule(Key)(q)
   }
 
+  test("late materialization over packed partitions returns the rows of one partition per fragment") {
+    def q = opt().where("k < 3").select("_ai_fragment_", "_ai_row_offset_", "text", "late", "k")
+    def run(conf: (String, String)*): (Int, Seq[org.apache.spark.sql.Row]) = withConf(conf: _*) {
+      assert(explain(q).contains("LateMaterializeFilteredColumns: on"))
+      (scans(q).head.plan.partitions.size, q.collect().toSeq)
+    }
+    val (packed, packedRows) =
+      run("spark.sql.files.maxPartitionBytes" -> "1g", "spark.sql.files.minPartitionNum" -> "1")
+    val (lone, loneRows) = run("spark.sql.files.maxPartitionBytes" -> "1", "spark.sql.files.openCostInBytes" -> "0")
+    assert(packed == 1 && lone == 8)
+    assert(packedRows.nonEmpty && packedRows == loneRows)
+  }
+
   test("only the pages holding rows that pass are read") {
     def q = paged.where("k = 7").select("text")
     val (rowsOn, bytesOn) = scanned(q)

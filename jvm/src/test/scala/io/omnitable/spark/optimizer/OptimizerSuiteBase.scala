@@ -19,17 +19,6 @@ abstract class OptimizerSuiteBase extends AnyFunSuite with SharedSparkSession {
       case (r, (k, v)) => r.option(k, v)
     }.load("opt")
 
-  /** Runs `body` with the session settings `kv` (restored afterwards). */
-  protected def withConf[T](kv: (String, String)*)(body: => T): T = {
-    val before = kv.map { case (k, _) => k -> spark.conf.getOption(k) }
-    kv.foreach { case (k, v) => spark.conf.set(k, v) }
-    try body
-    finally before.foreach {
-        case (k, Some(v)) => spark.conf.set(k, v)
-        case (k, None) => spark.conf.unset(k)
-      }
-  }
-
   protected def scans(df: DataFrame): Seq[OmniTableScan] =
     df.queryExecution.executedPlan.collect { case b: BatchScanExec => b.scan }.collect { case s: OmniTableScan => s }
 

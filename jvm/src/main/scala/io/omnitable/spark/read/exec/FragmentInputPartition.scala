@@ -25,12 +25,13 @@ object ColumnSource {
 }
 
 /**
- * Rows `[rowStart, rowEnd)` of one fragment. Carries everything an executor needs and nothing
- * driver-local: absolute file URIs, row range, per-file schemas and per-column sources (in the
- * order of the scan's read schema). A fragment split into several partitions names in `alignTo`
- * the file (its largest) whose row-group boundaries the reader moves both ends of the range to
- * ([[RowRanges.alignToRowGroup]]), so each of that file's row groups is read by one partition
- * only; -1: the range is read as given.
+ * Rows `[rowStart, rowEnd)` of one fragment, read by one [[FragmentColumnarReader]]. Carries
+ * everything an executor needs and nothing driver-local: absolute file URIs, row range,
+ * per-file schemas and per-column sources (in the order of the scan's read schema; fragments
+ * with the same layout share one array). A fragment split into several ranges names in
+ * `alignTo` the file (its largest) whose row-group boundaries the reader moves both ends of the
+ * range to ([[RowRanges.alignToRowGroup]]), so each of that file's row groups is read by one
+ * range only; -1: the range is read as given.
  */
 final case class FragmentInputPartition(
     fragmentId: String,
@@ -40,7 +41,19 @@ final case class FragmentInputPartition(
     rowEnd: Long,
     files: Array[FileSlice],
     sources: Array[ColumnSource],
-    alignTo: Int = -1) extends InputPartition {
+    alignTo: Int = -1) {
 
   def rows: Long = rowEnd - rowStart
+
+  /** Whether this reads the whole fragment (it was not cut into row ranges). */
+  def wholeFragment: Boolean = rowStart == 0 && rowEnd == fragmentRows
+}
+
+/**
+ * What one Spark task reads: fragments (or one row range of a fragment) in table order, one
+ * after another ([[PackedColumnarReader]]). The planner packs consecutive small fragments
+ * together up to a target size (docs/spark.md, "Partitions"); a row range is always alone.
+ */
+final case class PackedInputPartition(fragments: Array[FragmentInputPartition]) extends InputPartition {
+  def rows: Long = fragments.iterator.map(_.rows).sum
 }

@@ -4,13 +4,13 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader, PartitionReaderFactory}
 import org.apache.spark.sql.vectorized.ColumnarBatch
 
-/** Creates the zip reader of each fragment partition (columnar; rows only on request). */
+/** Creates the reader of each packed partition (columnar; rows only on request). */
 final class OmniTablePartitionReaderFactory(ctx: ReaderContext) extends PartitionReaderFactory {
 
   override def supportColumnarReads(partition: InputPartition): Boolean = true
 
   override def createColumnarReader(partition: InputPartition): PartitionReader[ColumnarBatch] =
-    new FragmentColumnarReader(partition.asInstanceOf[FragmentInputPartition], ctx)
+    new PackedColumnarReader(partition.asInstanceOf[PackedInputPartition], ctx)
 
   override def createReader(partition: InputPartition): PartitionReader[InternalRow] = {
     val batches = createColumnarReader(partition)

@@ -58,7 +58,7 @@ final class OmniTableBatch(
 private[plan] object OmniTableBatch {
 
   /**
-   * What a batch reads and how: the partitions (files, row ranges, column sources), the read
+   * What a batch reads and how: the partitions (their fragments' files, row ranges, column sources), the read
    * schema, what was pushed, late materialization and the reader settings. Arrays compare by
    * content.
    */
@@ -71,8 +71,8 @@ private[plan] object OmniTableBatch {
       late: Option[LateMaterialization]): Seq[Any] = Seq(
     table,
     schema,
-    plan.partitions.map(p =>
-      (p.fragmentId, p.batchName, p.fragmentRows, p.rowStart, p.rowEnd, p.files.toSeq, p.sources.toSeq)),
+    plan.partitions.map(_.fragments.toSeq.map(p =>
+      (p.fragmentId, p.batchName, p.fragmentRows, p.rowStart, p.rowEnd, p.files.toSeq, p.sources.toSeq))),
     pushdown,
     late.map(l => (l.condition, l.predicateColumns.toSeq)),
     (conf.batchSize, conf.rowGroupFiltering, conf.skipCorruptFragments, conf.corruptRetries, conf.vectoredIo)

@@ -5,6 +5,7 @@ import scala.collection.mutable
 import io.omnitable.spark.conf.OmniTableConf
 import io.omnitable.spark.read.exec.{Filter, FilterColumn}
 import org.apache.spark.internal.Logging
+import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.connector.expressions.filter.Predicate
 import org.apache.spark.sql.connector.read.{
   Scan,
@@ -73,6 +74,20 @@ final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf, marks
     true
   }
 
+  /**
+   * Packing as Spark's file sources do it, from the session's `spark.sql.files.*` settings; the
+   * default parallelism is that of the active session's SparkContext (1 without one).
+   */
+  private def packing: Packing = {
+    def parallelism = SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession)
+      .fold(1)(_.sparkContext.defaultParallelism)
+    Packing(
+      conf.filesMaxPartitionBytes,
+      conf.filesOpenCostInBytes,
+      conf.filesMinPartitionNum.getOrElse(parallelism),
+      conf.maxRowsPerPartition)
+  }
+
   override def build(): Scan = {
     val readColumns = required.fields.toSeq.map { field =>
       allColumns.find(
@@ -92,14 +107,16 @@ final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf, marks
       conf.statsPruning,
       limit,
       // Skipping corrupt fragments is whole-fragment: never split them then.
-      if (conf.splitFragments && !conf.skipCorruptFragments) Some(conf.maxRowsPerPartition) else None
+      if (conf.splitFragments && !conf.skipCorruptFragments) Some(conf.maxRowsPerPartition) else None,
+      // split_fragments=false promises one partition per fragment (per-fragment jobs).
+      Option.when(conf.splitFragments)(packing)
     )
     val listing = handle.reader.listFragments(snap, ScanPlanner.scope(request))
     val plan = ScanPlanner.plan(snap, listing, request)
     val dataFilter = pushed.map(_._2).filter(_.columns.exists(_.kind == FilterColumn.Data))
     val schema = ReadColumn.schema(readColumns)
     val late = marks.lateMaterialization.map { conjuncts =>
-      val kept = plan.partitions.map(_.fragmentId).toSet
+      val kept = plan.fragments.map(_.fragmentId).toSet
       LateMaterializationPlanner.decide(
         conjuncts,
         offered.toSeq,

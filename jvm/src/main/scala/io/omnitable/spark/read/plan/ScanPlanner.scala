@@ -10,6 +10,7 @@ import io.omnitable.spark.read.exec.{
   Filter,
   FilterColumn,
   FragmentInputPartition,
+  PackedInputPartition,
   StatsEvaluator,
   StatsView,
   Value
@@ -27,8 +28,24 @@ final case class ScanRequest(
     pruningFilter: Filter,
     statsPruning: Boolean,
     limit: Option[Int],
-    /** None: one partition per fragment. */
-    maxRowsPerPartition: Option[Long])
+    /** None: fragments are not cut into row ranges. */
+    maxRowsPerPartition: Option[Long],
+    /** None: one input partition per fragment (or row range). */
+    packing: Option[Packing] = None)
+
+/**
+ * How consecutive fragments are packed into one input partition, as Spark packs the files of
+ * its file sources: each fragment costs the bytes of the files it reads plus `openCostBytes` per
+ * file; the target size is `maxPartitionBytes`, lowered to spread the scan's total cost over
+ * `minPartitions` partitions (never below `openCostBytes`); a partition holds at most `maxRows`
+ * rows. A fragment cut into row ranges, or larger than the target, is alone in its partitions.
+ */
+final case class Packing(maxPartitionBytes: Long, openCostBytes: Long, minPartitions: Int, maxRows: Long) {
+
+  /** The target size of a partition of a scan whose fragments cost `totalCost` together. */
+  def targetBytes(totalCost: Long): Long =
+    math.min(maxPartitionBytes, math.max(openCostBytes, totalCost / math.max(minPartitions, 1)))
+}
 
 /** Why fragments were left out, for EXPLAIN and tests. */
 final case class PruningCounts(
@@ -44,20 +61,25 @@ final case class PruningCounts(
 
 /** The planned read: input partitions plus what EXPLAIN and statistics report. */
 final case class ScanPlan(
-    partitions: Seq[FragmentInputPartition],
+    partitions: Seq[PackedInputPartition],
     counts: PruningCounts,
     /** Groups of the files opened, and those files (paths relative to the table). */
     groups: Seq[String],
     files: Seq[String],
     fileBytes: Long,
-    rows: Long)
+    rows: Long) {
+
+  /** The fragments (or row ranges) read, in table order. */
+  def fragments: Seq[FragmentInputPartition] = partitions.flatMap(_.fragments)
+}
 
 /**
  * Plans a read on the driver: the catalog lists only the fragments of the batch and fragment
  * options, with the files and statistics of the columns the scan needs ([[scope]]); this prunes
  * them further (exact predicates on batch name / fragment id, catalog min/max/null statistics), picks for each fragment the one file that
- * provides each requested column (docs/format.md: highest added_version), and cuts large
- * fragments into row ranges (which readers align to row groups). Pure: no Spark session, no I/O.
+ * provides each requested column (docs/format.md: highest added_version), cuts large
+ * fragments into row ranges (which readers align to row groups) and packs consecutive small
+ * fragments into one input partition ([[Packing]]). Pure: no Spark session, no I/O.
  */
 object ScanPlanner {
 
@@ -91,34 +113,9 @@ object ScanPlanner {
         rows += frag.rowCount
       }
     }
-    val tableUri = snap.tableUri
-    val partitions = mutable.ArrayBuffer.empty[FragmentInputPartition]
-    // A file belongs to one fragment, so the files opened are just listed; files with the same
-    // fields (those of one group, usually) share one read schema.
-    val (paths, groups) = (mutable.ArrayBuffer.empty[String], mutable.SortedSet.empty[String])
-    var bytes = 0L
-    val schemas = mutable.HashMap.empty[Seq[StructField], StructType]
-    kept.foreach { frag =>
-      val (files, sources) = resolveFiles(frag, request.readColumns)
-      files.foreach { f =>
-        paths += f.path
-        groups += f.groupName
-        bytes += f.sizeBytes
-      }
-      val slices = files.map { f =>
-        val fields = request.readColumns.collect {
-          case s: ReadColumn.Stored if frag.fileFor(s.columnId).exists(_ eq f) =>
-            s.field.copy(name = s.physicalName, nullable = true)
-        }
-        FileSlice(DataPaths.join(tableUri, f.path), schemas.getOrElseUpdate(fields, StructType(fields)), f.rowCount)
-      }.toArray
-      val ranges = request.maxRowsPerPartition.fold(Seq((0L, frag.rowCount)))(rowRanges(frag.rowCount, _))
-      val alignTo = if (ranges.size > 1 && files.nonEmpty) files.indices.maxBy(files(_).sizeBytes) else -1
-      ranges.foreach { case (start, end) =>
-        partitions +=
-          FragmentInputPartition(frag.fragmentId, frag.batchName, frag.rowCount, start, end, slices, sources, alignTo)
-      }
-    }
+    val read = new ReadLayout(snap.tableUri, request.readColumns)
+    kept.foreach(read.add(_, request.maxRowsPerPartition))
+    val partitions = pack(read.slices.toIndexedSeq, read.sliceBytes.result(), request.packing)
     val counts = PruningCounts(
       listing.total,
       listing.byBatchOption,
@@ -127,7 +124,7 @@ object ScanPlanner {
       byStats,
       empty,
       byLimit)
-    ScanPlan(partitions.toSeq, counts, groups.toSeq, paths.toSeq, bytes, rows)
+    ScanPlan(partitions, counts, read.groups.toSeq, read.paths.toSeq, read.bytes, rows)
   }
 
   /** What the catalog knows about a filter column over the whole fragment. */
@@ -141,7 +138,9 @@ object ScanPlanner {
   }
 
   /** The files to open for `columns` (each needed once) and where every column comes from. */
-  private def resolveFiles(frag: FragmentEntry, columns: Seq[ReadColumn]): (Seq[FileEntry], Array[ColumnSource]) = {
+  private[plan] def resolveFiles(
+      frag: FragmentEntry,
+      columns: Seq[ReadColumn]): (Seq[FileEntry], Array[ColumnSource]) = {
     val files = mutable.ArrayBuffer.empty[FileEntry]
     val fieldCount = mutable.ArrayBuffer.empty[Int]
     val sources = columns.map {
@@ -163,9 +162,87 @@ object ScanPlanner {
     (files.toSeq, sources.toArray)
   }
 
+  /**
+   * `slices` (in table order, `bytes` the bytes each reads) as input partitions: one each
+   * without `packing`, else consecutive whole fragments packed next-fit up to the target size
+   * and row cap of [[Packing]] (Spark's rule for file splits, keeping the table order).
+   */
+  def pack(
+      slices: IndexedSeq[FragmentInputPartition],
+      bytes: Array[Long],
+      packing: Option[Packing]): IndexedSeq[PackedInputPartition] = packing match {
+    case None => slices.map(s => PackedInputPartition(Array(s)))
+    case Some(p) =>
+      val costs = slices.indices.map(i => bytes(i) + p.openCostBytes * slices(i).files.length)
+      val target = p.targetBytes(costs.sum)
+      val out = mutable.ArrayBuffer.empty[PackedInputPartition]
+      val current = mutable.ArrayBuffer.empty[FragmentInputPartition]
+      var (cost, rows) = (0L, 0L)
+      def close(): Unit = if (current.nonEmpty) {
+        out += PackedInputPartition(current.toArray)
+        current.clear()
+        cost = 0L
+        rows = 0L
+      }
+      slices.indices.foreach { i =>
+        val s = slices(i)
+        if (!s.wholeFragment || cost + costs(i) > target || rows + s.rows > p.maxRows) close()
+        current += s
+        cost += costs(i)
+        rows += s.rows
+        if (!s.wholeFragment) close()
+      }
+      close()
+      out.toIndexedSeq
+  }
+
   /** `[0, rows)` cut into near-equal ranges of at most `max` rows. */
   def rowRanges(rows: Long, max: Long): Seq[(Long, Long)] = {
     val n = ((rows + max - 1) / max).max(1L)
     (0L until n).map(i => (rows * i / n, rows * (i + 1) / n))
+  }
+}
+
+/**
+ * The fragment row ranges of a scan, built fragment by fragment in table order, with the files
+ * they open. A file belongs to one fragment, so the files opened are just listed; files with the
+ * same fields (those of one group, usually) share one read schema, and fragments with the same
+ * column sources one array.
+ */
+private final class ReadLayout(tableUri: String, columns: Seq[ReadColumn]) {
+  val slices = mutable.ArrayBuffer.empty[FragmentInputPartition]
+
+  /** Bytes of the files each slice reads (pro rata of its rows). */
+  val sliceBytes = mutable.ArrayBuilder.make[Long]
+  val paths = mutable.ArrayBuffer.empty[String]
+  val groups = mutable.SortedSet.empty[String]
+  var bytes = 0L
+  private val schemas = mutable.HashMap.empty[Seq[StructField], StructType]
+  private val layouts = mutable.HashMap.empty[Seq[ColumnSource], Array[ColumnSource]]
+
+  /** Adds `frag`, cut into ranges of at most `maxRows` rows if given. */
+  def add(frag: FragmentEntry, maxRows: Option[Long]): Unit = {
+    val (files, fileSources) = ScanPlanner.resolveFiles(frag, columns)
+    val sources = layouts.getOrElseUpdate(fileSources.toSeq, fileSources)
+    files.foreach { f =>
+      paths += f.path
+      groups += f.groupName
+      bytes += f.sizeBytes
+    }
+    val fileSlices = files.map { f =>
+      val fields = columns.collect {
+        case s: ReadColumn.Stored if frag.fileFor(s.columnId).exists(_ eq f) =>
+          s.field.copy(name = s.physicalName, nullable = true)
+      }
+      FileSlice(DataPaths.join(tableUri, f.path), schemas.getOrElseUpdate(fields, StructType(fields)), f.rowCount)
+    }.toArray
+    val fragmentBytes = files.map(_.sizeBytes).sum
+    val ranges = maxRows.fold(Seq((0L, frag.rowCount)))(ScanPlanner.rowRanges(frag.rowCount, _))
+    val alignTo = if (ranges.size > 1 && files.nonEmpty) files.indices.maxBy(files(_).sizeBytes) else -1
+    ranges.foreach { case (start, end) =>
+      slices +=
+        FragmentInputPartition(frag.fragmentId, frag.batchName, frag.rowCount, start, end, fileSlices, sources, alignTo)
+      sliceBytes += (if (frag.rowCount == 0) 0L else (BigInt(fragmentBytes) * (end - start) / frag.rowCount).toLong)
+    }
   }
 }

@@ -45,7 +45,7 @@ class FileStatsPlanningSuite extends AnyFunSuite {
     val request =
       ScanRequest(ReadColumn.tableColumns(snap), None, None, Filter.Const(true), filter, true, None, None)
     val plan = ScanPlanner.plan(snap, reader.listFragments(snap, ScanPlanner.scope(request)), request)
-    (plan.partitions.map(_.fragmentId), plan.counts.byStats)
+    (plan.fragments.map(_.fragmentId), plan.counts.byStats)
   }
 
   test("files sharing a column set prune by their own statistics, read at each column's position") {

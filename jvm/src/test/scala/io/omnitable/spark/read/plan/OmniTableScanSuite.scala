@@ -3,7 +3,7 @@ package io.omnitable.spark.read.plan
 import io.omnitable.spark.{SharedSparkSession, TestWarehouses}
 import io.omnitable.spark.SparkTestUtils.assertSameRows
 import io.omnitable.spark.read.exec.ReadMetrics
-import org.apache.spark.sql.DataFrame
+import org.apache.spark.sql.{DataFrame, Row}
 import org.apache.spark.sql.execution.datasources.v2.BatchScanExec
 import org.apache.spark.sql.functions.{count, sum}
 import org.scalatest.funsuite.AnyFunSuite
@@ -187,6 +187,44 @@ class OmniTableScanSuite extends AnyFunSuite with SharedSparkSession {
     assert(sizes.sorted == Seq(250, 250, 250, 250, 500, 500), "ranges moved to row-group starts")
     // 2 fragments x 3 files (base, hot, wide) x 4 row groups, each read once (unaligned: 36)
     assert(metric(split, ReadMetrics.RowGroupsRead) == 24)
+  }
+
+  /** Settings under which every fragment is its own partition (the oracle of packed reads). */
+  private val onePerPartition =
+    Seq("spark.sql.files.maxPartitionBytes" -> "1", "spark.sql.files.openCostInBytes" -> "0")
+  private val packAll = Seq("spark.sql.files.maxPartitionBytes" -> "1g", "spark.sql.files.minPartitionNum" -> "3")
+
+  /** Fragments per partition of `df`'s scan, and its rows partition by partition (as collected). */
+  private def partitioned(df: => DataFrame, conf: Seq[(String, String)]): (Seq[Int], Seq[Seq[Row]]) =
+    withConf(conf: _*) {
+      val d = df
+      (scanOf(d)._1.plan.partitions.map(_.fragments.length), d.rdd.glom().collect().map(_.toSeq).toSeq)
+    }
+
+  test("small fragments are packed into fewer partitions, read one after another in table order") {
+    def df = pruning().select("_ai_fragment_", "_ai_append_name_", "_ai_row_offset_", "name", "score")
+    val (lone, loneRows) = partitioned(df, onePerPartition)
+    val (packed, packedRows) = partitioned(df, packAll)
+    assert(lone == Seq.fill(20)(1))
+    assert(packed.sum == 20 && packed.size >= 3 && packed.size < 20, packed)
+    assert(packedRows.flatten == loneRows.flatten, "the same rows in the same order")
+    // each packed partition holds whole fragments, one after another, each in fragment order
+    var next = 0
+    packed.zip(packedRows).foreach { case (n, rows) =>
+      assert(rows == loneRows.slice(next, next + n).flatten)
+      next += n
+    }
+    assert(withConf(packAll: _*)(scanOf(df)._1.description()).contains(s"partitions=${packed.size},"))
+    // metrics are summed over the fragments of each partition
+    def fragmentsRead = metric(df, ReadMetrics.FragmentsRead)
+    assert(withConf(packAll: _*)(fragmentsRead) == 20 && withConf(onePerPartition: _*)(fragmentsRead) == 20)
+  }
+
+  test("a limit, filters and row-group pruning over packed partitions give the rows of unpacked reads") {
+    def filtered = pruning().where("score < 40 OR k > 990").select("_ai_fragment_", "_ai_row_offset_", "name", "k")
+    assert(partitioned(filtered, packAll)._2.flatten == partitioned(filtered, onePerPartition)._2.flatten)
+    def limited = pruning().select("name").limit(1500)
+    withConf(packAll: _*)(assert(limited.collect().length == 1500))
   }
 
   test("fragment ids and row offsets address rows") {

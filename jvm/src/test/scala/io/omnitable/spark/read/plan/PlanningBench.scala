@@ -15,7 +15,7 @@ import org.apache.spark.sql.types.StructType
  */
 object PlanningBench {
 
-  final case class Figure(millis: Double, statements: Long, rows: Long, fragments: String)
+  final case class Figure(millis: Double, statements: Long, rows: Long, fragments: String, partitions: Int)
 
   def main(args: Array[String]): Unit = {
     val shapes = (if (args.isEmpty) Seq("1000x10x200", "10000x10x200") else args.toSeq).map { a =>
@@ -40,7 +40,8 @@ object PlanningBench {
       Seq("one batch" -> middle, "full scan" -> None).foreach { case (what, batches) =>
         val f = measure(reader, batches, columns)
         println(
-          f"  $what, 4 columns: ${f.millis}%.1f ms, ${f.statements} statements, ${f.rows} rows, fragments=${f.fragments}")
+          f"  $what, 4 columns: ${f.millis}%.1f ms, ${f.statements} statements, ${f.rows} rows, " +
+            s"fragments=${f.fragments}, partitions=${f.partitions}")
       }
       hand.close()
     }
@@ -61,14 +62,16 @@ object PlanningBench {
         (System.nanoTime() - t0) / 1e6,
         reader.queries.statements,
         reader.queries.rows,
-        s"${scan.plan.counts.kept}/${scan.plan.counts.total}")
+        s"${scan.plan.counts.kept}/${scan.plan.counts.total}",
+        scan.plan.partitions.size
+      )
     }
     runs.sortBy(_.millis).apply(1)
   }
 
   /** What the data source does for `spark.read.format("omnitable").option("batches", ...)`, then `select(columns)`. */
   def plan(reader: CatalogReader, batches: Option[Seq[String]], columns: Seq[String]): OmniTableScan =
-    scan(reader, reader.loadTable("hand", SnapshotSpec.Head), batches, columns)
+    scan(reader, reader.loadTable("hand", SnapshotSpec.Head, batches), batches, columns)
 
   /** The scan of `columns` of `snap` (of `batches`, if given), built as Spark builds it. */
   def scan(

@@ -19,8 +19,8 @@ class PrunedPlanningSuite extends AnyFunSuite {
   private def unpruned(reader: CatalogReader, snap: TableSnapshot, request: ScanRequest): FragmentListing =
     reader.listFragments(snap, FragmentScope(request.batches, request.fragments), maxPushedValues = 0)
 
-  private def partitions(plan: ScanPlan): Seq[Any] = plan.partitions.map(p =>
-    (p.fragmentId, p.batchName, p.fragmentRows, p.rowStart, p.rowEnd, p.files.toSeq, p.sources.toSeq, p.alignTo))
+  private def partitions(plan: ScanPlan): Seq[Any] = plan.partitions.map(_.fragments.toSeq.map(p =>
+    (p.fragmentId, p.batchName, p.fragmentRows, p.rowStart, p.rowEnd, p.files.toSeq, p.sources.toSeq, p.alignTo)))
 
   /** Pushed and unpruned listings agree on fragments, counts, the providing file of each column and its statistics. */
   private def assertSameListing(pushed: FragmentListing, full: FragmentListing, scope: FragmentScope): Unit = {
@@ -37,24 +37,33 @@ class PrunedPlanningSuite extends AnyFunSuite {
     }
   }
 
-  private def randomRequest(rng: Random, snap: TableSnapshot, fragmentIds: Seq[String]): ScanRequest = {
+  private def randomRequest(
+      rng: Random,
+      snap: TableSnapshot,
+      batchNames: Seq[String],
+      fragmentIds: Seq[String]): ScanRequest = {
     def some[T](all: Seq[T]): Seq[T] = all.filter(_ => rng.nextBoolean())
     val columns = ReadColumn.tableColumns(snap) ++ ReadColumn.metadataColumns
     val filterColumns = ReadColumn.filterColumns(snap)
     val data = snap.userColumns.map(c => filterColumns(c.name))
     val batch = filterColumns(SystemColumns.AppendName)
     val exact =
-      if (rng.nextBoolean()) Filter.Const(true) else Filter.In(batch, some(snap.batchNames).map(Value.str), false)
+      if (rng.nextBoolean()) Filter.Const(true) else Filter.In(batch, some(batchNames).map(Value.str), false)
     val byStats = some(data).map(c => Filter.Compare(CompareOp.Gt, c, Value.Floating(rng.nextInt(120).toDouble)))
     ScanRequest(
       some(columns),
-      Option.when(rng.nextBoolean())(some(snap.batchNames)),
+      Option.when(rng.nextBoolean())(some(batchNames)),
       Option.when(rng.nextInt(3) == 0)(some(fragmentIds) ++ Option.when(rng.nextInt(4) == 0)("F-missing")),
       exact,
       Filter.and(exact +: byStats),
       rng.nextBoolean(),
       Option.when(rng.nextInt(4) == 0)(1 + rng.nextInt(80)),
-      Option.when(rng.nextBoolean())(1L + rng.nextInt(40))
+      Option.when(rng.nextBoolean())(1L + rng.nextInt(40)),
+      Option.when(rng.nextBoolean())(Packing(
+        rng.nextInt(20000),
+        rng.nextInt(500),
+        1 + rng.nextInt(4),
+        1 + rng.nextInt(200)))
     )
   }
 
@@ -70,9 +79,9 @@ class PrunedPlanningSuite extends AnyFunSuite {
           (0 to 2).map(_ => SnapshotSpec(version = Some(rng.nextInt(branchOf.size).toLong)))
         specs.foreach { spec =>
           val snap = reader.loadTable("hand", spec)
-          val ids = reader.loadFragments(snap).map(_.fragmentId)
+          val (names, ids) = (reader.batchNames(snap), reader.loadFragments(snap).map(_.fragmentId))
           (1 to 8).foreach { _ =>
-            val request = randomRequest(rng, snap, ids)
+            val request = randomRequest(rng, snap, names, ids)
             val scope = ScanPlanner.scope(request)
             val pushed = reader.listFragments(snap, scope)
             val full = unpruned(reader, snap, request)
@@ -85,7 +94,7 @@ class PrunedPlanningSuite extends AnyFunSuite {
               assert((p.counts, p.groups, p.files, p.fileBytes, p.rows) ==
                 (q.counts, q.groups, q.files, q.fileBytes, q.rows))
               assert(partitions(p) == partitions(q), s"seed $seed, $spec, $request")
-              if (p.partitions.exists(_.files.nonEmpty)) nonEmptyPlans += 1
+              if (p.fragments.exists(_.files.nonEmpty)) nonEmptyPlans += 1
             }
           }
         }
@@ -95,7 +104,7 @@ class PrunedPlanningSuite extends AnyFunSuite {
   }
 
   test("a one-batch plan runs as many statements and reads as many rows on a table 10x larger") {
-    def oneBatch(shape: SyntheticTables.Shape): (Long, Long, Long, PruningCounts) = {
+    def oneBatch(shape: SyntheticTables.Shape): (Long, Long, Long, Long, PruningCounts) = {
       val hand = new HandMadeCatalog
       try {
         SyntheticTables.uniform(hand, shape)
@@ -107,15 +116,18 @@ class PrunedPlanningSuite extends AnyFunSuite {
         val (planStatements, planRows) = (reader.queries.statements, reader.queries.rows)
         reader.queries.reset()
         PlanningBench.plan(reader, batch, Seq("c1", "c2", "c3", "c4"))
-        (reader.queries.statements, planStatements, planRows, scan.plan.counts)
+        (reader.queries.statements, reader.queries.rows, planStatements, planRows, scan.plan.counts)
       } finally hand.close()
     }
     val (small, large) = (oneBatch(SyntheticTables.Shape(40, 3, 6)), oneBatch(SyntheticTables.Shape(400, 3, 6)))
-    assert(small._1 == large._1, "statements of loading the table and planning the scan")
-    assert(small._2 == large._2 && small._3 == large._3, "statements and rows of planning the scan")
-    // schema version check + count + fragments + files (one row per file and requested column it carries)
-    assert(small._2 == 4 && small._3 == 1 + 1 + 20 + 20 * 4)
-    assert(small._4 == PruningCounts(40, 20, 0, 0, 0, 0, 0) && large._4 == PruningCounts(400, 380, 0, 0, 0, 0, 0))
+    // loading the table counts the batches and checks the requested one: no batch name is listed
+    assert((small._1, small._2) == (large._1, large._2), "statements and rows of loading the table and planning")
+    assert((small._3, small._4) == (large._3, large._4), "statements and rows of planning the scan")
+    // schema version check + fragment totals (from the batches' rows) + fragments + the column
+    // sets holding c1..c4 (one row per requested column of each) + files (one row per file: c1..c4
+    // are in 3 of the 3 groups)
+    assert(small._3 == 5 && small._4 == 1 + 1 + 20 + 4 + 20 * 3)
+    assert(small._5 == PruningCounts(40, 20, 0, 0, 0, 0, 0) && large._5 == PruningCounts(400, 380, 0, 0, 0, 0, 0))
   }
 
   test("a PostgreSQL catalog lists pruned fragments like an unpruned read") {
@@ -129,7 +141,7 @@ class PrunedPlanningSuite extends AnyFunSuite {
     val rng = new Random(7)
     val ids = reader.loadFragments(snap).map(_.fragmentId)
     (1 to 20).foreach { _ =>
-      val request = randomRequest(rng, snap, ids).copy(fragments = None)
+      val request = randomRequest(rng, snap, reader.batchNames(snap), ids).copy(fragments = None)
       val scope = ScanPlanner.scope(request)
       assertSameListing(reader.listFragments(snap, scope), unpruned(reader, snap, request), scope)
     }
