@@ -167,18 +167,23 @@ def test_scoped_snapshot_refuses_questions_outside_its_scope(tmp_path: Path) -> 
     wh.close()
 
 
+def _listening(wh: omnitable.Warehouse, name: str, listener: Any, fn: Any) -> None:
+    """Runs ``fn`` with ``listener`` on the catalog engine's event ``name``."""
+    engine = wh.catalog.store.engine
+    event.listen(engine, name, listener)
+    try:
+        fn()
+    finally:
+        event.remove(engine, name, listener)
+
+
 def _statements(wh: omnitable.Warehouse, fn: Any) -> list[str]:
     seen: list[str] = []
 
     def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         seen.append(statement)
 
-    engine = wh.catalog.store.engine
-    event.listen(engine, "before_cursor_execute", count)
-    try:
-        fn()
-    finally:
-        event.remove(engine, "before_cursor_execute", count)
+    _listening(wh, "before_cursor_execute", count, fn)
     return seen
 
 
@@ -212,12 +217,7 @@ def _files_columns(wh: omnitable.Warehouse, fn: Any) -> list[set[int] | None]:
             ids = {v for p in bound for k, v in p.items() if k.startswith("cid")}
             seen.append(ids or None)
 
-    engine = wh.catalog.store.engine
-    event.listen(engine, "before_execute", spy)
-    try:
-        fn()
-    finally:
-        event.remove(engine, "before_execute", spy)
+    _listening(wh, "before_execute", spy, fn)
     return seen
 
 
