@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from sqlalchemy import event
 
 import omnitable
+from omnitable.catalog import snapshot as snapshot_module
 from omnitable.catalog.snapshot import Snapshot, SnapshotScope
 from omnitable.exceptions import NotFoundError, ValidationError
 from omnitable.format.reader import FragmentReader
@@ -104,7 +105,7 @@ def _check_scope(
         assert t.read(names, w, batches=batches, **ref).equals(expected)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=16, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     ops=st.lists(OP, min_size=1, max_size=7),
     picks=st.lists(
@@ -124,10 +125,22 @@ def _check_scope(
         min_size=1,
         max_size=4,
     ),
+    listed=st.sampled_from([snapshot_module.MAX_LISTED_FRAGMENTS, 0]),
 )
 def test_scoped_snapshot_answers_like_the_full_one(
-    ops: list[tuple[str, str, int]], picks: list[tuple[Any, Any, int]]
+    ops: list[tuple[str, str, int]], picks: list[tuple[Any, Any, int]], listed: int
 ) -> None:
+    """``listed``: up to how many fragments the files statement names them (0: always by a
+    sub-select of the batches)."""
+    default = snapshot_module.MAX_LISTED_FRAGMENTS
+    snapshot_module.MAX_LISTED_FRAGMENTS = listed
+    try:
+        _scoped_like_full(ops, picks)
+    finally:
+        snapshot_module.MAX_LISTED_FRAGMENTS = default
+
+
+def _scoped_like_full(ops: list[tuple[str, str, int]], picks: list[tuple[Any, Any, int]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         wh = omnitable.connect(str(Path(tmp) / "wh"))
         t = wh.create_table("t", {"x": "bigint", "y": "double", "s": "string"}, {"gy": ["y"]})

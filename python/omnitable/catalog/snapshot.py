@@ -350,8 +350,9 @@ def load_snapshot(
     snap.fragments = _load_fragments(conn, table, segments, batches, batch_ids)
     if scope.files:
         column_ids = None if scope.columns is None else sorted(snap._scoped_ids or ())
+        fragment_ids = None if batch_ids is None else [f.fragment_id for f in snap.fragments]
         snap.files_by_fragment = _load_files(
-            conn, table, segments, batch_ids, column_ids, scope.stats
+            conn, table, segments, batch_ids, fragment_ids, column_ids, scope.stats
         )
     return snap
 
@@ -448,17 +449,26 @@ def batch_counts(
         return [(name, n, k, at) for name, n, k, at in rows.all()]
 
 
+MAX_LISTED_FRAGMENTS = 1000
+"""Up to this many fragments, a scoped snapshot names its fragments in the files statement."""
+
+
 def _load_files(
     conn: Connection,
     table: TableRecord,
     segments: list[Segment],
     batch_ids: list[str] | None,
+    fragment_ids: list[str] | None,
     column_ids: list[int] | None,
     with_stats: bool,
 ) -> dict[str, list[FileRecord]]:
-    """Visible files (of the fragments of ``batch_ids``) whose column set holds one of
-    ``column_ids`` (None: no filter), each with those columns of its set (and its statistics
-    when ``with_stats``); one row per file."""
+    """Visible files (of the fragments of ``batch_ids``, which are ``fragment_ids``) whose
+    column set holds one of ``column_ids`` (None: no filter), each with those columns of its set
+    (and its statistics when ``with_stats``); one row per file.
+
+    A few fragments are named in the statement: given a sub-select instead, PostgreSQL can
+    misjudge how many files a fragment has and scan all fragments (20 → 0.1 ms vs 36 ms at
+    300 K fragments)."""
     if column_ids == [] or batch_ids == []:
         return {}
     params: dict[str, Any] = {"t": table.table_id}
@@ -477,7 +487,9 @@ def _load_files(
             int(r.column_id), int(r.position), r.feature_version
         )
     where = visible_clause("fi", segments, params)
-    if batch_ids is not None:
+    if fragment_ids is not None and len(fragment_ids) <= MAX_LISTED_FRAGMENTS:
+        where += " AND " + in_list("fi.fragment_id", "fid", fragment_ids, params)
+    elif batch_ids is not None:
         where += (
             " AND fi.fragment_id IN (SELECT f.fragment_id FROM fragments f "
             "WHERE f.table_id = :t AND " + in_list("f.batch_id", "bid", batch_ids, params) + ")"
