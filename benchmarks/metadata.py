@@ -215,7 +215,7 @@ def bulk_insert(
     store: Any, rows: dict[str, Iterator[tuple[Any, ...]]], table_id: str, head: int
 ) -> None:
     """Insert ``rows`` in one transaction (COPY on PostgreSQL), then move the table's ``main``
-    to ``head``."""
+    to ``head`` and analyze (on PostgreSQL also vacuum) the catalog."""
     raw = store.engine.raw_connection()
     try:
         conn = raw.driver_connection
@@ -234,10 +234,15 @@ def bulk_insert(
         where = f"WHERE table_id = '{table_id}'"  # a generated hex id
         cur.execute(f"UPDATE refs SET version = {head} {where} AND name = 'main'")
         cur.execute(f"UPDATE tables SET next_row_id = {10**12} {where}")  # past synthetic ids
-        conn.commit() if not store.is_sqlite else cur.execute("COMMIT")
-        cur.execute("ANALYZE")
-        if not store.is_sqlite:
+        if store.is_sqlite:
+            cur.execute("COMMIT")
+            cur.execute("ANALYZE")
+        else:
             conn.commit()
+            # Measure the catalog at rest: after a bulk load PostgreSQL's autovacuum would
+            # otherwise scan the new rows (gigabytes at the full size) during the measures.
+            conn.autocommit = True
+            cur.execute("VACUUM (ANALYZE)")
     finally:
         raw.close()
 
