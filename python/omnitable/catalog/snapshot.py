@@ -482,7 +482,7 @@ def _load_files(
             f"WHERE cs.table_id = :t{of_columns}"
         ),
         params,
-    ):
+    ).all():  # one fetch, as every statement of a snapshot
         sets[r.set_id][int(r.column_id)] = FileColumn(
             int(r.column_id), int(r.position), r.feature_version
         )
