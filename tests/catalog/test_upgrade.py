@@ -1,5 +1,6 @@
-"""Upgrading a version-2 catalog (``file_columns``) to version 3 (column sets, per-file stats):
-the upgraded catalog resolves, plans and reads exactly like before, on SQLite and PostgreSQL."""
+"""Upgrading a version-2 catalog (``file_columns``) through version 3 (column sets, per-file
+stats) to version 4 (deletion vectors), and a version-3 one to 4: the upgraded catalog resolves,
+plans and reads exactly like before, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from sqlalchemy import text
 
@@ -36,9 +38,18 @@ V2_FILE_COLUMNS = """CREATE TABLE file_columns (
 )"""
 
 
+def _as_version_3(store: CatalogStore) -> None:
+    """Rewrite a version-4 catalog (without deletes) into the version-3 layout."""
+    with store.write() as conn:
+        assert conn.execute(text("SELECT COUNT(*) FROM deletion_vectors")).scalar() == 0
+        conn.execute(text("DROP TABLE deletion_vectors"))
+        conn.execute(text("UPDATE omnitable_meta SET value = '3' WHERE key = 'schema_version'"))
+
+
 def _as_version_2(store: CatalogStore) -> int:
-    """Rewrite a version-3 catalog into the version-2 layout (the inverse of the upgrade);
+    """Rewrite a version-4 catalog into the version-2 layout (the inverse of the upgrades);
     returns the number of ``file_columns`` rows written."""
+    _as_version_3(store)
     with store.write() as conn:
         rows = conn.execute(
             text(
@@ -134,10 +145,10 @@ def test_upgrade_keeps_every_file_column_statistic_and_row(
         written = _as_version_2(wh.catalog.store)
     assert written > 50
     with pytest.raises(
-        CatalogVersionError, match="schema version 2.*needs version 3.*upgrade-catalog"
+        CatalogVersionError, match="schema version 2.*needs version 4.*upgrade-catalog"
     ):
         omnitable.connect(uri, root=root)
-    assert omnitable.upgrade_catalog(uri) == (2, 3)
+    assert omnitable.upgrade_catalog(uri) == (2, 4)
     with omnitable.connect(uri, root=root) as wh:
         after = _state(wh)
         with wh.catalog.store.read() as conn:
@@ -145,7 +156,22 @@ def test_upgrade_keeps_every_file_column_statistic_and_row(
             files = conn.execute(text("SELECT COUNT(*) FROM files")).scalar()
     assert after == before
     assert 0 < sets < files  # files share their sets
-    assert omnitable.upgrade_catalog(uri) == (3, 3)  # idempotent
+    assert omnitable.upgrade_catalog(uri) == (4, 4)  # idempotent
+
+
+def test_upgrade_from_version_3_adds_deletion_vectors(populated: tuple[str, str | None]) -> None:
+    uri, root = populated
+    with omnitable.connect(uri, root=root) as wh:
+        before = _state(wh)
+        _as_version_3(wh.catalog.store)
+    with pytest.raises(CatalogVersionError, match="schema version 3.*needs version 4"):
+        omnitable.connect(uri, root=root)
+    assert omnitable.upgrade_catalog(uri) == (3, 4)
+    with omnitable.connect(uri, root=root) as wh:
+        assert _state(wh) == before
+        docs = wh.table("docs")
+        docs.delete(pc.field("x") == 3)  # the new table takes deletes
+        assert 3 not in docs.read(["x"])["x"].to_pylist()
 
 
 def test_cli_upgrades_and_refuses_an_unknown_version(
@@ -159,7 +185,7 @@ def test_cli_upgrades_and_refuses_an_unknown_version(
     with omnitable.connect(uri, root=root) as wh, wh.catalog.store.write() as conn:
         conn.execute(text("UPDATE omnitable_meta SET value = '1' WHERE key = 'schema_version'"))
     assert cli_main(["-w", uri, "upgrade-catalog"]) == 1
-    assert "upgrades only version 2 to" in " ".join(capsys.readouterr().err.split())
+    assert "upgrades only versions 2 and 3 to" in " ".join(capsys.readouterr().err.split())
 
 
 def test_upgrade_killed_mid_transaction_leaves_the_old_catalog(
@@ -177,6 +203,6 @@ def test_upgrade_killed_mid_transaction_leaves_the_old_catalog(
     assert proc.returncode != 0, proc.stderr
     with pytest.raises(CatalogVersionError, match="schema version 2"):
         omnitable.connect(uri, root=root)
-    assert omnitable.upgrade_catalog(uri) == (2, 3)
+    assert omnitable.upgrade_catalog(uri) == (2, 4)
     with omnitable.connect(uri, root=root) as wh:
         assert _state(wh) == before

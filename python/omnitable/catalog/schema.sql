@@ -6,7 +6,7 @@
 -- UTC text ('2026-11-29T11:24:37.123456Z'), JSON documents as TEXT.
 -- Statements are separated by lines holding a single ';'.
 --
--- omnitable-schema-version: 3
+-- omnitable-schema-version: 4
 
 CREATE TABLE IF NOT EXISTS omnitable_meta (
     key   TEXT PRIMARY KEY,
@@ -178,6 +178,33 @@ CREATE TABLE IF NOT EXISTS column_sets (
 ;
 -- A read of some columns finds the sets (then the files) carrying them.
 CREATE INDEX IF NOT EXISTS column_sets_by_column ON column_sets (table_id, column_id)
+;
+-- Deletion vectors: the deleted rows of one fragment, by offset (merge-on-read deletes, see
+-- docs/dataops.md). A vector is cumulative: a snapshot sees at most one vector per fragment, and
+-- a delete that hits a fragment already holding one removes that vector (removed_version) and
+-- adds the union. Visibility follows the same (branch, added_version, removed_version) rule as
+-- files, so time travel to a version before a delete sees its rows. `batch_id` is the
+-- fragment's batch (fragments never move). `deleted_count` is the number of set bits, never 0.
+-- `vector` is the base64 (RFC 4648, padded) of the zlib (RFC 1950) compression of a bitmap of
+-- the fragment's row_count bits: row offset i is bit (i % 8), least significant first, of byte
+-- (i / 8); a set bit is a deleted row; the bits past row_count are 0.
+CREATE TABLE IF NOT EXISTS deletion_vectors (
+    table_id        TEXT NOT NULL,
+    vector_id       TEXT NOT NULL,
+    fragment_id     TEXT NOT NULL,
+    batch_id        TEXT NOT NULL,
+    deleted_count   BIGINT NOT NULL,
+    vector          TEXT NOT NULL,
+    branch          TEXT NOT NULL,
+    added_version   BIGINT NOT NULL,
+    removed_version BIGINT,
+    PRIMARY KEY (table_id, vector_id)
+)
+;
+CREATE INDEX IF NOT EXISTS deletion_vectors_by_fragment ON deletion_vectors (table_id, fragment_id)
+;
+-- Live row counts per batch subtract the deleted rows of the batch's visible vectors.
+CREATE INDEX IF NOT EXISTS deletion_vectors_by_batch ON deletion_vectors (table_id, batch_id)
 ;
 -- Registered features, every version ever registered. `definition` is a JSON document
 -- (inputs, outputs, kind, import reference or SQL, preferences); `fingerprint` hashes the code.

@@ -3,8 +3,9 @@
 
 Version 2 -> 3: ``file_columns`` (one row per file and column) becomes column sets shared by the
 files (``column_sets``) plus one ``stats`` value per file; batches get their row and fragment
-counts. Everything runs in one write
-transaction: a crash or an error leaves the version-2 catalog as it was.
+counts. Version 3 -> 4: the ``deletion_vectors`` table (empty: no older release deletes rows).
+A version-2 catalog goes through both steps. Everything runs in one write transaction: a crash or
+an error leaves the older catalog as it was.
 """
 
 from __future__ import annotations
@@ -45,19 +46,22 @@ def upgrade_catalog(address: CatalogAddress) -> tuple[int, int]:
             target = schema_version()
             if str(found) == str(target):
                 return target, target
-            if str(found) != "2" or target != 3:
+            if str(found) not in ("2", "3") or target != 4:
                 raise CatalogVersionError(
                     f"Cannot upgrade catalog {address.redacted()}: it has schema version "
-                    f"{found}, and this omnitable upgrades only version 2 to {target}; use the "
-                    "omnitable release that matches it"
+                    f"{found}, and this omnitable upgrades only versions 2 and 3 to {target}; use "
+                    "the omnitable release that matches it"
                 )
-            _upgrade_2_to_3(conn, store.is_sqlite)
+            if str(found) == "2":
+                _upgrade_2_to_3(conn, store.is_sqlite)
+            for stmt in schema_statements():  # IF NOT EXISTS: creates deletion_vectors (3 -> 4)
+                conn.execute(text(stmt))
             conn.execute(
                 text("UPDATE omnitable_meta SET value = :v WHERE key = 'schema_version'"),
                 {"v": str(target)},
             )
             failpoint("upgrade.before_commit")
-            return 2, target
+            return int(found), target
     finally:
         store.close()
 
