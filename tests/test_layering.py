@@ -21,6 +21,7 @@ UNITS: list[tuple[str, str]] = [  # (unit, layer), top to bottom
     ("omnitable.warehouse", "facade"),
     ("omnitable.table", "facade"),
     ("omnitable.exec", "services"),
+    ("omnitable.dataops", "services"),
     ("omnitable.features", "services"),
     ("omnitable.ingest", "services"),
     ("omnitable.context", "services"),

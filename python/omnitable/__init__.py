@@ -10,6 +10,7 @@ Public API (re-exports only; see the modules for details)::
     spark = omnitable.spark_session()
 """
 
+from omnitable.dataops.delete import DeleteResult
 from omnitable.exceptions import (
     AlreadyExistsError,
     CatalogError,
@@ -45,6 +46,7 @@ __all__ = [
     "CommitConflict",
     "CommitOutcomeUnknown",
     "CorruptInputError",
+    "DeleteResult",
     "ErrorRatioExceeded",
     "Feature",
     "MissingDependencyError",

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 from omnitable.catalog.records import CommitRecord, TableRecord
 from omnitable.catalog.snapshot import FULL_SCOPE, Snapshot, SnapshotScope
 from omnitable.context import TableContext, WarehouseHandle
+from omnitable.dataops.delete import DeleteResult, delete_rows
 from omnitable.exceptions import ValidationError
 from omnitable.format.fs import Location
 from omnitable.format.reader import FragmentReader, ReadPlan, ReadStats
@@ -258,6 +259,29 @@ class Table:
                 a group name that is already used. Nothing is committed.
         """
         return add_columns(self._ctx, data, group)
+
+    # -- data operations ----------------------------------------------------------------------
+
+    def delete(
+        self,
+        where: pc.Expression | None = None,
+        *,
+        ids: list[int] | None = None,
+        why: str | None = None,
+    ) -> DeleteResult:
+        """Delete rows: those where ``where`` is true (NULL counts as false), or those whose
+        ``_ai_unique_id_`` is in ``ids``. One commit of per-fragment deletion vectors; no data
+        file is rewritten and time travel to an earlier version still sees the rows
+        (docs/dataops.md). A delete that matches nothing commits nothing
+        (``DeleteResult.version`` is None).
+
+        Raises:
+            ValidationError: neither or both of ``where`` and ``ids``, or a malformed one.
+            UnknownColumnError: ``where`` names an unknown column.
+            NotFoundError: some ``ids`` are not live rows (nothing is deleted).
+            CommitConflict: concurrent deletes of the same fragments won every retry.
+        """
+        return delete_rows(self._ctx, where, ids, why=why)
 
     # -- features -------------------------------------------------------------------------
 

@@ -108,6 +108,21 @@ class ExpectedProvider:
     role: str = "input"
 
 
+@dataclass(frozen=True)
+class NewDeletion:
+    """A fragment's new cumulative deletion vector (docs/catalog.md, ``deletion_vectors``).
+
+    ``replaces``: the vector id the operation saw on the fragment (None: none); the commit
+    conflicts when the head holds another, so no concurrent delete is lost.
+    """
+
+    fragment_id: str
+    batch_id: str
+    deleted_count: int
+    vector: str
+    replaces: str | None = None
+
+
 @dataclass
 class CommitRequest:
     """Everything one operation changes. Files reference columns by name."""
@@ -133,6 +148,7 @@ class CommitRequest:
     expected_providers: list[ExpectedProvider] = field(default_factory=list)
     # feature name -> the version the operation computed; it must still be the current one
     feature_versions: dict[str, str] = field(default_factory=dict)
+    deletions: list[NewDeletion] = field(default_factory=list)
 
     def all_new_files(self) -> list[FileDescriptor]:
         return [f for frag in self.new_fragments for f in frag.files] + list(self.new_files)
@@ -188,6 +204,7 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
         _insert_data(conn, table_id, req, version, column_ids, now)
         failpoint("commit.mid_insert")
         _apply_removals(conn, table_id, req, version)
+        _apply_deletions(conn, table_id, req, version)
         conn.execute(
             text(
                 "INSERT INTO commits (table_id, version, parent_version, branch, op, run_id, "
@@ -312,6 +329,7 @@ def _validate(
     _check_group_ownership(conn, t, req, segments)
     _check_feature_versions(conn, t, req)
     _check_expected_providers(conn, t, req, segments, column_ids)
+    _check_deletions(conn, t, req, segments)
     return column_ids
 
 
@@ -361,6 +379,7 @@ def _check_still_visible(
     """The fragments an operation adds files to or removes, and the files it replaces, are still
     visible at the head."""
     existing_frags = {f.fragment_id for f in req.new_files} | set(req.removed_fragments)
+    existing_frags |= {d.fragment_id for d in req.deletions}
     if existing_frags:
         live_frags = _visible_ids(
             conn, "fragments", "fragment_id", t, segments, sorted(existing_frags)
@@ -410,6 +429,37 @@ def _bind_ids(params: dict[str, Any], ids: list[str]) -> str:
     for j, v in enumerate(ids):
         params[f"id{j}"] = v
     return ", ".join(f":id{j}" for j in range(len(ids)))
+
+
+def _check_deletions(conn: Connection, t: str, req: CommitRequest, segments: list[Segment]) -> None:
+    """Every new deletion vector replaces exactly the vector its fragment has at the head (a
+    concurrent delete of the same fragment conflicts; the operation re-reads and retries)."""
+    if not req.deletions:
+        return
+    ids = sorted({d.fragment_id for d in req.deletions})
+    if len(ids) != len(req.deletions):
+        raise ValidationError(f"Cannot commit {req.op}: two deletion vectors for one fragment")
+    head: dict[str, str] = {}
+    for i in range(0, len(ids), _CHUNK):
+        params: dict[str, Any] = {"t": t}
+        vis = visible_clause("d", segments, params)
+        marks = _bind_ids(params, ids[i : i + _CHUNK])
+        for fid, vid in conn.execute(
+            text(
+                f"SELECT d.fragment_id, d.vector_id FROM deletion_vectors d WHERE d.table_id = :t "
+                f"AND {vis} AND d.fragment_id IN ({marks})"
+            ),
+            params,
+        ):
+            head[fid] = vid
+    changed = sorted(d.fragment_id for d in req.deletions if head.get(d.fragment_id) != d.replaces)
+    if changed:
+        raise CommitConflict(
+            f"Cannot commit {req.op}: a concurrent commit (after version {req.base_version}) "
+            f"deleted rows of {len(changed)} of the same fragment(s), e.g. {changed[0]}; nothing "
+            "was committed. Re-run the operation on the new version.",
+            [(f, "*") for f in changed],
+        )
 
 
 def _check_cell_conflicts(conn: Connection, t: str, req: CommitRequest, head: int) -> None:
@@ -862,11 +912,47 @@ def _apply_removals(conn: Connection, t: str, req: CommitRequest, version: int) 
                 ),
                 [{"v": version, "t": t, "id": i, "b": req.branch} for i in ids],
             )
-    if req.removed_fragments:  # a removed fragment's files go with it
+    for table in ("files", "deletion_vectors"):  # a removed fragment's files and vector go with it
+        if req.removed_fragments:
+            conn.execute(
+                text(
+                    f"UPDATE {table} SET removed_version = :v WHERE table_id = :t AND "
+                    "fragment_id = :id AND removed_version IS NULL AND branch = :b"
+                ),
+                [{"v": version, "t": t, "id": i, "b": req.branch} for i in req.removed_fragments],
+            )
+
+
+def _apply_deletions(conn: Connection, t: str, req: CommitRequest, version: int) -> None:
+    """Each new vector replaces its fragment's previous one (checked by :func:`_check_deletions`)."""
+    replaced = [d.replaces for d in req.deletions if d.replaces is not None]
+    if replaced:
         conn.execute(
             text(
-                "UPDATE files SET removed_version = :v WHERE table_id = :t AND fragment_id = :id "
-                "AND removed_version IS NULL AND branch = :b"
+                "UPDATE deletion_vectors SET removed_version = :v WHERE table_id = :t AND "
+                "vector_id = :id AND removed_version IS NULL"
             ),
-            [{"v": version, "t": t, "id": i, "b": req.branch} for i in req.removed_fragments],
+            [{"v": version, "t": t, "id": i} for i in replaced],
         )
+    if req.deletions:
+        conn.execute(
+            text(
+                "INSERT INTO deletion_vectors (table_id, vector_id, fragment_id, batch_id, "
+                "deleted_count, vector, branch, added_version, removed_version) VALUES "
+                "(:t, :id, :f, :b, :n, :vec, :br, :v, NULL)"
+            ),
+            [_deletion_row(t, d, req.branch, version) for d in req.deletions],
+        )
+
+
+def _deletion_row(t: str, d: NewDeletion, branch: str, version: int) -> dict[str, Any]:
+    return {
+        "t": t,
+        "id": uuid.uuid4().hex,
+        "f": d.fragment_id,
+        "b": d.batch_id,
+        "n": d.deleted_count,
+        "vec": d.vector,
+        "br": branch,
+        "v": version,
+    }

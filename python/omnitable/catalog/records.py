@@ -7,10 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 
 from omnitable.catalog.sets import stats_entry
 from omnitable.exceptions import ValidationError
+from omnitable.vocabulary.deletions import decode_vector
 from omnitable.vocabulary.stats import ColumnStats
 from omnitable.vocabulary.types import to_arrow
 
@@ -73,6 +75,35 @@ class FragmentRecord:
     path: str
     added_version: int
     seq: int = 0
+
+
+@dataclass(slots=True)
+class DeletionRecord:
+    """The visible deletion vector of one fragment (docs/catalog.md, ``deletion_vectors``);
+    ``mask`` decodes ``vector`` on first use (True: the row at that offset is deleted)."""
+
+    vector_id: str
+    fragment_id: str
+    row_count: int
+    deleted_count: int
+    vector: str
+    added_version: int
+    _mask: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def mask(self) -> np.ndarray:
+        """Boolean mask of the fragment's rows, True where deleted.
+
+        Raises:
+            CorruptInputError: the stored vector does not decode to the fragment's rows.
+        """
+        if self._mask is None:
+            where = f"deletion vector {self.vector_id} of fragment {self.fragment_id}"
+            self._mask = decode_vector(self.vector, self.row_count, where=where)
+        return self._mask
+
+    @property
+    def all_deleted(self) -> bool:
+        return self.deleted_count >= self.row_count
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from sqlalchemy import Connection, text
 from omnitable.catalog.records import (
     BatchRecord,
     ColumnRecord,
+    DeletionRecord,
     FileColumn,
     FileRecord,
     FragmentRecord,
@@ -215,6 +216,7 @@ class Snapshot:
     fragments: list[FragmentRecord]
     files_by_fragment: dict[str, list[FileRecord]] = field(default_factory=dict)
     scope: SnapshotScope = FULL_SCOPE
+    deletions: dict[str, DeletionRecord] = field(default_factory=dict)  # by fragment id
     _scoped_ids: frozenset[int] | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
@@ -269,6 +271,23 @@ class Snapshot:
                 if best is None or f.added_version > best.added_version:
                     out[cid] = f
         return out
+
+    def deletion(self, fragment_id: str) -> DeletionRecord | None:
+        """The fragment's visible deletion vector (None: no row of it is deleted)."""
+        return self.deletions.get(fragment_id)
+
+    def live_rows(self, fragment: FragmentRecord) -> int:
+        """The fragment's rows that are not deleted."""
+        dv = self.deletions.get(fragment.fragment_id)
+        return fragment.row_count - (dv.deleted_count if dv is not None else 0)
+
+    def live_fragments(self, batch_names: list[str] | None) -> list[FragmentRecord]:
+        """:meth:`fragments_of` without the fragments whose every row is deleted (they drop
+        out of reads and backfill planning)."""
+        out = self.fragments_of(batch_names)
+        if not self.deletions:
+            return out
+        return [f for f in out if self.live_rows(f) > 0 or f.row_count == 0]
 
     def fragments_of(self, batch_names: list[str] | None) -> list[FragmentRecord]:
         """The fragments of these batches (None: all), in the table's row order.
@@ -348,6 +367,7 @@ def load_snapshot(
         return snap
     batch_ids = _scope_batch_ids(batches, scope)
     snap.fragments = _load_fragments(conn, table, segments, batches, batch_ids)
+    snap.deletions = _load_deletions(conn, table, segments, batch_ids, snap.fragments)
     if scope.files:
         column_ids = None if scope.columns is None else sorted(snap._scoped_ids or ())
         fragment_ids = None if batch_ids is None else [f.fragment_id for f in snap.fragments]
@@ -431,22 +451,77 @@ def _load_fragments(
         ]
 
 
+def _load_deletions(
+    conn: Connection,
+    table: TableRecord,
+    segments: list[Segment],
+    batch_ids: list[str] | None,
+    fragments: list[FragmentRecord],
+) -> dict[str, DeletionRecord]:
+    """The visible deletion vectors of ``fragments`` (those of ``batch_ids``; None: all), by
+    fragment id; one statement (no row at all for a table that never deleted)."""
+    if not fragments:
+        return {}
+    params: dict[str, Any] = {"t": table.table_id}
+    where = visible_clause("d", segments, params)
+    if len(fragments) <= MAX_LISTED_FRAGMENTS and batch_ids is not None:
+        where += " AND " + in_list(
+            "d.fragment_id", "dfid", [f.fragment_id for f in fragments], params
+        )
+    elif batch_ids is not None:
+        where += " AND " + in_list("d.batch_id", "dbid", batch_ids, params)
+    rows = conn.execute(
+        text(
+            "SELECT d.vector_id, d.fragment_id, d.deleted_count, d.vector, d.added_version "
+            f"FROM deletion_vectors d WHERE d.table_id = :t AND {where}"
+        ),
+        params,
+    ).all()
+    if not rows:
+        return {}
+    counts = {f.fragment_id: f.row_count for f in fragments}
+    return {
+        fid: DeletionRecord(vid, fid, counts[fid], int(n), vec, int(v))
+        for vid, fid, n, vec, v in rows
+        if fid in counts
+    }
+
+
 def batch_counts(
     conn: Connection, table: TableRecord, segments: list[Segment]
 ) -> list[tuple[str, int, int, str]]:
-    """Per visible batch, oldest first: (name, rows, fragments, created_at), as stored on the
-    batch row (one row per batch; no fragment is read; the counts are BIGINT, so ints)."""
+    """Per visible batch, oldest first: (name, live rows, fragments, created_at): the counts
+    stored on the batch row less the rows its visible deletion vectors delete (one row per
+    batch and one per deleted-from batch; no fragment is read; the counts are BIGINT, so ints).
+    """
     params: dict[str, Any] = {"t": table.table_id}
     visible = visible_clause("b", segments, params)
     rows = conn.execute(
         text(
-            "SELECT b.name, b.row_count, b.fragment_count, b.created_at FROM batches b "
+            "SELECT b.batch_id, b.name, b.row_count, b.fragment_count, b.created_at FROM batches b "
             f"WHERE b.table_id = :t AND {visible} ORDER BY b.added_version, b.name"
         ),
         params,
     )
+    deleted = deleted_per_batch(conn, table, segments)
     with gc_paused():
-        return [(name, n, k, at) for name, n, k, at in rows.all()]
+        return [(name, n - deleted.get(bid, 0), k, at) for bid, name, n, k, at in rows.all()]
+
+
+def deleted_per_batch(
+    conn: Connection, table: TableRecord, segments: list[Segment]
+) -> dict[str, int]:
+    """Rows deleted by the visible deletion vectors, per batch id (batches without: absent)."""
+    params: dict[str, Any] = {"t": table.table_id}
+    visible = visible_clause("d", segments, params)
+    rows = conn.execute(
+        text(
+            "SELECT d.batch_id, SUM(d.deleted_count) FROM deletion_vectors d "
+            f"WHERE d.table_id = :t AND {visible} GROUP BY d.batch_id"
+        ),
+        params,
+    ).all()
+    return {bid: int(n) for bid, n in rows}
 
 
 MAX_LISTED_FRAGMENTS = 1000

@@ -61,7 +61,7 @@ def upgrade_catalog(address: CatalogAddress) -> tuple[int, int]:
                 {"v": str(target)},
             )
             failpoint("upgrade.before_commit")
-            return int(found), target
+            return int(str(found)), target
     finally:
         store.close()
 

@@ -258,6 +258,8 @@ def _run_chunk(
         work[name] = [
             i for i in work.get(name, []) if i not in per_frag or retry.get(name, {}).get(i)
         ]
+    gone = {f.fragment_id for f in chunk if f.row_count > 0 and snap.live_rows(f) == 0}
+    work = {k: [i for i in v if i not in gone] for k, v in work.items()}  # all rows deleted
     work = {k: v for k, v in work.items() if v}
     outputs: list[TaskOutput] = []
     skipped: list[dict[str, Any]] = []

@@ -243,6 +243,7 @@ def _run_job(job: ChunkJob, work: dict[str, list[str]], escalate: list[str]) -> 
         work=work,
         retry=job.retry,
         row_counts={i: by_id[i].row_count for i in frag_ids},
+        vectors={i: dv.vector for i in frag_ids if (dv := snap.deletion(i)) is not None},
         paths={i: by_id[i].path for i in frag_ids},
         options=ctx.options(),
         run_id=job.run_id,

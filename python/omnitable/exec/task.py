@@ -32,6 +32,7 @@ from omnitable.format.fs import resolve_location
 from omnitable.format.writer import WriteOptions, write_column_file
 from omnitable.isolation import IsolationPolicy, Mode, input_digest, run_isolated
 from omnitable.isolation.engine import CallSizing, split
+from omnitable.vocabulary.deletions import decode_vector
 from omnitable.vocabulary.names import ROW_ID
 from omnitable.vocabulary.types import to_arrow
 
@@ -56,6 +57,9 @@ class TaskSpec:
             (the ``driver`` crash escalation), or None.
         escalate: features to run in the child process from the start (a worker died while
             computing them in an earlier job of this chunk).
+        vectors: fragment -> its deletion vector as stored (fragments with deleted rows only):
+            the reader sends only the live rows, whose outputs are scattered back to their
+            offsets (deleted rows are NULL, never computed).
     """
 
     root: str
@@ -70,6 +74,7 @@ class TaskSpec:
     isolation: str
     progress: str | None = None
     escalate: list[str] = field(default_factory=list)
+    vectors: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         """The JSON :func:`compute_partition` reads."""
@@ -89,6 +94,7 @@ class TaskSpec:
                 "isolation": self.isolation,
                 "progress": self.progress,
                 "escalate": self.escalate,
+                "vectors": self.vectors,
             }
         )
 
@@ -106,16 +112,20 @@ def compute_partition(
     escalated = set(spec.get("escalate", []))
     progress = TaskProgress(spec["progress"]) if spec.get("progress") else None
     for frag_id, table in _fragments(batches):
-        _check_complete(frag_id, table, spec["row_counts"].get(frag_id))
+        live = _live_offsets(frag_id, spec, table)
         cache: dict[str, pd.Series] = {}
         for f in features:
             if frag_id not in work.get(f.name, set()):
                 continue
             only = spec["retry"].get(f.name, {}).get(frag_id)
             marker = functools.partial(progress.batch, f.name, frag_id) if progress else None
+            if live is not None and only is not None:  # offsets -> positions among live rows
+                only = _positions(live, only)
             outputs, failures, computed = compute_feature(
                 f, table, cache, spec["isolation"], retried or f.name in escalated, only, marker
             )
+            if live is not None:
+                outputs, failures = _scatter(outputs, failures, live, spec["row_counts"][frag_id])
             desc = write_column_file(
                 location,
                 frag_id,
@@ -253,6 +263,47 @@ def _previous_attempt_failed() -> bool:
         return False
     ctx = TaskContext.get()
     return ctx is not None and ctx.attemptNumber() > 0
+
+
+def _live_offsets(frag_id: str, spec: dict[str, Any], table: pa.Table) -> np.ndarray | None:
+    """Check the task received the fragment's live rows in order; their offsets when some rows
+    of the fragment are deleted (None: the fragment is whole)."""
+    vector = spec.get("vectors", {}).get(frag_id)
+    count = spec["row_counts"].get(frag_id)
+    if vector is None or count is None:
+        _check_complete(frag_id, table, count)
+        return None
+    live = np.flatnonzero(~decode_vector(vector, count, where=f"the vector of {frag_id}"))
+    offsets = table.column(OFFSET).to_numpy()
+    if not np.array_equal(offsets, live):
+        raise ValidationError(
+            f"Cannot backfill fragment {frag_id}: the task received {len(offsets)} rows out of "
+            f"order or incomplete (expected its {len(live)} live rows in fragment order)"
+        )
+    return live
+
+
+def _positions(live: np.ndarray, offsets: list[int]) -> list[int]:
+    """Positions among the live rows of the live ones of ``offsets`` (deleted ones dropped)."""
+    wanted = np.asarray(offsets, dtype=np.int64)
+    pos = np.searchsorted(live, wanted)
+    found = pos < len(live)
+    found[found] = live[pos[found]] == wanted[found]
+    return [int(p) for p in pos[found]]
+
+
+def _scatter(
+    outputs: pa.Table, failures: list[dict[str, Any]], live: np.ndarray, row_count: int
+) -> tuple[pa.Table, list[dict[str, Any]]]:
+    """Outputs of the live rows placed at their offsets of a ``row_count``-row fragment (NULL
+    at deleted rows), and failures renumbered from positions to offsets."""
+    index = np.full(row_count, -1, dtype=np.int64)
+    index[live] = np.arange(len(live))
+    take = pa.array(index, mask=index < 0)
+    placed = pa.table({n: outputs.column(n).take(take) for n in outputs.column_names})
+    for failure in failures:
+        failure["row_offset"] = int(live[failure["row_offset"]])
+    return placed, failures
 
 
 def _check_complete(frag_id: str, table: pa.Table, expected: int | None) -> None:

@@ -143,7 +143,7 @@ def make_plan(
     by_name = {c.name: c for c in snap.columns}
     retry: dict[str, dict[str, str]] = {}
     target_features = _resolve_targets(ctx, graph, targets)
-    fragments = snap.fragments_of(batches)
+    fragments = snap.live_fragments(batches)  # a fully deleted fragment needs nothing
     batch_names = [b.name for b in snap.batches if batches is None or b.name in set(batches)]
     closure = graph.ancestors(target_features)
     levels = graph.levels()

@@ -84,7 +84,7 @@ def status_grid(
     read_sets = load_read_sets(ctx, snap)
     for f in sorted(features.values(), key=lambda x: x.name):
         states: dict[str, list[Any]] = {b: [] for b in batches}
-        for frag in snap.fragments:
+        for frag in snap.live_fragments(None):  # a fully deleted fragment needs nothing
             states[frag.batch_name].append(fragment_status(snap, f, frag, read_sets).state)
         for out in f.outputs:
             columns.append(out)

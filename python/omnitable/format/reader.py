@@ -103,7 +103,7 @@ class FragmentReader:
         providing each column of each fragment), without opening a file."""
         out_cols = self._check_columns(columns)
         where_cols = self._where_columns(where)
-        fragments = self.snapshot.fragments_of(batches)
+        fragments = self.snapshot.live_fragments(batches)  # fully deleted ones drop out
         total = len(fragments)
         if where is not None:
             fragments = self._prune(fragments, where, where_cols)
@@ -149,14 +149,46 @@ class FragmentReader:
         where: pc.Expression | None = None,
         where_cols: list[str] | None = None,
     ) -> pa.Table:
-        """One fragment's rows (filtered by ``where``), columns ``out_cols`` in that order."""
-        where_cols = where_cols or []
+        """One fragment's live rows (not deleted, filtered by ``where``), columns ``out_cols``
+        in that order."""
+        schema = pa.schema([self._field(c) for c in out_cols])
+        dv = self.snapshot.deletion(frag.fragment_id)
         if where is None:
-            arrays = self._read_columns(frag, out_cols, None)
-            return pa.Table.from_arrays(
-                [arrays[c] for c in out_cols], schema=pa.schema([self._field(c) for c in out_cols])
-            )
+            live = None if dv is None else np.flatnonzero(~dv.mask())
+            if live is not None and len(live) == 0:
+                return schema.empty_table()
+            arrays = self._read_columns(frag, out_cols, live)
+            return pa.Table.from_arrays([arrays[c] for c in out_cols], schema=schema)
+        where_cols = where_cols or []
         pred_arrays = self._read_columns(frag, where_cols, None)
+        survivors = self._survivors(frag, pred_arrays, where, where_cols)
+        if len(survivors) == 0:
+            return schema.empty_table()
+        take = pa.array(survivors)
+        payload = [c for c in out_cols if c not in pred_arrays]
+        arrays = {c: pred_arrays[c].take(take) for c in out_cols if c in pred_arrays}
+        arrays.update(self._read_columns(frag, payload, survivors))
+        return pa.Table.from_arrays([arrays[c] for c in out_cols], schema=schema)
+
+    def matching_rows(
+        self, frag: FragmentRecord, where: pc.Expression, where_cols: list[str]
+    ) -> tuple[np.ndarray, pa.Table]:
+        """The offsets of the fragment's live rows where ``where`` is true (sorted), and those
+        rows' ``where_cols`` (a delete reads no other column)."""
+        pred_arrays = self._read_columns(frag, where_cols, None)
+        survivors = self._survivors(frag, pred_arrays, where, where_cols)
+        take = pa.array(survivors)
+        columns = [pred_arrays[c].take(take) for c in where_cols]
+        return survivors, pa.Table.from_arrays(columns, names=where_cols)
+
+    def _survivors(
+        self,
+        frag: FragmentRecord,
+        pred_arrays: dict[str, pa.ChunkedArray | pa.Array],
+        where: pc.Expression,
+        where_cols: list[str],
+    ) -> np.ndarray:
+        """Sorted offsets of the live rows where ``where`` is true (NULL counts as false)."""
         pred = pa.Table.from_arrays(
             [pred_arrays[c] for c in where_cols] + [pa.array(np.arange(frag.row_count))],
             names=[*where_cols, _INDEX],
@@ -165,14 +197,8 @@ class FragmentReader:
             survivors = pred.filter(where).column(_INDEX).to_numpy()
         except ARROW_VALUE_ERRORS as exc:
             raise ValidationError(f"Cannot evaluate filter {where}: {exc}") from exc
-        schema = pa.schema([self._field(c) for c in out_cols])
-        if len(survivors) == 0:
-            return schema.empty_table()
-        take = pa.array(survivors)
-        payload = [c for c in out_cols if c not in pred_arrays]
-        arrays = {c: pred_arrays[c].take(take) for c in out_cols if c in pred_arrays}
-        arrays.update(self._read_columns(frag, payload, survivors))
-        return pa.Table.from_arrays([arrays[c] for c in out_cols], schema=schema)
+        dv = self.snapshot.deletion(frag.fragment_id)
+        return survivors if dv is None else survivors[~dv.mask()[survivors]]
 
     # -- columns --------------------------------------------------------------------------
 
