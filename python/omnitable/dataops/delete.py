@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, NewDeletion
 from omnitable.catalog.records import FragmentRecord
 from omnitable.catalog.snapshot import Snapshot, SnapshotScope
@@ -70,6 +71,7 @@ def delete_rows(
         req = CommitRequest(
             op="delete", base_version=snap.version, summary=summary, deletions=deletions
         )
+        failpoint("delete.before_commit")
         try:
             return DeleteResult(ctx.commit(req), rows, len(deletions))
         except CommitConflict as exc:
