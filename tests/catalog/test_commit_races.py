@@ -158,7 +158,9 @@ def _deleted(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
     """The row is gone and a delete commit says so (a delete retried after its batch was
     replaced matches nothing and commits nothing)."""
     gone = DELETED[tag] not in t.read(columns=["text"]).column("text").to_pylist()
-    return gone and any(h.op == "delete" and DELETED[tag] in h.summary["where"] for h in t.history())
+    return gone and any(
+        h.op == "delete" and DELETED[tag] in h.summary["where"] for h in t.history()
+    )
 
 
 def _drop_recreate(ctx: Ctx, t: omnitable.Table, tag: str) -> object:

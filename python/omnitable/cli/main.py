@@ -11,7 +11,14 @@ import traceback
 
 import click
 
-from omnitable.cli import backfill_cmd, catalog_cmd, demo_cmd, settings_cmd, tables_cmd
+from omnitable.cli import (
+    backfill_cmd,
+    catalog_cmd,
+    dataops_cmd,
+    demo_cmd,
+    settings_cmd,
+    tables_cmd,
+)
 from omnitable.cli.context import Context
 from omnitable.cli.output import Output
 from omnitable.exceptions import CommitConflict, NotFoundError, OmniTableError, ValidationError
@@ -49,6 +56,8 @@ for command in (
     settings_cmd.settings_command,
     tables_cmd.tables,
     tables_cmd.show,
+    dataops_cmd.delete,
+    dataops_cmd.history,
     catalog_cmd.upgrade_catalog_command,
 ):
     cli.add_command(command)

@@ -99,7 +99,10 @@ def show(ctx: Context, table: str, history_limit: int) -> None:
             out.table(
                 "Versions",
                 ["version", "op", "time", "summary"],
-                [[h["version"], h["op"], h["time"], _short(h["summary"])] for h in info["history"]],
+                [
+                    [h["version"], h["op"], h["time"], short_summary(h["summary"])]
+                    for h in info["history"]
+                ],
             )
         )
 
@@ -118,5 +121,6 @@ def _group(snap: Any, name: str) -> str:
     return str(snap.column(name).group_name)
 
 
-def _short(summary: dict[str, Any]) -> str:
+def short_summary(summary: dict[str, Any]) -> str:
+    """A commit summary on one line (at most 80 characters)."""
     return ", ".join(f"{k}={v}" for k, v in sorted(summary.items()))[:80]

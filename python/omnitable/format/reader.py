@@ -254,7 +254,9 @@ class FragmentReader:
             msg = str(exc).splitlines()[0]
             if "No match for FieldRef" in msg:
                 raise UnknownColumnError(
-                    f"Cannot filter table '{self.snapshot.table.name}': {msg}"
+                    f"Cannot filter table '{self.snapshot.table.name}': the filter names a "
+                    f"column it does not have ({msg.split(' in ')[0]}); columns are: "
+                    + ", ".join(self.snapshot.column_names())
                 ) from exc
             raise ValidationError(f"Cannot filter with {where}: {msg}") from exc
         return cols

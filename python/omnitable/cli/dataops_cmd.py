@@ -1,0 +1,83 @@
+"""``omnitable delete TABLE`` and ``omnitable history TABLE`` (docs/dataops.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.console import Console
+
+from omnitable.cli.context import Context
+from omnitable.cli.tables_cmd import short_summary
+from omnitable.exceptions import ValidationError
+from omnitable.vocabulary.filters import parse_filter
+
+FILTER_HELP = (
+    "Rows to delete, in SQL-like syntax: comparisons (= != < <= > >=), IN (...), IS [NOT] "
+    "NULL, AND, OR, NOT, parentheses; strings in single quotes, e.g. "
+    "\"label = 'spam' AND score < 0.2\". NULL is not true: such rows are kept."
+)
+
+
+@click.command()
+@click.argument("table")
+@click.option("--where", "where", default=None, help=FILTER_HELP)
+@click.option("--ids", default=None, help="Comma-separated _ai_unique_id_ values to delete.")
+@click.option("--why", default=None, help="Reason recorded in the commit's summary.")
+@click.pass_obj
+def delete(ctx: Context, table: str, where: str | None, ids: str | None, why: str | None) -> None:
+    """Delete rows of TABLE (deletion vectors; no data file is rewritten, time travel still
+    sees them). Exactly one of --where and --ids."""
+    if (where is None) == (ids is None):
+        raise ValidationError("Cannot delete: give exactly one of --where and --ids")
+    expr = parse_filter(where) if where is not None else None
+    id_list = _ids(ids) if ids is not None else None
+    with ctx.connect() as wh:
+        result = wh.table(table).delete(expr, ids=id_list, why=why)
+    data = {"table": table, "version": result.version, "rows": result.rows,
+            "fragments": result.fragments}  # fmt: skip
+
+    def render(console: Console) -> None:
+        if result.version is None:
+            console.print(f"No row of '{table}' matched; nothing was committed.")
+        else:
+            console.print(
+                f"Deleted {result.rows} row(s) in {result.fragments} fragment(s) of '{table}': "
+                f"version {result.version}."
+            )
+
+    ctx.out.result(data, render)
+
+
+def _ids(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise ValidationError(
+            f"Cannot delete: --ids must be comma-separated integers, got {text!r}"
+        ) from exc
+
+
+@click.command()
+@click.argument("table")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1),
+              help="How many versions to list, newest first.")  # fmt: skip
+@click.pass_obj
+def history(ctx: Context, table: str, limit: int) -> None:
+    """List TABLE's versions, newest first: operation, time and summary."""
+    with ctx.connect() as wh:
+        rows: list[dict[str, Any]] = [
+            {"version": h.version, "op": h.op, "time": h.time, "summary": h.summary}
+            for h in wh.table(table).history(limit)
+        ]
+
+    def render(console: Console) -> None:
+        console.print(
+            ctx.out.table(
+                f"History of {table}",
+                ["version", "op", "time", "summary"],
+                [[r["version"], r["op"], r["time"], short_summary(r["summary"])] for r in rows],
+            )
+        )
+
+    ctx.out.result(rows, render)

@@ -1,0 +1,122 @@
+"""The command line's filter language (against pyarrow's own evaluation) and ``omnitable
+delete`` / ``omnitable history``: results, JSON, exit codes, nothing committed on bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import omnitable
+from omnitable.cli.main import main
+from omnitable.vocabulary.filters import parse_filter
+
+DATA = pa.table(
+    {
+        "label": ["spam", "ok", "spam", None, "it's"],
+        "score": [0.1, 0.5, 0.9, 0.05, 2.0],
+        "n": pa.array([1, 2, 3, None, 5], pa.int64()),
+        "flag": [True, False, None, True, False],
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("label = 'spam'", pc.field("label") == "spam"),
+        (
+            "label == 'spam' AND score < 0.2",
+            (pc.field("label") == "spam") & (pc.field("score") < 0.2),
+        ),
+        ("n >= 2 or label is null", (pc.field("n") >= 2) | pc.field("label").is_null()),
+        ("NOT (n <> 3)", ~(pc.field("n") != 3)),
+        ("label IN ('ok', 'it''s')", pc.field("label").isin(["ok", "it's"])),
+        ("label NOT IN ('ok')", ~pc.field("label").isin(["ok"])),
+        ("n IS NOT NULL AND `score` > 1e-1", ~pc.field("n").is_null() & (pc.field("score") > 0.1)),
+        ("flag = TRUE", pc.field("flag") == True),  # noqa: E712
+        (
+            "n > -1 AND n <= 3 OR flag = false",
+            ((pc.field("n") > -1) & (pc.field("n") <= 3)) | (pc.field("flag") == False),
+        ),  # noqa: E712
+    ],
+)
+def test_filters_select_what_pyarrow_selects(text: str, expected: pc.Expression) -> None:
+    assert DATA.filter(parse_filter(text)).equals(DATA.filter(expected))
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        ("label = ", "expected a value"),
+        ("label = 'x' AND", "expected a column name"),
+        ("(n > 1", r"expected \)"),
+        ("n > 1 n", "expected the end"),
+        ("n ~ 1", "unexpected '~ 1'"),
+        ("n IN 1", r"expected \("),
+        ("n , 1", "expected a comparison"),
+    ],
+)
+def test_bad_filters_say_where(text: str, pattern: str) -> None:
+    with pytest.raises(omnitable.ValidationError, match=pattern):
+        parse_filter(text)
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, " ".join(err.split())
+
+
+def test_delete_and_history_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wh = str(tmp_path / "wh")
+    with omnitable.connect(wh) as w:
+        t = w.create_table("docs", {"label": "string", "score": "double"})
+        t.append(DATA.select(["label", "score"]), "b1")
+        ids = t.read([omnitable.ROW_ID])[omnitable.ROW_ID].to_pylist()
+    code, out, err = _run(
+        capsys, "-w", wh, "delete", "docs", "--where", "label = 'spam' AND score < 0.2"
+    )
+    assert code == 0, err
+    assert "Deleted 1 row(s) in 1 fragment(s) of 'docs': version 2" in " ".join(out.split())
+    code, out, _ = _run(
+        capsys,
+        "--json",
+        "-w",
+        wh,
+        "delete",
+        "docs",
+        "--ids",
+        f"{ids[1]},{ids[4]}",
+        "--why",
+        "dupes",
+    )
+    assert code == 0 and json.loads(out) == {
+        "table": "docs",
+        "version": 3,
+        "rows": 2,
+        "fragments": 1,
+    }
+    code, out, _ = _run(capsys, "--json", "-w", wh, "delete", "docs", "--where", "label = 'none'")
+    assert code == 0 and json.loads(out)["version"] is None
+    for args, exit_code, pattern in [
+        (["--where", "label ="], 2, "expected a value"),
+        (["--ids", "1,x"], 2, "comma-separated integers"),
+        (["--ids", "99999"], 3, "not live rows"),
+        (["--where", "nolabel IS NULL"], 2, "names a column it does not have"),
+        ([], 2, "exactly one of --where and --ids"),
+        (["--where", "score > 0", "--ids", "1"], 2, "exactly one of --where and --ids"),
+    ]:
+        code, _, err = _run(capsys, "-w", wh, "delete", "docs", *args)
+        assert (code, pattern in err) == (exit_code, True), (args, err)
+    code, _, err = _run(capsys, "-w", wh, "delete", "nosuch", "--ids", "1")
+    assert code == 3 and "Cannot find table 'nosuch'" in err
+    code, out, _ = _run(capsys, "--json", "-w", wh, "history", "docs", "--limit", "2")
+    history = json.loads(out)
+    assert [h["op"] for h in history] == ["delete", "delete"]
+    assert history[0]["summary"]["why"] == "dupes" and history[0]["summary"]["rows"] == 2
+    with omnitable.connect(wh) as w:
+        assert w.table("docs").read(["label"])["label"].to_pylist() == ["spam", None]
