@@ -19,6 +19,7 @@ BENCHMARKS = [
     "optimizer",
     "reader_memory",
     "metadata",
+    "dataops",
 ]
 
 

@@ -37,11 +37,11 @@ DATA = pa.table(
         ("label IN ('ok', 'it''s')", pc.field("label").isin(["ok", "it's"])),
         ("label NOT IN ('ok')", ~pc.field("label").isin(["ok"])),
         ("n IS NOT NULL AND `score` > 1e-1", ~pc.field("n").is_null() & (pc.field("score") > 0.1)),
-        ("flag = TRUE", pc.field("flag") == True),  # noqa: E712
+        ("flag = TRUE", pc.equal(pc.field("flag"), True)),
         (
             "n > -1 AND n <= 3 OR flag = false",
-            ((pc.field("n") > -1) & (pc.field("n") <= 3)) | (pc.field("flag") == False),
-        ),  # noqa: E712
+            ((pc.field("n") > -1) & (pc.field("n") <= 3)) | pc.equal(pc.field("flag"), False),
+        ),
     ],
 )
 def test_filters_select_what_pyarrow_selects(text: str, expected: pc.Expression) -> None:

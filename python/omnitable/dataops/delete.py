@@ -65,7 +65,11 @@ def delete_rows(
         deletions, rows = _deletions(ctx, snap, condition, wanted)
         if not deletions:
             return DeleteResult(None, 0, 0)
-        summary = {"rows": rows, "fragments": len(deletions), "where": str(condition)}
+        summary: dict[str, object] = {"rows": rows, "fragments": len(deletions)}
+        if wanted is None:
+            summary["where"] = str(condition)
+        else:
+            summary["ids"] = len(wanted)
         if why is not None:
             summary["why"] = why
         req = CommitRequest(

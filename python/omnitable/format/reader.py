@@ -154,11 +154,11 @@ class FragmentReader:
         schema = pa.schema([self._field(c) for c in out_cols])
         dv = self.snapshot.deletion(frag.fragment_id)
         if where is None:
-            live = None if dv is None else np.flatnonzero(~dv.mask())
-            if live is not None and len(live) == 0:
+            if dv is not None and dv.all_deleted:
                 return schema.empty_table()
-            arrays = self._read_columns(frag, out_cols, live)
-            return pa.Table.from_arrays([arrays[c] for c in out_cols], schema=schema)
+            arrays = self._read_columns(frag, out_cols, None)
+            table = pa.Table.from_arrays([arrays[c] for c in out_cols], schema=schema)
+            return table if dv is None else table.filter(pa.array(~dv.mask()))
         where_cols = where_cols or []
         pred_arrays = self._read_columns(frag, where_cols, None)
         survivors = self._survivors(frag, pred_arrays, where, where_cols)
