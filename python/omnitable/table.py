@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 from omnitable.catalog.records import CommitRecord, TableRecord
 from omnitable.catalog.snapshot import FULL_SCOPE, Snapshot, SnapshotScope
 from omnitable.context import TableContext, WarehouseHandle
+from omnitable.dataops.columns import rename_column, restore, retire, retired_names
 from omnitable.dataops.delete import DeleteResult, delete_rows
 from omnitable.exceptions import ValidationError
 from omnitable.format.fs import Location
@@ -282,6 +283,40 @@ class Table:
             CommitConflict: concurrent deletes of the same fragments won every retry.
         """
         return delete_rows(self._ctx, where, ids, why=why)
+
+    def rename_column(self, old: str, new: str) -> int:
+        """Rename a raw column; returns the new version. Only the catalog changes (files name
+        columns by id); earlier versions keep the old name (docs/dataops.md).
+
+        Raises:
+            NotFoundError, AlreadyExistsError, ValidationError (system columns, features'
+            outputs and inputs, invalid names).
+        """
+        return rename_column(self._ctx, old, new)
+
+    def retire(self, column: str) -> int:
+        """Retire a column: hidden from reads, the schema, Spark and backfill planning; data
+        and name kept; :meth:`restore` brings it back. A feature's output retires the feature
+        (all its outputs; it is no longer planned or recomputed). Returns the new version.
+
+        Raises:
+            NotFoundError: no such active column. ValidationError: a system column, or an input
+                of a feature that is not retired.
+        """
+        return retire(self._ctx, column)
+
+    def restore(self, column: str) -> int:
+        """Make a retired column (with the other outputs of its feature) active again; returns
+        the new version.
+
+        Raises:
+            NotFoundError: no retired column of that name. ValidationError: it is active.
+        """
+        return restore(self._ctx, column)
+
+    def retired(self) -> list[str]:
+        """The names of the retired columns (see :meth:`retire`)."""
+        return retired_names(self._ctx.catalog.all_columns(self.record)[1])
 
     # -- features -------------------------------------------------------------------------
 

@@ -133,7 +133,8 @@ def _retype(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
 
 
 def _retyped(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
-    return t.snapshot().column("text_len").data_type == "bigint"
+    snap = t.snapshot()
+    return snap.has_column("text_len") and snap.column("text_len").data_type == "bigint"
 
 
 def _backfill(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
@@ -163,6 +164,18 @@ def _deleted(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
     )
 
 
+def _retire(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
+    return t.retire("text_len")
+
+
+def _retired(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
+    """text_len is retired by a retire commit (A's own, when both writers retire)."""
+    commits = sum(h.op == "retire" for h in t.history())
+    return t.retired() == ["text_len"] and commits >= (
+        2 if ctx.race == ("retire", "retire") and tag == "a" else 1
+    )
+
+
 def _drop_recreate(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
     ctx.wh.drop_table("docs")
     ctx.dropped = True
@@ -184,6 +197,7 @@ WRITERS: dict[str, Writer] = {
     "retype": Writer("register.before_commit", _retype, _retyped),
     "backfill": Writer("backfill.before_commit", _backfill, _backfilled, spark=True),
     "delete": Writer("delete.before_commit", _delete, _deleted),
+    "retire": Writer("columns.before_commit", _retire, _retired),
     "drop_recreate": Writer("", _drop_recreate, lambda ctx, t, tag: ctx.dropped),
 }
 
@@ -198,6 +212,7 @@ def conflict(pattern: str) -> Outcome:
 # A's outcome per (A, B): None = both commit; else the error A gets and a pattern of its message.
 _REMOVED = conflict(r"\d+ fragment\(s\) were removed by a concurrent commit")
 _REPLACED = conflict(r"the batch it replaces was changed by a concurrent commit")
+_CHANGED = conflict(r"column 'text_len' was renamed, retired or restored by a concurrent commit")
 _REGISTERED = conflict(r"feature\(s\) \S+@\d+ were registered by a concurrent commit")
 _DROPPED = (
     omnitable.NotFoundError,
@@ -278,6 +293,25 @@ EXPECTED: dict[tuple[str, str], Outcome] = {
     ("register", "delete"): None,
     ("retype", "delete"): None,
     ("backfill", "delete"): None,
+    # retiring the feature output text_len (the path of every rename, retire and restore)
+    ("retire", "append"): None,
+    ("retire", "spark_append"): None,
+    ("retire", "replace"): None,
+    ("retire", "add_columns"): None,
+    ("retire", "register"): None,
+    ("retire", "retype"): _CHANGED,
+    ("retire", "backfill"): None,
+    ("retire", "delete"): None,
+    ("retire", "retire"): _CHANGED,
+    ("retire", "drop_recreate"): _DROPPED,
+    ("append", "retire"): None,
+    ("spark_append", "retire"): None,
+    ("replace", "retire"): None,
+    ("add_columns", "retire"): None,
+    ("register", "retire"): None,
+    ("retype", "retire"): conflict(r"column 'text_len' was removed by a concurrent commit"),
+    ("backfill", "retire"): conflict(r"column 'text_len' no longer exists \(retired"),
+    ("delete", "retire"): None,
 }
 
 
@@ -400,6 +434,7 @@ def run_in_child(uri: str, root: str, kind: str) -> None:
         "register",
         "retype",
         "delete",
+        "retire",
         # each starts Spark in the child (tens of seconds)
         pytest.param("spark_append", marks=[pytest.mark.spark, pytest.mark.slow]),
         pytest.param("backfill", marks=[pytest.mark.spark, pytest.mark.slow]),

@@ -38,11 +38,36 @@ V2_FILE_COLUMNS = """CREATE TABLE file_columns (
 )"""
 
 
+V3_COLUMNS = """CREATE TABLE columns (
+    table_id        TEXT NOT NULL,
+    column_id       INTEGER NOT NULL,
+    name            TEXT NOT NULL,
+    physical_name   TEXT NOT NULL,
+    data_type       TEXT NOT NULL,
+    nullable        INTEGER NOT NULL,
+    position        INTEGER NOT NULL,
+    state           TEXT NOT NULL,
+    group_name      TEXT NOT NULL,
+    feature         TEXT,
+    branch          TEXT NOT NULL,
+    added_version   BIGINT NOT NULL,
+    removed_version BIGINT,
+    PRIMARY KEY (table_id, column_id)
+)"""
+
+
 def _as_version_3(store: CatalogStore) -> None:
-    """Rewrite a version-4 catalog (without deletes) into the version-3 layout."""
+    """Rewrite a version-4 catalog (without deletes or column changes) into the version-3
+    layout."""
     with store.write() as conn:
         assert conn.execute(text("SELECT COUNT(*) FROM deletion_vectors")).scalar() == 0
         conn.execute(text("DROP TABLE deletion_vectors"))
+        conn.execute(text("ALTER TABLE columns RENAME TO columns_v4"))
+        if not store.is_sqlite:
+            conn.execute(text("ALTER TABLE columns_v4 RENAME CONSTRAINT columns_pkey TO c4_pkey"))
+        conn.execute(text(V3_COLUMNS))
+        conn.execute(text("INSERT INTO columns SELECT * FROM columns_v4"))
+        conn.execute(text("DROP TABLE columns_v4"))
         conn.execute(text("UPDATE omnitable_meta SET value = '3' WHERE key = 'schema_version'"))
 
 
@@ -170,8 +195,11 @@ def test_upgrade_from_version_3_adds_deletion_vectors(populated: tuple[str, str 
     with omnitable.connect(uri, root=root) as wh:
         assert _state(wh) == before
         docs = wh.table("docs")
-        docs.delete(pc.field("x") == 3)  # the new table takes deletes
+        docs.delete(pc.field("x") == 3)  # the new tables take deletes and column changes
         assert 3 not in docs.read(["x"])["x"].to_pylist()
+        docs.rename_column("s", "text")
+        assert docs.read(["text"]).num_rows == docs.count()
+        assert "s" in docs.snapshot(version=docs.version - 1).column_names()
 
 
 def test_cli_upgrades_and_refuses_an_unknown_version(

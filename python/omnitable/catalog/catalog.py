@@ -21,11 +21,12 @@ from omnitable._failpoints import failpoint
 from omnitable.catalog import lineage
 from omnitable.catalog.address import CatalogAddress
 from omnitable.catalog.commit import CommitRequest, NewColumn, commit, find_commit, utcnow
-from omnitable.catalog.records import CommitRecord, TableRecord
+from omnitable.catalog.records import ColumnRecord, CommitRecord, TableRecord
 from omnitable.catalog.snapshot import (
     FULL_SCOPE,
     Snapshot,
     SnapshotScope,
+    all_columns,
     batch_counts,
     load_snapshot,
     segments_for,
@@ -263,6 +264,12 @@ class Catalog:
         with self.store.read() as conn:
             segments, _, _ = segments_for(conn, table, version=version)
             return batch_counts(conn, table, segments)
+
+    def all_columns(self, table: TableRecord) -> tuple[int, list[ColumnRecord]]:
+        """The head of main and its visible columns, retired ones included."""
+        with self.store.read() as conn:
+            segments, version, _ = segments_for(conn, table, branch=MAIN)
+            return version, all_columns(conn, table, segments)
 
     def head_version(self, table: TableRecord, branch: str = MAIN) -> int:
         with self.store.read() as conn:

@@ -123,6 +123,20 @@ class NewDeletion:
     replaces: str | None = None
 
 
+@dataclass(frozen=True)
+class ColumnChange:
+    """A new name and/or state of an existing column (rename, retire, restore).
+
+    ``read_version``: the ``added_version`` of the column's row the operation read; the commit
+    conflicts when the head holds another row (the column changed concurrently).
+    """
+
+    column_id: int
+    read_version: int
+    name: str
+    state: str
+
+
 @dataclass
 class CommitRequest:
     """Everything one operation changes. Files reference columns by name."""
@@ -149,6 +163,7 @@ class CommitRequest:
     # feature name -> the version the operation computed; it must still be the current one
     feature_versions: dict[str, str] = field(default_factory=dict)
     deletions: list[NewDeletion] = field(default_factory=list)
+    column_changes: list[ColumnChange] = field(default_factory=list)
 
     def all_new_files(self) -> list[FileDescriptor]:
         return [f for frag in self.new_fragments for f in frag.files] + list(self.new_files)
@@ -205,6 +220,7 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
         failpoint("commit.mid_insert")
         _apply_removals(conn, table_id, req, version)
         _apply_deletions(conn, table_id, req, version)
+        _apply_column_changes(conn, table_id, req, version)
         conn.execute(
             text(
                 "INSERT INTO commits (table_id, version, parent_version, branch, op, run_id, "
@@ -281,16 +297,19 @@ def _validate(
     concurrent = head != req.base_version
     params: dict[str, Any] = {"t": t}
     vis = visible_clause("c", segments, params)
-    visible_cols = {
-        r.name: (int(r.column_id), int(r.added_version))
-        for r in conn.execute(
-            text(
-                f"SELECT name, column_id, added_version FROM columns c "
-                f"WHERE c.table_id = :t AND {vis} AND c.state <> 'dropped'"
-            ),
-            params,
-        )
-    }
+    visible_cols: dict[str, tuple[int, int]] = {}
+    retired: set[str] = set()
+    for r in conn.execute(
+        text(
+            f"SELECT name, column_id, added_version, state FROM columns c "
+            f"WHERE c.table_id = :t AND {vis}"
+        ),
+        params,
+    ):
+        if r.state == "active":
+            visible_cols[r.name] = (int(r.column_id), int(r.added_version))
+        else:
+            retired.add(r.name)
     column_ids = {name: cid for name, (cid, _) in visible_cols.items()}
     removed_cols = set(req.removed_columns)
     for name in removed_cols:
@@ -308,13 +327,18 @@ def _validate(
                     [("*", col.name)],
                 )
             raise AlreadyExistsError(f"Cannot add column '{col.name}': it already exists")
+        if col.name in retired:
+            raise AlreadyExistsError(
+                f"Cannot add column '{col.name}': a retired column has that name; restore it "
+                "(Table.restore) or choose another name"
+            )
     new_names = {c.name for c in req.new_columns}
     for f in req.all_new_files():
         for name in f.columns:
             if name not in column_ids and name not in new_names:
                 raise CommitConflict(
-                    f"Cannot commit {req.op}: column '{name}' no longer exists (dropped "
-                    "concurrently?)",
+                    f"Cannot commit {req.op}: column '{name}' no longer exists (retired, renamed "
+                    "or replaced concurrently?)",
                     [(f.fragment_id, name)],
                 )
 
@@ -330,6 +354,7 @@ def _validate(
     _check_feature_versions(conn, t, req)
     _check_expected_providers(conn, t, req, segments, column_ids)
     _check_deletions(conn, t, req, segments)
+    _check_column_changes(conn, t, req, segments)
     return column_ids
 
 
@@ -459,6 +484,64 @@ def _check_deletions(conn: Connection, t: str, req: CommitRequest, segments: lis
             f"deleted rows of {len(changed)} of the same fragment(s), e.g. {changed[0]}; nothing "
             "was committed. Re-run the operation on the new version.",
             [(f, "*") for f in changed],
+        )
+
+
+def _check_column_changes(
+    conn: Connection, t: str, req: CommitRequest, segments: list[Segment]
+) -> None:
+    """Each changed column still has the row the operation read, and no other column holds
+    (or held, retired) the new name."""
+    if not req.column_changes:
+        return
+    params: dict[str, Any] = {"t": t}
+    vis = visible_clause("c", segments, params)
+    rows = conn.execute(
+        text(
+            f"SELECT column_id, name, added_version FROM columns c WHERE c.table_id = :t AND {vis}"
+        ),
+        params,
+    ).all()
+    head = {int(r.column_id): (r.name, int(r.added_version)) for r in rows}
+    changed = {c.column_id for c in req.column_changes}
+    for change in req.column_changes:
+        name, added = head.get(change.column_id, ("", -1))
+        if added != change.read_version:
+            raise CommitConflict(
+                f"Cannot commit {req.op}: column '{change.name}' was renamed, retired or restored "
+                f"by a concurrent commit (after version {req.base_version}); nothing was "
+                "committed. Re-run the operation on the new version.",
+                [("*", name or change.name)],
+            )
+        taken = [n for cid, (n, _) in head.items() if n == change.name and cid not in changed]
+        if taken:
+            raise AlreadyExistsError(
+                f"Cannot commit {req.op}: a column named '{change.name}' already exists (active "
+                "or retired); choose another name"
+            )
+
+
+def _apply_column_changes(conn: Connection, t: str, req: CommitRequest, version: int) -> None:
+    """Each change ends the column's current row and adds its next one (versioned rows)."""
+    for c in req.column_changes:
+        params = {"t": t, "c": c.column_id, "rv": c.read_version, "v": version, "b": req.branch,
+                  "n": c.name, "s": c.state}  # fmt: skip
+        conn.execute(
+            text(
+                "INSERT INTO columns (table_id, column_id, name, physical_name, data_type, "
+                "nullable, position, state, group_name, feature, branch, added_version, "
+                "removed_version) SELECT table_id, column_id, :n, physical_name, data_type, "
+                "nullable, position, :s, group_name, feature, :b, :v, NULL FROM columns "
+                "WHERE table_id = :t AND column_id = :c AND added_version = :rv"
+            ),
+            params,
+        )
+        conn.execute(
+            text(
+                "UPDATE columns SET removed_version = :v WHERE table_id = :t AND column_id = :c "
+                "AND added_version = :rv AND removed_version IS NULL"
+            ),
+            params,
         )
 
 

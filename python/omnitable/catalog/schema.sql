@@ -31,10 +31,14 @@ CREATE TABLE IF NOT EXISTS tables (
 -- so a dropped-and-recreated name never picks up the old data. `physical_name` is the field
 -- name inside Parquet column files. `data_type` is a Spark SQL DDL type string
 -- (bigint, string, array<double>, struct<a:int,b:string>, decimal(10,2), timestamp, ...).
--- `state`: active | deprecated | dropped. `group_name`: the column group new files of this
--- column are written to. `feature`: the registered feature producing it (NULL for raw columns).
--- Visibility in a snapshot follows the same (branch, added_version, removed_version) rule as
--- files. `_ai_unique_id_` is column 0 (group `base`); `_ai_append_name_` is virtual (the
+-- `state`: active | retired (hidden from reads, schema and planning, data kept, restorable;
+-- older catalogs may hold deprecated | dropped rows, which readers treat like retired).
+-- `group_name`: the column group new files of this column are written to. `feature`: the
+-- registered feature producing it (NULL for raw columns). Rows are versioned: a rename, retire
+-- or restore removes the column's current row (removed_version) and adds its next one under the
+-- same column_id, so a column has one row per change and time travel sees each name and state
+-- in its versions. Visibility in a snapshot follows the same (branch, added_version,
+-- removed_version) rule as files; a snapshot sees at most one row per column_id. `_ai_unique_id_` is column 0 (group `base`); `_ai_append_name_` is virtual (the
 -- fragment's batch name) and has no row here.
 CREATE TABLE IF NOT EXISTS columns (
     table_id        TEXT NOT NULL,
@@ -50,7 +54,7 @@ CREATE TABLE IF NOT EXISTS columns (
     branch          TEXT NOT NULL,
     added_version   BIGINT NOT NULL,
     removed_version BIGINT,
-    PRIMARY KEY (table_id, column_id)
+    PRIMARY KEY (table_id, column_id, added_version)
 )
 ;
 -- Commits: one per table version. Versions are allocated per table, across branches, in

@@ -384,16 +384,19 @@ def _scope_batch_ids(batches: list[BatchRecord], scope: SnapshotScope) -> list[s
 
 
 def _load_columns(
-    conn: Connection, table: TableRecord, segments: list[Segment]
+    conn: Connection, table: TableRecord, segments: list[Segment], active_only: bool = True
 ) -> list[ColumnRecord]:
+    """The visible columns in position order: the active ones (what reads see), or all (with
+    retired ones, for renames, retires and restores)."""
     params: dict[str, Any] = {"t": table.table_id}
     where = visible_clause("c", segments, params)
+    if active_only:
+        where += " AND c.state = 'active'"
     rows = conn.execute(
         text(
             "SELECT c.column_id, c.name, c.physical_name, c.data_type, c.nullable, c.position, "
             "c.state, c.group_name, c.feature, c.added_version "
-            f"FROM columns c WHERE c.table_id = :t AND {where} "
-            "AND c.state <> 'dropped' ORDER BY c.position"
+            f"FROM columns c WHERE c.table_id = :t AND {where} ORDER BY c.position"
         ),
         params,
     )
@@ -485,6 +488,13 @@ def _load_deletions(
         for vid, fid, n, vec, v in rows
         if fid in counts
     }
+
+
+def all_columns(
+    conn: Connection, table: TableRecord, segments: list[Segment]
+) -> list[ColumnRecord]:
+    """Every visible column of the snapshot, retired ones included (``state`` says which)."""
+    return _load_columns(conn, table, segments, active_only=False)
 
 
 def batch_counts(

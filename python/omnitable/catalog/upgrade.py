@@ -3,7 +3,9 @@
 
 Version 2 -> 3: ``file_columns`` (one row per file and column) becomes column sets shared by the
 files (``column_sets``) plus one ``stats`` value per file; batches get their row and fragment
-counts. Version 3 -> 4: the ``deletion_vectors`` table (empty: no older release deletes rows).
+counts. Version 3 -> 4: the ``deletion_vectors`` table (empty: no older release deletes rows),
+and ``columns`` keyed by (table, column, added_version) so a column can have a row per rename,
+retire and restore.
 A version-2 catalog goes through both steps. Everything runs in one write transaction: a crash or
 an error leaves the older catalog as it was.
 """
@@ -54,8 +56,7 @@ def upgrade_catalog(address: CatalogAddress) -> tuple[int, int]:
                 )
             if str(found) == "2":
                 _upgrade_2_to_3(conn, store.is_sqlite)
-            for stmt in schema_statements():  # IF NOT EXISTS: creates deletion_vectors (3 -> 4)
-                conn.execute(text(stmt))
+            _upgrade_3_to_4(conn, store.is_sqlite)
             conn.execute(
                 text("UPDATE omnitable_meta SET value = :v WHERE key = 'schema_version'"),
                 {"v": str(target)},
@@ -92,6 +93,24 @@ def _upgrade_2_to_3(conn: Connection, is_sqlite: bool) -> None:
         _copy_table_files(conn, table_id)
     conn.execute(text("DROP TABLE file_columns"))
     conn.execute(text("DROP TABLE files_v2"))
+
+
+_COLUMNS = (
+    "table_id, column_id, name, physical_name, data_type, nullable, position, state, group_name, "
+    "feature, branch, added_version, removed_version"
+)
+
+
+def _upgrade_3_to_4(conn: Connection, is_sqlite: bool) -> None:
+    """Re-key ``columns`` by (table, column, added_version) (a table rebuild: SQLite cannot
+    change a key in place) and create ``deletion_vectors``."""
+    if not is_sqlite:  # the new table's key takes the usual name
+        conn.execute(text("ALTER TABLE columns RENAME CONSTRAINT columns_pkey TO columns_v3_pkey"))
+    conn.execute(text("ALTER TABLE columns RENAME TO columns_v3"))
+    for stmt in schema_statements():  # IF NOT EXISTS: creates columns and deletion_vectors
+        conn.execute(text(stmt))
+    conn.execute(text(f"INSERT INTO columns ({_COLUMNS}) SELECT {_COLUMNS} FROM columns_v3"))
+    conn.execute(text("DROP TABLE columns_v3"))
 
 
 def _copy_table_files(conn: Connection, table_id: str) -> None:

@@ -206,6 +206,15 @@ def _record_targets(snap: Snapshot, step: Step) -> None:
                 step.targets[(frag.fragment_id, o)] = p.file_id if p else None
 
 
+def _check_not_retired(ctx: TableContext, target: str) -> None:
+    _, columns = ctx.catalog.all_columns(ctx.record)
+    if any(c.state != "active" and target in (c.name, c.feature) for c in columns):
+        raise NotFoundError(
+            f"Cannot backfill '{target}' on table '{ctx.name}': it is retired; restore it first "
+            "(Table.restore)"
+        )
+
+
 def _resolve_targets(ctx: TableContext, graph: FeatureGraph, targets: list[str]) -> list[str]:
     if isinstance(targets, str):
         targets = [targets]
@@ -218,6 +227,7 @@ def _resolve_targets(ctx: TableContext, graph: FeatureGraph, targets: list[str])
         elif t in graph.producer:
             name = graph.producer[t]
         else:
+            _check_not_retired(ctx, t)
             raise NotFoundError(
                 f"Cannot backfill '{t}' on table '{ctx.name}': no registered feature or output "
                 f"column of that name; registered features: {', '.join(sorted(graph.features)) or 'none'}"

@@ -28,11 +28,15 @@ _STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 
 
 def current_features(ctx: TableContext) -> dict[str, Feature]:
-    """Current version of every registered feature: the one whose registration committed last
-    (catalog commit order, not wall-clock time)."""
+    """Current version of every registered feature that is not retired (its outputs retired,
+    docs/dataops.md): the one whose registration committed last (catalog commit order, not
+    wall clock time)."""
+    _, columns = ctx.catalog.all_columns(ctx.record)
+    retired = {c.feature for c in columns if c.state != "active" and c.feature is not None}
     out: dict[str, Feature] = {}
     for row in ctx.catalog.feature_rows(ctx.record):
-        out[row["name"]] = Feature.from_definition(row["definition"], row["fingerprint"])
+        if row["name"] not in retired:
+            out[row["name"]] = Feature.from_definition(row["definition"], row["fingerprint"])
     return out
 
 
