@@ -194,6 +194,7 @@ private[exec] final class FragmentColumnarReader(part: FragmentInputPartition, c
     deleted = part.deletes.map(DeletionVectors.decode(_, part.fragmentRows, ctx.table, part.fragmentId))
       .filter(bits => bits.nextSetBit(rowStart.toInt) match { case -1 => false; case r => r < rowEnd })
       .orNull
+    if (deleted != null && deleted.nextClearBit(rowStart.toInt) >= rowEnd) return Nil // every row deleted
     val ranges = planRanges().filter { case (s, e) => e > s }
     val whole = ranges.map { case (s, e) => RowSet.Range(s, e) }
     ctx.late match {
