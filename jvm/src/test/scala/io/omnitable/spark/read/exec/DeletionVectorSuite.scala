@@ -9,6 +9,7 @@ import io.omnitable.spark.errors.OmniTableErrors
 import io.omnitable.spark.read.plan.OmniTableScan
 import org.apache.spark.sql.{DataFrame, Row}
 import org.apache.spark.sql.execution.datasources.v2.BatchScanExec
+import org.apache.spark.sql.functions.col
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
@@ -129,6 +130,20 @@ class DeletionVectorSuite extends AnyFunSuite with SharedSparkSession {
     assertDeleted(d, "opt", "batches" -> "o1,o4")(cols)
   }
 
+  test("nested, binary, decimal and temporal columns keep their live rows") {
+    val wh = new DeletesCatalog(TestWarehouses.warehouse)
+    try {
+      val deletes = wh.fragments("types").collect {
+        case (f, _, rows) if rows > 0 => f -> (0L until rows by 3).toSet
+      }.toMap
+      assert(deletes.nonEmpty)
+      val d = new Deleted(wh, wh.head("types"), wh.delete("types", deletes), deletes)
+      val live = assertDeleted(d, "types")(_.select(col("*"), col("_ai_fragment_"), col("_ai_row_offset_")))
+      assert(live > 0)
+      assertDeleted(d, "types", "batch_size" -> "5")(_.select(col("*"), col("_ai_fragment_"), col("_ai_row_offset_")))
+    } finally wh.close()
+  }
+
   test("a limit returns live rows only") {
     val d = deleted
     val live = read(d.wh, "opt").select("_ai_fragment_", "_ai_row_offset_").collect().map(key).toSet
@@ -164,6 +179,8 @@ class DeletionVectorSuite extends AnyFunSuite with SharedSparkSession {
     val df = read(d.wh, "opt").select("k", "_ai_fragment_")
     val scan = scans(df).head
     assert(!scan.plan.fragments.exists(_.fragmentId == gone))
+    // a partition carries a vector only for a fragment that has one
+    assert(scan.plan.fragments.forall(p => p.deletes.isDefined == d.deletes.contains(p.fragmentId)))
     assert(scan.plan.counts.empty == 1 && scan.plan.counts.kept == 7)
     assert(scan.description().contains("fragments=7/8 (pruned: empty 1)"))
     val live = frags.map(_._3).sum - d.deletes.values.map(_.size).sum
