@@ -248,5 +248,12 @@ class DeletionVectorSuite extends AnyFunSuite with SharedSparkSession {
       assert(OmniTableErrors.causes(e).map(_.getMessage).mkString.contains(
         s"Cannot read deletion vector dv-bad of fragment $f of table 'opt': its deleted_count ${rows + 1} is not"))
     } finally wh.close()
+    val twice = new DeletesCatalog(source)
+    try {
+      val v = twice.commit("opt")
+      Seq("dv-1", "dv-2").foreach(id => twice.put("opt", id, f, batch, 1L, DeletesCatalog.encode(Set(3L), rows), v))
+      val e = intercept[Exception](read(twice, "opt").collect())
+      assert(e.getMessage.contains(s"fragment $f of table 'opt' has two visible deletion vectors (dv-1 and dv-2)"))
+    } finally twice.close()
   }
 }
