@@ -89,14 +89,25 @@ final case class FragmentListing(
     byFragmentOption: Int,
     missingFragments: Seq[String])
 
-/** A visible fragment with its visible files. */
+/**
+ * The visible deletion vector of a fragment (schema.sql, `deletion_vectors`): `deletedCount`
+ * rows are deleted; `vector` is still encoded ([[DeletionVectors.decode]] reads it where the rows
+ * are read, so planning never holds bitmaps).
+ */
+final case class DeletionVectorEntry(vectorId: String, deletedCount: Long, vector: String)
+
+/** A visible fragment with its visible files and, if some of its rows are deleted, its deletion vector. */
 final case class FragmentEntry(
     fragmentId: String,
     batchId: String,
     batchName: String,
     rowCount: Long,
     path: String,
-    files: Seq[FileEntry]) {
+    files: Seq[FileEntry],
+    deletes: Option[DeletionVectorEntry] = None) {
+
+  /** Rows not deleted (the catalog's `deleted_count` subtracted). */
+  def liveRows: Long = rowCount - deletes.fold(0L)(_.deletedCount)
 
   /** For each column id, the file providing it (computed once: scans ask per column and fragment). */
   private lazy val providers: Map[Int, FileEntry] = {

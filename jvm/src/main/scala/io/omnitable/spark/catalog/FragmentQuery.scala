@@ -4,8 +4,10 @@ import java.sql.ResultSet
 
 import scala.collection.mutable
 
+import io.omnitable.spark.errors.OmniTableErrors
+
 /**
- * The SQL of [[CatalogReader.listFragments]]: four statements whose rows follow what the scan
+ * The SQL of [[CatalogReader.listFragments]]: five statements whose rows follow what the scan
  * reads, not the size of the table.
  *
  *  1. (with a batch or fragment option) how many fragments are visible, and how many of them
@@ -14,7 +16,9 @@ import scala.collection.mutable
  *  3. the column sets holding the scope's columns (one row per column of each such set);
  *  4. the visible files of the fragments kept using those sets (one row per file);
  *     `files.stats` is selected for the sets holding a statistics column only and parsed once
- *     per file.
+ *     per file;
+ *  5. the visible deletion vectors of the fragments kept (one row per fragment with deleted
+ *     rows; the vectors stay encoded).
  *
  * Lists longer than `maxPushed` values are not sent as parameters: the rows are read without
  * that condition and filtered here, so the listing never depends on where a filter ran.
@@ -25,23 +29,27 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
   private val segments = snap.snapshot.segments
 
   /**
-   * Fragment `f` is in a batch named in `names` (by batch id, so the `fragments_by_batch` index
-   * serves it; a name has one batch row per time it was appended or replaced).
+   * Row `alias` (a fragment, or a row naming one with its batch) is in a batch named in `names`
+   * (by batch id, so the by-batch indexes serve it; a name has one batch row per time it was
+   * appended or replaced).
    */
-  private def inBatches(names: Seq[String]): (String, Seq[AnyRef]) = {
+  private def inBatches(alias: String, names: Seq[String]): (String, Seq[AnyRef]) = {
     val (in, params) = Jdbc.in("nb.name", names)
-    (s"f.batch_id IN (SELECT nb.batch_id FROM batches nb WHERE nb.table_id = ? AND $in)", tableId +: params)
+    (s"$alias.batch_id IN (SELECT nb.batch_id FROM batches nb WHERE nb.table_id = ? AND $in)", tableId +: params)
   }
 
-  /** The batch / fragment option as a condition on fragment `f`, if pushed. */
-  private val optionCondition: Option[(String, Seq[AnyRef])] = {
+  /** The batch / fragment option as a condition on `alias` (with `fragment_id` and `batch_id`), if pushed. */
+  private def optionOn(alias: String): Option[(String, Seq[AnyRef])] = {
     val fits = Seq(scope.batches, scope.fragments).forall(_.forall(_.size <= maxPushed))
     (scope.fragments, scope.batches) match {
-      case (Some(ids), _) if fits => Some(Jdbc.in("f.fragment_id", ids))
-      case (None, Some(names)) if fits => Some(inBatches(names))
+      case (Some(ids), _) if fits => Some(Jdbc.in(s"$alias.fragment_id", ids))
+      case (None, Some(names)) if fits => Some(inBatches(alias, names))
       case _ => None
     }
   }
+
+  /** The batch / fragment option as a condition on fragment `f`, if pushed. */
+  private val optionCondition: Option[(String, Seq[AnyRef])] = optionOn("f")
 
   def run(): FragmentListing = {
     val listed = fragments()
@@ -53,12 +61,14 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
     val (total, inBatchCount) = if (optionCondition.isDefined) counts() else (listed.size, inBatches.size)
     val files =
       if (kept.isEmpty || scope.columns.exists(_.isEmpty)) Map.empty[String, Seq[FileEntry]] else filesOf(kept)
+    val vectors = if (kept.isEmpty) Map.empty[String, DeletionVectorEntry] else deletionVectors(kept)
     FragmentListing(
-      kept.map(f => f.copy(files = files.getOrElse(f.fragmentId, Nil))),
+      kept.map(f => f.copy(files = files.getOrElse(f.fragmentId, Nil), deletes = vectors.get(f.fragmentId))),
       total,
       total - inBatchCount,
       inBatchCount - kept.size,
-      missing)
+      missing
+    )
   }
 
   private def where(conditions: Option[(String, Seq[AnyRef])]*): (String, Seq[AnyRef]) = {
@@ -161,6 +171,38 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
       }
     }
     files.map { case (id, fs) => id -> fs.sortBy(_.fileId).toSeq }.toMap
+  }
+
+  /**
+   * Statement 5: the visible deletion vectors of `kept`, by fragment id: named when few, else by
+   * the pushed batch / fragment option, else every visible vector of the table (rows of other
+   * fragments are dropped here). A fragment has at most one visible vector (schema.sql).
+   */
+  private def deletionVectors(kept: Seq[FragmentEntry]): Map[String, DeletionVectorEntry] = {
+    val keptIds = kept.map(_.fragmentId)
+    val ofFragments =
+      if (keptIds.size <= maxPushed) Some(Jdbc.in("dv.fragment_id", keptIds)) else optionOn("dv")
+    val visible = Jdbc.visible("dv", segments, versionIndexed = false)
+    val (cond, params) = where(Some(("dv.table_id = ?", Seq(tableId))), Some(visible), ofFragments)
+    val keptSet = keptIds.toSet
+    val out = mutable.HashMap.empty[String, DeletionVectorEntry]
+    Jdbc.foreach(
+      conn,
+      s"SELECT dv.fragment_id, dv.vector_id, dv.deleted_count, dv.vector FROM deletion_vectors dv WHERE $cond",
+      params: _*) { rs =>
+      val fragment = rs.getString(1)
+      if (keptSet.contains(fragment)) {
+        val entry = DeletionVectorEntry(rs.getString(2), rs.getLong(3), rs.getString(4))
+        out.put(fragment, entry).foreach { other =>
+          throw OmniTableErrors.corruptCatalog(
+            snap.warehouse,
+            s"fragment $fragment of table '${snap.table.name}' has two visible deletion vectors " +
+              s"(${Seq(other.vectorId, entry.vectorId).sorted.mkString(" and ")})"
+          )
+        }
+      }
+    }
+    out.toMap
   }
 
   /**

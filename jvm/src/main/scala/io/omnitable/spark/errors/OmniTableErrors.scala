@@ -302,6 +302,27 @@ object OmniTableErrors {
     )
   }
 
+  val CorruptDeletionVector = "OMNITABLE_CORRUPT_DELETION_VECTOR"
+
+  /**
+   * A deletion vector the reader cannot apply (not base64 or zlib, a bitmap of the wrong length,
+   * bits past the fragment's rows, a count that differs from the catalog's): never skipped, since
+   * reading the fragment without it would return deleted rows.
+   */
+  def corruptDeletionVector(
+      table: String,
+      fragment: String,
+      vectorId: String,
+      detail: String,
+      cause: Throwable = null): OmniTableReadException =
+    new OmniTableReadException(
+      CorruptDeletionVector,
+      s"Cannot read deletion vector $vectorId of fragment $fragment of table '$table': $detail; its " +
+        "deletion_vectors row is damaged (written outside OmniTable?): restore the catalog from a backup, or " +
+        "read a version before the delete (versionAsOf).",
+      cause
+    )
+
   /** A footer that points outside its file. */
   def corruptFooter(path: String, detail: String): OmniTableReadException =
     new OmniTableReadException(

@@ -34,6 +34,15 @@ final class HandMadeCatalog {
     finally st.close()
   }
 
+  /** Runs query `sql` and calls `row` on each row. */
+  def foreach(sql: String)(row: java.sql.ResultSet => Unit): Unit = {
+    val st = conn.createStatement()
+    try {
+      val rs = st.executeQuery(sql)
+      while (rs.next()) row(rs)
+    } finally st.close()
+  }
+
   /** Inserts `rows` into `table` in one transaction (one batched prepared statement). */
   def insert(table: String, rows: Iterator[Seq[Any]]): Unit = {
     val buffered = rows.buffered

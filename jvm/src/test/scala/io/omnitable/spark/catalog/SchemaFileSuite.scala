@@ -23,5 +23,6 @@ class SchemaFileSuite extends AnyFunSuite {
       assert(firstCode.startsWith("CREATE "), s)
     }
     assert(SchemaFile.statements.exists(_.contains("CREATE TABLE IF NOT EXISTS column_sets")))
+    assert(SchemaFile.statements.exists(_.contains("CREATE TABLE IF NOT EXISTS deletion_vectors")))
   }
 }

@@ -120,6 +120,30 @@ object SyntheticTables {
     branchOf
   }
 
+  /**
+   * Deletion vectors on some fragments of a [[random]] table (any branch): a vector from the
+   * fragment's version on, sometimes replaced one version later by another, so a snapshot sees at
+   * most one per fragment; `deleted_count` is 1..row_count (all rows: the fragment drops out of
+   * planning). The vectors' text is not a bitmap: planning never decodes it.
+   */
+  def randomDeletes(hand: HandMadeCatalog, rng: scala.util.Random): Unit = {
+    val rows = mutable.ArrayBuffer.empty[Seq[Any]]
+    hand.foreach("SELECT fragment_id, batch_id, row_count, branch, added_version FROM fragments WHERE row_count > 0") {
+      rs =>
+        val (fragment, batch, count, branch, added) =
+          (rs.getString(1), rs.getString(2), rs.getLong(3), rs.getString(4), rs.getLong(5))
+        if (rng.nextBoolean()) {
+          def vector(id: String, from: Long, until: Option[Long]): Seq[Any] =
+            Seq(hand.tableId, id, fragment, batch, 1L + rng.nextInt(count.toInt), s"v-$id", branch, from, until.orNull)
+          if (rng.nextInt(3) == 0) {
+            rows += vector(s"$fragment-a", added, Some(added + 1))
+            rows += vector(s"$fragment-b", added + 1, None)
+          } else rows += vector(s"$fragment-a", added, None)
+        }
+    }
+    hand.insert("deletion_vectors", rows.iterator)
+  }
+
   private def addBatch(
       hand: HandMadeCatalog,
       rng: scala.util.Random,

@@ -3,6 +3,7 @@ package io.omnitable.spark.read.exec
 import scala.collection.mutable
 import scala.util.control.NonFatal
 
+import io.omnitable.spark.catalog.DeletionVectors
 import io.omnitable.spark.errors.OmniTableErrors
 import io.omnitable.spark.metrics.{CorruptFragment, ScanReport}
 import org.apache.spark.TaskContext
@@ -27,6 +28,12 @@ import org.apache.spark.sql.vectorized.{ColumnarBatch, ColumnVector}
  * (with their row offsets), the condition keeps the rows it holds for, and then every column is
  * read for those rows only ([[RowsCursor]]: only the pages holding them are fetched and only
  * they are decoded). The rows returned are exactly those; Spark's filter above re-checks them.
+ *
+ * Deleted rows (docs/spark.md, "Deleted rows"): a partition whose fragment has a deletion vector
+ * marking rows of its range decodes the vector once; each batch then shows only the live rows
+ * through views that pick them ([[IndexedColumnVector]], no copy), `_ai_row_offset_` keeping the
+ * physical offsets, and late materialization drops deleted rows from the rows it reads. Other
+ * partitions read as above.
  *
  * Dirty input (docs/spark.md, "Dirty input"): before the first row is returned, every file's
  * footer is read and checked ([[ColumnFile.validate]]) and every file's first batch decoded. A
@@ -58,6 +65,8 @@ private[exec] final class FragmentColumnarReader(part: FragmentInputPartition, c
   private var rowStart = part.rowStart
   private var rowEnd = part.rowEnd
   private var inner: Option[FragmentColumnarReader] = None
+  // the deleted rows of the fragment, if its vector marks any row of the partition's range
+  private var deleted: java.util.BitSet = _
 
   override def next(): Boolean =
     if (skipped) false
@@ -73,25 +82,47 @@ private[exec] final class FragmentColumnarReader(part: FragmentInputPartition, c
 
   private def advance(): Boolean = {
     if (sets == null) sets = start().iterator
-    if (ctx.settings.limit.exists(emitted >= _)) return false
-    while (consumed == set.size) {
-      closeCursors()
-      if (!sets.hasNext) return false
-      set = sets.next()
-      consumed = 0
-      openSet()
+    var batch: ColumnarBatch = null
+    while (batch == null) {
+      if (ctx.settings.limit.exists(emitted >= _)) return false
+      while (consumed == set.size) {
+        closeCursors()
+        if (!sets.hasNext) return false
+        set = sets.next()
+        consumed = 0
+        openSet()
+      }
+      val cap = if (files.isEmpty && deleted == null) Int.MaxValue.toLong else ctx.settings.batchSize.toLong
+      var n = math.min(set.size - consumed, cap)
+      ctx.settings.limit.foreach(l => n = math.min(n, l - emitted))
+      var i = 0
+      while (i < cursors.length) { n = math.min(n, available(i).toLong); i += 1 }
+      val live = liveRows(n.toInt)
+      if (live == null || live.nonEmpty) batch = assemble(n.toInt, live)
+      cursors.foreach(_.advance(n.toInt))
+      consumed += n
     }
-    val cap = if (files.isEmpty) Int.MaxValue.toLong else ctx.settings.batchSize.toLong
-    var n = math.min(set.size - consumed, cap)
-    ctx.settings.limit.foreach(l => n = math.min(n, l - emitted))
-    var i = 0
-    while (i < cursors.length) { n = math.min(n, available(i).toLong); i += 1 }
-    current = assemble(n.toInt)
-    cursors.foreach(_.advance(n.toInt))
-    consumed += n
-    emitted += n
+    current = batch
+    emitted += batch.numRows()
     true
   }
+
+  /**
+   * Which of the next `n` rows of `set` are not deleted (indices among them), or null when none
+   * is deleted: then the batch is assembled as without a vector.
+   */
+  private def liveRows(n: Int): Array[Int] =
+    if (deleted == null) null
+    else {
+      val live = new mutable.ArrayBuilder.ofInt
+      var k = 0
+      while (k < n) {
+        if (!deleted.get(rowAt(k).toInt)) live += k
+        k += 1
+      }
+      val out = live.result()
+      if (out.length == n) null else out
+    }
 
   override def get(): ColumnarBatch = current
 
@@ -122,15 +153,20 @@ private[exec] final class FragmentColumnarReader(part: FragmentInputPartition, c
 
   private def counters: Array[Long] = Array(bytesRead, filesOpened, rowGroupsRead, rowGroupsSkipped)
 
-  private def assemble(n: Int): ColumnarBatch = {
+  /** The next `n` rows of `set` as one batch; with `live` (see [[liveRows]]) only those of them. */
+  private def assemble(n: Int, live: Array[Int]): ColumnarBatch = {
+    val count = if (live == null) n else live.length
     val vectors = new Array[ColumnVector](part.sources.length)
     var k = 0
     while (k < vectors.length) {
       vectors(k) = part.sources(k) match {
-        case ColumnSource.FromFile(f, i) => cursors(f).column(i, n)
-        case ColumnSource.Nulls => new NullColumnVector(ctx.readSchema(k).dataType, n)
+        case ColumnSource.FromFile(f, i) =>
+          val all = cursors(f).column(i, n)
+          if (live == null) all else new IndexedColumnVector(all, live, 0, count)
+        case ColumnSource.Nulls => new NullColumnVector(ctx.readSchema(k).dataType, count)
         case ColumnSource.AppendName => appendName
         case ColumnSource.FragmentId => fragmentId
+        case ColumnSource.RowOffset if live != null => new LongSliceColumnVector(live.map(rowAt(_)), 0)
         case ColumnSource.RowOffset => set match {
             case RowSet.Range(start, _) => new RowOffsetColumnVector(start + consumed)
             case RowSet.Rows(rows) => new LongSliceColumnVector(rows, consumed.toInt)
@@ -138,7 +174,7 @@ private[exec] final class FragmentColumnarReader(part: FragmentInputPartition, c
       }
       k += 1
     }
-    new ColumnarBatch(vectors, n)
+    new ColumnarBatch(vectors, count)
   }
 
   private def newFile(i: Int): ColumnFile =
@@ -155,6 +191,10 @@ private[exec] final class FragmentColumnarReader(part: FragmentInputPartition, c
       rowStart = RowRanges.alignToRowGroup(starts, part.rowStart)
       rowEnd = RowRanges.alignToRowGroup(starts, part.rowEnd)
     }
+    deleted = part.deletes.map(DeletionVectors.decode(_, part.fragmentRows, ctx.table, part.fragmentId))
+      .filter(bits => bits.nextSetBit(rowStart.toInt) match { case -1 => false; case r => r < rowEnd })
+      .orNull
+    if (deleted != null && deleted.nextClearBit(rowStart.toInt) >= rowEnd) return Nil // every row deleted
     val ranges = planRanges().filter { case (s, e) => e > s }
     val whole = ranges.map { case (s, e) => RowSet.Range(s, e) }
     ctx.late match {
@@ -184,7 +224,8 @@ private[exec] final class FragmentColumnarReader(part: FragmentInputPartition, c
    * with an inner reader of the predicate columns only (plus their row offsets).
    */
   private def survivors(late: LateMaterialization, ranges: Seq[(Long, Long)]): Array[Long] = {
-    val aligned = part.copy(rowStart = rowStart, rowEnd = rowEnd, alignTo = -1)
+    // the inner reader reads deleted rows too: they are dropped from its survivors below
+    val aligned = part.copy(rowStart = rowStart, rowEnd = rowEnd, alignTo = -1, deletes = None)
     val (innerPart, innerSchema) = LatePartitions.predicatePart(aligned, ctx.readSchema, late.predicateColumns)
     val reader = new FragmentColumnarReader(
       innerPart,
@@ -204,7 +245,7 @@ private[exec] final class FragmentColumnarReader(part: FragmentInputPartition, c
       }
     }
     if (reader.wasSkipped) throw FragmentSkipped // the inner reader reported it
-    out.result()
+    if (deleted == null) out.result() else out.result().filter(row => !deleted.get(row.toInt))
   }
 
   private def wasSkipped: Boolean = skipped

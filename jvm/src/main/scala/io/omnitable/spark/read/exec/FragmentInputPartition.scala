@@ -1,5 +1,6 @@
 package io.omnitable.spark.read.exec
 
+import io.omnitable.spark.catalog.DeletionVectorEntry
 import org.apache.spark.sql.connector.read.InputPartition
 import org.apache.spark.sql.types.StructType
 
@@ -31,7 +32,9 @@ object ColumnSource {
  * with the same layout share one array). A fragment split into several ranges names in
  * `alignTo` the file (its largest) whose row-group boundaries the reader moves both ends of the
  * range to ([[RowRanges.alignToRowGroup]]), so each of that file's row groups is read by one
- * range only; -1: the range is read as given.
+ * range only; -1: the range is read as given. `deletes` is the fragment's deletion vector (still
+ * encoded, so a partition of a fragment without deleted rows carries nothing more): the reader
+ * returns none of the rows it marks.
  */
 final case class FragmentInputPartition(
     fragmentId: String,
@@ -41,7 +44,8 @@ final case class FragmentInputPartition(
     rowEnd: Long,
     files: Array[FileSlice],
     sources: Array[ColumnSource],
-    alignTo: Int = -1) {
+    alignTo: Int = -1,
+    deletes: Option[DeletionVectorEntry] = None) {
 
   def rows: Long = rowEnd - rowStart
 

@@ -58,7 +58,8 @@ final class OmniTableBatch(
 private[plan] object OmniTableBatch {
 
   /**
-   * What a batch reads and how: the partitions (their fragments' files, row ranges, column sources), the read
+   * What a batch reads and how: the partitions (their fragments' files, row ranges, column sources,
+   * deletion vectors), the read
    * schema, what was pushed, late materialization and the reader settings. Arrays compare by
    * content.
    */
@@ -72,7 +73,15 @@ private[plan] object OmniTableBatch {
     table,
     schema,
     plan.partitions.map(_.fragments.toSeq.map(p =>
-      (p.fragmentId, p.batchName, p.fragmentRows, p.rowStart, p.rowEnd, p.files.toSeq, p.sources.toSeq))),
+      (
+        p.fragmentId,
+        p.batchName,
+        p.fragmentRows,
+        p.rowStart,
+        p.rowEnd,
+        p.files.toSeq,
+        p.sources.toSeq,
+        p.deletes.map(_.vectorId)))),
     pushdown,
     late.map(l => (l.condition, l.predicateColumns.toSeq)),
     (conf.batchSize, conf.rowGroupFiltering, conf.skipCorruptFragments, conf.corruptRetries, conf.vectoredIo)

@@ -47,7 +47,7 @@ final case class Packing(maxPartitionBytes: Long, openCostBytes: Long, minPartit
     math.min(maxPartitionBytes, math.max(openCostBytes, totalCost / math.max(minPartitions, 1)))
 }
 
-/** Why fragments were left out, for EXPLAIN and tests. */
+/** Why fragments were left out, for EXPLAIN and tests (`empty`: no rows, or every row deleted). */
 final case class PruningCounts(
     total: Int,
     byBatchOption: Int,
@@ -67,6 +67,7 @@ final case class ScanPlan(
     groups: Seq[String],
     files: Seq[String],
     fileBytes: Long,
+    /** Rows of the fragments read, deleted rows not counted. */
     rows: Long) {
 
   /** The fragments (or row ranges) read, in table order. */
@@ -103,14 +104,15 @@ object ScanPlanner {
     val kept = mutable.ArrayBuffer.empty[FragmentEntry]
     var rows = 0L
     listing.fragments.foreach { frag =>
+      checkDeletes(snap, frag)
       val stats = fragmentStats(frag) _
       if (!StatsEvaluator.mightMatch(request.exactFilter, stats)) byPredicate += 1
-      else if (frag.rowCount == 0) empty += 1
+      else if (frag.liveRows == 0) empty += 1
       else if (request.statsPruning && !StatsEvaluator.mightMatch(request.pruningFilter, stats)) byStats += 1
       else if (request.limit.exists(n => rows >= n)) byLimit += 1
       else {
         kept += frag
-        rows += frag.rowCount
+        rows += frag.liveRows
       }
     }
     val read = new ReadLayout(snap.tableUri, request.readColumns)
@@ -127,7 +129,21 @@ object ScanPlanner {
     ScanPlan(partitions, counts, read.groups.toSeq, read.paths.toSeq, read.bytes, rows)
   }
 
-  /** What the catalog knows about a filter column over the whole fragment. */
+  /** Fails unless `frag`'s deletion vector (if any) deletes between 1 and all of its rows. */
+  private def checkDeletes(snap: TableSnapshot, frag: FragmentEntry): Unit = frag.deletes.foreach { d =>
+    if (d.deletedCount <= 0 || d.deletedCount > frag.rowCount) {
+      throw OmniTableErrors.corruptDeletionVector(
+        snap.table.name,
+        frag.fragmentId,
+        d.vectorId,
+        s"its deleted_count ${d.deletedCount} is not between 1 and the fragment's ${frag.rowCount} rows")
+    }
+  }
+
+  /**
+   * What the catalog knows about a filter column over the whole fragment. Deleted rows are
+   * counted as rows: the view over-approximates the live rows, so pruning with it stays safe.
+   */
   def fragmentStats(frag: FragmentEntry)(c: FilterColumn): StatsView = c.kind match {
     case FilterColumn.BatchName => StatsView.constant(Value.str(frag.batchName), frag.rowCount)
     case FilterColumn.FragmentId => StatsView.constant(Value.str(frag.fragmentId), frag.rowCount)
@@ -241,7 +257,16 @@ private final class ReadLayout(tableUri: String, columns: Seq[ReadColumn]) {
     val alignTo = if (ranges.size > 1 && files.nonEmpty) files.indices.maxBy(files(_).sizeBytes) else -1
     ranges.foreach { case (start, end) =>
       slices +=
-        FragmentInputPartition(frag.fragmentId, frag.batchName, frag.rowCount, start, end, fileSlices, sources, alignTo)
+        FragmentInputPartition(
+          frag.fragmentId,
+          frag.batchName,
+          frag.rowCount,
+          start,
+          end,
+          fileSlices,
+          sources,
+          alignTo,
+          frag.deletes)
       sliceBytes += (if (frag.rowCount == 0) 0L else (BigInt(fragmentBytes) * (end - start) / frag.rowCount).toLong)
     }
   }

@@ -20,15 +20,24 @@ class PrunedPlanningSuite extends AnyFunSuite {
     reader.listFragments(snap, FragmentScope(request.batches, request.fragments), maxPushedValues = 0)
 
   private def partitions(plan: ScanPlan): Seq[Any] = plan.partitions.map(_.fragments.toSeq.map(p =>
-    (p.fragmentId, p.batchName, p.fragmentRows, p.rowStart, p.rowEnd, p.files.toSeq, p.sources.toSeq, p.alignTo)))
+    (
+      p.fragmentId,
+      p.batchName,
+      p.fragmentRows,
+      p.rowStart,
+      p.rowEnd,
+      p.files.toSeq,
+      p.sources.toSeq,
+      p.alignTo,
+      p.deletes)))
 
   /** Pushed and unpruned listings agree on fragments, counts, the providing file of each column and its statistics. */
   private def assertSameListing(pushed: FragmentListing, full: FragmentListing, scope: FragmentScope): Unit = {
     assert(
       (pushed.total, pushed.byBatchOption, pushed.byFragmentOption, pushed.missingFragments) ==
         (full.total, full.byBatchOption, full.byFragmentOption, full.missingFragments))
-    assert(pushed.fragments.map(f => (f.fragmentId, f.batchName, f.rowCount, f.path)) ==
-      full.fragments.map(f => (f.fragmentId, f.batchName, f.rowCount, f.path)))
+    assert(pushed.fragments.map(f => (f.fragmentId, f.batchName, f.rowCount, f.path, f.deletes)) ==
+      full.fragments.map(f => (f.fragmentId, f.batchName, f.rowCount, f.path, f.deletes)))
     pushed.fragments.zip(full.fragments).foreach { case (p, f) =>
       scope.columns.get.foreach { c =>
         assert(p.fileFor(c).map(_.fileId) == f.fileFor(c).map(_.fileId), s"column $c of ${p.fragmentId}")
@@ -74,6 +83,7 @@ class PrunedPlanningSuite extends AnyFunSuite {
       val hand = new HandMadeCatalog
       try {
         val branchOf = SyntheticTables.random(hand, rng)
+        SyntheticTables.randomDeletes(hand, new Random(seed + 1000))
         val reader = new CatalogReader(hand.dir.getPath)
         val specs = Seq(SnapshotSpec.Head, SnapshotSpec(branch = Some("dev"))) ++
           (0 to 2).map(_ => SnapshotSpec(version = Some(rng.nextInt(branchOf.size).toLong)))
@@ -108,6 +118,14 @@ class PrunedPlanningSuite extends AnyFunSuite {
       val hand = new HandMadeCatalog
       try {
         SyntheticTables.uniform(hand, shape)
+        // every fragment has a deletion vector: only those of the planned fragments are read
+        hand.insert(
+          "deletion_vectors",
+          (0 until shape.fragments).iterator.map { f =>
+            val b = f / shape.fragmentsPerBatch
+            Seq(hand.tableId, s"D$f", SyntheticTables.fragmentId(f), s"B$b", 10L, "v", "main", b + 1L, null)
+          }
+        )
         val reader = new CatalogReader(hand.dir.getPath)
         val batch = Some(Seq(SyntheticTables.batchName(1)))
         val snap = reader.loadTable("hand", SnapshotSpec.Head)
@@ -125,8 +143,8 @@ class PrunedPlanningSuite extends AnyFunSuite {
     assert((small._3, small._4) == (large._3, large._4), "statements and rows of planning the scan")
     // schema version check + fragment totals (from the batches' rows) + fragments + the column
     // sets holding c1..c4 (one row per requested column of each) + files (one row per file: c1..c4
-    // are in 3 of the 3 groups)
-    assert(small._3 == 5 && small._4 == 1 + 1 + 20 + 4 + 20 * 3)
+    // are in 3 of the 3 groups) + the deletion vectors of the batch's fragments
+    assert(small._3 == 6 && small._4 == 1 + 1 + 20 + 4 + 20 * 3 + 20)
     assert(small._5 == PruningCounts(40, 20, 0, 0, 0, 0, 0) && large._5 == PruningCounts(400, 380, 0, 0, 0, 0, 0))
   }
 
