@@ -108,7 +108,7 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
       conn,
       "SELECT c.column_id, c.name, c.physical_name, c.data_type, c.nullable, c.position, c.state, " +
         s"c.group_name, c.feature FROM columns c WHERE c.table_id = ? AND $where " +
-        "AND c.state <> 'dropped' ORDER BY c.position, c.column_id",
+        "AND c.state = 'active' ORDER BY c.position, c.column_id",
       (table.tableId +: params): _*
     ) { rs =>
       val name = rs.getString(2)

@@ -1,0 +1,115 @@
+"""Deletes, renames and retires seen through Spark (``to_spark``, the data source, SQL), and
+backfills that never compute deleted rows; SQLite and PostgreSQL catalogs."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import omnitable
+from omnitable import ROW_ID
+from omnitable.spark.session import CATALOG_CLASS
+
+from . import omt_dataops_features as feats
+
+pytestmark = pytest.mark.spark
+_names = itertools.count()
+
+
+def _spark_rows(spark, t: omnitable.Table, cols: list[str], **kw: object) -> list[tuple]:  # type: ignore[no-untyped-def]
+    df = t.to_spark(spark, **kw).select(*cols)  # type: ignore[arg-type]
+    return sorted(tuple(r) for r in df.collect())
+
+
+def _py_rows(t: omnitable.Table, cols: list[str], **kw: object) -> list[tuple]:
+    got = t.read(cols, **kw).to_pydict()  # type: ignore[arg-type]
+    return sorted(zip(*(got[c] for c in cols), strict=True))
+
+
+def test_spark_sees_deletes_renames_and_retires(spark, wh: omnitable.Warehouse) -> None:  # type: ignore[no-untyped-def]
+    t = wh.create_table(f"d{next(_names)}", {"x": "bigint", "s": "string", "old": "double"})
+    t.append(pa.table({"x": list(range(30)), "s": [f"s{i}" for i in range(30)],
+                       "old": [i / 2 for i in range(30)]}), "a", target_fragment_rows=10)  # fmt: skip
+    v0 = t.version
+    t.delete(pc.field("x") < 10)  # a whole fragment
+    t.delete(pc.field("x").isin([12, 13, 25]))
+    t.rename_column("s", "label")
+    t.retire("old")
+    cols = [ROW_ID, "x", "label"]
+    assert _spark_rows(spark, t, cols) == _py_rows(t, cols)
+    assert len(_spark_rows(spark, t, cols)) == 17
+    assert "old" not in t.to_spark(spark).columns and "s" not in t.to_spark(spark).columns
+    assert _spark_rows(spark, t, ["x"], version=v0) == [(i,) for i in range(30)]
+    assert t.to_spark(spark).where("x > 11 AND x < 15").count() == 1
+    catalog = f"omt_{uuid.uuid4().hex[:8]}"
+    spark.conf.set(f"spark.sql.catalog.{catalog}", CATALOG_CLASS)
+    spark.conf.set(f"spark.sql.catalog.{catalog}.warehouse", wh.uri)
+    got = spark.sql(f"SELECT count(*), sum(x) FROM {catalog}.{t.name}").collect()[0]
+    assert (got[0], got[1]) == (17, sum(x for x in range(10, 30) if x not in (12, 13, 25)))
+
+
+def test_backfills_never_compute_deleted_rows(spark, wh: omnitable.Warehouse) -> None:  # type: ignore[no-untyped-def]
+    """A pandas feature that raises on a poisoned record and an SQL feature that divides by
+    zero under ANSI both succeed once those records are deleted; outputs stay aligned, NULL at
+    the deleted offsets."""
+    t = wh.create_table(f"b{next(_names)}", {"x": "bigint", "text": "string"})
+    texts = ["ok", "fine", "POISON", "good", "also POISON", "end"]
+    t.append(pa.table({"x": [1, 2, 3, 4, 5, 6], "text": texts}), "a", target_fragment_rows=3)
+    t.register(feats.n_chars, omnitable.sql_feature("inv", "10 DIV (x - 3)", "bigint", "1"))
+    t.delete(pc.field("text").isin(["POISON", "also POISON"]))  # x = 3 and 5
+    result = t.backfill(["n_chars", "inv"]).run(spark, isolation="off")
+    assert not result.skipped
+    got = t.read(["x", "n_chars", "inv"]).to_pydict()
+    assert got == {"x": [1, 2, 4, 6], "n_chars": [2, 4, 4, 3], "inv": [-5, -10, 10, 3]}
+    assert t.status().state("a", "n_chars") == "done"
+    snap = t.snapshot()
+    for frag in snap.fragments:
+        col = snap.column("n_chars").column_id
+        f = snap.resolve(frag.fragment_id, [col])[col]
+        assert f is not None and f.row_count == frag.row_count  # aligned with the fragment
+        values = pq.read_table(t.location.child_path(f.path)).column(0).to_pylist()
+        deleted = snap.deletion(frag.fragment_id)
+        assert deleted is not None and deleted.deleted_count == 1
+        nulls = [v is None for v in values]
+        assert nulls == deleted.mask().tolist()  # NULL exactly at the deleted offset
+    assert t.backfill(["n_chars", "inv"]).steps == []  # nothing left to do
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(1, 9), st.integers(1, 4)),
+        st.tuples(st.just("delete_mod"), st.integers(2, 4), st.integers(0, 3)),
+        st.tuples(st.just("delete_batch"), st.integers(0, 3), st.just(0)),
+    ),
+    min_size=2,
+    max_size=5,
+)
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ops=OPS)
+def test_spark_reads_like_the_pandas_model(spark, wh: omnitable.Warehouse, ops) -> None:  # type: ignore[no-untyped-def]
+    t = wh.create_table(f"m{next(_names)}", {"x": "bigint"})
+    model = pd.DataFrame({"x": pd.Series([], dtype="int64"), "batch": pd.Series([], dtype=str)})
+    for i, (op, a, b) in enumerate(ops):
+        if op == "append":
+            xs = [i * 100 + k for k in range(a)]
+            t.append(pa.table({"x": pa.array(xs, pa.int64())}), f"b{i}", target_fragment_rows=b)
+            model = pd.concat([model, pd.DataFrame({"x": xs, "batch": f"b{i}"})])
+        elif op == "delete_mod":
+            t.delete((pc.field("x") - (pc.field("x") / a) * a) == b)  # x % a == b
+            model = model[~((model.x % a) == b)]
+        elif t.batches():
+            name = t.batches()[a % len(t.batches())].name
+            t.delete(pc.field(omnitable.APPEND_NAME) == name)
+            model = model[model.batch != name]
+    expected = sorted((int(x),) for x in model.x)
+    assert _spark_rows(spark, t, ["x"]) == expected == _py_rows(t, ["x"])
