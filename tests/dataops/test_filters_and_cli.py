@@ -120,3 +120,27 @@ def test_delete_and_history_commands(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert history[0]["summary"]["why"] == "dupes" and history[0]["summary"]["rows"] == 2
     with omnitable.connect(wh) as w:
         assert w.table("docs").read(["label"])["label"].to_pylist() == ["spam", None]
+
+
+def test_retire_restore_and_rename_commands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wh = str(tmp_path / "wh")
+    with omnitable.connect(wh) as w:
+        w.create_table("docs", {"label": "string", "score": "double"}).append(
+            DATA.select(["label", "score"]), "b1"
+        )
+    code, out, _ = _run(capsys, "--json", "-w", wh, "retire", "docs", "score")
+    assert code == 0 and json.loads(out) == {"table": "docs", "version": 2, "retired": ["score"]}
+    code, _, err = _run(capsys, "-w", wh, "retire", "docs", "score")
+    assert code == 3 and "it is retired; restore it first" in err
+    code, out, _ = _run(capsys, "-w", wh, "restore", "docs", "score")
+    assert code == 0 and "Restored 'score' of 'docs': version 3" in " ".join(out.split())
+    code, out, _ = _run(capsys, "--json", "-w", wh, "rename", "docs", "label", "tag")
+    assert code == 0 and json.loads(out)["version"] == 4
+    code, _, err = _run(capsys, "-w", wh, "rename", "docs", "tag", "score")
+    assert code == 1 and "already has a column named 'score'" in err
+    code, _, err = _run(capsys, "-w", wh, "restore", "docs", "nope")
+    assert code == 3 and "does not exist" in err
+    with omnitable.connect(wh) as w:
+        assert w.table("docs").schema.names[2:] == ["tag", "score"]

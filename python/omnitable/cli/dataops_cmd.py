@@ -1,4 +1,4 @@
-"""``omnitable delete TABLE`` and ``omnitable history TABLE`` (docs/dataops.md)."""
+"""``omnitable delete|retire|restore|rename|history TABLE ...`` (docs/dataops.md)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,58 @@ def _ids(text: str) -> list[int]:
         raise ValidationError(
             f"Cannot delete: --ids must be comma-separated integers, got {text!r}"
         ) from exc
+
+
+@click.command()
+@click.argument("table")
+@click.argument("column")
+@click.pass_obj
+def retire(ctx: Context, table: str, column: str) -> None:
+    """Retire COLUMN of TABLE: hidden from reads and planning, data kept, restorable (a
+    feature's output retires the feature)."""
+    with ctx.connect() as wh:
+        t = wh.table(table)
+        version = t.retire(column)
+        retired = t.retired()
+    _column_result(ctx, table, version, retired, f"Retired '{column}' of '{table}'")
+
+
+@click.command()
+@click.argument("table")
+@click.argument("column")
+@click.pass_obj
+def restore(ctx: Context, table: str, column: str) -> None:
+    """Restore retired COLUMN of TABLE (with the other outputs of its feature)."""
+    with ctx.connect() as wh:
+        t = wh.table(table)
+        version = t.restore(column)
+        retired = t.retired()
+    _column_result(ctx, table, version, retired, f"Restored '{column}' of '{table}'")
+
+
+@click.command()
+@click.argument("table")
+@click.argument("column")
+@click.argument("new_name")
+@click.pass_obj
+def rename(ctx: Context, table: str, column: str, new_name: str) -> None:
+    """Rename raw COLUMN of TABLE to NEW_NAME (catalog only; earlier versions keep the old
+    name)."""
+    with ctx.connect() as wh:
+        t = wh.table(table)
+        version = t.rename_column(column, new_name)
+        retired = t.retired()
+    _column_result(ctx, table, version, retired, f"Renamed '{column}' of '{table}' to '{new_name}'")
+
+
+def _column_result(ctx: Context, table: str, version: int, retired: list[str], done: str) -> None:
+    data = {"table": table, "version": version, "retired": retired}
+    ctx.out.result(
+        data,
+        lambda console: console.print(
+            f"{done}: version {version}. Retired columns: {', '.join(retired) or 'none'}."
+        ),
+    )
 
 
 @click.command()

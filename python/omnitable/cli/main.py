@@ -58,6 +58,9 @@ for command in (
     tables_cmd.show,
     dataops_cmd.delete,
     dataops_cmd.history,
+    dataops_cmd.retire,
+    dataops_cmd.restore,
+    dataops_cmd.rename,
     catalog_cmd.upgrade_catalog_command,
 ):
     cli.add_command(command)
