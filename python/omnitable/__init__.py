@@ -11,6 +11,7 @@ Public API (re-exports only; see the modules for details)::
 """
 
 from omnitable.dataops.delete import DeleteResult
+from omnitable.dataops.update import UpdateResult
 from omnitable.exceptions import (
     AlreadyExistsError,
     CatalogError,
@@ -55,6 +56,7 @@ __all__ = [
     "SchemaMismatchError",
     "Table",
     "UnknownColumnError",
+    "UpdateResult",
     "ValidationError",
     "Warehouse",
     "WriteOptions",

@@ -15,6 +15,7 @@ from omnitable.catalog.snapshot import FULL_SCOPE, Snapshot, SnapshotScope
 from omnitable.context import TableContext, WarehouseHandle
 from omnitable.dataops.columns import rename_column, restore, retire, retired_names
 from omnitable.dataops.delete import DeleteResult, delete_rows
+from omnitable.dataops.update import UpdateResult, update_rows
 from omnitable.exceptions import ValidationError
 from omnitable.format.fs import Location
 from omnitable.format.reader import FragmentReader, ReadPlan, ReadStats
@@ -283,6 +284,21 @@ class Table:
             CommitConflict: concurrent deletes of the same fragments won every retry.
         """
         return delete_rows(self._ctx, where, ids, why=why)
+
+    def update(
+        self, data: Any, columns: list[str] | None = None, *, why: str | None = None
+    ) -> UpdateResult:
+        """Set some columns of some rows: ``data`` (Arrow, pandas or Spark) holds
+        ``_ai_unique_id_`` and the new values; ``columns`` (default: all of data's other
+        columns) says which to update. Writes, per touched fragment, one file of the updated
+        columns only (docs/dataops.md); one commit.
+
+        Raises:
+            ValidationError, UnknownColumnError, NotFoundError (ids that are not live rows),
+            CommitConflict (a concurrent write of the same fragment and column). Nothing is
+            committed on error.
+        """
+        return update_rows(self._ctx, data, columns, why=why)
 
     def rename_column(self, old: str, new: str) -> int:
         """Rename a raw column; returns the new version. Only the catalog changes (files name

@@ -164,6 +164,16 @@ def _deleted(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
     )
 
 
+def _update(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
+    first = t.read(columns=[ROW_ID], batches=["b1"]).column(ROW_ID)[0].as_py()
+    return t.update(pa.table({ROW_ID: [first], "text": [f"updated by {tag}"]}), why=tag)
+
+
+def _updated(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
+    """The update committed (its row may since have been replaced with its batch)."""
+    return any(h.op == "update" and h.summary.get("why") == tag for h in t.history())
+
+
 def _retire(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
     return t.retire("text_len")
 
@@ -198,6 +208,7 @@ WRITERS: dict[str, Writer] = {
     "backfill": Writer("backfill.before_commit", _backfill, _backfilled, spark=True),
     "delete": Writer("delete.before_commit", _delete, _deleted),
     "retire": Writer("columns.before_commit", _retire, _retired),
+    "update": Writer("update.before_commit", _update, _updated),
     "drop_recreate": Writer("", _drop_recreate, lambda ctx, t, tag: ctx.dropped),
 }
 
@@ -312,6 +323,27 @@ EXPECTED: dict[tuple[str, str], Outcome] = {
     ("retype", "retire"): conflict(r"column 'text_len' was removed by a concurrent commit"),
     ("backfill", "retire"): conflict(r"column 'text_len' no longer exists \(retired"),
     ("delete", "retire"): None,
+    # updating the raw column text (the input of text_len) of b1's first row
+    ("update", "append"): None,
+    ("update", "spark_append"): None,
+    ("update", "replace"): _REMOVED,
+    ("update", "add_columns"): None,
+    ("update", "register"): None,
+    ("update", "retype"): None,
+    ("update", "backfill"): None,
+    ("update", "delete"): None,
+    ("update", "retire"): None,
+    ("update", "update"): conflict(r"wrote column\(s\) text in 1 of the same fragment"),
+    ("update", "drop_recreate"): _DROPPED,
+    ("append", "update"): None,
+    ("spark_append", "update"): None,
+    ("replace", "update"): None,
+    ("add_columns", "update"): None,
+    ("register", "update"): None,
+    ("retype", "update"): None,
+    ("backfill", "update"): conflict(r"its input column\\(s\\) text were recomputed"),
+    ("delete", "update"): NOOP,  # the filter's column changed: the retry matches nothing
+    ("retire", "update"): None,
 }
 
 
@@ -435,6 +467,7 @@ def run_in_child(uri: str, root: str, kind: str) -> None:
         "retype",
         "delete",
         "retire",
+        "update",
         # each starts Spark in the child (tens of seconds)
         pytest.param("spark_append", marks=[pytest.mark.spark, pytest.mark.slow]),
         pytest.param("backfill", marks=[pytest.mark.spark, pytest.mark.slow]),

@@ -113,3 +113,26 @@ def test_spark_reads_like_the_pandas_model(spark, wh: omnitable.Warehouse, ops) 
             model = model[model.batch != name]
     expected = sorted((int(x),) for x in model.x)
     assert _spark_rows(spark, t, ["x"]) == expected == _py_rows(t, ["x"])
+
+
+def test_updating_a_feature_output_records_lineage_and_stales_its_readers(
+    spark, wh: omnitable.Warehouse
+) -> None:  # type: ignore[no-untyped-def]
+    t = wh.create_table(f"f{next(_names)}", {"x": "bigint"})
+    t.append(pa.table({"x": [1, 2, 3, 4]}), "a", target_fragment_rows=2)
+    t.register(
+        omnitable.sql_feature("twice", "x * 2", "bigint", "1"),
+        omnitable.sql_feature("plus", "twice + 1", "bigint", "1"),
+    )
+    t.backfill("plus").run(spark)
+    ids = t.read([ROW_ID, "x"]).sort_by("x")[ROW_ID].to_pylist()
+    t.update(pa.table({ROW_ID: [ids[0]], "twice": [100]}), why="manual fix")
+    assert t.status().state("a", "twice") == "done"
+    assert t.status().state("a", "plus") == "partial"  # stale where its input changed
+    (fixed,) = [r for r in t.lineage("twice") if r.engine == "update"]
+    assert fixed.inputs == [] and fixed.feature == "twice"
+    assert [s.features[0].name for s in t.backfill("plus").steps] == ["plus"]  # twice is done
+    t.backfill("plus").run(spark)
+    got = t.read(["x", "twice", "plus"]).sort_by("x").to_pydict()
+    assert got == {"x": [1, 2, 3, 4], "twice": [100, 4, 6, 8], "plus": [101, 5, 7, 9]}
+    assert _spark_rows(spark, t, ["x", "twice", "plus"]) == _py_rows(t, ["x", "twice", "plus"])

@@ -352,7 +352,8 @@ def _validate(
     _check_column_binding(req, column_ids)
     _check_group_ownership(conn, t, req, segments)
     _check_feature_versions(conn, t, req)
-    _check_expected_providers(conn, t, req, segments, column_ids)
+    if concurrent:  # nothing the operation read can have changed otherwise
+        _check_expected_providers(conn, t, req, segments, column_ids)
     _check_deletions(conn, t, req, segments)
     _check_column_changes(conn, t, req, segments)
     return column_ids

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from omnitable._failpoints import failpoint
-from omnitable.catalog.commit import CommitRequest, NewDeletion
+from omnitable.catalog.commit import CommitRequest, ExpectedProvider, NewDeletion
 from omnitable.catalog.records import FragmentRecord
 from omnitable.catalog.snapshot import Snapshot, SnapshotScope
 from omnitable.context import TableContext
@@ -73,7 +73,11 @@ def delete_rows(
         if why is not None:
             summary["why"] = why
         req = CommitRequest(
-            op="delete", base_version=snap.version, summary=summary, deletions=deletions
+            op="delete",
+            base_version=snap.version,
+            summary=summary,
+            deletions=deletions,
+            expected_providers=_read_set(snap, condition),
         )
         failpoint("delete.before_commit")
         try:
@@ -154,6 +158,22 @@ def _deletions(
             NewDeletion(frag.fragment_id, frag.batch_id, count, encode_vector(mask), replaces)
         )
     return out, total
+
+
+def _read_set(snap: Snapshot, where: pc.Expression) -> list[ExpectedProvider]:
+    """The file that provided each filter column in every live fragment when the filter was
+    evaluated (pruned fragments too: their statistics said no row matches). A concurrent change
+    of one of them makes the commit conflict, and the delete evaluates its filter again."""
+    names = [c.name for c in snap.columns if c.name != ROW_ID and c.name in str(where)]
+    ids = [snap.column(n).column_id for n in names]
+    out = []
+    for frag in snap.live_fragments(None):
+        providers = snap.resolve(frag.fragment_id, ids)
+        out += [
+            ExpectedProvider(frag.fragment_id, n, p.file_id if p is not None else None)
+            for n, p in zip(names, providers.values(), strict=True)
+        ]
+    return out
 
 
 def _check_all_found(table: str, wanted: np.ndarray, found: list[np.ndarray]) -> None:

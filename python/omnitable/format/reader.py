@@ -170,6 +170,12 @@ class FragmentReader:
         arrays.update(self._read_columns(frag, payload, survivors))
         return pa.Table.from_arrays([arrays[c] for c in out_cols], schema=schema)
 
+    def read_all_rows(self, frag: FragmentRecord, names: list[str]) -> pa.Table:
+        """Every row of the fragment, deleted ones included, in offset order (what a writer
+        aligning a new file to the fragment needs)."""
+        arrays = self._read_columns(frag, names, None)
+        return pa.Table.from_arrays([arrays[c] for c in names], names=names)
+
     def matching_rows(
         self, frag: FragmentRecord, where: pc.Expression, where_cols: list[str]
     ) -> tuple[np.ndarray, pa.Table]:
