@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 import omnitable
@@ -144,3 +145,34 @@ def test_retire_restore_and_rename_commands(
     assert code == 3 and "does not exist" in err
     with omnitable.connect(wh) as w:
         assert w.table("docs").schema.names[2:] == ["tag", "score"]
+
+
+def test_update_command_reads_parquet_csv_and_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wh = str(tmp_path / "wh")
+    with omnitable.connect(wh) as w:
+        t = w.create_table("docs", {"label": "string", "score": "double"})
+        t.append(DATA.select(["label", "score"]), "b1")
+        ids = t.read([omnitable.ROW_ID])[omnitable.ROW_ID].to_pylist()
+    pq_path, csv_path, json_path = (tmp_path / n for n in ("u.parquet", "u.csv", "u.jsonl"))
+    pq.write_table(pa.table({omnitable.ROW_ID: [ids[0]], "label": ["P"]}), pq_path)
+    csv_path.write_text(f"{omnitable.ROW_ID},label,score\n{ids[1]},C,9.5\n")
+    json_path.write_text(f'{{"{omnitable.ROW_ID}": {ids[2]}, "score": 1.25}}\n')
+    code, out, err = _run(capsys, "--json", "-w", wh, "update", "docs", "--from", str(pq_path))
+    assert code == 0, err
+    assert json.loads(out)["rows"] == 1 and json.loads(out)["version"] == 2
+    code, _, err = _run(capsys, "-w", wh, "update", "docs", "--from", str(csv_path),
+                        "--columns", "label", "--why", "review")  # fmt: skip
+    assert code == 0, err
+    assert _run(capsys, "-w", wh, "update", "docs", "--from", str(json_path))[0] == 0
+    bad = tmp_path / "u.txt"
+    bad.write_text("x")
+    code, _, err = _run(capsys, "-w", wh, "update", "docs", "--from", str(bad))
+    assert code == 2 and "give a .parquet, .csv, .json or .jsonl file" in err
+    csv_path.write_text(f"{omnitable.ROW_ID},label\n999999,Z\n")
+    code, _, err = _run(capsys, "-w", wh, "update", "docs", "--from", str(csv_path))
+    assert code == 3 and "not live rows" in err
+    with omnitable.connect(wh) as w:
+        got = w.table("docs").read(["label", "score"]).to_pydict()
+    assert got["label"][:3] == ["P", "C", "spam"] and got["score"][:3] == [0.1, 0.5, 1.25]

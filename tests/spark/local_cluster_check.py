@@ -1,5 +1,5 @@
-"""Read a table on Spark's local-cluster master (separate executor JVMs) and compare with the
-Python reader. Run by test_spark_local_cluster.py in its own process (one SparkContext per
+"""Read a table with deleted rows on Spark's local-cluster master (separate executor JVMs) and
+compare with the Python reader. Run by test_spark_local_cluster.py in its own process (one SparkContext per
 process). Usage: local_cluster_check.py WAREHOUSE_DIR"""
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ def main() -> None:
             row_group_size=256 + b * 100,
             target_fragment_rows=1000,
         )
+    # deletion vectors travel with the partitions and are decoded in the executor JVMs
+    deleted = t.delete(pa.compute.ends_with(pa.compute.field("s"), "7"))
+    assert deleted.rows == 900, deleted
     import pyspark
 
     os.environ["SPARK_HOME"] = str(Path(str(pyspark.__file__)).parent)

@@ -1,10 +1,14 @@
-"""``omnitable delete|retire|restore|rename|history TABLE ...`` (docs/dataops.md)."""
+"""``omnitable delete|update|retire|restore|rename|history TABLE ...`` (docs/dataops.md)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import click
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.json as pa_json
+import pyarrow.parquet as pq
 from rich.console import Console
 
 from omnitable.cli.context import Context
@@ -56,6 +60,50 @@ def _ids(text: str) -> list[int]:
         raise ValidationError(
             f"Cannot delete: --ids must be comma-separated integers, got {text!r}"
         ) from exc
+
+
+@click.command()
+@click.argument("table")
+@click.option(
+    "--from",
+    "source",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Parquet, CSV or JSON-lines file with _ai_unique_id_ and the new values.",
+)
+@click.option("--columns", default=None, help="Comma-separated columns to update (default all).")
+@click.option("--why", default=None, help="Reason recorded in the commit's summary.")
+@click.pass_obj
+def update(ctx: Context, table: str, source: str, columns: str | None, why: str | None) -> None:
+    """Set columns of rows of TABLE from a file keyed by _ai_unique_id_ (only the updated
+    columns of the touched fragments are written)."""
+    data = _read_file(source)
+    names = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
+    with ctx.connect() as wh:
+        result = wh.table(table).update(data, names, why=why)
+    payload = {"table": table, "version": result.version, "rows": result.rows,
+               "fragments": result.fragments, "files": result.files,
+               "bytes_written": result.bytes_written}  # fmt: skip
+    ctx.out.result(
+        payload,
+        lambda console: console.print(
+            f"Updated {result.rows} row(s) in {result.fragments} fragment(s) of '{table}' "
+            f"({result.files} file(s), {result.bytes_written} bytes): version {result.version}."
+        ),
+    )
+
+
+def _read_file(path: str) -> pa.Table:
+    """A Parquet (.parquet), CSV (.csv) or JSON-lines (.json, .jsonl) file as a table."""
+    suffix = path.rsplit(".", 1)[-1].lower()
+    readers = {"parquet": pq.read_table, "csv": pa_csv.read_csv, "json": pa_json.read_json,
+               "jsonl": pa_json.read_json}  # fmt: skip
+    if suffix not in readers:
+        raise ValidationError(f"Cannot read {path}: give a .parquet, .csv, .json or .jsonl file")
+    try:
+        return readers[suffix](path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ValidationError(f"Cannot read {path}: {exc}") from exc
 
 
 @click.command()

@@ -58,6 +58,7 @@ for command in (
     tables_cmd.show,
     dataops_cmd.delete,
     dataops_cmd.history,
+    dataops_cmd.update,
     dataops_cmd.retire,
     dataops_cmd.restore,
     dataops_cmd.rename,
