@@ -15,6 +15,7 @@ from omnitable.catalog.snapshot import FULL_SCOPE, Snapshot, SnapshotScope
 from omnitable.context import TableContext, WarehouseHandle
 from omnitable.dataops.columns import rename_column, restore, retire, retired_names
 from omnitable.dataops.delete import DeleteResult, delete_rows
+from omnitable.dataops.rollback import rollback
 from omnitable.dataops.update import UpdateResult, update_rows
 from omnitable.exceptions import ValidationError
 from omnitable.format.fs import Location
@@ -299,6 +300,17 @@ class Table:
             committed on error.
         """
         return update_rows(self._ctx, data, columns, why=why)
+
+    def rollback(self, version: int, *, why: str | None = None) -> int:
+        """Make ``version``'s state (rows, deletes, columns, files, features) the head, as one
+        new commit; the versions in between stay in the history (time travel still reads them).
+        Returns the new version. No data file is written or deleted (docs/dataops.md).
+
+        Raises:
+            ValidationError (not older than the head), NotFoundError (no such version),
+            CommitConflict (a commit landed meanwhile; nothing is discarded unseen).
+        """
+        return rollback(self._ctx, version, why=why)
 
     def rename_column(self, old: str, new: str) -> int:
         """Rename a raw column; returns the new version. Only the catalog changes (files name

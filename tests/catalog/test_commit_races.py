@@ -174,6 +174,14 @@ def _updated(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
     return any(h.op == "update" and h.summary.get("why") == tag for h in t.history())
 
 
+def _rollback(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
+    return t.rollback(1, why=tag)  # to the first append, before text_len was registered
+
+
+def _rolled_back(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
+    return any(h.op == "rollback" and h.summary.get("why") == tag for h in t.history())
+
+
 def _retire(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
     return t.retire("text_len")
 
@@ -209,6 +217,7 @@ WRITERS: dict[str, Writer] = {
     "delete": Writer("delete.before_commit", _delete, _deleted),
     "retire": Writer("columns.before_commit", _retire, _retired),
     "update": Writer("update.before_commit", _update, _updated),
+    "rollback": Writer("rollback.before_commit", _rollback, _rolled_back),
     "drop_recreate": Writer("", _drop_recreate, lambda ctx, t, tag: ctx.dropped),
 }
 
@@ -224,6 +233,7 @@ def conflict(pattern: str) -> Outcome:
 _REMOVED = conflict(r"\d+ fragment\(s\) were removed by a concurrent commit")
 _REPLACED = conflict(r"the batch it replaces was changed by a concurrent commit")
 _CHANGED = conflict(r"column 'text_len' was renamed, retired or restored by a concurrent commit")
+_DISCARDS = conflict(r"Cannot roll back table 'docs' to version 1: version \d+ was committed after")
 _REGISTERED = conflict(r"feature\(s\) \S+@\d+ were registered by a concurrent commit")
 _DROPPED = (
     omnitable.NotFoundError,
@@ -344,6 +354,24 @@ EXPECTED: dict[tuple[str, str], Outcome] = {
     ("backfill", "update"): conflict(r"its input column\\(s\\) text were recomputed"),
     ("delete", "update"): NOOP,  # the filter's column changed: the retry matches nothing
     ("retire", "update"): None,
+    # a rollback never discards a commit its caller did not see
+    **{
+        ("rollback", b): _DISCARDS
+        for b in (
+            "append",
+            "spark_append",
+            "replace",
+            "add_columns",
+            "register",
+            "retype",
+            "backfill",
+            "delete",
+            "update",
+            "retire",
+            "rollback",
+        )
+    },
+    ("rollback", "drop_recreate"): _DROPPED,
 }
 
 
@@ -468,6 +496,7 @@ def run_in_child(uri: str, root: str, kind: str) -> None:
         "delete",
         "retire",
         "update",
+        "rollback",
         # each starts Spark in the child (tens of seconds)
         pytest.param("spark_append", marks=[pytest.mark.spark, pytest.mark.slow]),
         pytest.param("backfill", marks=[pytest.mark.spark, pytest.mark.slow]),

@@ -136,3 +136,20 @@ def test_updating_a_feature_output_records_lineage_and_stales_its_readers(
     got = t.read(["x", "twice", "plus"]).sort_by("x").to_pydict()
     assert got == {"x": [1, 2, 3, 4], "twice": [100, 4, 6, 8], "plus": [101, 5, 7, 9]}
     assert _spark_rows(spark, t, ["x", "twice", "plus"]) == _py_rows(t, ["x", "twice", "plus"])
+
+
+def test_spark_reads_a_rolled_back_table_like_its_target(spark, wh: omnitable.Warehouse) -> None:  # type: ignore[no-untyped-def]
+    t = wh.create_table(f"r{next(_names)}", {"x": "bigint", "s": "string"})
+    t.append(pa.table({"x": list(range(12)), "s": [f"s{i}" for i in range(12)]}), "a",
+             target_fragment_rows=4)  # fmt: skip
+    good = t.version
+    ids = t.read([ROW_ID]).column(ROW_ID).to_pylist()
+    t.delete(pc.field("x") > 7)  # a whole fragment and more
+    t.update(pa.table({ROW_ID: ids[:2], "s": ["u0", "u1"]}))
+    t.append(pa.table({"x": [99], "s": ["new"]}), "a", mode="replace")
+    t.rename_column("s", "text")
+    t.rollback(good)
+    cols = [ROW_ID, "x", "s"]
+    assert _spark_rows(spark, t, cols) == _spark_rows(spark, t, cols, version=good)
+    assert _spark_rows(spark, t, cols) == _py_rows(t, cols)
+    assert len(_spark_rows(spark, t, cols)) == 12

@@ -176,3 +176,19 @@ def test_update_command_reads_parquet_csv_and_json(
     with omnitable.connect(wh) as w:
         got = w.table("docs").read(["label", "score"]).to_pydict()
     assert got["label"][:3] == ["P", "C", "spam"] and got["score"][:3] == [0.1, 0.5, 1.25]
+
+
+def test_rollback_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wh = str(tmp_path / "wh")
+    with omnitable.connect(wh) as w:
+        t = w.create_table("docs", {"label": "string", "score": "double"})
+        t.append(DATA.select(["label", "score"]), "b1")
+        t.delete(pc.field("label") == "spam")
+    code, out, _ = _run(capsys, "--json", "-w", wh, "rollback", "docs", "1", "--why", "oops")
+    assert code == 0 and json.loads(out) == {"table": "docs", "version": 3, "to_version": 1}
+    code, _, err = _run(capsys, "-w", wh, "rollback", "docs", "3")
+    assert code == 2 and "give an earlier version" in err
+    code, _, err = _run(capsys, "-w", wh, "rollback", "docs", "x")
+    assert code == 2
+    with omnitable.connect(wh) as w:
+        assert w.table("docs").count() == 5

@@ -21,6 +21,7 @@ from sqlalchemy import Connection, text
 
 from omnitable._failpoints import failpoint
 from omnitable.catalog.records import TableRecord
+from omnitable.catalog.rollback import apply_rollback
 from omnitable.catalog.sets import ColumnSet, decode_stats, encode_stats, insert_missing_sets
 from omnitable.catalog.snapshot import Segment, segments_for, visible_clause
 from omnitable.catalog.sql import in_list
@@ -164,6 +165,7 @@ class CommitRequest:
     feature_versions: dict[str, str] = field(default_factory=dict)
     deletions: list[NewDeletion] = field(default_factory=list)
     column_changes: list[ColumnChange] = field(default_factory=list)
+    rollback_to: int | None = None  # make this version's state the head (catalog/rollback.py)
 
     def all_new_files(self) -> list[FileDescriptor]:
         return [f for frag in self.new_fragments for f in frag.files] + list(self.new_files)
@@ -197,6 +199,8 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
                 f"newer than its head {head}"
             )
         column_ids = _validate(conn, table, req, segments, head)
+        if req.rollback_to is not None:
+            _check_rollback(conn, table, req, head)
         version = int(
             conn.execute(
                 text("SELECT COALESCE(MAX(version), -1) + 1 FROM commits WHERE table_id = :t"),
@@ -221,6 +225,9 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
         _apply_removals(conn, table_id, req, version)
         _apply_deletions(conn, table_id, req, version)
         _apply_column_changes(conn, table_id, req, version)
+        if req.rollback_to is not None:
+            counts = apply_rollback(conn, table, req.branch, req.rollback_to, version)
+            req.summary = {**req.summary, **counts}
         conn.execute(
             text(
                 "INSERT INTO commits (table_id, version, parent_version, branch, op, run_id, "
@@ -455,6 +462,24 @@ def _bind_ids(params: dict[str, Any], ids: list[str]) -> str:
     for j, v in enumerate(ids):
         params[f"id{j}"] = v
     return ", ".join(f":id{j}" for j in range(len(ids)))
+
+
+def _check_rollback(conn: Connection, table: TableRecord, req: CommitRequest, head: int) -> None:
+    """A rollback discards exactly the commits its caller saw: any commit since conflicts."""
+    target = req.rollback_to
+    assert target is not None
+    if req.base_version != head:
+        raise CommitConflict(
+            f"Cannot roll back table '{table.name}' to version {target}: version {head} was "
+            f"committed after version {req.base_version}, which the rollback was asked on; "
+            "nothing was committed. Look at Table.history() and run the rollback again."
+        )
+    if target >= head:
+        raise ValidationError(
+            f"Cannot roll back table '{table.name}' to version {target}: the head of branch "
+            f"'{req.branch}' is version {head}; give an earlier version"
+        )
+    segments_for(conn, table, branch=req.branch, version=target)  # NotFoundError if not ours
 
 
 def _check_deletions(conn: Connection, t: str, req: CommitRequest, segments: list[Segment]) -> None:

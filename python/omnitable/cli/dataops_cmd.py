@@ -1,4 +1,5 @@
-"""``omnitable delete|update|retire|restore|rename|history TABLE ...`` (docs/dataops.md)."""
+"""``omnitable delete|update|rollback|retire|restore|rename|history TABLE ...``
+(docs/dataops.md)."""
 
 from __future__ import annotations
 
@@ -104,6 +105,23 @@ def _read_file(path: str) -> pa.Table:
         return readers[suffix](path)
     except (pa.ArrowInvalid, OSError) as exc:
         raise ValidationError(f"Cannot read {path}: {exc}") from exc
+
+
+@click.command()
+@click.argument("table")
+@click.argument("version", type=int)
+@click.option("--why", default=None, help="Reason recorded in the commit's summary.")
+@click.pass_obj
+def rollback(ctx: Context, table: str, version: int, why: str | None) -> None:
+    """Make VERSION's state the head of TABLE, as a new commit (history kept)."""
+    with ctx.connect() as wh:
+        new = wh.table(table).rollback(version, why=why)
+    ctx.out.result(
+        {"table": table, "version": new, "to_version": version},
+        lambda console: console.print(
+            f"Rolled '{table}' back to version {version}: version {new}."
+        ),
+    )
 
 
 @click.command()

@@ -28,15 +28,16 @@ _STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 
 
 def current_features(ctx: TableContext) -> dict[str, Feature]:
-    """Current version of every registered feature that is not retired (its outputs retired,
-    docs/dataops.md): the one whose registration committed last (catalog commit order, not
-    wall clock time)."""
+    """Current version of every registered feature whose outputs are active columns (not
+    retired, not rolled back to before its registration; docs/dataops.md): the one whose
+    registration committed last (catalog commit order, not wall clock time)."""
     _, columns = ctx.catalog.all_columns(ctx.record)
-    retired = {c.feature for c in columns if c.state != "active" and c.feature is not None}
+    active = {c.name for c in columns if c.state == "active"}
     out: dict[str, Feature] = {}
     for row in ctx.catalog.feature_rows(ctx.record):
-        if row["name"] not in retired:
-            out[row["name"]] = Feature.from_definition(row["definition"], row["fingerprint"])
+        f = Feature.from_definition(row["definition"], row["fingerprint"])
+        if active.issuperset(f.outputs):  # else retired, or rolled back to before it
+            out[row["name"]] = f
     return out
 
 
