@@ -15,6 +15,7 @@ from omnitable.catalog.snapshot import FULL_SCOPE, Snapshot, SnapshotScope
 from omnitable.context import TableContext, WarehouseHandle
 from omnitable.dataops.columns import rename_column, restore, retire, retired_names
 from omnitable.dataops.delete import DeleteResult, delete_rows
+from omnitable.dataops.revert import revert
 from omnitable.dataops.rollback import rollback
 from omnitable.dataops.update import UpdateResult, update_rows
 from omnitable.exceptions import ValidationError
@@ -311,6 +312,20 @@ class Table:
             CommitConflict (a commit landed meanwhile; nothing is discarded unseen).
         """
         return rollback(self._ctx, version, why=why)
+
+    def revert(self, version: int, *, dependents: str = "fail", why: str | None = None) -> int:
+        """Undo exactly commit ``version`` and keep every later one: files, batches, deletes
+        and column changes it added are removed, what it removed comes back, feature versions
+        it registered stop being current. Returns the new version (docs/dataops.md).
+
+        ``dependents="stale"`` reverts even when later backfills read what it wrote (they
+        become stale; ``backfill`` recomputes them); the default fails and names them.
+
+        Raises:
+            ValidationError, NotFoundError, CommitConflict (a later commit changed what it
+            changed). Nothing is committed on error.
+        """
+        return revert(self._ctx, version, dependents=dependents, why=why)
 
     def rename_column(self, old: str, new: str) -> int:
         """Rename a raw column; returns the new version. Only the catalog changes (files name

@@ -153,3 +153,19 @@ def test_spark_reads_a_rolled_back_table_like_its_target(spark, wh: omnitable.Wa
     assert _spark_rows(spark, t, cols) == _spark_rows(spark, t, cols, version=good)
     assert _spark_rows(spark, t, cols) == _py_rows(t, cols)
     assert len(_spark_rows(spark, t, cols)) == 12
+
+
+def test_revert_names_the_features_that_read_what_it_wrote(spark, wh: omnitable.Warehouse) -> None:  # type: ignore[no-untyped-def]
+    t = wh.create_table(f"v{next(_names)}", {"x": "bigint"})
+    t.append(pa.table({"x": [1, 2, 3]}), "a")
+    t.register(omnitable.sql_feature("twice", "x * 2", "bigint", "1"))
+    ids = t.read([ROW_ID, "x"]).sort_by("x")[ROW_ID].to_pylist()
+    fix = t.update(pa.table({ROW_ID: [ids[0]], "x": [10]})).version
+    t.backfill("twice").run(spark)  # reads the updated x
+    with pytest.raises(omnitable.CommitConflict, match=r"feature\(s\) twice"):
+        t.revert(fix)
+    t.revert(fix, dependents="stale")
+    assert t.history(1)[0].summary["stale"] == ["twice"]
+    assert t.status().state("a", "twice") == "stale"
+    t.backfill("twice").run(spark)
+    assert t.read(["x", "twice"]).sort_by("x").to_pydict() == {"x": [1, 2, 3], "twice": [2, 4, 6]}

@@ -214,3 +214,16 @@ def test_append_and_delete_sequences_read_like_a_pandas_model(
         assert sum(x.rows for x in t.batches()) == len(model)
     for version, xs in states.items():  # every earlier version still reads as it was
         assert sorted(t.read(["x"], version=version)["x"].to_pylist()) == xs
+
+
+def test_add_columns_and_supplied_ids_after_a_delete_stay_aligned(wh: omnitable.Warehouse) -> None:
+    """New column files align to the fragment's offsets, deleted rows included; a deleted row's
+    id is still taken."""
+    t = _table(wh)
+    ids = t.read([ROW_ID, "x"]).sort_by("x")[ROW_ID].to_pylist()
+    t.delete(pc.field("x").isin([0, 2]))
+    t.add_columns(pa.table({ROW_ID: ids[:5], "note": [f"n{i}" for i in range(5)]}))
+    got = t.read(["x", "note"], where=pc.field("x") < 6).to_pydict()
+    assert got == {"x": [1, 3, 4, 5], "note": ["n1", "n3", "n4", None]}
+    with pytest.raises(omnitable.ValidationError, match="already"):
+        t.append(pa.table({ROW_ID: [ids[0]], "x": [99]}), "c")

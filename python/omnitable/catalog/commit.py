@@ -21,7 +21,7 @@ from sqlalchemy import Connection, text
 
 from omnitable._failpoints import failpoint
 from omnitable.catalog.records import TableRecord
-from omnitable.catalog.rollback import apply_rollback
+from omnitable.catalog.rollback import apply_revert, apply_rollback
 from omnitable.catalog.sets import ColumnSet, decode_stats, encode_stats, insert_missing_sets
 from omnitable.catalog.snapshot import Segment, segments_for, visible_clause
 from omnitable.catalog.sql import in_list
@@ -166,6 +166,8 @@ class CommitRequest:
     deletions: list[NewDeletion] = field(default_factory=list)
     column_changes: list[ColumnChange] = field(default_factory=list)
     rollback_to: int | None = None  # make this version's state the head (catalog/rollback.py)
+    revert: int | None = None  # undo exactly this commit, keeping later ones (same module)
+    dependents: str = "fail"  # a revert whose writes later backfills read: fail | stale
 
     def all_new_files(self) -> list[FileDescriptor]:
         return [f for frag in self.new_fragments for f in frag.files] + list(self.new_files)
@@ -201,6 +203,8 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
         column_ids = _validate(conn, table, req, segments, head)
         if req.rollback_to is not None:
             _check_rollback(conn, table, req, head)
+        if req.revert is not None:
+            _check_revert(conn, table, req)
         version = int(
             conn.execute(
                 text("SELECT COALESCE(MAX(version), -1) + 1 FROM commits WHERE table_id = :t"),
@@ -228,6 +232,9 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
         if req.rollback_to is not None:
             counts = apply_rollback(conn, table, req.branch, req.rollback_to, version)
             req.summary = {**req.summary, **counts}
+        if req.revert is not None:
+            undone = apply_revert(conn, table, req.branch, req.revert, version, req.dependents)
+            req.summary = {**req.summary, **undone}
         conn.execute(
             text(
                 "INSERT INTO commits (table_id, version, parent_version, branch, op, run_id, "
@@ -480,6 +487,35 @@ def _check_rollback(conn: Connection, table: TableRecord, req: CommitRequest, he
             f"'{req.branch}' is version {head}; give an earlier version"
         )
     segments_for(conn, table, branch=req.branch, version=target)  # NotFoundError if not ours
+
+
+def _check_revert(conn: Connection, table: TableRecord, req: CommitRequest) -> None:
+    """The reverted commit exists on this branch's history, changed data, and was not reverted
+    already."""
+    k = req.revert
+    row = conn.execute(
+        text("SELECT op FROM commits WHERE table_id = :t AND version = :v"),
+        {"t": table.table_id, "v": k},
+    ).first()
+    if row is None:
+        raise NotFoundError(
+            f"Cannot revert version {k} of table '{table.name}': no such version; see "
+            "Table.history()"
+        )
+    segments_for(conn, table, branch=req.branch, version=k)  # NotFoundError if not ours
+    if row.op == "create":
+        raise ValidationError(
+            f"Cannot revert version {k} of table '{table.name}': it created the table; drop the "
+            "table instead"
+        )
+    for (summary,) in conn.execute(
+        text("SELECT summary FROM commits WHERE table_id = :t AND op = 'revert' AND version > :v"),
+        {"t": table.table_id, "v": k},
+    ):
+        if json.loads(summary).get("reverted") == k:
+            raise ValidationError(
+                f"Cannot revert version {k} of table '{table.name}': it was reverted already"
+            )
 
 
 def _check_deletions(conn: Connection, t: str, req: CommitRequest, segments: list[Segment]) -> None:

@@ -138,8 +138,8 @@ def _write_aligned(
             continue
         if not provider.stats(row_id.column_id).may_overlap(lo, hi):
             continue
-        positions = pc.index_in(
-            reader.read_fragment(frag, [ROW_ID]).column(ROW_ID), value_set=id_set
+        positions = pc.index_in(  # every row, deleted ones too: the file aligns by offset
+            reader.read_all_rows(frag, [ROW_ID]).column(ROW_ID), value_set=id_set
         )
         hits = len(positions) - positions.null_count
         if hits == 0:

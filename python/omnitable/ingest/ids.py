@@ -129,7 +129,8 @@ def find_clashes(
     count = 0
     sample: list[int] = []
     for frag, _ in candidates:
-        values = reader.read_fragment(frag, [ROW_ID]).column(ROW_ID).to_numpy()
+        # deleted rows too: an id is never handed out twice, even after its row was deleted
+        values = reader.read_all_rows(frag, [ROW_ID]).column(ROW_ID).to_numpy()
         hits = claim.clashes(values)
         count += len(hits)
         sample.extend(int(x) for x in hits[: SAMPLE - len(sample)])
