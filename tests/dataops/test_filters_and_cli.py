@@ -192,3 +192,23 @@ def test_rollback_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert code == 2
     with omnitable.connect(wh) as w:
         assert w.table("docs").count() == 5
+
+
+def test_revert_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wh = str(tmp_path / "wh")
+    with omnitable.connect(wh) as w:
+        t = w.create_table("docs", {"label": "string", "score": "double"})
+        t.append(DATA.select(["label", "score"]), "b1")
+        t.delete(pc.field("label") == "spam")
+        t.append(DATA.select(["label"]), "b2")
+    code, out, _ = _run(capsys, "--json", "-w", wh, "revert", "docs", "2", "--why", "oops")
+    assert code == 0 and json.loads(out) == {"table": "docs", "version": 4, "reverted": 2,
+                                             "stale": []}  # fmt: skip
+    code, _, err = _run(capsys, "-w", wh, "revert", "docs", "2")
+    assert code == 2 and "reverted already" in err
+    code, _, err = _run(capsys, "-w", wh, "revert", "docs", "0")
+    assert code == 2 and "created the table" in err
+    code, _, err = _run(capsys, "-w", wh, "revert", "docs", "3", "--dependents", "x")
+    assert code == 2
+    with omnitable.connect(wh) as w:
+        assert w.table("docs").count() == 10  # b1 whole again, b2 kept

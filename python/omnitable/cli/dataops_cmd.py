@@ -1,4 +1,4 @@
-"""``omnitable delete|update|rollback|retire|restore|rename|history TABLE ...``
+"""``omnitable delete|update|rollback|revert|retire|restore|rename|history TABLE ...``
 (docs/dataops.md)."""
 
 from __future__ import annotations
@@ -120,6 +120,33 @@ def rollback(ctx: Context, table: str, version: int, why: str | None) -> None:
         {"table": table, "version": new, "to_version": version},
         lambda console: console.print(
             f"Rolled '{table}' back to version {version}: version {new}."
+        ),
+    )
+
+
+@click.command()
+@click.argument("table")
+@click.argument("version", type=int)
+@click.option(
+    "--dependents",
+    type=click.Choice(["fail", "stale"]),
+    default="fail",
+    show_default=True,
+    help="When later backfills read what it wrote: fail, or revert and leave them stale.",
+)
+@click.option("--why", default=None, help="Reason recorded in the commit's summary.")
+@click.pass_obj
+def revert(ctx: Context, table: str, version: int, dependents: str, why: str | None) -> None:
+    """Undo exactly commit VERSION of TABLE, keeping every later commit."""
+    with ctx.connect() as wh:
+        t = wh.table(table)
+        new = t.revert(version, dependents=dependents, why=why)
+        stale = t.history(1)[0].summary.get("stale", [])
+    ctx.out.result(
+        {"table": table, "version": new, "reverted": version, "stale": stale},
+        lambda console: console.print(
+            f"Reverted version {version} of '{table}': version {new}."
+            + (f" Stale now (backfill them): {', '.join(stale)}." if stale else "")
         ),
     )
 

@@ -60,6 +60,7 @@ for command in (
     dataops_cmd.history,
     dataops_cmd.update,
     dataops_cmd.rollback,
+    dataops_cmd.revert,
     dataops_cmd.retire,
     dataops_cmd.restore,
     dataops_cmd.rename,
