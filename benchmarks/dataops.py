@@ -206,11 +206,14 @@ def _spark_frame(spark: Any, table: pa.Table, path: Path) -> Any:
 
 
 def _update_vs_merge(wh: Any, spark: Any, n: int, work: Path) -> dict[str, float]:
-    """Set ``label`` of 1 % of the rows (random ids) of a table with a 2 KB text column."""
+    """Set ``label`` of 1 % of the rows (random ids) of a table with a 2 KB text column
+    (random letters: a column that compresses like text does, not like a repeated value)."""
     import omnitable
 
     rng = np.random.default_rng(3)
-    text = pa.array(["x" * 2048] * n)
+    letters = rng.integers(97, 123, (n, 2048), dtype=np.uint8)  # 2 KB of random text per row
+    text = pa.array(letters.view("S2048").ravel()).cast(pa.string())
+    del letters
     data = pa.table({"label": pa.array(["old"] * n), "score": rng.random(n), "text": text})
     t = wh.create_table("update_bench", data.schema, groups={"payload": ["text"]})
     t.append(data, "b0")
@@ -221,12 +224,12 @@ def _update_vs_merge(wh: Any, spark: Any, n: int, work: Path) -> dict[str, float
     result = t.update(changes)
     omni_s = time.perf_counter() - start
     delta_path = str(work / "delta_update")
-    spark.createDataFrame(data.add_column(0, "id", pa.array(ids)).to_pandas()).write.format(
-        "delta"
-    ).save(delta_path)
-    spark.createDataFrame(
-        changes.rename_columns(["id", "label"]).to_pandas()
-    ).createOrReplaceTempView("changes")
+    source = data.add_column(0, "id", pa.array(ids))
+    _spark_frame(spark, source, work / "update_source.parquet").write.format("delta").save(
+        delta_path
+    )
+    renamed = changes.rename_columns(["id", "label"])
+    _spark_frame(spark, renamed, work / "changes.parquet").createOrReplaceTempView("changes")
     size = _tree_size(delta_path)
     start = time.perf_counter()
     spark.sql(
