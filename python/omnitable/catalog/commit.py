@@ -229,43 +229,56 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
         _apply_removals(conn, table_id, req, version)
         _apply_deletions(conn, table_id, req, version)
         _apply_column_changes(conn, table_id, req, version)
-        if req.rollback_to is not None:
-            counts = apply_rollback(conn, table, req.branch, req.rollback_to, version)
-            req.summary = {**req.summary, **counts}
-        if req.revert is not None:
-            undone = apply_revert(conn, table, req.branch, req.revert, version, req.dependents)
-            req.summary = {**req.summary, **undone}
-        conn.execute(
-            text(
-                "INSERT INTO commits (table_id, version, parent_version, branch, op, run_id, "
-                "summary, committed_at, commit_token) VALUES (:t, :v, :p, :b, :op, :r, :s, :now, "
-                ":tok)"
-            ),
-            {
-                "t": table_id,
-                "v": version,
-                "p": head,
-                "b": req.branch,
-                "op": req.op,
-                "r": req.run_id,
-                "s": json.dumps(req.summary, sort_keys=True),
-                "now": now,
-                "tok": req.token,
-            },
-        )
-        conn.execute(
-            text("UPDATE refs SET version = :v WHERE table_id = :t AND name = :b"),
-            {"v": version, "t": table_id, "b": req.branch},
-        )
-        next_row = table.next_row_id
-        if req.next_row_id_at_least is not None:
-            next_row = max(next_row, req.next_row_id_at_least)
-        conn.execute(
-            text("UPDATE tables SET next_column_id = :c, next_row_id = :r WHERE table_id = :t"),
-            {"c": next_column_id, "r": next_row, "t": table_id},
-        )
+        summary = {**req.summary, **_apply_undo(conn, table, req, version)}
+        _record(conn, table, req, version, head, summary, now, next_column_id)
         failpoint("commit.before_end")
     return version
+
+
+def _apply_undo(
+    conn: Connection, table: TableRecord, req: CommitRequest, version: int
+) -> dict[str, Any]:
+    """A rollback's or a revert's changes (catalog/rollback.py); what they did, for the
+    summary."""
+    if req.rollback_to is not None:
+        return apply_rollback(conn, table, req.branch, req.rollback_to, version)
+    if req.revert is not None:
+        return apply_revert(conn, table, req.branch, req.revert, version, req.dependents)
+    return {}
+
+
+def _record(
+    conn: Connection,
+    table: TableRecord,
+    req: CommitRequest,
+    version: int,
+    head: int,
+    summary: dict[str, Any],
+    now: str,
+    next_column_id: int,
+) -> None:
+    """The commit row, the branch ref moved to it, the table's id counters."""
+    t = table.table_id
+    conn.execute(
+        text(
+            "INSERT INTO commits (table_id, version, parent_version, branch, op, run_id, "
+            "summary, committed_at, commit_token) VALUES (:t, :v, :p, :b, :op, :r, :s, :now, "
+            ":tok)"
+        ),
+        {"t": t, "v": version, "p": head, "b": req.branch, "op": req.op, "r": req.run_id,
+         "s": json.dumps(summary, sort_keys=True), "now": now, "tok": req.token},
+    )  # fmt: skip
+    conn.execute(
+        text("UPDATE refs SET version = :v WHERE table_id = :t AND name = :b"),
+        {"v": version, "t": t, "b": req.branch},
+    )
+    next_row = table.next_row_id
+    if req.next_row_id_at_least is not None:
+        next_row = max(next_row, req.next_row_id_at_least)
+    conn.execute(
+        text("UPDATE tables SET next_column_id = :c, next_row_id = :r WHERE table_id = :t"),
+        {"c": next_column_id, "r": next_row, "t": t},
+    )
 
 
 def _commit_time(conn: Connection, t: str) -> str:
