@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 import pyarrow as pa
@@ -16,6 +17,9 @@ from omnitable.cli.context import Context
 from omnitable.cli.tables_cmd import short_summary
 from omnitable.exceptions import ValidationError
 from omnitable.vocabulary.filters import parse_filter
+
+if TYPE_CHECKING:
+    from omnitable import Table
 
 FILTER_HELP = (
     "Rows to delete, in SQL-like syntax: comparisons (= != < <= > >=), IN (...), IS [NOT] "
@@ -158,11 +162,7 @@ def revert(ctx: Context, table: str, version: int, dependents: str, why: str | N
 def retire(ctx: Context, table: str, column: str) -> None:
     """Retire COLUMN of TABLE: hidden from reads and planning, data kept, restorable (a
     feature's output retires the feature)."""
-    with ctx.connect() as wh:
-        t = wh.table(table)
-        version = t.retire(column)
-        retired = t.retired()
-    _column_result(ctx, table, version, retired, f"Retired '{column}' of '{table}'")
+    _change_column(ctx, table, lambda t: t.retire(column), f"Retired '{column}' of '{table}'")
 
 
 @click.command()
@@ -171,11 +171,7 @@ def retire(ctx: Context, table: str, column: str) -> None:
 @click.pass_obj
 def restore(ctx: Context, table: str, column: str) -> None:
     """Restore retired COLUMN of TABLE (with the other outputs of its feature)."""
-    with ctx.connect() as wh:
-        t = wh.table(table)
-        version = t.restore(column)
-        retired = t.retired()
-    _column_result(ctx, table, version, retired, f"Restored '{column}' of '{table}'")
+    _change_column(ctx, table, lambda t: t.restore(column), f"Restored '{column}' of '{table}'")
 
 
 @click.command()
@@ -186,14 +182,16 @@ def restore(ctx: Context, table: str, column: str) -> None:
 def rename(ctx: Context, table: str, column: str, new_name: str) -> None:
     """Rename raw COLUMN of TABLE to NEW_NAME (catalog only; earlier versions keep the old
     name)."""
+    done = f"Renamed '{column}' of '{table}' to '{new_name}'"
+    _change_column(ctx, table, lambda t: t.rename_column(column, new_name), done)
+
+
+def _change_column(ctx: Context, table: str, change: Callable[[Table], int], done: str) -> None:
+    """Run ``change`` on TABLE and report the new version and the retired columns."""
     with ctx.connect() as wh:
         t = wh.table(table)
-        version = t.rename_column(column, new_name)
+        version = change(t)
         retired = t.retired()
-    _column_result(ctx, table, version, retired, f"Renamed '{column}' of '{table}' to '{new_name}'")
-
-
-def _column_result(ctx: Context, table: str, version: int, retired: list[str], done: str) -> None:
     data = {"table": table, "version": version, "retired": retired}
     ctx.out.result(
         data,

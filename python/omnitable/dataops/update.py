@@ -29,8 +29,7 @@ from omnitable.exceptions import CommitOutcomeUnknown, NotFoundError, Validation
 from omnitable.format.fs import delete_quietly
 from omnitable.format.reader import FragmentReader
 from omnitable.format.writer import write_column_file
-from omnitable.ingest.local import duplicate_ids
-from omnitable.ingest.sources import is_spark_dataframe, record_batches
+from omnitable.ingest.columns import rows_by_id
 from omnitable.vocabulary.descriptors import FileDescriptor
 from omnitable.vocabulary.names import ROW_ID, SYSTEM_COLUMNS
 from omnitable.vocabulary.types import ARROW_VALUE_ERRORS
@@ -99,15 +98,7 @@ def update_rows(
 
 
 def _values(ctx: TableContext, snap: Snapshot, data: Any, columns: list[str] | None) -> _Values:
-    if is_spark_dataframe(data):
-        data = data.toArrow()
-    batches = list(record_batches(data))
-    incoming = pa.Table.from_batches(batches) if batches else None
-    if incoming is None or ROW_ID not in incoming.column_names:
-        raise ValidationError(
-            f"Cannot update table '{ctx.name}': the data needs a {ROW_ID} column saying which "
-            "row each value belongs to"
-        )
+    incoming, ids = rows_by_id(data, f"update table '{ctx.name}'")
     names = [c for c in incoming.column_names if c != ROW_ID] if columns is None else columns
     if isinstance(names, str) or not names:
         raise ValidationError(
@@ -122,16 +113,9 @@ def _values(ctx: TableContext, snap: Snapshot, data: Any, columns: list[str] | N
         if name in SYSTEM_COLUMNS:
             raise ValidationError(f"Cannot update {name} of table '{ctx.name}': a system column")
         records.append(snap.column(name))  # UnknownColumnError for unknown or retired ones
-    ids = incoming.column(ROW_ID)
-    if ids.null_count:
-        raise ValidationError(f"Cannot update table '{ctx.name}': {ids.null_count} null {ROW_ID}")
-    ids = ids.cast(pa.int64()).combine_chunks()
-    dupes = duplicate_ids(ids.to_numpy())
-    if dupes:
-        raise ValidationError(
-            f"Cannot update table '{ctx.name}': duplicate {ROW_ID} values, e.g. {dupes}"
-        )
-    return _Values(records, ids, pa.table({c.name: _cast(ctx, incoming, c) for c in records}))
+    return _Values(
+        records, pa.array(ids), pa.table({c.name: _cast(ctx, incoming, c) for c in records})
+    )
 
 
 def _cast(ctx: TableContext, incoming: pa.Table, col: ColumnRecord) -> pa.Array:

@@ -83,17 +83,36 @@ def add_columns(ctx: TableContext, data: Any, group: str | None) -> int:
         raise
 
 
-def _new_values(ctx: TableContext, snap: Snapshot, data: Any) -> NewValues:
-    """``data`` checked: an id column without nulls or duplicates, new valid column names."""
+def rows_by_id(data: Any, what: str) -> tuple[pa.Table, np.ndarray]:
+    """``data`` (Arrow, pandas or Spark) as a table, and its ``ROW_ID`` values (int64), checked:
+    present, no nulls, no duplicates. ``what`` starts the error messages ("add columns to
+    table 't'").
+
+    Raises:
+        ValidationError: no id column, null or duplicate ids.
+    """
     if is_spark_dataframe(data):
         data = data.toArrow()
     batches = list(record_batches(data))
     incoming = pa.Table.from_batches(batches) if batches else None
     if incoming is None or ROW_ID not in incoming.column_names:
         raise ValidationError(
-            f"Cannot add columns to table '{ctx.name}': the data needs a {ROW_ID} column "
-            "saying which row each value belongs to"
+            f"Cannot {what}: the data needs a {ROW_ID} column saying which row each value "
+            "belongs to"
         )
+    ids = incoming.column(ROW_ID)
+    if ids.null_count:
+        raise ValidationError(f"Cannot {what}: {ids.null_count} row(s) have a null {ROW_ID}")
+    ids_np = ids.cast(pa.int64()).to_numpy()
+    dupes = duplicate_ids(ids_np)
+    if dupes:
+        raise ValidationError(f"Cannot {what}: duplicate {ROW_ID} values, e.g. {dupes}")
+    return incoming, ids_np
+
+
+def _new_values(ctx: TableContext, snap: Snapshot, data: Any) -> NewValues:
+    """``data`` checked: an id column without nulls or duplicates, new valid column names."""
+    incoming, ids_np = rows_by_id(data, f"add columns to table '{ctx.name}'")
     names = [c for c in incoming.column_names if c != ROW_ID]
     if not names:
         raise ValidationError(f"Cannot add columns to table '{ctx.name}': no new column given")
@@ -107,13 +126,6 @@ def _new_values(ctx: TableContext, snap: Snapshot, data: Any) -> NewValues:
                 "(recompute existing columns with a feature backfill)"
             )
     types = {n: canonical_arrow_type(incoming.column(n).type, n) for n in names}
-    ids = incoming.column(ROW_ID)
-    if ids.null_count:
-        raise ValidationError(f"Cannot add columns: {ids.null_count} row(s) have a null {ROW_ID}")
-    ids_np = ids.cast(pa.int64()).to_numpy()
-    dupes = duplicate_ids(ids_np)
-    if dupes:
-        raise ValidationError(f"Cannot add columns: duplicate {ROW_ID} values, e.g. {dupes}")
     values = pa.Table.from_arrays([incoming.column(n).cast(types[n]) for n in names], names=names)
     return NewValues(names, types, values, ids_np)
 
