@@ -351,7 +351,7 @@ EXPECTED: dict[tuple[str, str], Outcome] = {
     ("add_columns", "update"): None,
     ("register", "update"): None,
     ("retype", "update"): None,
-    ("backfill", "update"): conflict(r"its input column\\(s\\) text were recomputed"),
+    ("backfill", "update"): conflict(r"its input column\(s\) text were recomputed"),
     ("delete", "update"): NOOP,  # the filter's column changed: the retry matches nothing
     ("retire", "update"): None,
     # a rollback never discards a commit its caller did not see
