@@ -182,6 +182,14 @@ def _rolled_back(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
     return any(h.op == "rollback" and h.summary.get("why") == tag for h in t.history())
 
 
+def _revert(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
+    return t.revert(2, why=tag)  # undo the registration of text_len, keep everything after it
+
+
+def _reverted(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
+    return any(h.op == "revert" and h.summary.get("why") == tag for h in t.history())
+
+
 def _retire(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
     return t.retire("text_len")
 
@@ -218,6 +226,7 @@ WRITERS: dict[str, Writer] = {
     "retire": Writer("columns.before_commit", _retire, _retired),
     "update": Writer("update.before_commit", _update, _updated),
     "rollback": Writer("rollback.before_commit", _rollback, _rolled_back),
+    "revert": Writer("revert.before_commit", _revert, _reverted),
     "drop_recreate": Writer("", _drop_recreate, lambda ctx, t, tag: ctx.dropped),
 }
 
@@ -234,6 +243,9 @@ _REMOVED = conflict(r"\d+ fragment\(s\) were removed by a concurrent commit")
 _REPLACED = conflict(r"the batch it replaces was changed by a concurrent commit")
 _CHANGED = conflict(r"column 'text_len' was renamed, retired or restored by a concurrent commit")
 _DISCARDS = conflict(r"Cannot roll back table 'docs' to version 1: version \d+ was committed after")
+_REVERT_CHANGED = conflict(
+    r"Cannot revert version 2 .*column id \d+ was renamed, retired or replaced"
+)
 _REGISTERED = conflict(r"feature\(s\) \S+@\d+ were registered by a concurrent commit")
 _DROPPED = (
     omnitable.NotFoundError,
@@ -372,6 +384,34 @@ EXPECTED: dict[tuple[str, str], Outcome] = {
         )
     },
     ("rollback", "drop_recreate"): _DROPPED,
+    # reverting the registration of text_len (version 2): checked at its commit, against the head
+    ("revert", "append"): None,
+    ("revert", "spark_append"): None,
+    ("revert", "replace"): None,
+    ("revert", "add_columns"): None,
+    ("revert", "register"): None,
+    ("revert", "retype"): _REVERT_CHANGED,
+    ("revert", "backfill"): None,
+    ("revert", "delete"): None,
+    ("revert", "update"): None,
+    ("revert", "retire"): _REVERT_CHANGED,
+    ("revert", "rollback"): _REVERT_CHANGED,
+    ("revert", "revert"): (
+        omnitable.ValidationError,
+        r"Cannot revert version 2 .*reverted already",
+    ),
+    ("revert", "drop_recreate"): _DROPPED,
+    ("append", "revert"): None,
+    ("spark_append", "revert"): None,
+    ("replace", "revert"): None,
+    ("add_columns", "revert"): None,
+    ("register", "revert"): None,
+    ("retype", "revert"): conflict(r"column 'text_len' was removed by a concurrent commit"),
+    ("backfill", "revert"): conflict(r"column 'text_len' no longer exists"),
+    ("delete", "revert"): None,
+    ("update", "revert"): None,
+    ("retire", "revert"): _CHANGED,
+    ("rollback", "revert"): _DISCARDS,
 }
 
 
@@ -497,6 +537,7 @@ def run_in_child(uri: str, root: str, kind: str) -> None:
         "retire",
         "update",
         "rollback",
+        "revert",
         # each starts Spark in the child (tens of seconds)
         pytest.param("spark_append", marks=[pytest.mark.spark, pytest.mark.slow]),
         pytest.param("backfill", marks=[pytest.mark.spark, pytest.mark.slow]),
