@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -71,7 +72,8 @@ class _Rollback:
     def __init__(self, conn: Connection, t: str, branch: str, version: int) -> None:
         self.conn, self.t, self.branch, self.version = conn, t, branch, version
 
-    def remove(self, table: str, id_col: str, ids: list[str]) -> None:
+    def remove(self, table: str, id_col: str, ids: Sequence[str | int]) -> None:
+        """End the visible rows of ``table`` whose ``id_col`` is in ``ids`` at this version."""
         if ids:
             self.conn.execute(
                 text(
@@ -136,13 +138,7 @@ class _Rollback:
         now = {c.column_id: c for c in all_columns(self.conn, head.table, head.segments)}
         for cid, col in now.items():
             if cid not in then or then[cid].added_version != col.added_version:
-                self.conn.execute(
-                    text(
-                        "UPDATE columns SET removed_version = :v WHERE table_id = :t AND "
-                        "column_id = :c AND removed_version IS NULL"
-                    ),
-                    {"v": self.version, "t": self.t, "c": cid},
-                )
+                self.remove("columns", "column_id", [cid])
         back = [
             c
             for cid, c in then.items()
@@ -410,13 +406,7 @@ class _Diff:
         conn = ctx.conn
         before_cols, after_cols = _columns(conn, self.before), _columns(conn, self.after)
         for cid in _changed(before_cols, after_cols):
-            ctx.conn.execute(
-                text(
-                    "UPDATE columns SET removed_version = :v WHERE table_id = :t AND "
-                    "column_id = :c AND removed_version IS NULL"
-                ),
-                {"v": ctx.version, "t": ctx.t, "c": cid},
-            )
+            ctx.remove("columns", "column_id", [cid])
             if cid in before_cols:
                 _copy_column(ctx, cid, before_cols[cid][0])
         head_batches = {b.batch_id for b in self.head.batches}
