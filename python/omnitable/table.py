@@ -15,15 +15,18 @@ from omnitable.catalog.snapshot import FULL_SCOPE, Snapshot, SnapshotScope
 from omnitable.context import TableContext, WarehouseHandle
 from omnitable.dataops.columns import rename_column, restore, retire, retired_names
 from omnitable.dataops.delete import DeleteResult, delete_rows
+from omnitable.dataops.lookup import lookup_rows
 from omnitable.dataops.revert import revert
 from omnitable.dataops.rollback import rollback
 from omnitable.dataops.update import UpdateResult, update_rows
+from omnitable.dataops.upsert import UpsertResult, upsert_rows
 from omnitable.exceptions import ValidationError
 from omnitable.format.fs import Location
 from omnitable.format.reader import FragmentReader, ReadPlan, ReadStats
 from omnitable.ingest.append import append
 from omnitable.ingest.columns import add_columns
 from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
+from omnitable.vocabulary.keys import table_key
 from omnitable.vocabulary.names import APPEND_NAME, MAIN, ROW_ID
 
 if TYPE_CHECKING:
@@ -301,6 +304,62 @@ class Table:
             committed on error.
         """
         return update_rows(self._ctx, data, columns, why=why)
+
+    @property
+    def key(self) -> list[str] | None:
+        """The key columns of a keyed table (``create_table(key=...)``), else None."""
+        return table_key(self.record.properties)
+
+    def upsert(
+        self,
+        data: Any,
+        policy: Any = "last_write_wins",
+        *,
+        append_name: str | None = None,
+        why: str | None = None,
+        spark: SparkSession | None = None,
+    ) -> UpsertResult:
+        """Insert or merge ``data`` by the table's key, in one commit (docs/dataops.md).
+
+        Rows with a new key become a new batch (``append_name``, default ``upsert/<time>-<id>``);
+        rows with a key a live row holds are merged under ``policy``: ``"last_write_wins"``,
+        ``"first_write_wins"``, ``"append_list"`` or a function ``(stored, incoming) ->
+        merged`` on pandas DataFrames (or its ``"module:function"`` reference), run isolated.
+        Rows with a NULL key, a key given twice, or on which the policy fails are rejected:
+        returned in ``UpsertResult.rejected`` and recorded in the error table (``errors()``;
+        this uses ``spark``, the active session or a new local one), never written.
+
+        Raises:
+            ValidationError: not a keyed table, an unknown policy, no key column or
+                ``_ai_unique_id_`` in data. SchemaMismatchError, UnknownColumnError: bad
+                columns. CommitConflict: concurrent writers of the same keys or cells won every
+                retry. Nothing is committed on error.
+        """
+        result = upsert_rows(self._ctx, data, policy, append_name=append_name, why=why)
+        if result.error_rows:
+            from omnitable.exec.errors import append_errors
+            from omnitable.spark.session import active_or_new_session
+
+            append_errors(active_or_new_session(spark, self._ctx), self._ctx, result.error_rows)
+        return result
+
+    def lookup(
+        self,
+        keys: Any,
+        columns: list[str] | None = None,
+        *,
+        version: int | None = None,
+    ) -> pa.Table:
+        """The live rows holding ``keys``, through the key index (no scan): ``keys`` is a list
+        of key values (tuples for a key of several columns), a pyarrow Table or a pandas
+        DataFrame of the key columns. Rows come back in the order of ``keys``; keys no live
+        row holds are left out. ``columns`` default to all; ``version`` reads an older state.
+
+        Raises:
+            ValidationError: not a keyed table, NULL or unconvertible keys.
+            UnknownColumnError: an unknown column.
+        """
+        return lookup_rows(self._ctx, keys, columns, {"version": version})
 
     def rollback(self, version: int, *, why: str | None = None) -> int:
         """Make ``version``'s state (rows, deletes, columns, files, features) the head, as one

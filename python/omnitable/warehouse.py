@@ -19,6 +19,7 @@ from omnitable.format.fs import Location, resolve_location
 from omnitable.format.writer import WriteOptions
 from omnitable.settings import Sources, check_properties, check_session
 from omnitable.table import Table
+from omnitable.vocabulary.keys import KEY_PROPERTY, check_key
 from omnitable.vocabulary.names import (
     APPEND_NAME,
     BASE_GROUP,
@@ -101,6 +102,7 @@ class Warehouse:
         schema: SchemaSpec,
         groups: Mapping[str, list[str]] | None = None,
         properties: Mapping[str, Any] | None = None,
+        key: str | list[str] | None = None,
     ) -> Table:
         """Create a logical table.
 
@@ -113,6 +115,10 @@ class Warehouse:
                 fragment. Unlisted columns go to the ``base`` group.
             properties: table properties: settings of this table (``{"write.row_group_size":
                 10000}``, docs/settings.md) and free metadata under other keys.
+            key: a user key (a column name or a list): the table is keyed, its rows are added
+                by ``Table.upsert`` (not ``append``), keys are unique among live rows and
+                ``Table.lookup`` finds rows by key through the global index (docs/dataops.md).
+                Key columns are strings, integers or dates, and are never updated or retired.
 
         Raises:
             AlreadyExistsError, ValidationError (also an unknown setting or an invalid value
@@ -126,7 +132,11 @@ class Warehouse:
             NewColumn(n, to_ddl(t), nullable, group_of.get(n, BASE_GROUP))
             for n, t, nullable in fields
         ]
-        record = self.catalog.create_table(name, columns, dict(properties or {}))
+        props = dict(properties or {})
+        if key is not None:
+            types = {n: t for n, t, _ in fields}
+            props[KEY_PROPERTY] = check_key(key, types, f"create table '{name}'")
+        record = self.catalog.create_table(name, columns, props)
         return Table(self, record)
 
     def table(self, name: str) -> Table:

@@ -174,12 +174,13 @@ def _replay(ops: list[tuple[str, int, int]], skip: int | None) -> pd.DataFrame:
 
 
 def _depends(ops: list[tuple[str, int, int]], k: int) -> bool:
-    """A later update chose its rows among rows operation k deleted."""
+    """A later update or delete chose its rows among rows operation k deleted (a later delete
+    of such rows deleted fewer rows, or committed nothing, because k had run)."""
     if ops[k][0] != "delete":
         return False
     before = _replay(ops[:k], None)
     gone = before[(before.x % ops[k][1]) == ops[k][2]]
-    return any(op == "update" and ((gone.x % a) == b).any() for op, a, b in ops[k + 1 :])
+    return any(op != "append" and ((gone.x % a) == b).any() for op, a, b in ops[k + 1 :])
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))

@@ -97,6 +97,16 @@ class IdsNotChecked(CommitConflict):
         self.head = head
 
 
+class KeysNotChecked(CommitConflict):
+    """Commits after ``req.keys_checked_version`` (up to ``head``) added or removed rows of a
+    keyed table; the caller checks its new keys against the head's live rows, moves
+    ``keys_checked_version`` to ``head`` and retries. Nothing was committed."""
+
+    def __init__(self, message: str, head: int) -> None:
+        super().__init__(message, [("*", "key")])
+        self.head = head
+
+
 @dataclass(frozen=True)
 class ExpectedProvider:
     """What an operation relied on: the file providing ``column`` in ``fragment_id`` (None: no
@@ -168,6 +178,9 @@ class CommitRequest:
     rollback_to: int | None = None  # make this version's state the head (catalog/rollback.py)
     revert: int | None = None  # undo exactly this commit, keeping later ones (same module)
     dependents: str = "fail"  # a revert whose writes later backfills read: fail | stale
+    # keyed tables: the version up to which the keys this commit adds were checked against the
+    # table's live rows; a later change of rows (fragments or deletes) raises KeysNotChecked
+    keys_checked_version: int | None = None
 
     def all_new_files(self) -> list[FileDescriptor]:
         return [f for frag in self.new_fragments for f in frag.files] + list(self.new_files)
@@ -376,6 +389,7 @@ def _validate(
         _check_cell_conflicts(conn, t, req, head)
         _check_feature_conflicts(conn, t, req)
     _check_id_overlaps(conn, t, req, head)
+    _check_keys(conn, t, req, head)
     _check_column_binding(req, column_ids)
     _check_group_ownership(conn, t, req, segments)
     _check_feature_versions(conn, t, req)
@@ -694,6 +708,30 @@ def _check_id_overlaps(conn: Connection, t: str, req: CommitRequest, head: int) 
             raise IdsNotChecked(
                 f"Cannot commit {req.op}: commits after version {claim.checked_version} added "
                 f"{ROW_ID} values that may overlap this commit's; check them and retry",
+                head,
+            )
+
+
+def _check_keys(conn: Connection, t: str, req: CommitRequest, head: int) -> None:
+    """Raise :class:`KeysNotChecked` when rows of the branch changed after the version an
+    upsert checked its new keys against (the exact check reads index files, which the caller
+    does outside the transaction)."""
+    since = req.keys_checked_version
+    if since is None or since >= head:
+        return
+    params = {"t": t, "b": req.branch, "since": since}
+    for table in ("fragments", "deletion_vectors"):
+        changed = conn.execute(
+            text(
+                f"SELECT 1 FROM {table} WHERE table_id = :t AND branch = :b AND "
+                "(added_version > :since OR removed_version > :since) LIMIT 1"
+            ),
+            params,
+        ).first()
+        if changed is not None:
+            raise KeysNotChecked(
+                f"Cannot commit {req.op}: commits after version {since} changed the table's "
+                "rows; check the new keys against them and retry",
                 head,
             )
 

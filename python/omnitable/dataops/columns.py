@@ -18,6 +18,7 @@ from omnitable.catalog.records import ColumnRecord
 from omnitable.context import TableContext
 from omnitable.exceptions import AlreadyExistsError, NotFoundError, ValidationError
 from omnitable.features.registry import current_features
+from omnitable.vocabulary.keys import table_key
 from omnitable.vocabulary.names import SYSTEM_COLUMNS, check_column_name
 
 
@@ -97,6 +98,11 @@ def retired_names(columns: list[ColumnRecord]) -> list[str]:
 def _active(ctx: TableContext, columns: list[ColumnRecord], name: str, verb: str) -> ColumnRecord:
     if name in SYSTEM_COLUMNS:
         raise ValidationError(f"Cannot {verb} system column '{name}' of table '{ctx.name}'")
+    if name in (table_key(ctx.record.properties) or []) and verb != "restore":
+        raise ValidationError(
+            f"Cannot {verb} column '{name}' of table '{ctx.name}': it is part of the table's "
+            "key, which upserts and lookups find rows by"
+        )
     for c in columns:
         if c.name == name:
             if c.state != "active":

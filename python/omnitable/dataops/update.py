@@ -31,6 +31,7 @@ from omnitable.format.reader import FragmentReader
 from omnitable.format.writer import write_column_file
 from omnitable.ingest.columns import rows_by_id
 from omnitable.vocabulary.descriptors import FileDescriptor
+from omnitable.vocabulary.keys import table_key
 from omnitable.vocabulary.names import ROW_ID, SYSTEM_COLUMNS
 from omnitable.vocabulary.types import ARROW_VALUE_ERRORS
 
@@ -112,6 +113,11 @@ def _values(ctx: TableContext, snap: Snapshot, data: Any, columns: list[str] | N
     for name in names:
         if name in SYSTEM_COLUMNS:
             raise ValidationError(f"Cannot update {name} of table '{ctx.name}': a system column")
+        if name in (table_key(ctx.record.properties) or []):
+            raise ValidationError(
+                f"Cannot update key column '{name}' of table '{ctx.name}': a row's key never "
+                "changes; delete the row and upsert it under its new key"
+            )
         records.append(snap.column(name))  # UnknownColumnError for unknown or retired ones
     return _Values(
         records, pa.array(ids), pa.table({c.name: _cast(ctx, incoming, c) for c in records})
@@ -152,12 +158,18 @@ def _write(
             desc = _rewrite(ctx, snap, reader, frag, cols, new, index)
             written.append(ctx.location.child_path(desc.path))
             files.append(desc)
-            lineage += [
-                LineageEntry(desc.file_id, c.name, c.feature, desc.feature_versions.get(c.name, ""),
-                             [], "update")
-                for c in cols if c.feature is not None
-            ]  # fmt: skip
+            lineage += rewrite_lineage(desc, cols, "update")
     return files, lineage, hits
+
+
+def rewrite_lineage(desc: FileDescriptor, cols: list[ColumnRecord], op: str) -> list[LineageEntry]:
+    """Lineage of a rewritten file's feature outputs (engine ``op``: their values were set, not
+    computed, so the features reading them become stale)."""
+    return [
+        LineageEntry(desc.file_id, c.name, c.feature, desc.feature_versions.get(c.name, ""), [], op)
+        for c in cols
+        if c.feature is not None
+    ]
 
 
 def _index(
@@ -198,6 +210,15 @@ def _rewrite(
             for c in cols
         }
     )
+    return rewrite_file(ctx, snap, frag, cols, table)
+
+
+def rewrite_file(
+    ctx: TableContext, snap: Snapshot, frag: FragmentRecord, cols: list[ColumnRecord],
+    table: pa.Table,
+) -> FileDescriptor:  # fmt: skip
+    """Write ``table`` (every row of ``frag``, the columns ``cols`` of one group) as the new
+    file providing those columns; feature outputs keep the feature version they had."""
     providers = snap.resolve(frag.fragment_id, [c.column_id for c in cols])
     versions = {}
     for c in cols:

@@ -4,7 +4,9 @@ A backfill writes one row per record a feature could not compute (NULL outputs i
 before it commits the column files those NULLs live in. Every row names the output file
 (``file_id``); a row is **visible exactly when that file is visible** in the table's snapshot, so
 error rows appear atomically with their run's files, vanish with a failed commit, and are
-resolved when a retry (or recomputation) replaces the file. See docs/errors.md.
+resolved when a retry (or recomputation) replaces the file. An upsert records the input rows it
+rejected (kind ``upsert``) with no file: they never entered the table and are always visible.
+See docs/errors.md.
 """
 
 from __future__ import annotations
@@ -77,11 +79,13 @@ def read_errors(
         df = df.where(F.col("run_id") == run)
     if include_resolved:
         return df
+    inputs = df.where(F.col("file_id").isNull())  # rejected input rows (upserts): no file
     visible = _visible_file_ids(snap)
     if not visible:
-        return df.limit(0)
+        return inputs.select(*ERROR_COLUMNS)
     ids = spark.createDataFrame([(i,) for i in visible], "file_id STRING")
-    return df.join(F.broadcast(ids), "file_id", "left_semi").select(*ERROR_COLUMNS)
+    outputs = df.join(F.broadcast(ids), "file_id", "left_semi")
+    return outputs.select(*ERROR_COLUMNS).unionByName(inputs.select(*ERROR_COLUMNS))
 
 
 def error_offsets(

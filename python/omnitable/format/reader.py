@@ -176,6 +176,12 @@ class FragmentReader:
         arrays = self._read_columns(frag, names, None)
         return pa.Table.from_arrays([arrays[c] for c in names], names=names)
 
+    def read_rows(self, frag: FragmentRecord, names: list[str], offsets: np.ndarray) -> pa.Table:
+        """The rows at ``offsets`` (sorted, distinct) of the fragment, deleted or not; only the
+        row groups holding them are read (a point lookup)."""
+        arrays = self._read_columns(frag, names, offsets)
+        return pa.Table.from_arrays([arrays[c] for c in names], names=names)
+
     def matching_rows(
         self, frag: FragmentRecord, where: pc.Expression, where_cols: list[str]
     ) -> tuple[np.ndarray, pa.Table]:

@@ -21,6 +21,7 @@ from omnitable.format.writer import WriteOptions, new_id
 from omnitable.ingest.ids import check_existing, commit_append
 from omnitable.ingest.local import BatchTarget, BatchWriter, LocalWriter, append_request
 from omnitable.ingest.sources import is_spark_dataframe
+from omnitable.vocabulary.keys import table_key
 from omnitable.vocabulary.names import ROW_ID, check_append_name
 
 
@@ -35,6 +36,12 @@ def append(
     check_append_name(append_name)
     if mode not in ("error", "replace"):
         raise ValidationError(f"Cannot append: mode must be 'error' or 'replace', got {mode!r}")
+    if table_key(ctx.record.properties) is not None:
+        raise ValidationError(
+            f"Cannot append to table '{ctx.name}': it is keyed by "
+            f"{table_key(ctx.record.properties)}; add rows with upsert(), which keeps the key "
+            "index and the keys unique"
+        )
     snap = ctx.snapshot(scope=SnapshotScope(fragments=False, files=False))
     replaced = {b.batch_id for b in snap.batches if b.name == append_name}
     if replaced and mode == "error":

@@ -1,0 +1,116 @@
+"""``Table.lookup``: point lookups by key through the global index, without a scan.
+
+The keys are hashed, the index files of the snapshot's live fragments are probed (binary search
+in sorted, cached arrays), and only the row groups holding the hits are read, per fragment. Rows
+come back in the order of the given keys; keys no live row holds are left out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from omnitable.catalog.snapshot import Snapshot, SnapshotScope
+from omnitable.context import TableContext
+from omnitable.dataops.keyed import locate, require_key
+from omnitable.exceptions import ValidationError
+from omnitable.format.reader import FragmentReader
+from omnitable.ingest.sources import is_pandas_dataframe
+from omnitable.vocabulary.keys import key_hashes
+from omnitable.vocabulary.types import ARROW_VALUE_ERRORS
+
+
+def lookup_rows(
+    ctx: TableContext, keys: Any, columns: list[str] | None, snapshot: dict[str, Any]
+) -> pa.Table:
+    """The live rows holding ``keys`` (see ``Table.lookup``).
+
+    Raises:
+        ValidationError: not a keyed table, malformed or NULL keys, keys that do not convert to
+            the key columns' types. UnknownColumnError: unknown ``columns``.
+    """
+    key = require_key(ctx, "look up rows of")
+    names = None if columns is None else list(columns)
+    wanted = None if names is None else [*key, *(n for n in names if n not in key)]
+    snap = ctx.snapshot(**snapshot, scope=SnapshotScope.of(None, wanted))
+    out_cols = snap.column_names() if names is None else names
+    if isinstance(names, list):
+        for n in names:
+            snap.column(n)  # UnknownColumnError
+    given = _key_table(ctx, snap, key, keys)
+    h1, h2 = key_hashes([given.column(k) for k in key])
+    fragments, where, offsets = locate(ctx, snap, h1, h2)
+    read_cols = [*out_cols, *(k for k in key if k not in out_cols)]
+    reader = FragmentReader(ctx.location, snap)
+    parts, order = [], []
+    for pos in np.unique(where[where >= 0]):
+        hits = np.flatnonzero(where == pos)
+        hits = hits[np.argsort(offsets[hits])]
+        parts.append(reader.read_rows(fragments[int(pos)], read_cols, offsets[hits]))
+        order.append(hits)
+    schema = pa.schema([snap.arrow_schema().field(c) for c in read_cols])
+    if not parts:
+        return schema.empty_table().select(out_cols)
+    found = pa.concat_tables([p.cast(schema) for p in parts])
+    by_input = np.concatenate(order)
+    found = found.take(pa.array(np.argsort(by_input, kind="stable")))
+    same = _same_keys(found, given.take(pa.array(np.sort(by_input))), key)
+    return found.filter(same).select(out_cols)
+
+
+def _key_table(ctx: TableContext, snap: Snapshot, key: list[str], keys: Any) -> pa.Table:
+    """The given keys as a table of the key columns, with their types."""
+    if isinstance(keys, pa.Table) or is_pandas_dataframe(keys):
+        table = (
+            keys if isinstance(keys, pa.Table) else pa.Table.from_pandas(keys, preserve_index=False)
+        )
+        missing = [k for k in key if k not in table.column_names]
+        if missing:
+            raise ValidationError(f"Cannot look up rows of table '{ctx.name}': keys lack column(s) {missing}")  # fmt: skip
+        arrays = [table.column(k) for k in key]
+    elif isinstance(keys, (list, tuple, np.ndarray, pa.Array, pa.ChunkedArray)):
+        values = (
+            list(keys) if not isinstance(keys, (pa.Array, pa.ChunkedArray)) else keys.to_pylist()
+        )
+        if len(key) == 1:
+            arrays = [pa.array(values)] if values else [pa.nulls(0)]
+        else:
+            if any(not isinstance(v, (tuple, list)) or len(v) != len(key) for v in values):
+                raise ValidationError(
+                    f"Cannot look up rows of table '{ctx.name}': its key is {key}; give each "
+                    f"key as a tuple of {len(key)} values"
+                )
+            arrays = [pa.array([v[i] for v in values]) for i in range(len(key))]
+    else:
+        raise ValidationError(
+            f"Cannot look up rows of table '{ctx.name}': keys must be a list of key values, a "
+            f"pyarrow Table or a pandas DataFrame, got {type(keys).__name__}"
+        )
+    out = {}
+    for k, arr in zip(key, arrays, strict=True):
+        target = snap.column(k).arrow_type
+        try:
+            out[k] = (
+                arr.cast(target) if not pa.types.is_null(arr.type) else pa.nulls(len(arr), target)
+            )
+        except ARROW_VALUE_ERRORS as exc:
+            raise ValidationError(
+                f"Cannot look up rows of table '{ctx.name}': key column '{k}' is {target}, the "
+                f"given keys ({arr.type}) do not convert: {exc}"
+            ) from exc
+        if out[k].null_count:
+            raise ValidationError(f"Cannot look up rows of table '{ctx.name}': a key holds NULL")
+    return pa.table(out)
+
+
+def _same_keys(found: pa.Table, given: pa.Table, key: list[str]) -> pa.Array:
+    """Row by row, whether the row read holds the key asked for (a hash collision does not)."""
+    same = None
+    for k in key:
+        eq = pc.equal(found.column(k), given.column(k))
+        same = eq if same is None else pc.and_(same, eq)
+    assert same is not None
+    return same

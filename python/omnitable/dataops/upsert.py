@@ -1,0 +1,319 @@
+"""``Table.upsert``: insert new keys as a new batch, merge existing keys in place (docs/dataops.md).
+
+One commit per upsert:
+
+- rows whose key no live row holds are **inserted** as one new batch (fragments with generated
+  ``_ai_unique_id_`` and one key index file each, omnitable.format.keyindex);
+- rows whose key a live row holds are **merged** by the policy (omnitable.dataops.policies)
+  and written like ``Table.update``: one rewritten file of the merged columns per touched
+  fragment and column group (never another column, never the key);
+- **rejected** rows (a NULL key, a key given twice, a row the custom policy fails on) go to the
+  table's error table and are returned in :attr:`UpsertResult.rejected`; they never reach the data.
+
+Concurrency: the commit re-checks the keys it inserts against every row change committed since
+it read the index (:class:`~omnitable.catalog.commit.KeysNotChecked`); a concurrent upsert that
+inserted one of them, or wrote a cell this one merges, makes it conflict, and it re-plans on the
+new head (up to :data:`MAX_ATTEMPTS`): concurrent upserts of one key apply one after the other,
+each under its policy, in commit order.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import getpass
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from omnitable._failpoints import failpoint
+from omnitable.catalog.commit import CommitRequest, KeysNotChecked, LineageEntry
+from omnitable.catalog.records import ColumnRecord, FragmentRecord
+from omnitable.catalog.runs import RunScope
+from omnitable.catalog.snapshot import Snapshot, SnapshotScope
+from omnitable.context import TableContext
+from omnitable.dataops.keyed import Screened, key_repr, locate, require_key, screen
+from omnitable.dataops.policies import MergePolicy, merge, resolve_policy
+from omnitable.dataops.update import rewrite_file, rewrite_lineage
+from omnitable.exceptions import CommitConflict, CommitOutcomeUnknown, ValidationError
+from omnitable.format.fs import delete_quietly
+from omnitable.format.keyindex import write_key_index
+from omnitable.format.reader import FragmentReader
+from omnitable.format.writer import new_id
+from omnitable.ingest.conform import Conformer
+from omnitable.ingest.ids import IdClaim, commit_append
+from omnitable.ingest.local import BatchTarget, LocalWriter, append_request
+from omnitable.ingest.sources import is_spark_dataframe, record_batches
+from omnitable.vocabulary.descriptors import FileDescriptor
+from omnitable.vocabulary.names import ROW_ID, check_append_name
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 5
+"""Plans an upsert tries before giving up on concurrent writers of the same keys or cells."""
+_KEY_ROUNDS = 20
+ERROR_COLUMN = "_ai_error_"
+
+
+@dataclass(frozen=True)
+class UpsertResult:
+    """What an upsert did. ``version`` is None when nothing changed (nothing committed).
+
+    ``merged``: existing keys whose columns were written; ``unchanged``: existing keys the
+    policy kept as stored (``first_write_wins``); ``rejected``: the rejected input rows, with
+    the reason in column ``_ai_error_``.
+    """
+
+    version: int | None
+    inserted: int
+    merged: int
+    unchanged: int
+    rejected: pa.Table = field(repr=False)
+    files: int = 0
+    bytes_written: int = 0
+    error_rows: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    """The error-table rows of ``rejected`` (the facade appends them to the error table)."""
+
+
+@dataclass
+class _Plan:
+    snap: Snapshot
+    new_rows: pa.Table
+    new_h1: np.ndarray
+    new_h2: np.ndarray
+    files: list[FileDescriptor] = field(default_factory=list)
+    lineage: list[LineageEntry] = field(default_factory=list)
+    merged: int = 0
+    unchanged: int = 0
+    failures: list[tuple[int, str, str]] = field(default_factory=list)  # input position
+
+
+def upsert_rows(
+    ctx: TableContext,
+    data: Any,
+    policy: object,
+    *,
+    append_name: str | None = None,
+    why: str | None = None,
+) -> UpsertResult:
+    """Insert or merge the rows of ``data`` by the table's key (see module doc).
+
+    Raises:
+        ValidationError: not a keyed table, an unknown policy, no key column in ``data``,
+            ``_ai_unique_id_`` in ``data``; SchemaMismatchError / UnknownColumnError: bad
+            columns. Nothing is committed.
+        CommitConflict: concurrent writers of the same keys or cells won every attempt.
+    """
+    key = require_key(ctx, "upsert into")
+    merge_policy = resolve_policy(policy)
+    name = check_append_name(append_name) if append_name is not None else _batch_name()
+    incoming = _incoming(ctx, data, key)
+    screened = screen(incoming, key)
+    with RunScope(ctx.catalog, ctx.record, "upsert", {"batch": name, "rows": incoming.num_rows}) as run:  # fmt: skip
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            written: list[str] = []
+            try:
+                plan = _plan(ctx, incoming, screened, key, merge_policy, written)
+                version = _commit(ctx, plan, name, run.run_id, why, written)
+                break
+            except CommitConflict as exc:
+                delete_quietly(ctx.location.fs, written)
+                if attempt == MAX_ATTEMPTS:
+                    raise
+                log.info("upsert into %s: %s; re-planning (attempt %d)", ctx.name, exc, attempt + 1)
+            except BaseException as exc:
+                if not isinstance(exc, CommitOutcomeUnknown):  # the commit may reference them
+                    delete_quietly(ctx.location.fs, written)
+                raise
+        rejected = sorted(screened.rejected + plan.failures)
+        result = UpsertResult(
+            version, plan.new_rows.num_rows, plan.merged, plan.unchanged,
+            _rejected_table(incoming, rejected), len(plan.files),
+            sum(f.size_bytes for f in plan.files),
+            _error_rows(incoming, key, rejected, name, run.run_id),
+        )  # fmt: skip
+        run.metrics = lambda: {"version": version, "inserted": result.inserted,
+                               "merged": result.merged, "rejected": len(rejected)}  # fmt: skip
+    return result
+
+
+def _batch_name() -> str:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return f"upsert/{stamp}-{new_id()[:8]}"
+
+
+def _incoming(ctx: TableContext, data: Any, key: list[str]) -> pa.Table:
+    """``data`` conformed to the table's types (its columns only)."""
+    if is_spark_dataframe(data):
+        data = data.toArrow()
+    snap = ctx.snapshot(scope=SnapshotScope(fragments=False, files=False))
+    conformer = Conformer(ctx.name, snap.user_columns)
+    parts = [conformer.conform(b) for b in record_batches(data, conformer.target_schema())]
+    table = pa.concat_tables(parts) if parts else pa.table({})
+    if ROW_ID in table.column_names:
+        raise ValidationError(
+            f"Cannot upsert into table '{ctx.name}': drop {ROW_ID} from the data; an upsert "
+            "finds rows by the key and generates ids for new rows"
+        )
+    missing = [k for k in key if k not in table.column_names]
+    if missing:
+        raise ValidationError(
+            f"Cannot upsert into table '{ctx.name}': the data has no key column(s) {missing}"
+        )
+    return table
+
+
+def _plan(
+    ctx: TableContext,
+    incoming: pa.Table,
+    screened: Screened,
+    key: list[str],
+    policy: MergePolicy,
+    written: list[str],
+) -> _Plan:
+    """Probe the index of the head, write the merged files; the new rows are left to commit."""
+    snap = ctx.snapshot()
+    fragments, where, offsets = locate(ctx, snap, screened.h1, screened.h2)
+    new = where < 0
+    new_rows = incoming.take(pa.array(screened.positions[new]))
+    plan = _Plan(snap, new_rows, screened.h1[new], screened.h2[new])
+    columns = [snap.column(n) for n in incoming.column_names if n not in key]
+    existing = np.flatnonzero(~new)
+    if not len(existing):
+        return plan
+    if policy.keeps_stored or not columns:
+        plan.unchanged = len(existing)
+        return plan
+    reader = FragmentReader(ctx.location, snap)
+    for pos in np.unique(where[existing]):
+        rows = existing[where[existing] == pos]
+        order = np.argsort(offsets[rows])
+        rows = rows[order]
+        _merge_fragment(
+            ctx, snap, reader, fragments[int(pos)], columns, policy,
+            incoming.take(pa.array(screened.positions[rows])), offsets[rows],
+            screened.positions[rows], plan, written,
+        )  # fmt: skip
+    return plan
+
+
+def _merge_fragment(
+    ctx: TableContext,
+    snap: Snapshot,
+    reader: FragmentReader,
+    frag: FragmentRecord,
+    columns: list[ColumnRecord],
+    policy: MergePolicy,
+    incoming: pa.Table,
+    offsets: np.ndarray,
+    positions: np.ndarray,
+    plan: _Plan,
+    written: list[str],
+) -> None:
+    """Merge ``incoming`` into the rows at ``offsets`` of ``frag``: one rewritten file per group."""
+    names = [c.name for c in columns]
+    current = reader.read_all_rows(frag, names)
+    stored = current.take(pa.array(offsets)) if policy.reads_stored else current.slice(0, 0)
+    merged = merge(policy, stored, incoming.select(names))
+    plan.failures += [(int(positions[i]), "policy", msg) for i, msg in merged.failures]
+    plan.merged += len(offsets) - len(merged.failures)
+    index = np.full(frag.row_count, -1, dtype=np.int64)
+    index[offsets] = np.arange(len(offsets))
+    changed, take = pa.array(index >= 0), pa.array(np.maximum(index, 0))
+    for group in dict.fromkeys(c.group_name for c in columns):
+        cols = [c for c in columns if c.group_name == group]
+        table = pa.table(
+            {
+                c.name: pc.if_else(
+                    changed,
+                    merged.values.column(c.name).take(take),
+                    current.column(c.name).combine_chunks(),
+                )
+                for c in cols
+            }
+        )
+        desc = rewrite_file(ctx, snap, frag, cols, table)
+        written.append(ctx.location.child_path(desc.path))
+        plan.files.append(desc)
+        plan.lineage += rewrite_lineage(desc, cols, "upsert")
+
+
+def _commit(
+    ctx: TableContext, plan: _Plan, name: str, run_id: str, why: str | None, written: list[str]
+) -> int | None:
+    """Write the new batch (fragments and their index files) and commit everything once."""
+    summary: dict[str, Any] = {
+        "batch": name, "inserted": plan.new_rows.num_rows, "merged": plan.merged,
+        "user": getpass.getuser(), **({"why": why} if why is not None else {}),
+    }  # fmt: skip
+    if plan.new_rows.num_rows == 0:
+        if not plan.files:
+            return None
+        req = CommitRequest(op="upsert", base_version=plan.snap.version, run_id=run_id,
+                            summary=summary, new_files=plan.files, lineage=plan.lineage)  # fmt: skip
+        failpoint("upsert.before_commit")
+        return ctx.commit(req)
+    target = BatchTarget(ctx, plan.snap, name, new_id(), ctx.options())
+    out = LocalWriter(plan.new_rows).write(target, written)
+    start = 0
+    for frag in sorted(out.fragments, key=lambda f: f.seq):
+        stop = start + frag.row_count
+        written.append(write_key_index(ctx.location, frag.path, plan.new_h1[start:stop],
+                                       plan.new_h2[start:stop]))  # fmt: skip
+        start = stop
+    req = append_request(plan.snap, target.batch_id, name, set(), out.fragments, None, run_id,
+                         "local")  # fmt: skip
+    req.op, req.summary = "upsert", {**req.summary, **summary}
+    req.new_files, req.lineage = plan.files, plan.lineage
+    req.keys_checked_version = plan.snap.version
+    failpoint("upsert.before_commit")
+    return _commit_new_keys(ctx, req, out.claim, plan)
+
+
+def _commit_new_keys(ctx: TableContext, req: CommitRequest, claim: IdClaim, plan: _Plan) -> int:
+    """Commit, re-checking the inserted keys against rows committed since they were probed."""
+    for _ in range(_KEY_ROUNDS):
+        try:
+            return commit_append(ctx, req, claim)
+        except KeysNotChecked as exc:
+            head = ctx.snapshot(version=exc.head, branch=req.branch,
+                                scope=SnapshotScope(files=False))  # fmt: skip
+            _, where, _ = locate(ctx, head, plan.new_h1, plan.new_h2)
+            taken = int((where >= 0).sum())
+            if taken:
+                raise CommitConflict(
+                    f"Cannot commit upsert into table '{ctx.name}': {taken} of the keys it "
+                    f"inserts were written by a concurrent commit (after version "
+                    f"{req.keys_checked_version}); nothing was committed",
+                    [("*", "key")],
+                ) from None
+            req.keys_checked_version = exc.head
+    raise CommitConflict(
+        f"Cannot commit upsert into table '{ctx.name}': other commits kept changing rows while "
+        "its keys were checked; retry the upsert",
+        [("*", "key")],
+    )
+
+
+def _rejected_table(incoming: pa.Table, rejected: list[tuple[int, str, str]]) -> pa.Table:
+    rows = incoming.take(pa.array([p for p, _, _ in rejected], pa.int64()))
+    reasons = pa.array([f"{kind}: {msg}" for _, kind, msg in rejected], pa.string())
+    return rows.append_column(ERROR_COLUMN, reasons)
+
+
+def _error_rows(
+    incoming: pa.Table, key: list[str], rejected: list[tuple[int, str, str]], batch: str,
+    run_id: str,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """The error-table rows of the rejected input rows (``row_offset``: position in the input;
+    no file: they are not in the table; visible from the moment they are recorded)."""
+    return [
+        {ROW_ID: None, "batch": batch, "fragment_id": None, "row_offset": pos, "file_id": None,
+         "feature": None, "feature_version": None, "kind": "upsert", "exception_type": kind,
+         "message": msg, "traceback": None, "input_digest": key_repr(incoming, key, pos),
+         "run_id": run_id}
+        for pos, kind, msg in rejected
+    ]  # fmt: skip

@@ -1,0 +1,175 @@
+"""The global key index of keyed tables: one immutable index file per fragment (docs/format.md).
+
+``<fragment path>/_key_index.arrow`` is an uncompressed Arrow IPC file of the fragment's rows
+sorted by key hash: ``h1``, ``h2`` (uint64, the two halves of :func:`key_hashes`) and
+``offset`` (int64, the row's position in the fragment). It is written with the fragment, before
+the commit that adds it, so it exists exactly when the fragment does and follows the
+fragment's visibility (time travel, rollback, revert) with no catalog row of its own. The
+index of a snapshot is the union of its live fragments' files, deleted rows masked by their
+deletion vectors; keys are unique among live rows. Files are immutable, so a process keeps the
+ones it loaded in a bounded cache.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from omnitable.exceptions import CorruptInputError
+from omnitable.format.fs import Location
+from omnitable.vocabulary.keys import HASH_SCHEME
+
+INDEX_FILE = "_key_index.arrow"
+_CACHE_ROWS = 50_000_000  # ~1.2 GB of index held in memory at most
+_SCHEMA = pa.schema(
+    [("h1", pa.uint64()), ("h2", pa.uint64()), ("offset", pa.int64())],
+    metadata={"omnitable.key_hash": HASH_SCHEME},
+)
+
+
+def index_path(fragment_path: str) -> str:
+    """Path of a fragment's index file, relative to the table location."""
+    return f"{fragment_path}/{INDEX_FILE}"
+
+
+def write_key_index(location: Location, fragment_path: str, h1: np.ndarray, h2: np.ndarray) -> str:
+    """Write the index of a fragment whose row ``i`` has key hash ``(h1[i], h2[i])``; returns
+    its path on the filesystem (for cleanup when the commit fails)."""
+    order = np.lexsort((h2, h1))
+    table = pa.Table.from_arrays(
+        [pa.array(h1[order]), pa.array(h2[order]), pa.array(order.astype(np.int64))],
+        schema=_SCHEMA,
+    )
+    path = location.child_path(index_path(fragment_path))
+    location.fs.create_dir(location.child_path(fragment_path), recursive=True)
+    with location.fs.open_output_stream(path) as sink, pa.ipc.new_file(sink, _SCHEMA) as writer:
+        writer.write_table(table)
+    return path
+
+
+@dataclass(frozen=True)
+class KeyIndex:
+    """One fragment's index: hashes sorted by (h1, h2), and each entry's row offset."""
+
+    h1: np.ndarray
+    h2: np.ndarray
+    offset: np.ndarray
+
+    def probe(self, q1: np.ndarray, q2: np.ndarray) -> np.ndarray:
+        """Row offset of each queried hash in this fragment (-1: absent)."""
+        lo = np.searchsorted(self.h1, q1, side="left")
+        hi = np.searchsorted(self.h1, q1, side="right")
+        out = np.full(len(q1), -1, dtype=np.int64)
+        one = np.flatnonzero(hi - lo == 1)
+        hit = one[self.h2[lo[one]] == q2[one]]
+        out[hit] = self.offset[lo[hit]]
+        for i in np.flatnonzero(hi - lo > 1):  # equal first halves: rare, compare the second
+            j = lo[i] + np.searchsorted(self.h2[lo[i] : hi[i]], q2[i])
+            if j < hi[i] and self.h2[j] == q2[i]:
+                out[i] = self.offset[j]
+        return out
+
+
+class _Cache:
+    """Loaded index files by URI (they never change), least recently used evicted first."""
+
+    def __init__(self, max_rows: int) -> None:
+        self.max_rows = max_rows
+        self._items: OrderedDict[str, KeyIndex] = OrderedDict()
+        self._rows = 0
+        self._lock = threading.Lock()
+
+    def get(self, uri: str) -> KeyIndex | None:
+        with self._lock:
+            found = self._items.get(uri)
+            if found is not None:
+                self._items.move_to_end(uri)
+            return found
+
+    def put(self, uri: str, index: KeyIndex) -> None:
+        with self._lock:
+            if uri in self._items:
+                return
+            self._items[uri] = index
+            self._rows += len(index.h1)
+            while self._rows > self.max_rows and len(self._items) > 1:
+                _, old = self._items.popitem(last=False)
+                self._rows -= len(old.h1)
+
+
+_CACHE = _Cache(_CACHE_ROWS)
+
+
+def load_key_index(location: Location, fragment_path: str, row_count: int) -> KeyIndex:
+    """A fragment's index (cached).
+
+    Raises:
+        CorruptInputError: the file is missing, unreadable, of another hash scheme, or does not
+            cover the fragment's ``row_count`` rows.
+    """
+    rel = index_path(fragment_path)
+    uri = location.child_uri(rel)
+    cached = _CACHE.get(uri)
+    if cached is not None:
+        return cached
+    try:
+        with location.fs.open_input_file(location.child_path(rel)) as handle:
+            table = pa.ipc.open_file(handle).read_all()
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise CorruptInputError(f"Cannot read key index {uri}: {exc}") from exc
+    scheme = (table.schema.metadata or {}).get(b"omnitable.key_hash", b"").decode()
+    if scheme != HASH_SCHEME or table.num_rows != row_count:
+        raise CorruptInputError(
+            f"Cannot use key index {uri}: it has {table.num_rows} rows hashed with "
+            f"{scheme or 'no scheme'!r}, the fragment has {row_count} rows and this version "
+            f"reads {HASH_SCHEME!r}"
+        )
+    index = KeyIndex(*(np.asarray(table.column(c).to_numpy()) for c in ("h1", "h2", "offset")))
+    _CACHE.put(uri, index)
+    return index
+
+
+@dataclass(frozen=True)
+class FragmentSlot:
+    """What probing needs of one live fragment: where it is, its rows, its deleted rows."""
+
+    path: str
+    row_count: int
+    deleted: np.ndarray | None  # bool per row, or None when nothing is deleted
+
+
+def probe_fragments(
+    location: Location, fragments: Sequence[FragmentSlot], q1: np.ndarray, q2: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each queried hash, the position in ``fragments`` of the live row holding it and its
+    offset there (both -1 when no live row does).
+
+    Raises:
+        CorruptInputError: an index file is bad, or two live rows hold the same key.
+    """
+    where = np.full(len(q1), -1, dtype=np.int64)
+    offsets = np.full(len(q1), -1, dtype=np.int64)
+    if not fragments or not len(q1):
+        return where, offsets
+    with ThreadPoolExecutor(max_workers=min(8, len(fragments))) as pool:
+        indexes = list(pool.map(lambda s: load_key_index(location, s.path, s.row_count), fragments))
+    for pos, (slot, index) in enumerate(zip(fragments, indexes, strict=True)):
+        found = index.probe(q1, q2)
+        if slot.deleted is not None:
+            live = found >= 0
+            found[live] = np.where(slot.deleted[found[live]], -1, found[live])
+        hit = found >= 0
+        if (where[hit] >= 0).any():
+            raise CorruptInputError(
+                f"Key index of fragment {slot.path} holds a key another live row holds; the "
+                "table's keys are not unique (report this: it breaks the keyed-table invariant)"
+            )
+        where[hit] = pos
+        offsets[hit] = found[hit]
+    return where, offsets
