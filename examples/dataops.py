@@ -1,4 +1,5 @@
-"""Deleting rows: drop bad samples with deletion vectors, check them gone, time-travel back.
+"""Deleting rows: drop bad samples with deletion vectors, check them gone, time-travel back;
+then a keyed table: merge late-arriving samples by URL with upserts and find rows by key.
 
 Run: .venv/bin/python examples/dataops.py [WAREHOUSE_DIR]
 (Spark readers — ``Table.to_spark()``, ``spark.read.format("omnitable")``, SQL — honour the
@@ -55,7 +56,34 @@ def main(warehouse: str) -> None:
     assert docs.delete(pc.field("label") == "spam").version is None
     for h in docs.history(3):
         print(h.version, h.op, h.summary)
+    upserts(wh)
     wh.close()
+
+
+def upserts(wh: omnitable.Warehouse) -> None:
+    """A keyed table: new URLs are inserted, known ones merged in place (docs/dataops.md)."""
+    pages = wh.create_table(
+        "pages", {"url": "string", "label": "string", "sources": "array<string>"}, key="url"
+    )
+    first = pa.table({"url": ["a.example", "b.example"], "label": ["ok", "spam"],
+                      "sources": [["crawl-1"], ["crawl-1"]]})  # fmt: skip
+    pages.upsert(first)
+
+    # 6. late data: b.example is relabelled, c.example is new (last_write_wins, the default)
+    late = pa.table({"url": ["b.example", "c.example"], "label": ["ok", "ok"]})
+    result = pages.upsert(late, why="relabel after review")
+    print(f"inserted {result.inserted}, merged {result.merged} -> version {result.version}")
+
+    # 7. another crawl saw a.example too: append its source instead of replacing the list
+    more = pa.table({"url": ["a.example"], "sources": [["crawl-2"]]})
+    pages.upsert(more, policy="append_list")
+
+    # 8. point lookups go through the key index, never a scan
+    found = pages.lookup(["a.example", "b.example", "nowhere.example"], ["url", "label", "sources"])
+    print(found.to_pylist())
+    assert found.column("sources")[0].as_py() == ["crawl-1", "crawl-2"]
+    assert found.column("label").to_pylist() == ["ok", "ok"]
+    assert pages.count() == 3
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""``omnitable delete|update|rollback|revert|retire|restore|rename|history TABLE ...``
+"""``omnitable delete|update|upsert|lookup|rollback|revert|retire|restore|rename|history TABLE ...``
 (docs/dataops.md)."""
 
 from __future__ import annotations
@@ -96,6 +96,104 @@ def update(ctx: Context, table: str, source: str, columns: str | None, why: str 
             f"({result.files} file(s), {result.bytes_written} bytes): version {result.version}."
         ),
     )
+
+
+@click.command()
+@click.argument("table")
+@click.option(
+    "--from",
+    "source",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Parquet, CSV or JSON-lines file with the key columns and the values.",
+)
+@click.option(
+    "--policy",
+    default="last_write_wins",
+    show_default=True,
+    help="first_write_wins, last_write_wins, append_list, or a 'module:function' reference.",
+)
+@click.option("--batch", default=None, help="Name of the batch of new keys (default generated).")
+@click.option("--why", default=None, help="Reason recorded in the commit's summary.")
+@click.pass_obj
+def upsert(
+    ctx: Context, table: str, source: str, policy: str, batch: str | None, why: str | None
+) -> None:
+    """Insert the new keys of a file into keyed TABLE and merge the existing ones under
+    --policy, in one commit. Rejected rows (NULL or repeated keys, policy failures) go to the
+    error table (written with Spark) and are counted; the exit status is 0 when the commit
+    landed."""
+    data = _read_file(source)
+    with ctx.connect() as wh:
+        result = wh.table(table).upsert(data, policy, append_name=batch, why=why)
+    payload = {"table": table, "version": result.version, "inserted": result.inserted,
+               "merged": result.merged, "unchanged": result.unchanged,
+               "rejected": result.rejected.num_rows, "files": result.files,
+               "bytes_written": result.bytes_written}  # fmt: skip
+
+    def render(console: Console) -> None:
+        done = "nothing changed" if result.version is None else f"version {result.version}"
+        console.print(
+            f"Upserted into '{table}': {result.inserted} inserted, {result.merged} merged, "
+            f"{result.unchanged} unchanged, {result.rejected.num_rows} rejected; {done}."
+        )
+
+    ctx.out.result(payload, render)
+
+
+@click.command()
+@click.argument("table")
+@click.argument("keys", nargs=-1, required=True)
+@click.option("--columns", default=None, help="Comma-separated columns to show (default all).")
+@click.option("--version", type=int, default=None, help="Read this version (default the head).")
+@click.pass_obj
+def lookup(
+    ctx: Context, table: str, keys: tuple[str, ...], columns: str | None, version: int | None
+) -> None:
+    """Show the rows of keyed TABLE holding KEYS, found through the key index (no scan). A key
+    of several columns is given as its values joined by commas, in key order."""
+    names = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
+    with ctx.connect() as wh:
+        t = wh.table(table)
+        key = t.key or []
+        given: list[Any] = [k.split(",") for k in keys] if len(key) > 1 else list(keys)
+        if len(key) > 1 and any(len(g) != len(key) for g in given):
+            raise ValidationError(
+                f"Cannot look up rows of '{table}': its key is {key}; give each key as "
+                f"{len(key)} comma-separated values"
+            )
+        if len(key) > 1:
+            given = [tuple(g) for g in given]
+        found = t.lookup(_typed_keys(t, key, given), names, version=version)
+    rows = found.to_pylist()
+    ctx.out.result(
+        rows,
+        lambda console: console.print(
+            ctx.out.table(
+                f"{len(rows)} of {len(keys)} key(s) in {table}",
+                found.column_names,
+                [list(r.values()) for r in rows],
+            )
+        ),
+    )
+
+
+def _typed_keys(t: Table, key: list[str], given: list[Any]) -> pa.Table | list[Any]:
+    """Command-line key text as a table of the key columns' types (text converts by casting)."""
+    if not key:
+        return given  # not a keyed table: lookup says so
+    columns = list(zip(*given, strict=True)) if len(key) > 1 else [given]
+    schema = t.schema
+    out = {}
+    for name, values in zip(key, columns, strict=True):
+        try:
+            out[name] = pa.array(list(values), pa.string()).cast(schema.field(name).type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise ValidationError(
+                f"Cannot look up rows of '{t.name}': key column '{name}' is "
+                f"{schema.field(name).type}; {exc}"
+            ) from exc
+    return pa.table(out)
 
 
 def _read_file(path: str) -> pa.Table:

@@ -59,6 +59,8 @@ for command in (
     dataops_cmd.delete,
     dataops_cmd.history,
     dataops_cmd.update,
+    dataops_cmd.upsert,
+    dataops_cmd.lookup,
     dataops_cmd.rollback,
     dataops_cmd.revert,
     dataops_cmd.retire,

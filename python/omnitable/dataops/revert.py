@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from omnitable._failpoints import failpoint
-from omnitable.catalog.commit import CommitRequest
+from omnitable.catalog.commit import CommitRequest, KeysNotChecked
+from omnitable.catalog.snapshot import Snapshot, SnapshotScope
 from omnitable.context import TableContext
-from omnitable.exceptions import ValidationError
+from omnitable.dataops.keyed import locate
+from omnitable.exceptions import CommitConflict, ValidationError
+from omnitable.format.keyindex import load_key_index
+from omnitable.vocabulary.keys import table_key
+
+_ROWS_ONLY = SnapshotScope(files=False)
+_KEY_ROUNDS = 20
 
 DEPENDENTS = ("fail", "stale")
 
@@ -36,12 +45,62 @@ def revert(
     summary: dict[str, object] = {"reverted": version}
     if why is not None:
         summary["why"] = why
+    head = ctx.catalog.head_version(ctx.record)
     req = CommitRequest(
-        op="revert",
-        base_version=ctx.catalog.head_version(ctx.record),
-        summary=summary,
-        revert=version,
-        dependents=dependents,
+        op="revert", base_version=head, summary=summary, revert=version, dependents=dependents
     )
     failpoint("revert.before_commit")
-    return ctx.commit(req)
+    if table_key(ctx.record.properties) is None:
+        return ctx.commit(req)
+    req.keys_checked_version = head
+    for _ in range(_KEY_ROUNDS):  # keyed: the rows it brings back must not duplicate a key
+        _check_revived_keys(ctx, version, req.keys_checked_version)
+        try:
+            return ctx.commit(req)
+        except KeysNotChecked as exc:
+            req.keys_checked_version = exc.head
+    raise CommitConflict(
+        f"Cannot revert version {version} of table '{ctx.name}': other commits kept changing "
+        "rows while the keys it brings back were checked; retry",
+        [("*", "key")],
+    )
+
+
+def _check_revived_keys(ctx: TableContext, version: int, head: int) -> None:
+    """Rows the reverted commit deleted or removed come back: their keys must be held by no
+    other live row of ``head`` (an upsert may have inserted them again since)."""
+    parent = next((c.parent_version for c in ctx.catalog.history(ctx.record) if c.version == version), None)  # fmt: skip
+    if parent is None:
+        return  # the creation, or no such version: the commit says which
+    before = ctx.snapshot(version=parent, scope=_ROWS_ONLY)
+    after = ctx.snapshot(version=version, scope=_ROWS_ONLY)
+    now = ctx.snapshot(version=head, scope=_ROWS_ONLY)
+    kept = {f.fragment_id for f in after.fragments}
+    h1s, h2s, rows = [], [], []
+    for frag in before.live_fragments(None):
+        live = _live(before, frag.fragment_id, frag.row_count)
+        if frag.fragment_id in kept:
+            live &= ~_live(after, frag.fragment_id, frag.row_count)
+        if not live.any():
+            continue
+        index = load_key_index(ctx.location, frag.path, frag.row_count)
+        back = live[index.offset]
+        h1s.append(index.h1[back])
+        h2s.append(index.h2[back])
+        rows += [(frag.path, int(o)) for o in index.offset[back]]
+    if not rows:
+        return
+    fragments, where, offsets = locate(ctx, now, np.concatenate(h1s), np.concatenate(h2s))
+    for i in np.flatnonzero(where >= 0):
+        if (fragments[int(where[i])].path, int(offsets[i])) != rows[i]:
+            raise CommitConflict(
+                f"Cannot revert version {version} of table '{ctx.name}': it would bring back "
+                f"rows whose keys live rows hold again (upserted after version {version}); "
+                "delete those rows first, or roll back instead",
+                [("*", "key")],
+            )
+
+
+def _live(snap: Snapshot, fragment_id: str, rows: int) -> np.ndarray:
+    dv = snap.deletion(fragment_id)
+    return np.ones(rows, dtype=bool) if dv is None else ~dv.mask()
