@@ -49,12 +49,13 @@ def revert(
     req = CommitRequest(
         op="revert", base_version=head, summary=summary, revert=version, dependents=dependents
     )
-    failpoint("revert.before_commit")
     if table_key(ctx.record.properties) is None:
+        failpoint("revert.before_commit")
         return ctx.commit(req)
     req.keys_checked_version = head
     for _ in range(_KEY_ROUNDS):  # keyed: the rows it brings back must not duplicate a key
         _check_revived_keys(ctx, version, req.keys_checked_version)
+        failpoint("revert.before_commit")
         try:
             return ctx.commit(req)
         except KeysNotChecked as exc:
