@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from omnitable.exec.backfill import BackfillPlan
     from omnitable.features.definition import Feature
     from omnitable.features.status import LineageRecord, StatusGrid
+    from omnitable.isolation.policy import IsolationPolicy
 
 
 _COLUMNS_ONLY = SnapshotScope(fragments=False, files=False, batches=frozenset())
@@ -318,13 +319,15 @@ class Table:
         append_name: str | None = None,
         why: str | None = None,
         spark: SparkSession | None = None,
+        isolation: IsolationPolicy | None = None,
     ) -> UpsertResult:
         """Insert or merge ``data`` by the table's key, in one commit (docs/dataops.md).
 
         Rows with a new key become a new batch (``append_name``, default ``upsert/<time>-<id>``);
         rows with a key a live row holds are merged under ``policy``: ``"last_write_wins"``,
         ``"first_write_wins"``, ``"append_list"`` or a function ``(stored, incoming) ->
-        merged`` on pandas DataFrames (or its ``"module:function"`` reference), run isolated.
+        merged`` on pandas DataFrames (or its ``"module:function"`` reference), run isolated
+        under ``isolation`` (an ``omnitable.isolation.IsolationPolicy``: budgets, mode).
         Rows with a NULL key, a key given twice, or on which the policy fails are rejected:
         returned in ``UpsertResult.rejected`` and recorded in the error table (``errors()``;
         this uses ``spark``, the active session or a new local one), never written.
@@ -335,7 +338,9 @@ class Table:
                 columns. CommitConflict: concurrent writers of the same keys or cells won every
                 retry. Nothing is committed on error.
         """
-        result = upsert_rows(self._ctx, data, policy, append_name=append_name, why=why)
+        result = upsert_rows(
+            self._ctx, data, policy, append_name=append_name, why=why, isolation=isolation
+        )
         if result.error_rows:
             from omnitable.exec.errors import append_errors
             from omnitable.spark.session import active_or_new_session

@@ -8,14 +8,15 @@
 - a custom function (a callable or an importable ``"module:function"``):
   ``fn(stored: pandas.DataFrame, incoming: pandas.DataFrame) -> pandas.DataFrame`` of the merged
   values of the incoming columns, one row per input row in order. It runs isolated like a
-  feature (omnitable.isolation): rows it fails on are rejected, not the upsert.
+  feature (omnitable.isolation, under the ``isolation`` policy given to ``upsert``): rows it
+  fails on are rejected, not the upsert.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -37,6 +38,7 @@ class MergePolicy:
 
     name: str
     fn: MergeFn | None = None
+    isolation: IsolationPolicy = field(default_factory=IsolationPolicy)
 
     @property
     def keeps_stored(self) -> bool:
@@ -48,12 +50,19 @@ class MergePolicy:
         return self.name in ("append_list", "custom")
 
 
-def resolve_policy(policy: object) -> MergePolicy:
-    """``policy`` as a :class:`MergePolicy`.
+def resolve_policy(policy: object, isolation: IsolationPolicy | None = None) -> MergePolicy:
+    """``policy`` as a :class:`MergePolicy`; a custom function runs under ``isolation``
+    (default: in this process, escalating to a child only as ``auto`` does, no budgets).
 
     Raises:
-        ValidationError: an unknown name, or a reference that does not import to a callable.
+        ValidationError: an unknown name, a reference that does not import to a callable, or
+            ``isolation`` that is not an IsolationPolicy.
     """
+    if isolation is not None and not isinstance(isolation, IsolationPolicy):
+        raise ValidationError(
+            f"Cannot upsert: isolation must be an omnitable.isolation.IsolationPolicy, got "
+            f"{type(isolation).__name__}"
+        )
     if isinstance(policy, str) and policy in BUILTIN:
         return MergePolicy(policy)
     if isinstance(policy, str) and ":" in policy:
@@ -64,7 +73,7 @@ def resolve_policy(policy: object) -> MergePolicy:
             raise ValidationError(f"Cannot use merge policy {policy!r}: {exc}") from exc
         policy = fn
     if callable(policy):
-        return MergePolicy("custom", policy)
+        return MergePolicy("custom", policy, isolation or IsolationPolicy())
     raise ValidationError(
         f"Cannot upsert with policy {policy!r}: use one of {', '.join(BUILTIN)}, a function "
         "(stored, incoming) -> merged, or its 'module:function' reference"
@@ -89,7 +98,7 @@ def merge(policy: MergePolicy, stored: pa.Table, incoming: pa.Table) -> Merged:
     if policy.name == "append_list":
         return Merged(_append_lists(stored, incoming), [])
     assert policy.fn is not None
-    return _custom(policy.fn, stored, incoming)
+    return _custom(policy.fn, stored, incoming, policy.isolation)
 
 
 def _append_lists(stored: pa.Table, incoming: pa.Table) -> pa.Table:
@@ -109,7 +118,9 @@ def _append_lists(stored: pa.Table, incoming: pa.Table) -> pa.Table:
     return pa.table(out)
 
 
-def _custom(fn: MergeFn, stored: pa.Table, incoming: pa.Table) -> Merged:
+def _custom(
+    fn: MergeFn, stored: pa.Table, incoming: pa.Table, isolation: IsolationPolicy
+) -> Merged:
     names = incoming.column_names
     k = len(names)
 
@@ -126,7 +137,7 @@ def _custom(fn: MergeFn, stored: pa.Table, incoming: pa.Table) -> Merged:
         return result
 
     inputs = [stored.column(n).to_pandas() for n in names] + [incoming.column(n).to_pandas() for n in names]  # fmt: skip
-    result = run_isolated(call, inputs, output_names=names, policy=IsolationPolicy())
+    result = run_isolated(call, inputs, output_names=names, policy=isolation)
     failed = {f.position: f"{f.exception_type}: {f.message}" for f in result.failures}
     frame = result.outputs
     arrays = {}

@@ -47,6 +47,7 @@ from omnitable.ingest.conform import Conformer
 from omnitable.ingest.ids import IdClaim, commit_append
 from omnitable.ingest.local import BatchTarget, LocalWriter, append_request
 from omnitable.ingest.sources import is_spark_dataframe, record_batches
+from omnitable.isolation.policy import IsolationPolicy
 from omnitable.vocabulary.descriptors import FileDescriptor
 from omnitable.vocabulary.names import ROW_ID, check_append_name
 
@@ -98,6 +99,7 @@ def upsert_rows(
     *,
     append_name: str | None = None,
     why: str | None = None,
+    isolation: IsolationPolicy | None = None,
 ) -> UpsertResult:
     """Insert or merge the rows of ``data`` by the table's key (see module doc).
 
@@ -108,7 +110,7 @@ def upsert_rows(
         CommitConflict: concurrent writers of the same keys or cells won every attempt.
     """
     key = require_key(ctx, "upsert into")
-    merge_policy = resolve_policy(policy)
+    merge_policy = resolve_policy(policy, isolation)
     name = check_append_name(append_name) if append_name is not None else _batch_name()
     incoming = _incoming(ctx, data, key)
     screened = screen(incoming, key)
