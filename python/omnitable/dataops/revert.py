@@ -8,9 +8,10 @@ from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, KeysNotChecked
 from omnitable.catalog.snapshot import Snapshot, SnapshotScope
 from omnitable.context import TableContext
-from omnitable.dataops.keyed import locate
+from omnitable.dataops.keyed import key_repr, locate, require_key
 from omnitable.exceptions import CommitConflict, ValidationError
 from omnitable.format.keyindex import load_key_index
+from omnitable.format.reader import FragmentReader
 from omnitable.vocabulary.keys import table_key
 
 _ROWS_ONLY = SnapshotScope(files=False)
@@ -92,14 +93,25 @@ def _check_revived_keys(ctx: TableContext, version: int, head: int) -> None:
     if not rows:
         return
     fragments, where, offsets = locate(ctx, now, np.concatenate(h1s), np.concatenate(h2s))
-    for i in np.flatnonzero(where >= 0):
-        if (fragments[int(where[i])].path, int(offsets[i])) != rows[i]:
-            raise CommitConflict(
-                f"Cannot revert version {version} of table '{ctx.name}': it would bring back "
-                f"rows whose keys live rows hold again (upserted after version {version}); "
-                "delete those rows first, or roll back instead",
-                [("*", "key")],
-            )
+    taken = [
+        int(i)
+        for i in np.flatnonzero(where >= 0)
+        if (fragments[int(where[i])].path, int(offsets[i])) != rows[i]
+    ]
+    if taken:
+        key = require_key(ctx, "revert")
+        holder = fragments[int(where[taken[0]])]
+        keys_snap = ctx.snapshot(version=head, scope=SnapshotScope.of(None, key))
+        sample = FragmentReader(ctx.location, keys_snap).read_rows(
+            holder, key, offsets[taken[0] : taken[0] + 1]
+        )
+        raise CommitConflict(
+            f"Cannot revert version {version} of table '{ctx.name}': it would bring back "
+            f"{len(taken)} row(s) whose keys live rows hold again (e.g. key "
+            f"{key_repr(sample, key, 0)}, upserted after version {version}); nothing was "
+            "committed. Delete those rows first, or roll back instead",
+            [("*", "key")],
+        )
 
 
 def _live(snap: Snapshot, fragment_id: str, rows: int) -> np.ndarray:
