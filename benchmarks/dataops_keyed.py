@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,10 +100,10 @@ def _expected(changes: pa.Table, keys: pa.Array, columns: list[str]) -> list[dic
 
 
 def upsert_part(
-    wh: Any, spark: Any | None, base_rows: int, rows: int, work: Path
+    wh: Any, spark: Callable[[], Any | None], base_rows: int, rows: int, work: Path
 ) -> tuple[Rows, dict[str, float], Any]:
-    """(b): the upsert, timed and checked on both sides; returns report rows, figures and the
-    OmniTable table after the upsert (for (c))."""
+    """(b): the upsert, timed and checked on both sides (Delta's when ``spark()`` gives a
+    session); returns report rows, figures and the OmniTable table after it (for (c))."""
     start = time.perf_counter()
     base = keyed_data(np.arange(base_rows), 7)
     t = wh.create_table("keyed", base.schema, groups={"payload": ["title"]}, key=KEY)
@@ -131,8 +132,9 @@ def upsert_part(
         ("(b) rows inserted / merged", f"{result.inserted:,} / {result.merged:,}", ""),
         ("(b) bytes written: OmniTable", fmt_bytes(omni_bytes), ""),
     ]
-    if spark is not None:
-        delta = _delta_merge(spark, base, changes, sample, expected_rows, work)
+    session = spark()
+    if session is not None:
+        delta = _delta_merge(session, base, changes, sample, expected_rows, work)
         out.update({f"delta_{k}": v for k, v in delta.items()})
         report += [
             ("(b) Delta MERGE", fmt_seconds(delta["s"]), ""),
