@@ -27,7 +27,9 @@ TINY = {
     "optimizer": "--rows 20000 --udf-rows 5000 --text-rows 5000 --repeats 1",
     "reader_memory": "--wide-rows 500 --wide-columns 50 --text-rows 2000 --row-group-bytes 1000000",
     "metadata": "--sizes 60x3x6 120x3x6 --fragments-per-batch 10 --repeats 1",
-    "dataops": "--rows 20000 --update-rows 2000 --repeats 1",
+    "dataops": (
+        "--rows 20000 --update-rows 2000 --upsert-base 20000 --upsert-rows 2000 --repeats 1"
+    ),
 }
 
 

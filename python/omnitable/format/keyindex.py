@@ -102,6 +102,12 @@ class _Cache:
                 _, old = self._items.popitem(last=False)
                 self._rows -= len(old.h1)
 
+    def clear(self) -> None:
+        """Forget every loaded index (the next probes read the files again)."""
+        with self._lock:
+            self._items.clear()
+            self._rows = 0
+
 
 _CACHE = _Cache(_CACHE_ROWS)
 
@@ -159,6 +165,8 @@ def probe_fragments(
         return where, offsets
     with ThreadPoolExecutor(max_workers=min(8, len(fragments))) as pool:
         indexes = list(pool.map(lambda s: load_key_index(location, s.path, s.row_count), fragments))
+    order = np.argsort(q1)  # sorted queries: the binary searches walk the index in order
+    q1, q2 = q1[order], q2[order]
     for pos, (slot, index) in enumerate(zip(fragments, indexes, strict=True)):
         found = index.probe(q1, q2)
         if slot.deleted is not None:
@@ -172,4 +180,6 @@ def probe_fragments(
             )
         where[hit] = pos
         offsets[hit] = found[hit]
-    return where, offsets
+    out_where, out_offsets = np.empty_like(where), np.empty_like(offsets)
+    out_where[order], out_offsets[order] = where, offsets
+    return out_where, out_offsets
