@@ -169,3 +169,22 @@ def test_revert_names_the_features_that_read_what_it_wrote(spark, wh: omnitable.
     assert t.status().state("a", "twice") == "stale"
     t.backfill("twice").run(spark)
     assert t.read(["x", "twice"]).sort_by("x").to_pydict() == {"x": [1, 2, 3], "twice": [2, 4, 6]}
+
+
+def test_spark_reads_an_upserted_table_like_python(spark, wh: omnitable.Warehouse) -> None:  # type: ignore[no-untyped-def]
+    """Inserted batches, merged (rewritten) column files and a delete, through ``to_spark`` and
+    ``format("omnitable")``."""
+    t = wh.create_table(f"k{next(_names)}", {"url": "string", "n": "bigint",
+                                              "tags": "array<string>"}, key="url")  # fmt: skip
+    t.upsert(pa.table({"url": [f"u{i}" for i in range(10)], "n": list(range(10)),
+                       "tags": [[f"t{i}"] for i in range(10)]}))  # fmt: skip
+    t.upsert(pa.table({"url": ["u1", "u5", "new"], "n": [100, None, 7],
+                       "tags": [["x"], None, []]}), policy="append_list")  # fmt: skip
+    t.upsert(pa.table({"url": ["u2", "u3"], "n": [20, 30]}))
+    t.delete(pc.field("url") == "u3")
+    cols = [ROW_ID, "url", "n", "tags"]
+    python = _py_rows(t, cols)
+    source = spark.read.format("omnitable").option("warehouse", wh.uri).load(t.name)
+    for df in (t.to_spark(spark), source):
+        assert sorted(tuple(r) for r in df.select(*cols).collect()) == python
+    assert len(python) == 10 and {r[1]: r[2:] for r in python}["u1"] == (100, ["t1", "x"])
