@@ -1,6 +1,6 @@
 """``Table.update`` on SQLite and PostgreSQL (``wh``): rewritten column files of the updated
 columns only, time travel, deletes, bad input, a concurrent update of the same cells, and a
-pandas model of append/update/delete sequences."""
+pandas model of append/update/delete/upsert sequences."""
 
 from __future__ import annotations
 
@@ -143,25 +143,48 @@ OPS = st.lists(
         st.tuples(st.just("append"), st.integers(1, 10), st.integers(1, 4)),
         st.tuples(st.just("update"), st.integers(0, 2**16), st.integers(1, 5)),
         st.tuples(st.just("delete"), st.integers(2, 4), st.integers(0, 3)),
+        st.tuples(st.just("upsert"), st.integers(0, 2**16), st.integers(1, 6)),
     ),
     min_size=1,
     max_size=8,
 )
 
 
+def _upsert(t: omnitable.Table, model: pd.DataFrame, xs: list[int], i: int, seed: int,
+            size: int) -> pd.DataFrame:  # fmt: skip
+    """Upsert ``size`` keys drawn from ``xs`` (live, deleted and new ones) under a random
+    built-in policy; returns the model after it (append_list replaces the scalar y)."""
+    rng = np.random.default_rng(seed)
+    policy = str(rng.choice(["first_write_wins", "last_write_wins", "append_list"]))
+    keys = [int(x) for x in rng.choice(xs, min(size, len(xs)), replace=False)]
+    new = {x: f"p{i}-{x}" for x in keys}
+    t.upsert(pa.table({"x": pa.array(keys, pa.int64()), "y": list(new.values())}), policy)
+    stored = set(model.x)
+    if policy != "first_write_wins":
+        model = model.assign(y=[new.get(x, y) for x, y in zip(model.x, model.y, strict=True)])
+    added = [x for x in keys if x not in stored]
+    return pd.concat([model, pd.DataFrame({"x": added, "y": [new[x] for x in added]})])
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
-@given(ops=OPS)
+@given(ops=OPS, keyed=st.booleans())
 def test_append_update_delete_sequences_read_like_a_pandas_model(
-    wh: omnitable.Warehouse, ops: list[tuple[str, int, int]]
+    wh: omnitable.Warehouse, ops: list[tuple[str, int, int]], keyed: bool
 ) -> None:
-    t = wh.create_table(f"m{next(_names)}", {"x": "bigint", "y": "string"})
+    """On a table keyed by x, appends are upserts of new keys and upserts (of live, deleted
+    and new keys) join in; lookups agree with the model."""
+    t = wh.create_table(f"m{next(_names)}", {"x": "bigint", "y": "string"},
+                        key="x" if keyed else None)  # fmt: skip
     model = pd.DataFrame({"x": pd.Series([], dtype="int64"), "y": pd.Series([], dtype=object)})
     states: dict[int, list[tuple[int, str | None]]] = {}
     for i, (op, a, b) in enumerate(ops):
         if op == "append":
             xs = [i * 100 + k for k in range(a)]
-            t.append(pa.table({"x": pa.array(xs, pa.int64()), "y": [f"v{x}" for x in xs]}),
-                     f"b{i}", target_fragment_rows=b)  # fmt: skip
+            data = pa.table({"x": pa.array(xs, pa.int64()), "y": [f"v{x}" for x in xs]})
+            if keyed:
+                t.upsert(data, append_name=f"b{i}")
+            else:
+                t.append(data, f"b{i}", target_fragment_rows=b)
             model = pd.concat([model, pd.DataFrame({"x": xs, "y": [f"v{x}" for x in xs]})])
         elif op == "update":
             live = t.read([ROW_ID, "x"]).to_pydict()
@@ -172,12 +195,21 @@ def test_append_update_delete_sequences_read_like_a_pandas_model(
             new = {live["x"][j]: f"u{i}-{live['x'][j]}" for j in pick}
             t.update(pa.table({ROW_ID: [live[ROW_ID][j] for j in pick], "y": list(new.values())}))
             model["y"] = [new.get(x, y) for x, y in zip(model.x, model.y, strict=True)]
+        elif op == "upsert":
+            if not keyed:
+                continue
+            seen = {x for version in states.values() for x, _ in version}
+            model = _upsert(t, model, sorted(seen) + [i * 100 + k for k in range(3)], i, a, b)
         else:
             t.delete((pc.field("x") - (pc.field("x") / a) * a) == b)  # x % a == b
             model = model[~((model.x % a) == b)]
         states[t.version] = sorted(zip(model.x.tolist(), model.y.tolist(), strict=True))
         got = t.read(["x", "y"]).to_pydict()
         assert sorted(zip(got["x"], got["y"], strict=True)) == states[t.version]
+        if keyed:
+            keys = [*(x for x, _ in states[t.version][::-1]), 10**9]  # one missing key
+            found = t.lookup(keys, ["x", "y"]).to_pydict()
+            assert list(zip(found["x"], found["y"], strict=True)) == states[t.version][::-1]
     for version, rows in states.items():
         got = t.read(["x", "y"], version=version).to_pydict()
         assert sorted(zip(got["x"], got["y"], strict=True)) == rows
