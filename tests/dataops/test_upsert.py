@@ -145,6 +145,36 @@ def test_null_and_duplicate_keys_are_rejected_to_the_error_table(
     ]  # fmt: skip
 
 
+def test_an_upsert_of_no_rows_commits_nothing(wh: omnitable.Warehouse) -> None:
+    t = _table(wh)
+    v = t.version
+    empty = pa.table({"url": pa.array([], pa.string()), "label": pa.array([], pa.int64())})
+    for data in (empty, empty.to_pandas()):
+        result = t.upsert(data)
+        assert (result.version, result.inserted, result.merged, result.rejected.num_rows) == (
+            None, 0, 0, 0
+        )  # fmt: skip
+    with pytest.raises(omnitable.ValidationError, match=r"no key column\(s\) \['url'\]"):
+        t.upsert(pa.table({"label": pa.array([], pa.int64())}))
+    assert t.version == v
+
+
+@pytest.mark.spark
+def test_a_policy_failing_on_every_row_writes_nothing(spark, wh: omnitable.Warehouse) -> None:  # type: ignore[no-untyped-def]
+    t = _table(wh)
+    v, before = t.version, _rows(t)
+    data = pa.table({"url": ["a", "b"], "label": [13, 13]})
+    result = t.upsert(data, policy=policies.add_labels_but_not_13, spark=spark)
+    assert (result.version, result.merged, result.files, result.rejected.num_rows) == (
+        None, 0, 0, 2
+    )  # fmt: skip
+    assert t.version == v and _rows(t) == before
+    data = pa.table({"url": ["a", "new"], "label": [13, 5]})
+    result = t.upsert(data, policy=policies.add_labels_but_not_13, spark=spark)
+    assert (result.version, result.inserted, result.merged, result.files) == (v + 1, 1, 0, 0)
+    assert _rows(t)["a"] == before["a"] and _rows(t)["new"][0] == 5
+
+
 def test_multi_column_date_and_integer_keys(wh: omnitable.Warehouse) -> None:
     d1, d2 = dt.date(2026, 1, 1), dt.date(2026, 1, 2)
     t = wh.create_table(f"m{next(_names)}", {"site": "string", "day": "date", "n": "int",

@@ -46,7 +46,7 @@ from omnitable.format.writer import new_id
 from omnitable.ingest.conform import Conformer
 from omnitable.ingest.ids import IdClaim, commit_append
 from omnitable.ingest.local import BatchTarget, LocalWriter, append_request
-from omnitable.ingest.sources import is_spark_dataframe, record_batches
+from omnitable.ingest.sources import is_pandas_dataframe, is_spark_dataframe, record_batches
 from omnitable.vocabulary.descriptors import FileDescriptor
 from omnitable.vocabulary.names import ROW_ID, check_append_name
 
@@ -152,6 +152,12 @@ def _incoming(ctx: TableContext, data: Any, key: list[str]) -> pa.Table:
     snap = ctx.snapshot(scope=SnapshotScope(fragments=False, files=False))
     conformer = Conformer(ctx.name, snap.user_columns)
     parts = [conformer.conform(b) for b in record_batches(data, conformer.target_schema())]
+    if not parts and (isinstance(data, pa.Table) or is_pandas_dataframe(data)):
+        # no rows give no batches; the columns still say what the data holds
+        empty = (
+            data if isinstance(data, pa.Table) else pa.Table.from_pandas(data, preserve_index=False)
+        )
+        parts = [conformer.conform(empty)]
     table = pa.concat_tables(parts) if parts else pa.table({})
     if ROW_ID in table.column_names:
         raise ValidationError(
@@ -220,6 +226,8 @@ def _merge_fragment(
     merged = merge(policy, stored, incoming.select(names))
     plan.failures += [(int(positions[i]), "policy", msg) for i, msg in merged.failures]
     plan.merged += len(offsets) - len(merged.failures)
+    if len(merged.failures) == len(offsets):
+        return  # every row keeps its stored values: nothing to write
     index = np.full(frag.row_count, -1, dtype=np.int64)
     index[offsets] = np.arange(len(offsets))
     changed, take = pa.array(index >= 0), pa.array(np.maximum(index, 0))
