@@ -172,12 +172,16 @@ def test_revert_names_the_features_that_read_what_it_wrote(spark, wh: omnitable.
 
 
 def test_spark_reads_an_upserted_table_like_python(spark, wh: omnitable.Warehouse) -> None:  # type: ignore[no-untyped-def]
-    """Inserted batches, merged (rewritten) column files and a delete, through ``to_spark`` and
+    """Inserted batches (from a Spark DataFrame, which ``append`` refuses on a keyed table),
+    merged (rewritten) column files and a delete, through ``to_spark`` and
     ``format("omnitable")``."""
     t = wh.create_table(f"k{next(_names)}", {"url": "string", "n": "bigint",
                                               "tags": "array<string>"}, key="url")  # fmt: skip
-    t.upsert(pa.table({"url": [f"u{i}" for i in range(10)], "n": list(range(10)),
-                       "tags": [[f"t{i}"] for i in range(10)]}))  # fmt: skip
+    rows = [(f"u{i}", i, [f"t{i}"]) for i in range(10)]
+    df = spark.createDataFrame(rows, "url string, n bigint, tags array<string>")
+    with pytest.raises(omnitable.ValidationError, match="it is keyed by"):
+        t.append(df, "a")
+    assert t.upsert(df).inserted == 10
     t.upsert(pa.table({"url": ["u1", "u5", "new"], "n": [100, None, 7],
                        "tags": [["x"], None, []]}), policy="append_list")  # fmt: skip
     t.upsert(pa.table({"url": ["u2", "u3"], "n": [20, 30]}))

@@ -19,10 +19,11 @@ _names = itertools.count()
 
 
 def _table(wh: omnitable.Warehouse) -> omnitable.Table:
-    """Keyed by url u0..u59 (three upserts, so three batches), x = i, s = s<i>; u7 and u33
-    deleted."""
+    """Keyed by url u0..u59 (three upserts, so three batches of fragments of 7 rows in row
+    groups of 3), x = i, s = s<i>; u7 and u33 deleted."""
     t = wh.create_table(f"l{next(_names)}", {"url": "string", "x": "bigint", "s": "string"},
-                        key="url")  # fmt: skip
+                        key="url", properties={"write.target_fragment_rows": 7,
+                                               "write.row_group_size": 3})  # fmt: skip
     for start in (0, 20, 40):
         xs = list(range(start, start + 20))
         t.upsert(pa.table({"url": [f"u{i}" for i in xs], "x": xs, "s": [f"s{i}" for i in xs]}))
@@ -43,6 +44,7 @@ def test_lookup_equals_a_filtered_read(wh: omnitable.Warehouse) -> None:
         assert got.schema == t.read().schema
     assert t.lookup(["u7", "u33", "nope"]).num_rows == 0
     assert t.lookup([]).num_rows == 0
+    assert len(t.snapshot().fragments) == 9
 
 
 def test_lookup_columns_and_key_inputs(wh: omnitable.Warehouse) -> None:
