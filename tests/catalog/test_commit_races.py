@@ -728,3 +728,29 @@ def test_upsert_and_update_of_the_same_cell_end_in_a_serial_order(
     ops = [h.op for h in t.history(2)]
     assert ops == (["upsert", "update"] if first == "upsert" else ["upsert", "upsert"])
     check_invariants(Ctx(wh), t)
+
+
+@pytest.mark.parametrize(
+    ("policy", "keys"),
+    [
+        ("last_write_wins", ["k0", "k9"]),
+        ("first_write_wins", ["k0", "k9"]),
+        ("append_list", ["k0", "k9"]),
+        ("last_write_wins", ["k0"]),  # a merge only
+    ],
+)
+def test_an_upsert_after_a_delete_of_its_key_inserts_it_again(
+    wh: omnitable.Warehouse, policy: str, keys: list[str]
+) -> None:
+    """The row an upsert merges into is deleted before the upsert commits: the upsert re-plans
+    and inserts the key, as if it ran after the delete (its data is never merged into a deleted
+    row and lost)."""
+    t, other = _keyed(wh), wh.table("keyed")
+    data = pa.table({"key": keys, "text": [f"{k} again" for k in keys],
+                     "tags": [[k] for k in keys]})  # fmt: skip
+    with hooked("upsert.before_commit", lambda: other.delete(pc.field("key") == "k0")):
+        result = t.upsert(data, policy=policy)
+    assert (result.inserted, result.merged, result.unchanged) == (len(keys), 0, 0)
+    assert _row(t, "k0") == [{"key": "k0", "text": "k0 again", "tags": ["k0"]}]
+    assert [h.op for h in t.history(2)] == ["upsert", "delete"]
+    check_invariants(Ctx(wh), t)

@@ -10,11 +10,12 @@ One commit per upsert:
 - **rejected** rows (a NULL key, a key given twice, a row the custom policy fails on) go to the
   table's error table and are returned in :attr:`UpsertResult.rejected`; they never reach the data.
 
-Concurrency: the commit re-checks the keys it inserts against every row change committed since
-it read the index (:class:`~omnitable.catalog.commit.KeysNotChecked`); a concurrent upsert that
-inserted one of them, or wrote a cell this one merges, makes it conflict, and it re-plans on the
-new head (up to :data:`MAX_ATTEMPTS`): concurrent upserts of one key apply one after the other,
-each under its policy, in commit order.
+Concurrency: the commit re-checks its keys against every row change committed since it read
+the index (:class:`~omnitable.catalog.commit.KeysNotChecked`); a concurrent upsert that inserted
+one it inserts, a delete of a row it found, or a write of a cell it merges makes it conflict,
+and it re-plans on the new head (up to :data:`MAX_ATTEMPTS`): concurrent upserts of one key
+apply one after the other, each under its policy, in commit order, and an upsert committed after
+a delete of its key inserts the key again.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import getpass
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +46,7 @@ from omnitable.format.keyindex import write_key_index
 from omnitable.format.reader import FragmentReader
 from omnitable.format.writer import new_id
 from omnitable.ingest.conform import Conformer
-from omnitable.ingest.ids import IdClaim, commit_append
+from omnitable.ingest.ids import commit_append
 from omnitable.ingest.local import BatchTarget, LocalWriter, append_request
 from omnitable.ingest.sources import is_pandas_dataframe, is_spark_dataframe, record_batches
 from omnitable.vocabulary.descriptors import FileDescriptor
@@ -84,6 +86,7 @@ class _Plan:
     new_rows: pa.Table
     new_h1: np.ndarray
     new_h2: np.ndarray
+    found: tuple[np.ndarray, np.ndarray, list[tuple[str, int]]]  # existing keys: hashes, rows
     files: list[FileDescriptor] = field(default_factory=list)
     lineage: list[LineageEntry] = field(default_factory=list)
     merged: int = 0
@@ -185,9 +188,11 @@ def _plan(
     fragments, where, offsets = locate(ctx, snap, screened.h1, screened.h2)
     new = where < 0
     new_rows = incoming.take(pa.array(screened.positions[new]))
-    plan = _Plan(snap, new_rows, screened.h1[new], screened.h2[new])
-    columns = [snap.column(n) for n in incoming.column_names if n not in key]
     existing = np.flatnonzero(~new)
+    rows_at = [(fragments[int(where[i])].fragment_id, int(offsets[i])) for i in existing]
+    found = (screened.h1[existing], screened.h2[existing], rows_at)
+    plan = _Plan(snap, new_rows, screened.h1[new], screened.h2[new], found)
+    columns = [snap.column(n) for n in incoming.column_names if n not in key]
     if not len(existing):
         return plan
     if policy.keeps_stored or not columns:
@@ -261,9 +266,10 @@ def _commit(
         if not plan.files:
             return None
         req = CommitRequest(op="upsert", base_version=plan.snap.version, run_id=run_id,
-                            summary=summary, new_files=plan.files, lineage=plan.lineage)  # fmt: skip
+                            summary=summary, new_files=plan.files, lineage=plan.lineage,
+                            keys_checked_version=plan.snap.version)  # fmt: skip
         failpoint("upsert.before_commit")
-        return ctx.commit(req)
+        return _commit_checking_keys(ctx, req, plan, lambda: ctx.commit(req))
     target = BatchTarget(ctx, plan.snap, name, new_id(), ctx.options())
     out = LocalWriter(plan.new_rows).write(target, written)
     start = 0
@@ -278,24 +284,34 @@ def _commit(
     req.new_files, req.lineage = plan.files, plan.lineage
     req.keys_checked_version = plan.snap.version
     failpoint("upsert.before_commit")
-    return _commit_new_keys(ctx, req, out.claim, plan)
+    return _commit_checking_keys(ctx, req, plan, lambda: commit_append(ctx, req, out.claim))
 
 
-def _commit_new_keys(ctx: TableContext, req: CommitRequest, claim: IdClaim, plan: _Plan) -> int:
-    """Commit, re-checking the inserted keys against rows committed since they were probed."""
+def _commit_checking_keys(
+    ctx: TableContext, req: CommitRequest, plan: _Plan, commit: Callable[[], int]
+) -> int:
+    """Commit, re-checking the keys against rows committed since they were probed: the keys
+    it inserts must still be new, the keys it found must still be at the rows it found."""
     for _ in range(_KEY_ROUNDS):
         try:
-            return commit_append(ctx, req, claim)
+            return commit()
         except KeysNotChecked as exc:
             head = ctx.snapshot(version=exc.head, branch=req.branch,
                                 scope=SnapshotScope(files=False))  # fmt: skip
             _, where, _ = locate(ctx, head, plan.new_h1, plan.new_h2)
             taken = int((where >= 0).sum())
-            if taken:
+            h1, h2, rows_at = plan.found
+            fragments, where, offsets = locate(ctx, head, h1, h2)
+            moved = sum(
+                w < 0 or (fragments[int(w)].fragment_id, int(o)) != at
+                for w, o, at in zip(where, offsets, rows_at, strict=True)
+            )
+            if taken or moved:
                 raise CommitConflict(
-                    f"Cannot commit upsert into table '{ctx.name}': {taken} of the keys it "
-                    f"inserts were written by a concurrent commit (after version "
-                    f"{req.keys_checked_version}); nothing was committed",
+                    f"Cannot commit upsert into table '{ctx.name}': a concurrent commit (after "
+                    f"version {req.keys_checked_version}) inserted {taken} of the keys it "
+                    f"inserts and deleted or moved the rows of {moved} of the keys it found; "
+                    "nothing was committed",
                     [("*", "key")],
                 ) from None
             req.keys_checked_version = exc.head
