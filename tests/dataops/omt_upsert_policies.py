@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pandas as pd
 
 
@@ -16,4 +18,11 @@ def add_labels_but_not_13(stored: pd.DataFrame, incoming: pd.DataFrame) -> pd.Da
     """``add_labels``, failing on any incoming label 13 (isolation rejects only those rows)."""
     if (incoming["label"] == 13).any():
         raise ValueError("unlucky 13")
+    return add_labels(stored, incoming)
+
+
+def add_labels_but_exit_on_13(stored: pd.DataFrame, incoming: pd.DataFrame) -> pd.DataFrame:
+    """``add_labels``, ending its process on any incoming label 13 (like a crash in C code)."""
+    if (incoming["label"] == 13).any():
+        os._exit(3)
     return add_labels(stored, incoming)

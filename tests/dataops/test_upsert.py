@@ -112,13 +112,24 @@ def test_custom_policy_as_callable_and_reference(wh: omnitable.Warehouse, policy
 
 
 @pytest.mark.spark
-def test_a_custom_policy_failing_rejects_only_its_rows(spark, wh: omnitable.Warehouse) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(
+    ("policy", "error"),
+    [
+        ("add_labels_but_not_13", "policy: ValueError"),
+        ("add_labels_but_exit_on_13", "policy: exit(3)"),
+    ],
+)
+def test_a_custom_policy_failing_rejects_only_its_rows(
+    spark, wh: omnitable.Warehouse, policy: str, error: str
+) -> None:  # type: ignore[no-untyped-def]
+    """Raising, or ending the process it runs in: the policy runs isolated in a child process,
+    so the caller lives on and only the rows it failed on are rejected."""
     t = _table(wh)
     data = pa.table({"url": ["a", "b", "h"], "label": [10, 13, 8]})
-    result = t.upsert(data, policy=f"{policies.__name__}:add_labels_but_not_13", spark=spark)
+    result = t.upsert(data, policy=f"{policies.__name__}:{policy}", spark=spark)
     assert (result.inserted, result.merged) == (1, 1)
     assert result.rejected.column("url").to_pylist() == ["b"]
-    assert result.rejected.column("_ai_error_")[0].as_py().startswith("policy: ValueError")
+    assert result.rejected.column("_ai_error_")[0].as_py().startswith(error)
     assert [_rows(t)[k][0] for k in "abch"] == [11, 2, 3, 8]  # b keeps its stored label
     errors = t.errors(spark=spark).where("kind = 'upsert'").collect()
     assert [(e.exception_type, e.input_digest, e.file_id) for e in errors] == [

@@ -8,7 +8,9 @@
 - a custom function (a callable or an importable ``"module:function"``):
   ``fn(stored: pandas.DataFrame, incoming: pandas.DataFrame) -> pandas.DataFrame`` of the merged
   values of the incoming columns, one row per input row in order. It runs isolated like a
-  feature (omnitable.isolation): rows it fails on are rejected, not the upsert.
+  feature (omnitable.isolation), always in the supervised child process (the upsert runs in
+  the caller's process, which no task retry stands behind): rows it fails on, even by ending
+  its process, are rejected, not the upsert.
 """
 
 from __future__ import annotations
@@ -126,7 +128,9 @@ def _custom(fn: MergeFn, stored: pa.Table, incoming: pa.Table) -> Merged:
         return result
 
     inputs = [stored.column(n).to_pandas() for n in names] + [incoming.column(n).to_pandas() for n in names]  # fmt: skip
-    result = run_isolated(call, inputs, output_names=names, policy=IsolationPolicy())
+    result = run_isolated(
+        call, inputs, output_names=names, policy=IsolationPolicy(mode="subprocess")
+    )
     failed = {f.position: f"{f.exception_type}: {f.message}" for f in result.failures}
     frame = result.outputs
     arrays = {}
