@@ -217,8 +217,13 @@ def _upsert(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
 
 
 def _upserted(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
-    """Its new key is a row, found by lookup (and, by check_invariants, by reading)."""
-    return t.lookup([f"new_{tag}"]).num_rows == 1
+    """Its new key is a row, found by lookup (check_invariants reads it too), and k0 holds the
+    text it merged (unless the other writer, an upsert too, merged k0 after it)."""
+    merged_after = ctx.race == ("upsert", "upsert") and tag == "b"
+    text = t.lookup(["k0"], ["text"]).column("text").to_pylist()
+    return t.lookup([f"new_{tag}"]).num_rows == 1 and (
+        merged_after or text == [f"upserted by {tag}"]
+    )
 
 
 def _drop_recreate(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
