@@ -19,6 +19,7 @@ from omnitable import ROW_ID
 from omnitable.spark.session import CATALOG_CLASS
 
 from . import omt_dataops_features as feats
+from .upsert_model import upsert_like_the_model
 
 pytestmark = pytest.mark.spark
 _names = itertools.count()
@@ -88,6 +89,7 @@ OPS = st.lists(
         st.tuples(st.just("append"), st.integers(1, 9), st.integers(1, 4)),
         st.tuples(st.just("delete_mod"), st.integers(2, 4), st.integers(0, 3)),
         st.tuples(st.just("delete_batch"), st.integers(0, 3), st.just(0)),
+        st.tuples(st.just("upsert"), st.integers(0, 2**16), st.integers(1, 6)),
     ),
     min_size=2,
     max_size=5,
@@ -95,15 +97,30 @@ OPS = st.lists(
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
-@given(ops=OPS)
-def test_spark_reads_like_the_pandas_model(spark, wh: omnitable.Warehouse, ops) -> None:  # type: ignore[no-untyped-def]
-    t = wh.create_table(f"m{next(_names)}", {"x": "bigint"})
-    model = pd.DataFrame({"x": pd.Series([], dtype="int64"), "batch": pd.Series([], dtype=str)})
+@given(ops=OPS, keyed=st.booleans())
+def test_spark_reads_like_the_pandas_model(spark, wh: omnitable.Warehouse, ops, keyed) -> None:  # type: ignore[no-untyped-def]
+    """On a table keyed by x, appends are upserts of new keys and upserts (of live, deleted and
+    new keys, random built-in policy) join in."""
+    t = wh.create_table(f"m{next(_names)}", {"x": "bigint", "y": "string"},
+                        key="x" if keyed else None)  # fmt: skip
+    model = pd.DataFrame({"x": pd.Series([], dtype="int64"), "y": pd.Series([], dtype=str),
+                          "batch": pd.Series([], dtype=str)})  # fmt: skip
+    seen: set[int] = set()
     for i, (op, a, b) in enumerate(ops):
         if op == "append":
             xs = [i * 100 + k for k in range(a)]
-            t.append(pa.table({"x": pa.array(xs, pa.int64())}), f"b{i}", target_fragment_rows=b)
-            model = pd.concat([model, pd.DataFrame({"x": xs, "batch": f"b{i}"})])
+            data = pa.table({"x": pa.array(xs, pa.int64()), "y": [f"v{x}" for x in xs]})
+            if keyed:
+                t.upsert(data, append_name=f"b{i}")
+            else:
+                t.append(data, f"b{i}", target_fragment_rows=b)
+            model = pd.concat([model, pd.DataFrame({"x": xs, "y": [f"v{x}" for x in xs],
+                                                    "batch": f"b{i}"})])  # fmt: skip
+        elif op == "upsert":
+            if not keyed:
+                continue
+            xs = sorted(seen) + [i * 100 + k for k in range(3)]
+            model = upsert_like_the_model(t, model, xs, i, a, b, batch=f"u{i}")
         elif op == "delete_mod":
             t.delete((pc.field("x") - (pc.field("x") / a) * a) == b)  # x % a == b
             model = model[~((model.x % a) == b)]
@@ -111,8 +128,9 @@ def test_spark_reads_like_the_pandas_model(spark, wh: omnitable.Warehouse, ops) 
             name = t.batches()[a % len(t.batches())].name
             t.delete(pc.field(omnitable.APPEND_NAME) == name)
             model = model[model.batch != name]
-    expected = sorted((int(x),) for x in model.x)
-    assert _spark_rows(spark, t, ["x"]) == expected == _py_rows(t, ["x"])
+        seen |= set(model.x)
+    expected = sorted((int(x), y) for x, y in zip(model.x, model.y, strict=True))
+    assert _spark_rows(spark, t, ["x", "y"]) == expected == _py_rows(t, ["x", "y"])
 
 
 def test_updating_a_feature_output_records_lineage_and_stales_its_readers(

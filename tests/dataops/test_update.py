@@ -19,6 +19,8 @@ import omnitable
 from omnitable import ROW_ID
 from omnitable._failpoints import hooked
 
+from .upsert_model import upsert_like_the_model
+
 _names = itertools.count()
 
 
@@ -150,22 +152,6 @@ OPS = st.lists(
 )
 
 
-def _upsert(t: omnitable.Table, model: pd.DataFrame, xs: list[int], i: int, seed: int,
-            size: int) -> pd.DataFrame:  # fmt: skip
-    """Upsert ``size`` keys drawn from ``xs`` (live, deleted and new ones) under a random
-    built-in policy; returns the model after it (append_list replaces the scalar y)."""
-    rng = np.random.default_rng(seed)
-    policy = str(rng.choice(["first_write_wins", "last_write_wins", "append_list"]))
-    keys = [int(x) for x in rng.choice(xs, min(size, len(xs)), replace=False)]
-    new = {x: f"p{i}-{x}" for x in keys}
-    t.upsert(pa.table({"x": pa.array(keys, pa.int64()), "y": list(new.values())}), policy)
-    stored = set(model.x)
-    if policy != "first_write_wins":
-        model = model.assign(y=[new.get(x, y) for x, y in zip(model.x, model.y, strict=True)])
-    added = [x for x in keys if x not in stored]
-    return pd.concat([model, pd.DataFrame({"x": added, "y": [new[x] for x in added]})])
-
-
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ops=OPS, keyed=st.booleans())
 def test_append_update_delete_sequences_read_like_a_pandas_model(
@@ -199,7 +185,8 @@ def test_append_update_delete_sequences_read_like_a_pandas_model(
             if not keyed:
                 continue
             seen = {x for version in states.values() for x, _ in version}
-            model = _upsert(t, model, sorted(seen) + [i * 100 + k for k in range(3)], i, a, b)
+            xs = sorted(seen) + [i * 100 + k for k in range(3)]
+            model = upsert_like_the_model(t, model, xs, i, a, b)
         else:
             t.delete((pc.field("x") - (pc.field("x") / a) * a) == b)  # x % a == b
             model = model[~((model.x % a) == b)]
