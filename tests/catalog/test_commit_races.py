@@ -9,6 +9,9 @@ truthful, and nothing visible of a failed commit. On SQLite and PostgreSQL (``wh
 
 A second part kills a writer of each path inside the commit transaction (``commit.*``
 failpoints in a child process): nothing is visible, and the table still takes the commit.
+
+Upserts race on a keyed table (``key``, ``text``) set up like the plain one, against every
+writer that a keyed table allows (no appends: a keyed table takes rows by upsert only).
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ class Writer:
     run: Callable[[Ctx, omnitable.Table, str], object]
     visible: Callable[[Ctx, omnitable.Table, str], bool]
     spark: bool = False
+    keyed: bool = False  # needs a keyed table (races only with writers a keyed table allows)
 
 
 def _append(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
@@ -202,6 +206,26 @@ def _retired(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
     )
 
 
+KEYS = [f"k{i}" for i in range(len(TEXTS))]  # the keys of b1's rows in the keyed table
+
+
+def _upsert(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
+    """Merge the text of b1's first row (key k0, as ``_update`` and ``DELETED["a"]``) and
+    insert key new_<tag>."""
+    data = pa.table({"key": ["k0", f"new_{tag}"], "text": [f"upserted by {tag}", f"new {tag}"]})
+    return t.upsert(data, why=tag)
+
+
+def _upserted(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
+    """Its new key is a row, found by lookup (check_invariants reads it too), and k0 holds the
+    text it merged (unless the other writer, an upsert too, merged k0 after it)."""
+    merged_after = ctx.race == ("upsert", "upsert") and tag == "b"
+    text = t.lookup(["k0"], ["text"]).column("text").to_pylist()
+    return t.lookup([f"new_{tag}"]).num_rows == 1 and (
+        merged_after or text == [f"upserted by {tag}"]
+    )
+
+
 def _drop_recreate(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
     ctx.wh.drop_table("docs")
     ctx.dropped = True
@@ -228,6 +252,7 @@ WRITERS: dict[str, Writer] = {
     "rollback": Writer("rollback.before_commit", _rollback, _rolled_back),
     "revert": Writer("revert.before_commit", _revert, _reverted),
     "drop_recreate": Writer("", _drop_recreate, lambda ctx, t, tag: ctx.dropped),
+    "upsert": Writer("upsert.before_commit", _upsert, _upserted, keyed=True),
 }
 
 Outcome = tuple[type[Exception], str] | str | None
@@ -412,12 +437,37 @@ EXPECTED: dict[tuple[str, str], Outcome] = {
     ("update", "revert"): None,
     ("retire", "revert"): _CHANGED,
     ("rollback", "revert"): _DISCARDS,
+    # upserts into the keyed table: an upsert that conflicts (a cell it merges written, a key
+    # it inserts taken) re-plans on the new head, so as writer A it commits after each of these
+    ("upsert", "add_columns"): None,
+    ("upsert", "register"): None,
+    ("upsert", "retype"): None,
+    ("upsert", "backfill"): None,
+    ("upsert", "delete"): None,
+    ("upsert", "retire"): None,
+    ("upsert", "update"): None,  # the same cell: re-planned, A's value wins
+    ("upsert", "rollback"): None,
+    ("upsert", "revert"): None,
+    ("upsert", "upsert"): None,  # the same cell: re-planned, A's value wins
+    ("upsert", "drop_recreate"): _DROPPED,
 }
+# as writer B, an upsert writes what an update writes (the text of b1's first row), and a new
+# row (which no writer A here depends on): A fares as against the update
+EXPECTED |= {
+    (a, "upsert"): EXPECTED[(a, "update")]
+    for a in ("add_columns", "register", "retype", "backfill", "delete", "retire", "update",
+              "rollback", "revert")
+}  # fmt: skip
 
 
-def _setup(ctx: Ctx) -> omnitable.Table:
-    t = ctx.wh.create_table("docs", {"text": "string"})
-    t.append(pa.table({"text": TEXTS}), "b1")
+def _setup(ctx: Ctx, keyed: bool = False) -> omnitable.Table:
+    """Version 1: batch b1 of TEXTS; version 2: feature text_len registered."""
+    if keyed:
+        t = ctx.wh.create_table("docs", {"key": "string", "text": "string"}, key="key")
+        t.upsert(pa.table({"key": KEYS, "text": TEXTS}), append_name="b1")
+    else:
+        t = ctx.wh.create_table("docs", {"text": "string"})
+        t.append(pa.table({"text": TEXTS}), "b1")
     t.register(LEN_INT)
     return t
 
@@ -440,7 +490,7 @@ def test_racing_writers(
     wa, wb = WRITERS[a], WRITERS[b]
     spark = request.getfixturevalue("spark") if wa.spark or wb.spark else None
     ctx = Ctx(wh, spark, (a, b))
-    _setup(ctx)
+    _setup(ctx, wa.keyed or wb.keyed)
     ta, tb = ctx.table(), ctx.table()
     before: dict[str, int] = {}
 
@@ -484,6 +534,10 @@ def check_invariants(ctx: Ctx, t: omnitable.Table) -> None:
     ids = got.column(ROW_ID).to_pylist()
     assert len(set(ids)) == len(ids), "duplicate row ids"
     assert got.column("text").null_count == 0, "the raw column reads NULL"
+    if t.key:  # keys unique among live rows, and the index finds each one's row
+        keys = got.column(t.key[0]).to_pylist()
+        assert len(set(keys)) == len(keys), "duplicate keys"
+        assert t.lookup(keys, [ROW_ID]).column(ROW_ID).to_pylist() == ids, "index disagrees"
     for col, (given, prefix) in ctx.notes.items():
         if col not in names:
             continue
@@ -538,6 +592,7 @@ def run_in_child(uri: str, root: str, kind: str) -> None:
         "update",
         "rollback",
         "revert",
+        "upsert",
         # each starts Spark in the child (tens of seconds)
         pytest.param("spark_append", marks=[pytest.mark.spark, pytest.mark.slow]),
         pytest.param("backfill", marks=[pytest.mark.spark, pytest.mark.slow]),
@@ -554,7 +609,7 @@ def test_writer_killed_mid_commit(
     local append is covered, at every commit point, by tests/table/test_crash.py.)"""
     uri, root = catalog_spec
     ctx = Ctx(wh, request.getfixturevalue("spark") if WRITERS[kind].spark else None)
-    t = _setup(ctx)
+    t = _setup(ctx, WRITERS[kind].keyed)
     version, history = t.version, [h.op for h in t.history()]
     env = dict(
         os.environ,
@@ -576,3 +631,131 @@ def test_writer_killed_mid_commit(
     WRITERS[kind].run(ctx, t, "k")  # the table still takes the same commit
     assert t.version == version + 1 and WRITERS[kind].visible(ctx, t, "k")
     check_invariants(ctx, t)
+
+
+# -- upserts of the same keys ---------------------------------------------------------------
+
+
+def _keyed(wh: omnitable.Warehouse) -> omnitable.Table:
+    t = wh.create_table("keyed", {"key": "string", "text": "string", "tags": "array<string>"},
+                        key="key")  # fmt: skip
+    t.upsert(pa.table({"key": ["k0", "k1"], "text": ["t0", "t1"], "tags": [["s0"], ["s1"]]}))
+    return t
+
+
+def _row(t: omnitable.Table, key: str) -> list[dict[str, Any]]:
+    """Every live row holding ``key`` (by reading), after checking lookup agrees."""
+    read = t.read(["key", "text", "tags"], where=pc.field("key") == key).to_pylist()
+    assert t.lookup([key], ["key", "text", "tags"]).to_pylist() == read
+    return read
+
+
+@pytest.mark.parametrize(
+    ("policy", "text", "tags"),
+    [
+        ("last_write_wins", "by a", ["a"]),
+        ("first_write_wins", "by b", ["b"]),
+        ("append_list", "by a", ["b", "a"]),
+    ],
+)
+def test_upserts_inserting_the_same_key_apply_in_commit_order(
+    wh: omnitable.Warehouse, policy: str, text: str, tags: list[str]
+) -> None:
+    """A and B both find key 'same' new; B commits first, so A's insert conflicts, A re-plans
+    and merges into B's row under its policy: one row, the policy applied in commit order."""
+    t, other = _keyed(wh), wh.table("keyed")
+    inserted = {}
+
+    def writer_b() -> None:
+        got = other.upsert(pa.table({"key": ["same"], "text": ["by b"], "tags": [["b"]]}))
+        inserted["b"] = got.inserted
+
+    with hooked("upsert.before_commit", writer_b):
+        result = t.upsert(pa.table({"key": ["same"], "text": ["by a"], "tags": [["a"]]}),
+                          policy=policy)  # fmt: skip
+    assert inserted == {"b": 1} and result.inserted == 0
+    assert (result.merged, result.unchanged) == ((0, 1) if policy == "first_write_wins" else (1, 0))
+    assert _row(t, "same") == [{"key": "same", "text": text, "tags": tags}]
+    check_invariants(Ctx(wh), t)
+
+
+def test_upserts_of_disjoint_new_keys_both_commit(
+    wh: omnitable.Warehouse, caplog: pytest.LogCaptureFixture
+) -> None:
+    """B's new rows change the table's rows after A probed its keys: A re-checks its keys
+    against them at commit and commits, without re-planning."""
+    t, other = _keyed(wh), wh.table("keyed")
+    b: list[Any] = []
+
+    def writer_b() -> None:
+        b.append(other.upsert(pa.table({"key": ["x2"], "text": ["two"]})))
+
+    with (
+        hooked("upsert.before_commit", writer_b),
+        caplog.at_level("INFO", logger="omnitable.dataops.upsert"),
+    ):
+        result = t.upsert(pa.table({"key": ["x1"], "text": ["one"]}))
+    assert (b[0].version, b[0].inserted) == (2, 1)
+    assert (result.version, result.inserted, result.merged) == (3, 1, 0)
+    assert not [r for r in caplog.records if "re-planning" in r.getMessage()]
+    assert sorted(t.read(["key"]).column("key").to_pylist()) == ["k0", "k1", "x1", "x2"]
+    assert _row(t, "x1")[0]["text"] == "one" and len(_row(t, "x2")) == 1
+    check_invariants(Ctx(wh), t)
+
+
+@pytest.mark.parametrize("first", ["upsert", "update"])
+def test_upsert_and_update_of_the_same_cell_end_in_a_serial_order(
+    wh: omnitable.Warehouse, first: str
+) -> None:
+    """Writer ``first`` pauses before its commit while the other writes the same cell (text of
+    k0): the update conflicts, the upsert re-plans; either way the end state is a serial one."""
+    t, other = _keyed(wh), wh.table("keyed")
+    row_id = t.lookup(["k0"], [ROW_ID]).column(ROW_ID)[0].as_py()
+
+    def upsert(table: omnitable.Table) -> object:
+        return table.upsert(pa.table({"key": ["k0"], "text": ["upserted"]}))
+
+    def update(table: omnitable.Table) -> object:
+        return table.update(pa.table({ROW_ID: [row_id], "text": ["updated"]}))
+
+    a, b = (upsert, update) if first == "upsert" else (update, upsert)
+    point = f"{first}.before_commit"
+    with hooked(point, lambda: b(other)):
+        if first == "update":
+            with pytest.raises(omnitable.CommitConflict, match=r"wrote column\(s\) text"):
+                a(t)
+        else:
+            a(t)
+    final = _row(t, "k0")[0]["text"]
+    serial = {("update", "upsert"): "upserted", ("upsert", "update"): "updated"}
+    assert final in serial.values()
+    assert final == serial[("update", "upsert")]  # the upsert re-planned, or the update failed
+    ops = [h.op for h in t.history(2)]
+    assert ops == (["upsert", "update"] if first == "upsert" else ["upsert", "upsert"])
+    check_invariants(Ctx(wh), t)
+
+
+@pytest.mark.parametrize(
+    ("policy", "keys"),
+    [
+        ("last_write_wins", ["k0", "k9"]),
+        ("first_write_wins", ["k0", "k9"]),
+        ("append_list", ["k0", "k9"]),
+        ("last_write_wins", ["k0"]),  # a merge only
+    ],
+)
+def test_an_upsert_after_a_delete_of_its_key_inserts_it_again(
+    wh: omnitable.Warehouse, policy: str, keys: list[str]
+) -> None:
+    """The row an upsert merges into is deleted before the upsert commits: the upsert re-plans
+    and inserts the key, as if it ran after the delete (its data is never merged into a deleted
+    row and lost)."""
+    t, other = _keyed(wh), wh.table("keyed")
+    data = pa.table({"key": keys, "text": [f"{k} again" for k in keys],
+                     "tags": [[k] for k in keys]})  # fmt: skip
+    with hooked("upsert.before_commit", lambda: other.delete(pc.field("key") == "k0")):
+        result = t.upsert(data, policy=policy)
+    assert (result.inserted, result.merged, result.unchanged) == (len(keys), 0, 0)
+    assert _row(t, "k0") == [{"key": "k0", "text": "k0 again", "tags": ["k0"]}]
+    assert [h.op for h in t.history(2)] == ["upsert", "delete"]
+    check_invariants(Ctx(wh), t)

@@ -19,6 +19,7 @@ from omnitable import ROW_ID
 from omnitable.spark.session import CATALOG_CLASS
 
 from . import omt_dataops_features as feats
+from .upsert_model import upsert_like_the_model
 
 pytestmark = pytest.mark.spark
 _names = itertools.count()
@@ -88,6 +89,7 @@ OPS = st.lists(
         st.tuples(st.just("append"), st.integers(1, 9), st.integers(1, 4)),
         st.tuples(st.just("delete_mod"), st.integers(2, 4), st.integers(0, 3)),
         st.tuples(st.just("delete_batch"), st.integers(0, 3), st.just(0)),
+        st.tuples(st.just("upsert"), st.integers(0, 2**16), st.integers(1, 6)),
     ),
     min_size=2,
     max_size=5,
@@ -95,15 +97,30 @@ OPS = st.lists(
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
-@given(ops=OPS)
-def test_spark_reads_like_the_pandas_model(spark, wh: omnitable.Warehouse, ops) -> None:  # type: ignore[no-untyped-def]
-    t = wh.create_table(f"m{next(_names)}", {"x": "bigint"})
-    model = pd.DataFrame({"x": pd.Series([], dtype="int64"), "batch": pd.Series([], dtype=str)})
+@given(ops=OPS, keyed=st.booleans())
+def test_spark_reads_like_the_pandas_model(spark, wh: omnitable.Warehouse, ops, keyed) -> None:  # type: ignore[no-untyped-def]
+    """On a table keyed by x, appends are upserts of new keys and upserts (of live, deleted and
+    new keys, random built-in policy) join in."""
+    t = wh.create_table(f"m{next(_names)}", {"x": "bigint", "y": "string"},
+                        key="x" if keyed else None)  # fmt: skip
+    model = pd.DataFrame({"x": pd.Series([], dtype="int64"), "y": pd.Series([], dtype=str),
+                          "batch": pd.Series([], dtype=str)})  # fmt: skip
+    seen: set[int] = set()
     for i, (op, a, b) in enumerate(ops):
         if op == "append":
             xs = [i * 100 + k for k in range(a)]
-            t.append(pa.table({"x": pa.array(xs, pa.int64())}), f"b{i}", target_fragment_rows=b)
-            model = pd.concat([model, pd.DataFrame({"x": xs, "batch": f"b{i}"})])
+            data = pa.table({"x": pa.array(xs, pa.int64()), "y": [f"v{x}" for x in xs]})
+            if keyed:
+                t.upsert(data, append_name=f"b{i}")
+            else:
+                t.append(data, f"b{i}", target_fragment_rows=b)
+            model = pd.concat([model, pd.DataFrame({"x": xs, "y": [f"v{x}" for x in xs],
+                                                    "batch": f"b{i}"})])  # fmt: skip
+        elif op == "upsert":
+            if not keyed:
+                continue
+            xs = sorted(seen) + [i * 100 + k for k in range(3)]
+            model = upsert_like_the_model(t, model, xs, i, a, b, batch=f"u{i}")
         elif op == "delete_mod":
             t.delete((pc.field("x") - (pc.field("x") / a) * a) == b)  # x % a == b
             model = model[~((model.x % a) == b)]
@@ -111,8 +128,9 @@ def test_spark_reads_like_the_pandas_model(spark, wh: omnitable.Warehouse, ops) 
             name = t.batches()[a % len(t.batches())].name
             t.delete(pc.field(omnitable.APPEND_NAME) == name)
             model = model[model.batch != name]
-    expected = sorted((int(x),) for x in model.x)
-    assert _spark_rows(spark, t, ["x"]) == expected == _py_rows(t, ["x"])
+        seen |= set(model.x)
+    expected = sorted((int(x), y) for x, y in zip(model.x, model.y, strict=True))
+    assert _spark_rows(spark, t, ["x", "y"]) == expected == _py_rows(t, ["x", "y"])
 
 
 def test_updating_a_feature_output_records_lineage_and_stales_its_readers(
@@ -169,3 +187,26 @@ def test_revert_names_the_features_that_read_what_it_wrote(spark, wh: omnitable.
     assert t.status().state("a", "twice") == "stale"
     t.backfill("twice").run(spark)
     assert t.read(["x", "twice"]).sort_by("x").to_pydict() == {"x": [1, 2, 3], "twice": [2, 4, 6]}
+
+
+def test_spark_reads_an_upserted_table_like_python(spark, wh: omnitable.Warehouse) -> None:  # type: ignore[no-untyped-def]
+    """Inserted batches (from a Spark DataFrame, which ``append`` refuses on a keyed table),
+    merged (rewritten) column files and a delete, through ``to_spark`` and
+    ``format("omnitable")``."""
+    t = wh.create_table(f"k{next(_names)}", {"url": "string", "n": "bigint",
+                                              "tags": "array<string>"}, key="url")  # fmt: skip
+    rows = [(f"u{i}", i, [f"t{i}"]) for i in range(10)]
+    df = spark.createDataFrame(rows, "url string, n bigint, tags array<string>")
+    with pytest.raises(omnitable.ValidationError, match="it is keyed by"):
+        t.append(df, "a")
+    assert t.upsert(df).inserted == 10
+    t.upsert(pa.table({"url": ["u1", "u5", "new"], "n": [100, None, 7],
+                       "tags": [["x"], None, []]}), policy="append_list")  # fmt: skip
+    t.upsert(pa.table({"url": ["u2", "u3"], "n": [20, 30]}))
+    t.delete(pc.field("url") == "u3")
+    cols = [ROW_ID, "url", "n", "tags"]
+    python = _py_rows(t, cols)
+    source = spark.read.format("omnitable").option("warehouse", wh.uri).load(t.name)
+    for df in (t.to_spark(spark), source):
+        assert sorted(tuple(r) for r in df.select(*cols).collect()) == python
+    assert len(python) == 10 and {r[1]: r[2:] for r in python}["u1"] == (100, ["t1", "x"])

@@ -1,6 +1,6 @@
 """``Table.update`` on SQLite and PostgreSQL (``wh``): rewritten column files of the updated
 columns only, time travel, deletes, bad input, a concurrent update of the same cells, and a
-pandas model of append/update/delete sequences."""
+pandas model of append/update/delete/upsert sequences."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 import omnitable
 from omnitable import ROW_ID
 from omnitable._failpoints import hooked
+
+from .upsert_model import upsert_like_the_model
 
 _names = itertools.count()
 
@@ -143,6 +145,7 @@ OPS = st.lists(
         st.tuples(st.just("append"), st.integers(1, 10), st.integers(1, 4)),
         st.tuples(st.just("update"), st.integers(0, 2**16), st.integers(1, 5)),
         st.tuples(st.just("delete"), st.integers(2, 4), st.integers(0, 3)),
+        st.tuples(st.just("upsert"), st.integers(0, 2**16), st.integers(1, 6)),
     ),
     min_size=1,
     max_size=8,
@@ -150,18 +153,24 @@ OPS = st.lists(
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
-@given(ops=OPS)
+@given(ops=OPS, keyed=st.booleans())
 def test_append_update_delete_sequences_read_like_a_pandas_model(
-    wh: omnitable.Warehouse, ops: list[tuple[str, int, int]]
+    wh: omnitable.Warehouse, ops: list[tuple[str, int, int]], keyed: bool
 ) -> None:
-    t = wh.create_table(f"m{next(_names)}", {"x": "bigint", "y": "string"})
+    """On a table keyed by x, appends are upserts of new keys and upserts (of live, deleted
+    and new keys) join in; lookups agree with the model."""
+    t = wh.create_table(f"m{next(_names)}", {"x": "bigint", "y": "string"},
+                        key="x" if keyed else None)  # fmt: skip
     model = pd.DataFrame({"x": pd.Series([], dtype="int64"), "y": pd.Series([], dtype=object)})
     states: dict[int, list[tuple[int, str | None]]] = {}
     for i, (op, a, b) in enumerate(ops):
         if op == "append":
             xs = [i * 100 + k for k in range(a)]
-            t.append(pa.table({"x": pa.array(xs, pa.int64()), "y": [f"v{x}" for x in xs]}),
-                     f"b{i}", target_fragment_rows=b)  # fmt: skip
+            data = pa.table({"x": pa.array(xs, pa.int64()), "y": [f"v{x}" for x in xs]})
+            if keyed:
+                t.upsert(data, append_name=f"b{i}")
+            else:
+                t.append(data, f"b{i}", target_fragment_rows=b)
             model = pd.concat([model, pd.DataFrame({"x": xs, "y": [f"v{x}" for x in xs]})])
         elif op == "update":
             live = t.read([ROW_ID, "x"]).to_pydict()
@@ -172,12 +181,22 @@ def test_append_update_delete_sequences_read_like_a_pandas_model(
             new = {live["x"][j]: f"u{i}-{live['x'][j]}" for j in pick}
             t.update(pa.table({ROW_ID: [live[ROW_ID][j] for j in pick], "y": list(new.values())}))
             model["y"] = [new.get(x, y) for x, y in zip(model.x, model.y, strict=True)]
+        elif op == "upsert":
+            if not keyed:
+                continue
+            seen = {x for version in states.values() for x, _ in version}
+            xs = sorted(seen) + [i * 100 + k for k in range(3)]
+            model = upsert_like_the_model(t, model, xs, i, a, b)
         else:
             t.delete((pc.field("x") - (pc.field("x") / a) * a) == b)  # x % a == b
             model = model[~((model.x % a) == b)]
         states[t.version] = sorted(zip(model.x.tolist(), model.y.tolist(), strict=True))
         got = t.read(["x", "y"]).to_pydict()
         assert sorted(zip(got["x"], got["y"], strict=True)) == states[t.version]
+        if keyed:
+            keys = [*(x for x, _ in states[t.version][::-1]), 10**9]  # one missing key
+            found = t.lookup(keys, ["x", "y"]).to_pydict()
+            assert list(zip(found["x"], found["y"], strict=True)) == states[t.version][::-1]
     for version, rows in states.items():
         got = t.read(["x", "y"], version=version).to_pydict()
         assert sorted(zip(got["x"], got["y"], strict=True)) == rows

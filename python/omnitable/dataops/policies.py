@@ -8,8 +8,9 @@
 - a custom function (a callable or an importable ``"module:function"``):
   ``fn(stored: pandas.DataFrame, incoming: pandas.DataFrame) -> pandas.DataFrame`` of the merged
   values of the incoming columns, one row per input row in order. It runs isolated like a
-  feature (omnitable.isolation, under the ``isolation`` policy given to ``upsert``): rows it
-  fails on are rejected, not the upsert.
+  feature (omnitable.isolation) under the ``isolation`` policy given to ``upsert``; by default
+  in the supervised child process (the upsert runs in the caller's process, which no task retry
+  stands behind): rows it fails on, even by ending its process, are rejected, not the upsert.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from omnitable.isolation.policy import IsolationPolicy
 BUILTIN = ("first_write_wins", "last_write_wins", "append_list")
 
 MergeFn = Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame]
+CHILD = IsolationPolicy(mode="subprocess")
+"""The default isolation of a custom policy: the supervised child process, no budgets."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ class MergePolicy:
 
     name: str
     fn: MergeFn | None = None
-    isolation: IsolationPolicy = field(default_factory=IsolationPolicy)
+    isolation: IsolationPolicy = field(default_factory=lambda: CHILD)
 
     @property
     def keeps_stored(self) -> bool:
@@ -52,7 +55,7 @@ class MergePolicy:
 
 def resolve_policy(policy: object, isolation: IsolationPolicy | None = None) -> MergePolicy:
     """``policy`` as a :class:`MergePolicy`; a custom function runs under ``isolation``
-    (default: in this process, escalating to a child only as ``auto`` does, no budgets).
+    (default :data:`CHILD`).
 
     Raises:
         ValidationError: an unknown name, a reference that does not import to a callable, or
@@ -73,7 +76,7 @@ def resolve_policy(policy: object, isolation: IsolationPolicy | None = None) -> 
             raise ValidationError(f"Cannot use merge policy {policy!r}: {exc}") from exc
         policy = fn
     if callable(policy):
-        return MergePolicy("custom", policy, isolation or IsolationPolicy())
+        return MergePolicy("custom", policy, isolation or CHILD)
     raise ValidationError(
         f"Cannot upsert with policy {policy!r}: use one of {', '.join(BUILTIN)}, a function "
         "(stored, incoming) -> merged, or its 'module:function' reference"

@@ -10,11 +10,12 @@ One commit per upsert:
 - **rejected** rows (a NULL key, a key given twice, a row the custom policy fails on) go to the
   table's error table and are returned in :attr:`UpsertResult.rejected`; they never reach the data.
 
-Concurrency: the commit re-checks the keys it inserts against every row change committed since
-it read the index (:class:`~omnitable.catalog.commit.KeysNotChecked`); a concurrent upsert that
-inserted one of them, or wrote a cell this one merges, makes it conflict, and it re-plans on the
-new head (up to :data:`MAX_ATTEMPTS`): concurrent upserts of one key apply one after the other,
-each under its policy, in commit order.
+Concurrency: the commit re-checks its keys against every row change committed since it read
+the index (:class:`~omnitable.catalog.commit.KeysNotChecked`); a concurrent upsert that inserted
+one it inserts, a delete of a row it found, or a write of a cell it merges makes it conflict,
+and it re-plans on the new head (up to :data:`MAX_ATTEMPTS`): concurrent upserts of one key
+apply one after the other, each under its policy, in commit order, and an upsert committed after
+a delete of its key inserts the key again.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import getpass
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,9 +46,9 @@ from omnitable.format.keyindex import write_key_index
 from omnitable.format.reader import FragmentReader
 from omnitable.format.writer import new_id
 from omnitable.ingest.conform import Conformer
-from omnitable.ingest.ids import IdClaim, commit_append
+from omnitable.ingest.ids import commit_append
 from omnitable.ingest.local import BatchTarget, LocalWriter, append_request
-from omnitable.ingest.sources import is_spark_dataframe, record_batches
+from omnitable.ingest.sources import is_pandas_dataframe, is_spark_dataframe, record_batches
 from omnitable.isolation.policy import IsolationPolicy
 from omnitable.vocabulary.descriptors import FileDescriptor
 from omnitable.vocabulary.names import ROW_ID, check_append_name
@@ -85,6 +87,8 @@ class _Plan:
     new_rows: pa.Table
     new_h1: np.ndarray
     new_h2: np.ndarray
+    # keys found: their hashes, and the fragment id and offset of the row holding each
+    found: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     files: list[FileDescriptor] = field(default_factory=list)
     lineage: list[LineageEntry] = field(default_factory=list)
     merged: int = 0
@@ -154,6 +158,12 @@ def _incoming(ctx: TableContext, data: Any, key: list[str]) -> pa.Table:
     snap = ctx.snapshot(scope=SnapshotScope(fragments=False, files=False))
     conformer = Conformer(ctx.name, snap.user_columns)
     parts = [conformer.conform(b) for b in record_batches(data, conformer.target_schema())]
+    if not parts and (isinstance(data, pa.Table) or is_pandas_dataframe(data)):
+        # no rows give no batches; the columns still say what the data holds
+        empty = (
+            data if isinstance(data, pa.Table) else pa.Table.from_pandas(data, preserve_index=False)
+        )
+        parts = [conformer.conform(empty)]
     table = pa.concat_tables(parts) if parts else pa.table({})
     if ROW_ID in table.column_names:
         raise ValidationError(
@@ -181,9 +191,11 @@ def _plan(
     fragments, where, offsets = locate(ctx, snap, screened.h1, screened.h2)
     new = where < 0
     new_rows = incoming.take(pa.array(screened.positions[new]))
-    plan = _Plan(snap, new_rows, screened.h1[new], screened.h2[new])
-    columns = [snap.column(n) for n in incoming.column_names if n not in key]
     existing = np.flatnonzero(~new)
+    found = (screened.h1[existing], screened.h2[existing],
+             _fragment_ids(fragments)[where[existing]], offsets[existing])  # fmt: skip
+    plan = _Plan(snap, new_rows, screened.h1[new], screened.h2[new], found)
+    columns = [snap.column(n) for n in incoming.column_names if n not in key]
     if not len(existing):
         return plan
     if policy.keeps_stored or not columns:
@@ -222,6 +234,8 @@ def _merge_fragment(
     merged = merge(policy, stored, incoming.select(names))
     plan.failures += [(int(positions[i]), "policy", msg) for i, msg in merged.failures]
     plan.merged += len(offsets) - len(merged.failures)
+    if len(merged.failures) == len(offsets):
+        return  # every row keeps its stored values: nothing to write
     index = np.full(frag.row_count, -1, dtype=np.int64)
     index[offsets] = np.arange(len(offsets))
     changed, take = pa.array(index >= 0), pa.array(np.maximum(index, 0))
@@ -255,9 +269,10 @@ def _commit(
         if not plan.files:
             return None
         req = CommitRequest(op="upsert", base_version=plan.snap.version, run_id=run_id,
-                            summary=summary, new_files=plan.files, lineage=plan.lineage)  # fmt: skip
+                            summary=summary, new_files=plan.files, lineage=plan.lineage,
+                            keys_checked_version=plan.snap.version)  # fmt: skip
         failpoint("upsert.before_commit")
-        return ctx.commit(req)
+        return _commit_checking_keys(ctx, req, plan, lambda: ctx.commit(req))
     target = BatchTarget(ctx, plan.snap, name, new_id(), ctx.options())
     out = LocalWriter(plan.new_rows).write(target, written)
     start = 0
@@ -272,24 +287,32 @@ def _commit(
     req.new_files, req.lineage = plan.files, plan.lineage
     req.keys_checked_version = plan.snap.version
     failpoint("upsert.before_commit")
-    return _commit_new_keys(ctx, req, out.claim, plan)
+    return _commit_checking_keys(ctx, req, plan, lambda: commit_append(ctx, req, out.claim))
 
 
-def _commit_new_keys(ctx: TableContext, req: CommitRequest, claim: IdClaim, plan: _Plan) -> int:
-    """Commit, re-checking the inserted keys against rows committed since they were probed."""
+def _commit_checking_keys(
+    ctx: TableContext, req: CommitRequest, plan: _Plan, commit: Callable[[], int]
+) -> int:
+    """Commit, re-checking the keys against rows committed since they were probed: the keys
+    it inserts must still be new, the keys it found must still be at the rows it found."""
     for _ in range(_KEY_ROUNDS):
         try:
-            return commit_append(ctx, req, claim)
+            return commit()
         except KeysNotChecked as exc:
             head = ctx.snapshot(version=exc.head, branch=req.branch,
                                 scope=SnapshotScope(files=False))  # fmt: skip
             _, where, _ = locate(ctx, head, plan.new_h1, plan.new_h2)
             taken = int((where >= 0).sum())
-            if taken:
+            h1, h2, fragment_ids, found_at = plan.found
+            fragments, where, offsets = locate(ctx, head, h1, h2)
+            now_ids = _fragment_ids(fragments)[where]  # where -1: the trailing None
+            moved = int(((where < 0) | (now_ids != fragment_ids) | (offsets != found_at)).sum())
+            if taken or moved:
                 raise CommitConflict(
-                    f"Cannot commit upsert into table '{ctx.name}': {taken} of the keys it "
-                    f"inserts were written by a concurrent commit (after version "
-                    f"{req.keys_checked_version}); nothing was committed",
+                    f"Cannot commit upsert into table '{ctx.name}': a concurrent commit (after "
+                    f"version {req.keys_checked_version}) inserted {taken} of the keys it "
+                    f"inserts and deleted or moved the rows of {moved} of the keys it found; "
+                    "nothing was committed",
                     [("*", "key")],
                 ) from None
             req.keys_checked_version = exc.head
@@ -298,6 +321,11 @@ def _commit_new_keys(ctx: TableContext, req: CommitRequest, claim: IdClaim, plan
         "its keys were checked; retry the upsert",
         [("*", "key")],
     )
+
+
+def _fragment_ids(fragments: list[FragmentRecord]) -> np.ndarray:
+    """The fragments' ids, then None (what position -1 picks)."""
+    return np.array([f.fragment_id for f in fragments] + [None], dtype=object)
 
 
 def _rejected_table(incoming: pa.Table, rejected: list[tuple[int, str, str]]) -> pa.Table:
