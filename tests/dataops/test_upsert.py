@@ -16,7 +16,6 @@ import pytest
 
 import omnitable
 from omnitable import APPEND_NAME, ROW_ID
-from omnitable._failpoints import hooked
 
 from . import omt_upsert_policies as policies
 
@@ -263,21 +262,6 @@ def test_reverting_a_delete_never_duplicates_a_key_upserted_again(
     t.revert(deleted)  # no live row holds a or c now: both come back
     assert _rows(t) == {"a": (1, "na", ["x"]), "b": (2, "nb", []), "c": (3, "nc", None)}
     assert t.lookup(["c", "a"], ["url"]).to_pylist() == [{"url": "c"}, {"url": "a"}]
-
-
-def test_a_revert_racing_an_upsert_of_the_keys_it_restores_conflicts(
-    wh: omnitable.Warehouse,
-) -> None:
-    t = _table(wh)
-    deleted = t.delete(pc.field("url") == "a").version
-    other = wh.table(t.name)
-    with (
-        hooked("revert.before_commit", lambda: other.upsert(pa.table({"url": ["a"]}))),
-        pytest.raises(omnitable.CommitConflict, match="changed the table's rows"),
-    ):
-        t.revert(deleted)
-    assert t.lookup(["a"], ["label"]).to_pylist() == [{"label": None}]
-    assert t.count() == 3
 
 
 def test_bad_input_commits_nothing(wh: omnitable.Warehouse) -> None:
