@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -330,7 +331,8 @@ class Table:
         under ``isolation`` (an ``omnitable.isolation.IsolationPolicy``: budgets, mode).
         Rows with a NULL key, a key given twice, or on which the policy fails are rejected:
         returned in ``UpsertResult.rejected`` and recorded in the error table (``errors()``;
-        this uses ``spark``, the active session or a new local one), never written.
+        this uses ``spark``, the active session or a new local one; when that fails, after the
+        commit, a warning says why and ``errors_recorded`` is False), never written.
 
         Raises:
             ValidationError: not a keyed table, an unknown policy, no key column or
@@ -342,10 +344,11 @@ class Table:
             self._ctx, data, policy, append_name=append_name, why=why, isolation=isolation
         )
         if result.error_rows:
-            from omnitable.exec.errors import append_errors
-            from omnitable.spark.session import active_or_new_session
+            from omnitable.exec.errors import record_rejected_input
 
-            append_errors(active_or_new_session(spark, self._ctx), self._ctx, result.error_rows)
+            problem = record_rejected_input(spark, self._ctx, result.error_rows)
+            if problem is not None:
+                result = dataclasses.replace(result, errors_recorded=False)
         return result
 
     def lookup(

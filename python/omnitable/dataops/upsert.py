@@ -79,6 +79,9 @@ class UpsertResult:
     bytes_written: int = 0
     error_rows: list[dict[str, Any]] = field(default_factory=list, repr=False)
     """The error-table rows of ``rejected`` (the facade appends them to the error table)."""
+    errors_recorded: bool = True
+    """False when ``rejected`` rows could not be appended to the error table (the upsert had
+    committed; a warning says why): they are only in ``rejected``."""
 
 
 @dataclass

@@ -12,6 +12,7 @@ See docs/errors.md.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 
     from omnitable.catalog.snapshot import Snapshot
     from omnitable.context import TableContext
+
+log = logging.getLogger(__name__)
 
 ERROR_SCHEMA = (
     f"{ROW_ID} BIGINT, batch STRING, fragment_id STRING, row_offset BIGINT, file_id STRING, "
@@ -52,6 +55,27 @@ def append_errors(spark: SparkSession, ctx: TableContext, rows: list[dict[str, A
     frame["recorded_at"] = now
     df = spark.createDataFrame(frame, ERROR_SCHEMA)
     df.write.format("delta").mode("append").save(location)
+
+
+def record_rejected_input(
+    spark: SparkSession | None, ctx: TableContext, rows: list[dict[str, Any]]
+) -> str | None:
+    """Append an operation's rejected input rows (an upsert's) to the error table, with
+    ``spark``, the active session or a new local one. The operation has committed already, so a
+    failure is not raised: it is logged as a warning and its reason returned (None: recorded)."""
+    from omnitable.spark.session import active_or_new_session
+
+    try:
+        append_errors(active_or_new_session(spark, ctx), ctx, rows)
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        log.warning(
+            "%d rejected row(s) of table '%s' were not recorded in its error table (%s); "
+            "they are in the result's `rejected`",
+            len(rows), ctx.name, reason,
+        )  # fmt: skip
+        return reason
+    return None
 
 
 def read_errors(

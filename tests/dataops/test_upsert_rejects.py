@@ -1,9 +1,12 @@
-"""A custom merge policy runs under the ``isolation`` policy given to ``Table.upsert``: a row
-whose merge overruns the time budget is rejected (and keeps its stored values), the other rows
-merge; a bad ``isolation`` argument is refused before anything is written."""
+"""Rejected upsert rows: a custom merge policy runs under the ``isolation`` policy given to
+``Table.upsert`` (a row whose merge overruns the time budget is rejected and keeps its stored
+values, the other rows merge; a bad ``isolation`` argument is refused before anything is
+written); and an error table that cannot be written after the commit is reported, not raised."""
 
 from __future__ import annotations
 
+import logging
+import pathlib
 import time
 
 import pandas as pd
@@ -50,3 +53,20 @@ def test_a_bad_isolation_argument_commits_nothing(wh: omnitable.Warehouse) -> No
     with pytest.raises(omnitable.ValidationError, match="IsolationPolicy"):
         t.upsert(pa.table({"url": ["a"], "label": [2]}), policy=_add_or_hang, isolation="fast")  # type: ignore[arg-type]
     assert t.version == version and t.lookup(["a"], ["label"]).to_pylist() == [{"label": 1}]
+
+
+@pytest.mark.spark
+def test_an_error_table_that_cannot_be_written_is_reported_not_raised(
+    tmp_path: pathlib.Path, spark: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    wh = omnitable.connect(str(tmp_path))
+    t = wh.create_table("k", {"url": "string", "label": "bigint"}, key="url")
+    errors_dir = pathlib.Path(t.location.path) / "errors"
+    errors_dir.parent.mkdir(parents=True, exist_ok=True)
+    errors_dir.write_text("not a directory: the Delta error table cannot be created here")
+    with caplog.at_level(logging.WARNING, logger="omnitable.exec.errors"):
+        result = t.upsert(pa.table({"url": ["a", None], "label": [1, 2]}), spark=spark)
+    assert result.version == t.version and result.inserted == 1
+    assert not result.errors_recorded and result.rejected.num_rows == 1
+    assert "were not recorded in its error table" in caplog.text
+    assert t.lookup(["a"], ["label"]).to_pylist() == [{"label": 1}]
