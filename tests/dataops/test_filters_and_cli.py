@@ -1,5 +1,6 @@
-"""The command line's filter language (against pyarrow's own evaluation) and ``omnitable
-delete`` / ``omnitable history``: results, JSON, exit codes, nothing committed on bad input."""
+"""The command line's filter language (against pyarrow's own evaluation) and the data-operation
+commands (delete, history, retire/restore/rename, update, rollback, revert, upsert, lookup):
+results, JSON, exit codes, nothing committed on bad input."""
 
 from __future__ import annotations
 
@@ -212,3 +213,44 @@ def test_revert_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert code == 2
     with omnitable.connect(wh) as w:
         assert w.table("docs").count() == 10  # b1 whole again, b2 kept
+
+
+def test_upsert_and_lookup_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wh = str(tmp_path / "wh")
+    with omnitable.connect(wh) as w:
+        w.create_table("pages", {"url": "string", "label": "string"}, key="url")
+        w.create_table("plain", {"url": "string"})
+        w.create_table("pairs", {"site": "string", "n": "bigint", "label": "string"},
+                       key=["site", "n"])  # fmt: skip
+    first, late = tmp_path / "first.parquet", tmp_path / "late.csv"
+    pq.write_table(pa.table({"url": ["a", "b"], "label": ["ok", "spam"]}), first)
+    late.write_text("url,label\nb,ok\nc,new\n")
+    code, out, err = _run(capsys, "--json", "-w", wh, "upsert", "pages", "--from", str(first),
+                          "--batch", "crawl/1")  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out) | {"bytes_written": 0} == {
+        "table": "pages", "version": 1, "inserted": 2, "merged": 0, "unchanged": 0,
+        "rejected": 0, "files": 0, "bytes_written": 0,
+    }  # fmt: skip
+    code, out, err = _run(capsys, "-w", wh, "upsert", "pages", "--from", str(late),
+                          "--policy", "first_write_wins")  # fmt: skip
+    assert code == 0 and "1 inserted, 0 merged, 1 unchanged, 0 rejected; version 2" in out, err
+    code, out, err = _run(capsys, "--json", "-w", wh, "lookup", "pages", "c", "b", "zz",
+                          "--columns", "url,label")  # fmt: skip
+    assert code == 0 and json.loads(out) == [
+        {"url": "c", "label": "new"},
+        {"url": "b", "label": "spam"},
+    ], err
+    code, out, err = _run(capsys, "-w", wh, "lookup", "pages", "a", "--version", "1")
+    assert code == 0 and "1 of 1 key(s) in pages" in out, err
+    # bad input: exit 2, nothing committed
+    code, _, err = _run(capsys, "-w", wh, "upsert", "pages", "--from", str(late), "--policy", "x")
+    assert code == 2 and "Cannot upsert with policy 'x'" in err
+    code, _, err = _run(capsys, "-w", wh, "upsert", "plain", "--from", str(late))
+    assert code == 2 and "it has no key" in err
+    code, _, err = _run(capsys, "-w", wh, "lookup", "pairs", "s1")
+    assert code == 2 and "give each key as 2 comma-separated values" in err
+    code, _, err = _run(capsys, "-w", wh, "lookup", "pairs", "s1,notanumber")
+    assert code == 2 and "key column 'n'" in err
+    with omnitable.connect(wh) as w:
+        assert w.table("pages").version == 2 and w.table("plain").version == 0
