@@ -38,6 +38,26 @@ _FILE_POOL: ThreadPoolExecutor | None = None
 _FILE_POOL_LOCK = threading.Lock()
 
 
+def _live_rows(
+    arrays: dict[str, pa.ChunkedArray | pa.Array], live: np.ndarray
+) -> dict[str, pa.ChunkedArray | pa.Array]:
+    """``arrays`` without the rows where ``live`` is False. Fixed-width columns are gathered by
+    index (about 3x faster than a filter for a mask keeping most rows); variable-width ones are
+    filtered (gathering them is slower)."""
+    keep = pa.array(live)
+    index = pa.array(np.flatnonzero(live).astype(np.int32 if len(live) < 2**31 else np.int64))
+    return {
+        name: pc.take(arr, index) if _fixed_width(arr.type) else pc.filter(arr, keep)
+        for name, arr in arrays.items()
+    }
+
+
+def _fixed_width(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t) or (
+        pa.types.is_decimal(t) or pa.types.is_fixed_size_binary(t)
+    )  # fmt: skip
+
+
 def _file_pool() -> ThreadPoolExecutor:
     """Process-wide pool for reading a fragment's files in parallel (I/O and decoding release
     the GIL). Separate from the per-read fragment pool, so nested waits cannot deadlock."""
@@ -157,8 +177,9 @@ class FragmentReader:
             if dv is not None and dv.all_deleted:
                 return schema.empty_table()
             arrays = self._read_columns(frag, out_cols, None)
-            table = pa.Table.from_arrays([arrays[c] for c in out_cols], schema=schema)
-            return table if dv is None else table.filter(pa.array(~dv.mask()))
+            if dv is not None:
+                arrays = _live_rows(arrays, ~dv.mask())
+            return pa.Table.from_arrays([arrays[c] for c in out_cols], schema=schema)
         where_cols = where_cols or []
         pred_arrays = self._read_columns(frag, where_cols, None)
         survivors = self._survivors(frag, pred_arrays, where, where_cols)
