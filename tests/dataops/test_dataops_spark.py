@@ -19,7 +19,7 @@ from omnitable import ROW_ID
 from omnitable.spark.session import CATALOG_CLASS
 
 from . import omt_dataops_features as feats
-from .upsert_model import upsert_like_the_model
+from .upsert_model import append_like_the_model, upsert_like_the_model
 
 pytestmark = pytest.mark.spark
 _names = itertools.count()
@@ -108,14 +108,7 @@ def test_spark_reads_like_the_pandas_model(spark, wh: omnitable.Warehouse, ops, 
     seen: set[int] = set()
     for i, (op, a, b) in enumerate(ops):
         if op == "append":
-            xs = [i * 100 + k for k in range(a)]
-            data = pa.table({"x": pa.array(xs, pa.int64()), "y": [f"v{x}" for x in xs]})
-            if keyed:
-                t.upsert(data, append_name=f"b{i}")
-            else:
-                t.append(data, f"b{i}", target_fragment_rows=b)
-            model = pd.concat([model, pd.DataFrame({"x": xs, "y": [f"v{x}" for x in xs],
-                                                    "batch": f"b{i}"})])  # fmt: skip
+            model = append_like_the_model(t, model, i, a, b, keyed, with_batch=True)
         elif op == "upsert":
             if not keyed:
                 continue

@@ -19,7 +19,7 @@ import omnitable
 from omnitable import ROW_ID
 from omnitable._failpoints import hooked
 
-from .upsert_model import upsert_like_the_model
+from .upsert_model import append_like_the_model, upsert_like_the_model
 
 _names = itertools.count()
 
@@ -165,13 +165,7 @@ def test_append_update_delete_sequences_read_like_a_pandas_model(
     states: dict[int, list[tuple[int, str | None]]] = {}
     for i, (op, a, b) in enumerate(ops):
         if op == "append":
-            xs = [i * 100 + k for k in range(a)]
-            data = pa.table({"x": pa.array(xs, pa.int64()), "y": [f"v{x}" for x in xs]})
-            if keyed:
-                t.upsert(data, append_name=f"b{i}")
-            else:
-                t.append(data, f"b{i}", target_fragment_rows=b)
-            model = pd.concat([model, pd.DataFrame({"x": xs, "y": [f"v{x}" for x in xs]})])
+            model = append_like_the_model(t, model, i, a, b, keyed)
         elif op == "update":
             live = t.read([ROW_ID, "x"]).to_pydict()
             if not live[ROW_ID]:

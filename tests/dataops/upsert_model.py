@@ -1,4 +1,5 @@
-"""The pandas model of an upsert, shared by the property tests of data operations."""
+"""The pandas models of an append and of an upsert, shared by the property tests of data
+operations."""
 
 from __future__ import annotations
 
@@ -34,4 +35,27 @@ def upsert_like_the_model(
     added["y"] = [new[x] for x in added.x]
     if batch is not None:
         added["batch"] = batch
+    return pd.concat([model, added])
+
+
+def append_like_the_model(
+    t: omnitable.Table,
+    model: pd.DataFrame,
+    i: int,
+    size: int,
+    fragment_rows: int,
+    keyed: bool,
+    with_batch: bool = False,
+) -> pd.DataFrame:
+    """Append x = i*100 ... i*100+size-1 with y = v<x> as batch b<i> (on a keyed table: an
+    upsert of those new keys); returns ``model`` after it (with a batch column when asked)."""
+    xs = [i * 100 + k for k in range(size)]
+    data = pa.table({"x": pa.array(xs, pa.int64()), "y": [f"v{x}" for x in xs]})
+    if keyed:
+        t.upsert(data, append_name=f"b{i}")
+    else:
+        t.append(data, f"b{i}", target_fragment_rows=fragment_rows)
+    added = pd.DataFrame({"x": xs, "y": [f"v{x}" for x in xs]})
+    if with_batch:
+        added["batch"] = f"b{i}"
     return pd.concat([model, added])

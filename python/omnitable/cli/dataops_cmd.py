@@ -67,15 +67,25 @@ def _ids(text: str) -> list[int]:
         ) from exc
 
 
+def _from_file(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The ``--from FILE`` option: a Parquet, CSV or JSON-lines file holding ``what``."""
+    return click.option(
+        "--from",
+        "source",
+        required=True,
+        type=click.Path(exists=True, dir_okay=False),
+        help=f"Parquet, CSV or JSON-lines file with {what}.",
+    )
+
+
+def _names(columns: str | None) -> list[str] | None:
+    """A ``--columns a,b`` value as names (None: not given)."""
+    return [c.strip() for c in columns.split(",") if c.strip()] if columns else None
+
+
 @click.command()
 @click.argument("table")
-@click.option(
-    "--from",
-    "source",
-    required=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="Parquet, CSV or JSON-lines file with _ai_unique_id_ and the new values.",
-)
+@_from_file("_ai_unique_id_ and the new values")
 @click.option("--columns", default=None, help="Comma-separated columns to update (default all).")
 @click.option("--why", default=None, help="Reason recorded in the commit's summary.")
 @click.pass_obj
@@ -83,7 +93,7 @@ def update(ctx: Context, table: str, source: str, columns: str | None, why: str 
     """Set columns of rows of TABLE from a file keyed by _ai_unique_id_ (only the updated
     columns of the touched fragments are written)."""
     data = _read_file(source)
-    names = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
+    names = _names(columns)
     with ctx.connect() as wh:
         result = wh.table(table).update(data, names, why=why)
     payload = {"table": table, "version": result.version, "rows": result.rows,
@@ -100,13 +110,7 @@ def update(ctx: Context, table: str, source: str, columns: str | None, why: str 
 
 @click.command()
 @click.argument("table")
-@click.option(
-    "--from",
-    "source",
-    required=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="Parquet, CSV or JSON-lines file with the key columns and the values.",
-)
+@_from_file("the key columns and the values")
 @click.option(
     "--policy",
     default="last_write_wins",
@@ -152,7 +156,7 @@ def lookup(
 ) -> None:
     """Show the rows of keyed TABLE holding KEYS, found through the key index (no scan). A key
     of several columns is given as its values joined by commas, in key order."""
-    names = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
+    names = _names(columns)
     with ctx.connect() as wh:
         t = wh.table(table)
         key = t.key or []
