@@ -198,19 +198,22 @@ def _rewrite(
     """One file of ``cols`` for every row of ``frag``: current values, new ones where
     ``index`` points into ``new``."""
     current = reader.read_all_rows(frag, [c.name for c in cols])
+    return rewrite_file(ctx, snap, frag, cols, patched(current, new.values, index))
+
+
+def patched(current: pa.Table, values: pa.Table, index: np.ndarray) -> pa.Table:
+    """``current``'s columns (every row of a fragment) with row ``i`` replaced by row
+    ``index[i]`` of ``values`` wherever ``index[i] >= 0``."""
     changed = pa.array(index >= 0)
     take = pa.array(np.maximum(index, 0))
-    table = pa.table(
+    return pa.table(
         {
-            c.name: pc.if_else(
-                changed,
-                new.values.column(c.name).take(take),
-                current.column(c.name).combine_chunks(),
+            name: pc.if_else(
+                changed, values.column(name).take(take), current.column(name).combine_chunks()
             )
-            for c in cols
+            for name in current.column_names
         }
     )
-    return rewrite_file(ctx, snap, frag, cols, table)
 
 
 def rewrite_file(

@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, KeysNotChecked, LineageEntry
@@ -39,7 +38,7 @@ from omnitable.catalog.snapshot import Snapshot, SnapshotScope
 from omnitable.context import TableContext
 from omnitable.dataops.keyed import Screened, key_repr, locate, require_key, screen
 from omnitable.dataops.policies import MergePolicy, merge, resolve_policy
-from omnitable.dataops.update import rewrite_file, rewrite_lineage
+from omnitable.dataops.update import patched, rewrite_file, rewrite_lineage
 from omnitable.exceptions import CommitConflict, CommitOutcomeUnknown, ValidationError
 from omnitable.format.fs import delete_quietly
 from omnitable.format.keyindex import write_key_index
@@ -241,19 +240,9 @@ def _merge_fragment(
         return  # every row keeps its stored values: nothing to write
     index = np.full(frag.row_count, -1, dtype=np.int64)
     index[offsets] = np.arange(len(offsets))
-    changed, take = pa.array(index >= 0), pa.array(np.maximum(index, 0))
     for group in dict.fromkeys(c.group_name for c in columns):
         cols = [c for c in columns if c.group_name == group]
-        table = pa.table(
-            {
-                c.name: pc.if_else(
-                    changed,
-                    merged.values.column(c.name).take(take),
-                    current.column(c.name).combine_chunks(),
-                )
-                for c in cols
-            }
-        )
+        table = patched(current.select([c.name for c in cols]), merged.values, index)
         desc = rewrite_file(ctx, snap, frag, cols, table)
         written.append(ctx.location.child_path(desc.path))
         plan.files.append(desc)
