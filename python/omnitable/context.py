@@ -13,11 +13,12 @@ from typing import Any, Protocol
 from omnitable.catalog.address import CatalogAddress
 from omnitable.catalog.catalog import Catalog
 from omnitable.catalog.commit import CommitRequest
-from omnitable.catalog.records import TableRecord
+from omnitable.catalog.records import ColumnRecord, TableRecord
 from omnitable.catalog.snapshot import FULL_SCOPE, Snapshot, SnapshotScope
 from omnitable.format.fs import Location
 from omnitable.format.writer import WriteOptions
 from omnitable.settings import Sources
+from omnitable.vocabulary.names import MAIN
 
 
 class WarehouseHandle(Protocol):
@@ -48,11 +49,14 @@ class TableContext:
     root: Location
     settings: Sources
     address: CatalogAddress
+    branch: str = MAIN  # the branch reads default to and every commit goes to
 
     @classmethod
-    def of(cls, warehouse: WarehouseHandle, record: TableRecord) -> TableContext:
+    def of(
+        cls, warehouse: WarehouseHandle, record: TableRecord, branch: str = MAIN
+    ) -> TableContext:
         sources = Sources(warehouse.settings, record.properties)
-        return cls(warehouse.catalog, record, warehouse.root, sources, warehouse.address)
+        return cls(warehouse.catalog, record, warehouse.root, sources, warehouse.address, branch)
 
     @property
     def name(self) -> str:
@@ -72,14 +76,27 @@ class TableContext:
         with_files: bool = True,
         scope: SnapshotScope = FULL_SCOPE,
     ) -> Snapshot:
-        """The catalog state of one version (default: head of ``main``), only ``scope`` loaded."""
+        """The catalog state of one version (default: head of this context's branch; a version
+        of a branch other than main must be in its history), only ``scope`` loaded."""
+        if branch is None and tag is None and (version is None or self.branch != MAIN):
+            branch = self.branch
         return self.catalog.snapshot(
             self.record, branch=branch, tag=tag, version=version, with_files=with_files, scope=scope
         )
 
     def commit(self, request: CommitRequest) -> int:
-        """Commit ``request`` to this table; returns the new version (see Catalog.commit)."""
+        """Commit ``request`` to this context's branch; returns the new version (see
+        Catalog.commit)."""
+        request.branch = self.branch
         return int(self.catalog.commit(self.record, request))
+
+    def head_version(self) -> int:
+        """The head of this context's branch."""
+        return int(self.catalog.head_version(self.record, self.branch))
+
+    def all_columns(self) -> tuple[int, list[ColumnRecord]]:
+        """The head of this context's branch and its visible columns, retired ones included."""
+        return self.catalog.all_columns(self.record, self.branch)
 
     def options(
         self, row_group_size: int | None = None, target_fragment_rows: int | None = None

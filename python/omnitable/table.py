@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -12,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from omnitable.catalog.records import CommitRecord, TableRecord
+from omnitable.catalog.refs import Ref, check_ref_name
 from omnitable.catalog.snapshot import FULL_SCOPE, Snapshot, SnapshotScope
 from omnitable.context import TableContext, WarehouseHandle
 from omnitable.dataops.columns import rename_column, restore, retire, retired_names
@@ -61,10 +63,12 @@ class ScanResult:
 class Table:
     """A logical wide table. Obtain it from :meth:`Warehouse.table` or ``create_table``."""
 
-    def __init__(self, warehouse: WarehouseHandle, record: TableRecord) -> None:
+    def __init__(
+        self, warehouse: WarehouseHandle, record: TableRecord, branch: str = MAIN
+    ) -> None:
         self.warehouse = warehouse
         self.record = record
-        self._ctx = TableContext.of(warehouse, record)
+        self._ctx = TableContext.of(warehouse, record, branch)
 
     # -- identity and metadata ------------------------------------------------------------
 
@@ -98,16 +102,23 @@ class Table:
 
     @property
     def version(self) -> int:
-        """Current version (head of ``main``)."""
-        return int(self._ctx.catalog.head_version(self.record))
+        """Current version (head of this table's branch, :attr:`current_branch`)."""
+        return self._ctx.head_version()
+
+    @property
+    def current_branch(self) -> str:
+        """The branch this ``Table`` reads and writes (``main`` unless from :meth:`branch`)."""
+        return self._ctx.branch
 
     def batches(self, version: int | None = None) -> list[BatchInfo]:
         """Batches with their row and fragment counts, oldest first."""
-        return list(map(BatchInfo._make, self._ctx.catalog.batch_counts(self.record, version)))
+        branch = None if version is not None and self._ctx.branch == MAIN else self._ctx.branch
+        counts = self._ctx.catalog.batch_counts(self.record, version, branch)
+        return list(map(BatchInfo._make, counts))
 
     def history(self, limit: int | None = None) -> list[CommitRecord]:
-        """Commits of ``main``, newest first: version, op, summary, time; the ``limit`` newest
-        only when given (the catalog returns no more).
+        """Commits of this table's branch and the ones it forked from, newest first: version,
+        op, summary, time; the ``limit`` newest only when given (the catalog returns no more).
 
         Raises:
             ValidationError: ``limit`` is not a positive integer.
@@ -119,7 +130,7 @@ class Table:
                 f"Cannot list the history of table '{self.name}': limit must be a positive "
                 f"integer or None, got {limit!r}"
             )
-        return self._ctx.catalog.history(self.record, limit=limit)
+        return self._ctx.catalog.history(self.record, self._ctx.branch, limit=limit)
 
     def runs(self) -> list[dict[str, Any]]:
         """This table's ingest and backfill runs, newest first: ``run_id``, ``kind``, ``status``
@@ -132,7 +143,101 @@ class Table:
         return sum(b.rows for b in self.batches(version))
 
     def __repr__(self) -> str:
-        return f"Table({self.name!r}, warehouse={self.warehouse.address.display()!r})"
+        on = "" if self._ctx.branch == MAIN else f", branch={self._ctx.branch!r}"
+        return f"Table({self.name!r}{on}, warehouse={self.warehouse.address.display()!r})"
+
+    # -- branches and tags (docs/branches.md) -----------------------------------------------
+
+    def branch(self, name: str) -> Table:
+        """This table bound to branch ``name``: reads default to its head (and time travel to
+        versions of its history), and every write, data operation and backfill commits to it.
+
+        Raises:
+            NotFoundError: no such branch. ValidationError: not a branch name.
+        """
+        check_ref_name(name, "branch")
+        self._ctx.catalog.get_ref(self.record, name, "branch")
+        return Table(self.warehouse, self.record, name)
+
+    def create_branch(
+        self,
+        name: str,
+        from_version: int | None = None,
+        *,
+        from_branch: str | None = None,
+        from_tag: str | None = None,
+    ) -> Table:
+        """Create branch ``name`` and return this table bound to it. It starts as the state of
+        ``from_version`` of ``from_branch``'s history (default: this table's branch; version
+        default: its head), or of tag ``from_tag``. Only a catalog row is written: no data is
+        copied, whatever the table's size.
+
+        Raises:
+            ValidationError: a bad name, or ``from_tag`` with a version or branch.
+            AlreadyExistsError: a branch or tag has that name. NotFoundError: unknown source
+                branch, tag or version (or a version outside the source branch's history).
+        """
+        check_ref_name(name, "branch")
+        source, version = from_branch or self._ctx.branch, _version_arg(from_version, "branch")
+        if from_tag is not None:
+            if from_version is not None or from_branch is not None:
+                raise ValidationError(
+                    f"Cannot create branch '{name}': give from_tag alone, or from_version and/or "
+                    "from_branch"
+                )
+            tag = self._ctx.catalog.get_ref(self.record, check_ref_name(from_tag, "tag"), "tag")
+            source, version = str(tag.parent), tag.version
+        else:
+            check_ref_name(source, "branch")
+        self._ctx.catalog.create_ref(self.record, name, "branch", source=source, version=version)
+        return Table(self.warehouse, self.record, name)
+
+    def branches(self) -> list[Ref]:
+        """The table's branches by name (``main`` included): head ``version``, the ``parent``
+        branch and ``fork_version`` it forked at, ``created_at``."""
+        return self._ctx.catalog.list_refs(self.record, "branch")
+
+    def delete_branch(self, name: str) -> None:
+        """Delete branch ``name``. Its data files stay until cleanup; a job still writing to it
+        fails at commit (NotFoundError) and commits nothing; a new branch of the same name
+        starts from its own fork, not from the deleted one.
+
+        Raises:
+            ValidationError: ``main``, or branches or tags are based on it (listed).
+            NotFoundError: no such branch.
+        """
+        self._ctx.catalog.delete_ref(self.record, check_ref_name(name, "branch"), "branch")
+
+    def create_tag(
+        self, name: str, version: int | None = None, *, max_age: float | dt.timedelta | None = None
+    ) -> Ref:
+        """Pin ``version`` (default: the head) of this table's branch as tag ``name``; read it
+        with ``read(tag=name)`` or Spark's ``VERSION AS OF 'name'``. ``max_age`` (seconds or a
+        timedelta): how long cleanup must keep the tagged version (default: until deleted).
+
+        Raises:
+            ValidationError: a bad name or max_age. AlreadyExistsError: the name is taken.
+            NotFoundError: a version outside this branch's history.
+        """
+        check_ref_name(name, "tag")
+        at = _version_arg(version, "tag")
+        age = _max_age(name, max_age)
+        return self._ctx.catalog.create_ref(
+            self.record, name, "tag", source=self._ctx.branch, version=at, max_age_s=age
+        )
+
+    def tags(self) -> list[Ref]:
+        """The table's tags by name: ``version``, its branch (``parent``), ``created_at``,
+        ``max_age_s`` and ``expires_at``."""
+        return self._ctx.catalog.list_refs(self.record, "tag")
+
+    def delete_tag(self, name: str) -> None:
+        """Delete tag ``name`` (its version stays in the history).
+
+        Raises:
+            NotFoundError: no such tag.
+        """
+        self._ctx.catalog.delete_ref(self.record, check_ref_name(name, "tag"), "tag")
 
     # -- reading --------------------------------------------------------------------------
 
@@ -220,6 +325,8 @@ class Table:
         reader = session.read.format("omnitable").option("warehouse", wh)
         if version is not None:
             reader = reader.option("versionAsOf", str(version))
+        if branch is None and tag is None and self._ctx.branch != MAIN:
+            branch = self._ctx.branch
         if branch is not None:
             reader = reader.option("branch", branch)
         if tag is not None:
@@ -426,7 +533,7 @@ class Table:
 
     def retired(self) -> list[str]:
         """The names of the retired columns (see :meth:`retire`)."""
-        return retired_names(self._ctx.catalog.all_columns(self.record)[1])
+        return retired_names(self._ctx.all_columns()[1])
 
     # -- features -------------------------------------------------------------------------
 
@@ -549,3 +656,22 @@ def _batch_list(batches: list[str] | str | None) -> list[str] | None:
 
 
 __all__ = ["APPEND_NAME", "MAIN", "ROW_ID", "BatchInfo", "ScanResult", "Table"]
+
+
+def _version_arg(version: object, what: str) -> int | None:
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+        raise ValidationError(f"Cannot create the {what}: a version is an int, got {version!r}")
+    return version
+
+
+def _max_age(name: str, max_age: object) -> int | None:
+    """A tag's retention in whole seconds (None: kept until deleted)."""
+    if max_age is None:
+        return None
+    seconds = max_age.total_seconds() if isinstance(max_age, dt.timedelta) else max_age
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 1:
+        raise ValidationError(
+            f"Cannot create tag '{name}': max_age must be at least 1 second (a number of seconds "
+            f"or a datetime.timedelta), got {max_age!r}"
+        )
+    return int(seconds)

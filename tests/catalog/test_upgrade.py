@@ -1,6 +1,7 @@
 """Upgrading a version-2 catalog (``file_columns``) through version 3 (column sets, per-file
-stats) to version 4 (deletion vectors), and a version-3 one to 4: the upgraded catalog resolves,
-plans and reads exactly like before, on SQLite and PostgreSQL."""
+stats) and version 4 (deletion vectors) to version 5 (removals of inherited rows, tag
+retention), and a version-3 or version-4 one to 5: the upgraded catalog resolves, plans and
+reads exactly like before, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -56,9 +57,20 @@ V3_COLUMNS = """CREATE TABLE columns (
 )"""
 
 
+def _as_version_4(store: CatalogStore) -> None:
+    """Rewrite a version-5 catalog (main only: no removals) into the version-4 layout."""
+    with store.write() as conn:
+        assert conn.execute(text("SELECT COUNT(*) FROM removals")).scalar() == 0
+        conn.execute(text("DROP INDEX removals_by_branch"))
+        conn.execute(text("DROP TABLE removals"))
+        conn.execute(text("ALTER TABLE refs DROP COLUMN max_age_s"))
+        conn.execute(text("UPDATE omnitable_meta SET value = '4' WHERE key = 'schema_version'"))
+
+
 def _as_version_3(store: CatalogStore) -> None:
-    """Rewrite a version-4 catalog (without deletes or column changes) into the version-3
+    """Rewrite a version-5 catalog (without deletes or column changes) into the version-3
     layout."""
+    _as_version_4(store)
     with store.write() as conn:
         assert conn.execute(text("SELECT COUNT(*) FROM deletion_vectors")).scalar() == 0
         conn.execute(text("DROP TABLE deletion_vectors"))
@@ -170,10 +182,10 @@ def test_upgrade_keeps_every_file_column_statistic_and_row(
         written = _as_version_2(wh.catalog.store)
     assert written > 50
     with pytest.raises(
-        CatalogVersionError, match="schema version 2.*needs version 4.*upgrade-catalog"
+        CatalogVersionError, match="schema version 2.*needs version 5.*upgrade-catalog"
     ):
         omnitable.connect(uri, root=root)
-    assert omnitable.upgrade_catalog(uri) == (2, 4)
+    assert omnitable.upgrade_catalog(uri) == (2, 5)
     with omnitable.connect(uri, root=root) as wh:
         after = _state(wh)
         with wh.catalog.store.read() as conn:
@@ -181,7 +193,7 @@ def test_upgrade_keeps_every_file_column_statistic_and_row(
             files = conn.execute(text("SELECT COUNT(*) FROM files")).scalar()
     assert after == before
     assert 0 < sets < files  # files share their sets
-    assert omnitable.upgrade_catalog(uri) == (4, 4)  # idempotent
+    assert omnitable.upgrade_catalog(uri) == (5, 5)  # idempotent
 
 
 def test_upgrade_from_version_3_adds_deletion_vectors(populated: tuple[str, str | None]) -> None:
@@ -189,9 +201,9 @@ def test_upgrade_from_version_3_adds_deletion_vectors(populated: tuple[str, str 
     with omnitable.connect(uri, root=root) as wh:
         before = _state(wh)
         _as_version_3(wh.catalog.store)
-    with pytest.raises(CatalogVersionError, match="schema version 3.*needs version 4"):
+    with pytest.raises(CatalogVersionError, match="schema version 3.*needs version 5"):
         omnitable.connect(uri, root=root)
-    assert omnitable.upgrade_catalog(uri) == (3, 4)
+    assert omnitable.upgrade_catalog(uri) == (3, 5)
     with omnitable.connect(uri, root=root) as wh:
         assert _state(wh) == before
         docs = wh.table("docs")
@@ -200,6 +212,24 @@ def test_upgrade_from_version_3_adds_deletion_vectors(populated: tuple[str, str 
         docs.rename_column("s", "text")
         assert docs.read(["text"]).num_rows == docs.count()
         assert "s" in docs.snapshot(version=docs.version - 1).column_names()
+
+
+def test_upgrade_from_version_4_takes_branches_and_tags(populated: tuple[str, str | None]) -> None:
+    uri, root = populated
+    with omnitable.connect(uri, root=root) as wh:
+        before = _state(wh)
+        _as_version_4(wh.catalog.store)
+    with pytest.raises(CatalogVersionError, match="schema version 4.*needs version 5"):
+        omnitable.connect(uri, root=root)
+    assert omnitable.upgrade_catalog(uri) == (4, 5)
+    with omnitable.connect(uri, root=root) as wh:
+        assert _state(wh) == before
+        docs = wh.table("docs")
+        exp = docs.create_branch("exp")
+        exp.delete(pc.field("x") == 3)  # removes an inherited vector or fragment row: removals
+        assert 3 not in exp.read(["x"])["x"].to_pylist()
+        assert 3 in docs.read(["x"])["x"].to_pylist()
+        assert docs.create_tag("kept", max_age=60).max_age_s == 60
 
 
 def test_cli_upgrades_and_refuses_an_unknown_version(
@@ -213,7 +243,7 @@ def test_cli_upgrades_and_refuses_an_unknown_version(
     with omnitable.connect(uri, root=root) as wh, wh.catalog.store.write() as conn:
         conn.execute(text("UPDATE omnitable_meta SET value = '1' WHERE key = 'schema_version'"))
     assert cli_main(["-w", uri, "upgrade-catalog"]) == 1
-    assert "upgrades only versions 2 and 3 to" in " ".join(capsys.readouterr().err.split())
+    assert "upgrades only versions 2 to 4 to" in " ".join(capsys.readouterr().err.split())
 
 
 def test_upgrade_killed_mid_transaction_leaves_the_old_catalog(
@@ -231,6 +261,6 @@ def test_upgrade_killed_mid_transaction_leaves_the_old_catalog(
     assert proc.returncode != 0, proc.stderr
     with pytest.raises(CatalogVersionError, match="schema version 2"):
         omnitable.connect(uri, root=root)
-    assert omnitable.upgrade_catalog(uri) == (2, 4)
+    assert omnitable.upgrade_catalog(uri) == (2, 5)
     with omnitable.connect(uri, root=root) as wh:
         assert _state(wh) == before

@@ -18,7 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from omnitable._failpoints import failpoint
-from omnitable.catalog import lineage
+from omnitable.catalog import lineage, refs
 from omnitable.catalog.address import CatalogAddress
 from omnitable.catalog.commit import CommitRequest, NewColumn, commit, find_commit, utcnow
 from omnitable.catalog.records import ColumnRecord, CommitRecord, TableRecord
@@ -214,6 +214,8 @@ class Catalog:
             for t in (
                 "lineage",
                 "column_sets",
+                "deletion_vectors",
+                "removals",
                 "files",
                 "fragments",
                 "batches",
@@ -253,22 +255,23 @@ class Catalog:
             )
 
     def batch_counts(
-        self, table: TableRecord, version: int | None = None
+        self, table: TableRecord, version: int | None = None, branch: str | None = None
     ) -> list[tuple[str, int, int, str]]:
-        """The visible batches at ``version`` (None: the head of main), oldest first: (name,
-        rows, fragments, created_at), as stored; no column, fragment or file is loaded.
+        """The visible batches at ``version`` (None: the head of ``branch``, default main) of
+        ``branch``'s history (None: any version), oldest first: (name, rows, fragments,
+        created_at), as stored; no column, fragment or file is loaded.
 
         Raises:
-            NotFoundError: unknown version.
+            NotFoundError: unknown version, or one outside ``branch``'s history.
         """
         with self.store.read() as conn:
-            segments, _, _ = segments_for(conn, table, version=version)
+            segments, _, _ = segments_for(conn, table, branch=branch, version=version)
             return batch_counts(conn, table, segments)
 
-    def all_columns(self, table: TableRecord) -> tuple[int, list[ColumnRecord]]:
-        """The head of main and its visible columns, retired ones included."""
+    def all_columns(self, table: TableRecord, branch: str = MAIN) -> tuple[int, list[ColumnRecord]]:
+        """The head of ``branch`` and its visible columns, retired ones included."""
         with self.store.read() as conn:
-            segments, version, _ = segments_for(conn, table, branch=MAIN)
+            segments, version, _ = segments_for(conn, table, branch=branch)
             return version, all_columns(conn, table, segments)
 
     def head_version(self, table: TableRecord, branch: str = MAIN) -> int:
@@ -358,6 +361,49 @@ class Catalog:
             )
             with gc_paused():
                 return list(map(CommitRecord._make, rows.all()))
+
+    # -- branches and tags ------------------------------------------------------------------
+
+    def create_ref(
+        self,
+        table: TableRecord,
+        name: str,
+        kind: str,
+        *,
+        source: str = MAIN,
+        version: int | None = None,
+        max_age_s: int | None = None,
+    ) -> refs.Ref:
+        """Add branch or tag ``name`` at ``version`` of branch ``source``'s history (None: its
+        head); only a ``refs`` row is written (see :mod:`omnitable.catalog.refs`).
+
+        Raises:
+            NotFoundError: unknown source branch or version. AlreadyExistsError: name taken.
+        """
+        with self.store.write() as conn:
+            self.store.lock_table(conn, table.table_id)
+            owner, at = refs.source_version(conn, table, source, version)
+            ref = refs.Ref(name, kind, at, owner, at if kind == "branch" else None, utcnow(),
+                           max_age_s)  # fmt: skip
+            refs.insert_ref(conn, table, ref)
+        return ref
+
+    def delete_ref(self, table: TableRecord, name: str, kind: str) -> refs.Ref:
+        """Delete branch or tag ``name`` (see :func:`omnitable.catalog.refs.delete_branch`)."""
+        with self.store.write() as conn:
+            self.store.lock_table(conn, table.table_id)
+            if kind == "branch":
+                return refs.delete_branch(conn, table, name)
+            return refs.delete_tag(conn, table, name)
+
+    def list_refs(self, table: TableRecord, kind: str) -> list[refs.Ref]:
+        """The table's branches or tags, by name."""
+        with self.store.read() as conn:
+            return refs.list_refs(conn, table, kind)
+
+    def get_ref(self, table: TableRecord, name: str, kind: str) -> refs.Ref:
+        with self.store.read() as conn:
+            return refs.get_ref(conn, table, name, kind)
 
     # -- features -------------------------------------------------------------------------
 

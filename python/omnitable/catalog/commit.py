@@ -21,6 +21,7 @@ from sqlalchemy import Connection, text
 
 from omnitable._failpoints import failpoint
 from omnitable.catalog.records import TableRecord
+from omnitable.catalog.removals import end_rows
 from omnitable.catalog.rollback import apply_revert, apply_rollback
 from omnitable.catalog.sets import ColumnSet, decode_stats, encode_stats, insert_missing_sets
 from omnitable.catalog.snapshot import Segment, segments_for, visible_clause
@@ -228,20 +229,14 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
         now = _commit_time(conn, table_id)
         removed_column_ids = [column_ids[name] for name in req.removed_columns]
         next_column_id = _insert_columns(conn, table, req, version, column_ids)
-        if removed_column_ids:
-            conn.execute(
-                text(
-                    "UPDATE columns SET removed_version = :v WHERE table_id = :t AND "
-                    "column_id = :c AND removed_version IS NULL"
-                ),
-                [{"v": version, "t": table_id, "c": c} for c in removed_column_ids],
-            )
+        end_rows(conn, table_id, "columns", "column_id", removed_column_ids, req.branch, version,
+                 segments)  # fmt: skip
         _upsert_features(conn, table_id, req, version, now)
         _insert_data(conn, table_id, req, version, column_ids, now)
         failpoint("commit.mid_insert")
-        _apply_removals(conn, table_id, req, version)
-        _apply_deletions(conn, table_id, req, version)
-        _apply_column_changes(conn, table_id, req, version)
+        _apply_removals(conn, table_id, req, version, segments)
+        _apply_deletions(conn, table_id, req, version, segments)
+        _apply_column_changes(conn, table_id, req, version, segments)
         summary = {**req.summary, **_apply_undo(conn, table, req, version)}
         _record(conn, table, req, version, head, summary, now, next_column_id)
         failpoint("commit.before_end")
@@ -336,7 +331,7 @@ def _validate(
     t = table.table_id
     concurrent = head != req.base_version
     params: dict[str, Any] = {"t": t}
-    vis = visible_clause("c", segments, params)
+    vis = visible_clause("c", "columns", segments, params)
     visible_cols: dict[str, tuple[int, int]] = {}
     retired: set[str] = set()
     for r in conn.execute(
@@ -405,7 +400,7 @@ def _check_batches(conn: Connection, t: str, req: CommitRequest, segments: list[
     removed_batches = set(req.removed_batches)
     if req.new_batches or removed_batches:
         params: dict[str, Any] = {"t": t}
-        vis = visible_clause("b", segments, params)
+        vis = visible_clause("b", "batches", segments, params)
         names = in_list("b.name", "bn", sorted({n for _, n in req.new_batches}), params)
         ids = in_list("b.batch_id", "bi", sorted(removed_batches), params)
         live = {  # only the batches named: the batches_by_name index and the key serve it
@@ -477,7 +472,7 @@ def _visible_ids(
     for i in range(0, len(ids), _CHUNK):
         chunk = ids[i : i + _CHUNK]
         params: dict[str, Any] = {"t": t}
-        vis = visible_clause("x", segments, params)
+        vis = visible_clause("x", table, segments, params)
         marks = _bind_ids(params, chunk)
         rows = conn.execute(
             text(
@@ -556,7 +551,7 @@ def _check_deletions(conn: Connection, t: str, req: CommitRequest, segments: lis
     head: dict[str, str] = {}
     for i in range(0, len(ids), _CHUNK):
         params: dict[str, Any] = {"t": t}
-        vis = visible_clause("d", segments, params)
+        vis = visible_clause("d", "deletion_vectors", segments, params)
         marks = _bind_ids(params, ids[i : i + _CHUNK])
         for fid, vid in conn.execute(
             text(
@@ -584,7 +579,7 @@ def _check_column_changes(
     if not req.column_changes:
         return
     params: dict[str, Any] = {"t": t}
-    vis = visible_clause("c", segments, params)
+    vis = visible_clause("c", "columns", segments, params)
     rows = conn.execute(
         text(
             f"SELECT column_id, name, added_version FROM columns c WHERE c.table_id = :t AND {vis}"
@@ -610,8 +605,12 @@ def _check_column_changes(
             )
 
 
-def _apply_column_changes(conn: Connection, t: str, req: CommitRequest, version: int) -> None:
+def _apply_column_changes(
+    conn: Connection, t: str, req: CommitRequest, version: int, segments: list[Segment]
+) -> None:
     """Each change ends the column's current row and adds its next one (versioned rows)."""
+    ended = [c.column_id for c in req.column_changes]  # their read rows (_check_column_changes)
+    end_rows(conn, t, "columns", "column_id", ended, req.branch, version, segments)
     for c in req.column_changes:
         params = {"t": t, "c": c.column_id, "rv": c.read_version, "v": version, "b": req.branch,
                   "n": c.name, "s": c.state}  # fmt: skip
@@ -622,13 +621,6 @@ def _apply_column_changes(conn: Connection, t: str, req: CommitRequest, version:
                 "removed_version) SELECT table_id, column_id, :n, physical_name, data_type, "
                 "nullable, position, :s, group_name, feature, :b, :v, NULL FROM columns "
                 "WHERE table_id = :t AND column_id = :c AND added_version = :rv"
-            ),
-            params,
-        )
-        conn.execute(
-            text(
-                "UPDATE columns SET removed_version = :v WHERE table_id = :t AND column_id = :c "
-                "AND added_version = :rv AND removed_version IS NULL"
             ),
             params,
         )
@@ -664,9 +656,11 @@ def _check_cell_conflicts(conn: Connection, t: str, req: CommitRequest, head: in
                 "SELECT fi.fragment_id, c.name FROM files fi JOIN column_sets cs ON "
                 "cs.table_id = fi.table_id AND cs.set_id = fi.set_id JOIN columns c ON "
                 "c.table_id = cs.table_id AND c.column_id = cs.column_id "
-                "WHERE fi.table_id = :t AND fi.branch = :b AND "
+                "WHERE fi.table_id = :t AND ((fi.branch = :b AND "
                 "(fi.added_version > :base OR (fi.removed_version IS NOT NULL AND "
-                "fi.removed_version > :base)) "
+                "fi.removed_version > :base))) OR EXISTS (SELECT 1 FROM removals x WHERE "
+                "x.table_id = fi.table_id AND x.kind = 'files' AND x.row_id = fi.file_id AND "
+                "x.row_version = fi.added_version AND x.branch = :b AND x.version > :base)) "
                 f"AND fi.fragment_id IN ({marks})"
             ),
             params,
@@ -728,6 +722,14 @@ def _check_keys(conn: Connection, t: str, req: CommitRequest, head: int) -> None
             ),
             params,
         ).first()
+        if changed is None:  # rows it inherits, removed on the branch
+            changed = conn.execute(
+                text(
+                    "SELECT 1 FROM removals WHERE table_id = :t AND branch = :b AND "
+                    f"kind = '{table}' AND version > :since LIMIT 1"
+                ),
+                params,
+            ).first()
         if changed is not None:
             raise KeysNotChecked(
                 f"Cannot commit {req.op}: commits after version {since} changed the table's "
@@ -782,7 +784,7 @@ def _check_group_ownership(
         return
     removed = set(req.removed_columns)
     params: dict[str, Any] = {"t": t}
-    vis = visible_clause("c", segments, params)
+    vis = visible_clause("c", "columns", segments, params)
     held: dict[str, list[tuple[str, str | None, int]]] = defaultdict(list)
     for r in conn.execute(
         text(
@@ -905,7 +907,7 @@ def _head_providers(
     best: dict[tuple[str, int], tuple[int, str]] = {}
     for i in range(0, len(fragment_ids), _CHUNK):
         params: dict[str, Any] = {"t": t}
-        vis = visible_clause("fi", segments, params)
+        vis = visible_clause("fi", "files", segments, params)
         marks = _bind_ids(params, fragment_ids[i : i + _CHUNK])
         rows = conn.execute(
             text(
@@ -1094,42 +1096,26 @@ def _upsert_features(conn: Connection, t: str, req: CommitRequest, version: int,
             )
 
 
-def _apply_removals(conn: Connection, t: str, req: CommitRequest, version: int) -> None:
+def _apply_removals(
+    conn: Connection, t: str, req: CommitRequest, version: int, segments: list[Segment]
+) -> None:
     for table, id_col, ids in (
         ("batches", "batch_id", req.removed_batches),
         ("fragments", "fragment_id", req.removed_fragments),
         ("files", "file_id", req.removed_files),
+        # a removed fragment's files and vector go with it
+        ("files", "fragment_id", req.removed_fragments),
+        ("deletion_vectors", "fragment_id", req.removed_fragments),
     ):
-        if ids:
-            conn.execute(
-                text(
-                    f"UPDATE {table} SET removed_version = :v WHERE table_id = :t AND "
-                    f"{id_col} = :id AND removed_version IS NULL AND branch = :b"
-                ),
-                [{"v": version, "t": t, "id": i, "b": req.branch} for i in ids],
-            )
-    for table in ("files", "deletion_vectors"):  # a removed fragment's files and vector go with it
-        if req.removed_fragments:
-            conn.execute(
-                text(
-                    f"UPDATE {table} SET removed_version = :v WHERE table_id = :t AND "
-                    "fragment_id = :id AND removed_version IS NULL AND branch = :b"
-                ),
-                [{"v": version, "t": t, "id": i, "b": req.branch} for i in req.removed_fragments],
-            )
+        end_rows(conn, t, table, id_col, ids, req.branch, version, segments)
 
 
-def _apply_deletions(conn: Connection, t: str, req: CommitRequest, version: int) -> None:
+def _apply_deletions(
+    conn: Connection, t: str, req: CommitRequest, version: int, segments: list[Segment]
+) -> None:
     """Each new vector replaces its fragment's previous one (checked by :func:`_check_deletions`)."""
     replaced = [d.replaces for d in req.deletions if d.replaces is not None]
-    if replaced:
-        conn.execute(
-            text(
-                "UPDATE deletion_vectors SET removed_version = :v WHERE table_id = :t AND "
-                "vector_id = :id AND removed_version IS NULL"
-            ),
-            [{"v": version, "t": t, "id": i} for i in replaced],
-        )
+    end_rows(conn, t, "deletion_vectors", "vector_id", replaced, req.branch, version, segments)
     if req.deletions:
         conn.execute(
             text(

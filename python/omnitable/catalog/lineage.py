@@ -16,7 +16,7 @@ def read_sets(
 ) -> dict[str, dict[str, str | None]]:
     """Read set of every derived file visible in ``snap``: file id -> input column -> input file."""
     params: dict[str, Any] = {"t": table_id}
-    vis = visible_clause("fi", snap.segments, params)
+    vis = visible_clause("fi", "files", snap.segments, params)
     out: dict[str, dict[str, str | None]] = {}
     with store.read() as conn:
         rows = conn.execute(
@@ -39,7 +39,7 @@ def column_lineage(
     ``file_id``, ``fragment_id``, ``path``, ``added_version``, ``feature``, ``feature_version``,
     ``inputs`` (decoded), ``run_id``, ``engine``."""
     params: dict[str, Any] = {"t": table_id, "c": column_id}
-    vis = visible_clause("fi", snap.segments, params)
+    vis = visible_clause("fi", "files", snap.segments, params)
     with store.read() as conn:
         rows = conn.execute(
             text(

@@ -28,10 +28,12 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from omnitable.catalog.records import FileRecord, TableRecord
+from omnitable.catalog.removals import end_rows
 from omnitable.catalog.sets import ColumnSet, insert_missing_sets
-from omnitable.catalog.snapshot import Snapshot, all_columns, load_snapshot
+from omnitable.catalog.snapshot import Segment, Snapshot, all_columns, load_snapshot
 from omnitable.catalog.sql import in_list
-from omnitable.exceptions import CommitConflict
+from omnitable.exceptions import CommitConflict, ValidationError
+from omnitable.vocabulary.names import MAIN
 
 
 def apply_rollback(
@@ -42,7 +44,7 @@ def apply_rollback(
     t = table.table_id
     old = load_snapshot(conn, table, version=target)
     head = load_snapshot(conn, table, branch=branch)
-    ctx = _Rollback(conn, t, branch, version)
+    ctx = _Rollback(conn, t, branch, version, head.segments)
     ctx.columns(old, head)
     batch_ids = ctx.copy_rows("batches", "batch_id", _gone(old.batches, head.batches, "batch_id"))
     ctx.remove("batches", "batch_id", _gone(head.batches, old.batches, "batch_id"))
@@ -69,19 +71,15 @@ def _gone(have: list[Any], other: list[Any], key: str) -> list[str]:
 class _Rollback:
     """The statements of one rollback (inside its commit transaction)."""
 
-    def __init__(self, conn: Connection, t: str, branch: str, version: int) -> None:
+    def __init__(
+        self, conn: Connection, t: str, branch: str, version: int, segments: list[Segment]
+    ) -> None:
         self.conn, self.t, self.branch, self.version = conn, t, branch, version
+        self.segments = segments  # the branch head's
 
     def remove(self, table: str, id_col: str, ids: Sequence[str | int]) -> None:
         """End the visible rows of ``table`` whose ``id_col`` is in ``ids`` at this version."""
-        if ids:
-            self.conn.execute(
-                text(
-                    f"UPDATE {table} SET removed_version = :v WHERE table_id = :t AND "
-                    f"{id_col} = :id AND removed_version IS NULL"
-                ),
-                [{"v": self.version, "t": self.t, "id": i} for i in ids],
-            )
+        end_rows(self.conn, self.t, table, id_col, ids, self.branch, self.version, self.segments)
 
     def remove_by_fragment(self, fragment_ids: list[str]) -> None:
         for table in ("files", "deletion_vectors"):
@@ -215,6 +213,8 @@ class _Rollback:
         """Feature versions registered by commit ``reverted`` and still current give way to
         the version current at ``parent`` (a feature new in it has its outputs removed, which
         makes it not current)."""
+        if self._refuse_registry_change(parent, f"revert version {reverted}"):
+            return
         rows = self.conn.execute(
             text("SELECT name, version, registered_version FROM features WHERE table_id = :t"),
             {"t": self.t},
@@ -238,8 +238,43 @@ class _Rollback:
             {"v": self.version, "t": self.t, "n": name, "fv": version},
         )
 
+    def _branch_registrations_after(self, version: int) -> list[str]:
+        """Features registered after ``version`` in this branch's history (a branch other than
+        main: registrations happen on main, so these are main's before the fork)."""
+        inside = " OR ".join(
+            f"(c.branch = :b{i} AND c.version <= :u{i})" for i in range(len(self.segments))
+        )
+        params: dict[str, Any] = {"t": self.t, "v": version}
+        for i, (b, u) in enumerate(self.segments):
+            params[f"b{i}"], params[f"u{i}"] = b, u
+        rows = self.conn.execute(
+            text(
+                "SELECT DISTINCT f.name FROM features f JOIN commits c ON c.table_id = f.table_id "
+                "AND c.version = f.registered_version WHERE f.table_id = :t AND "
+                f"f.registered_version > :v AND ({inside}) ORDER BY f.name"
+            ),
+            params,
+        ).all()
+        return [r.name for r in rows]
+
+    def _refuse_registry_change(self, version: int, what: str) -> bool:
+        """On a branch other than main (features are registered on main), refuse ``what`` when
+        it would undo a registration; returns True when the registry is left alone."""
+        if self.branch == MAIN:
+            return False
+        names = self._branch_registrations_after(version)
+        if names:
+            raise ValidationError(
+                f"Cannot {what} on branch '{self.branch}': it would undo the registration of "
+                f"feature(s) {', '.join(names)}, which main made before the branch forked; "
+                "feature registrations are changed on main only"
+            )
+        return True
+
     def features(self, target: int) -> None:
         """The version of each feature that was current at ``target`` is current again."""
+        if self._refuse_registry_change(target, f"roll back to version {target}"):
+            return
         rows = self.conn.execute(
             text("SELECT name, version, registered_version FROM features WHERE table_id = :t"),
             {"t": self.t},
@@ -307,7 +342,7 @@ def apply_revert(
             "first.",
             [("*", r) for r in sorted(readers)],
         )
-    ctx = _Rollback(conn, table.table_id, branch, version)
+    ctx = _Rollback(conn, table.table_id, branch, version, head.segments)
     counts = diff.apply(ctx)
     ctx.unregister(reverted, int(parent))
     return {**counts, "stale": sorted(readers)}

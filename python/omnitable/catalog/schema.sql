@@ -6,7 +6,7 @@
 -- UTC text ('2026-11-29T11:24:37.123456Z'), JSON documents as TEXT.
 -- Statements are separated by lines holding a single ';'.
 --
--- omnitable-schema-version: 4
+-- omnitable-schema-version: 5
 
 CREATE TABLE IF NOT EXISTS omnitable_meta (
     key   TEXT PRIMARY KEY,
@@ -82,6 +82,10 @@ CREATE INDEX IF NOT EXISTS commits_by_time ON commits (table_id, committed_at)
 ;
 -- Named refs. kind = branch | tag. A branch's `version` is its head; `parent_branch` and
 -- `fork_version` say where it forked (NULL for main). A tag pins `version` on `parent_branch`.
+-- Branches and tags share one namespace per table. `max_age_s`: a tag's retention in seconds
+-- from `created_at` (NULL: kept until deleted); cleanup never expires what a live tag pins.
+-- A deleted branch's rows (commits, versioned rows, removals) move to the branch name
+-- `~deleted~<name>~<version>`, which no ref names, so a new branch of the same name starts empty.
 CREATE TABLE IF NOT EXISTS refs (
     table_id        TEXT NOT NULL,
     name            TEXT NOT NULL,
@@ -90,8 +94,29 @@ CREATE TABLE IF NOT EXISTS refs (
     parent_branch   TEXT,
     fork_version    BIGINT,
     created_at      TEXT NOT NULL,
+    max_age_s       BIGINT,
     PRIMARY KEY (table_id, name)
 )
+;
+-- Removals of inherited rows. A commit on branch `branch` that removes a versioned row of
+-- another branch (one it sees through its fork) cannot set that row's removed_version, which
+-- would hide it on the other branch too: it records the removal here instead. `kind` is the
+-- row's table (batches | fragments | files | deletion_vectors | columns), `row_id` its id
+-- (batch_id, fragment_id, file_id, vector_id; for columns the column_id as text) and
+-- `row_version` its added_version. A row is hidden in a snapshot when one of its removals has a
+-- (branch, version) inside one of the snapshot's segments (docs/catalog.md, "Resolving a
+-- snapshot"); a main-line snapshot never has any (every row it sees is main's own).
+CREATE TABLE IF NOT EXISTS removals (
+    table_id        TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    row_id          TEXT NOT NULL,
+    row_version     BIGINT NOT NULL,
+    branch          TEXT NOT NULL,
+    version         BIGINT NOT NULL,
+    PRIMARY KEY (table_id, kind, row_id, row_version, branch)
+)
+;
+CREATE INDEX IF NOT EXISTS removals_by_branch ON removals (table_id, branch, version)
 ;
 -- Batches (one per `_ai_append_name_` in a snapshot). A replaced batch gets a removed_version
 -- and a new batch_id. Visibility rules are the same as for files (see below). `row_count` and

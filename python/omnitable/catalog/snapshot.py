@@ -123,8 +123,22 @@ def _branch_segments(conn: Connection, table: TableRecord, branch: str, upto: in
     return out
 
 
-def visible_clause(alias: str, segments: list[Segment], params: dict[str, Any]) -> str:
-    """SQL condition selecting the rows of ``alias`` visible in ``segments`` (adds params)."""
+# The id of a row of each versioned table, as ``removals.row_id`` holds it ({a}: the alias).
+REMOVABLE_ID = {
+    "batches": "{a}.batch_id",
+    "fragments": "{a}.fragment_id",
+    "files": "{a}.file_id",
+    "deletion_vectors": "{a}.vector_id",
+    "columns": "CAST({a}.column_id AS TEXT)",
+}
+
+
+def visible_clause(
+    alias: str, kind: str, segments: list[Segment], params: dict[str, Any]
+) -> str:
+    """SQL condition selecting the rows of ``alias`` (a row of table ``kind``) visible in
+    ``segments`` (adds params): added and not removed inside a segment, and, on a branch, not
+    removed by the branch or an ancestor through ``removals`` (docs/catalog.md)."""
     parts = []
     for i, (branch, upto) in enumerate(segments):
         b, u = f"seg_b{i}", f"seg_u{i}"
@@ -133,7 +147,19 @@ def visible_clause(alias: str, segments: list[Segment], params: dict[str, Any]) 
             f"({alias}.branch = :{b} AND {alias}.added_version <= :{u} AND "
             f"({alias}.removed_version IS NULL OR {alias}.removed_version > :{u}))"
         )
-    return "(" + " OR ".join(parts) + ")"
+    clause = "(" + " OR ".join(parts) + ")"
+    if len(segments) == 1:  # main's own rows: no removal of them is ever in `removals`
+        return clause
+    params["rm_kind"] = kind
+    within = " OR ".join(
+        f"(x_rm.branch = :seg_b{i} AND x_rm.version <= :seg_u{i})" for i in range(len(segments))
+    )
+    return (
+        f"({clause} AND NOT EXISTS (SELECT 1 FROM removals x_rm WHERE x_rm.table_id = "
+        f"{alias}.table_id AND x_rm.kind = :rm_kind AND x_rm.row_id = "
+        f"{REMOVABLE_ID[kind].format(a=alias)} AND x_rm.row_version = {alias}.added_version AND "
+        f"({within})))"
+    )
 
 
 @dataclass(frozen=True)
@@ -389,7 +415,7 @@ def _load_columns(
     """The visible columns in position order: the active ones (what reads see), or all (with
     retired ones, for renames, retires and restores)."""
     params: dict[str, Any] = {"t": table.table_id}
-    where = visible_clause("c", segments, params)
+    where = visible_clause("c", "columns", segments, params)
     if active_only:
         where += " AND c.state = 'active'"
     rows = conn.execute(
@@ -412,7 +438,7 @@ def _load_batches(
 ) -> list[BatchRecord]:
     """The visible batches (of these names; None: all)."""
     params: dict[str, Any] = {"t": table.table_id}
-    where = visible_clause("b", segments, params)
+    where = visible_clause("b", "batches", segments, params)
     if names is not None:
         where += " AND " + in_list("b.name", "bn", sorted(names), params)
     rows = conn.execute(
@@ -435,7 +461,7 @@ def _load_fragments(
 ) -> list[FragmentRecord]:
     batch_names = {b.batch_id: b.name for b in batches}
     params: dict[str, Any] = {"t": table.table_id}
-    where = visible_clause("f", segments, params)
+    where = visible_clause("f", "fragments", segments, params)
     if batch_ids is not None:
         where += " AND " + in_list("f.batch_id", "bid", batch_ids, params)
     rows = conn.execute(
@@ -466,7 +492,7 @@ def _load_deletions(
     if not fragments:
         return {}
     params: dict[str, Any] = {"t": table.table_id}
-    where = visible_clause("d", segments, params)
+    where = visible_clause("d", "deletion_vectors", segments, params)
     if len(fragments) <= MAX_LISTED_FRAGMENTS and batch_ids is not None:
         where += " AND " + in_list(
             "d.fragment_id", "dfid", [f.fragment_id for f in fragments], params
@@ -505,7 +531,7 @@ def batch_counts(
     batch and one per deleted-from batch; no fragment is read; the counts are BIGINT, so ints).
     """
     params: dict[str, Any] = {"t": table.table_id}
-    visible = visible_clause("b", segments, params)
+    visible = visible_clause("b", "batches", segments, params)
     rows = conn.execute(
         text(
             "SELECT b.batch_id, b.name, b.row_count, b.fragment_count, b.created_at FROM batches b "
@@ -523,7 +549,7 @@ def deleted_per_batch(
 ) -> dict[str, int]:
     """Rows deleted by the visible deletion vectors, per batch id (batches without: absent)."""
     params: dict[str, Any] = {"t": table.table_id}
-    visible = visible_clause("d", segments, params)
+    visible = visible_clause("d", "deletion_vectors", segments, params)
     rows = conn.execute(
         text(
             "SELECT d.batch_id, SUM(d.deleted_count) FROM deletion_vectors d "
@@ -571,7 +597,7 @@ def _load_files(
         sets[r.set_id][int(r.column_id)] = FileColumn(
             int(r.column_id), int(r.position), r.feature_version
         )
-    where = visible_clause("fi", segments, params)
+    where = visible_clause("fi", "files", segments, params)
     if fragment_ids is not None and len(fragment_ids) <= MAX_LISTED_FRAGMENTS:
         where += " AND " + in_list("fi.fragment_id", "fid", fragment_ids, params)
     elif batch_ids is not None:

@@ -5,8 +5,9 @@ Version 2 -> 3: ``file_columns`` (one row per file and column) becomes column se
 files (``column_sets``) plus one ``stats`` value per file; batches get their row and fragment
 counts. Version 3 -> 4: the ``deletion_vectors`` table (empty: no older release deletes rows),
 and ``columns`` keyed by (table, column, added_version) so a column can have a row per rename,
-retire and restore.
-A version-2 catalog goes through both steps. Everything runs in one write transaction: a crash or
+retire and restore. Version 4 -> 5: the ``removals`` table (empty: no older release commits on a
+branch other than main) and the tags' retention ``refs.max_age_s``.
+An older catalog goes through every step from its version. Everything runs in one write transaction: a crash or
 an error leaves the older catalog as it was.
 """
 
@@ -48,15 +49,17 @@ def upgrade_catalog(address: CatalogAddress) -> tuple[int, int]:
             target = schema_version()
             if str(found) == str(target):
                 return target, target
-            if str(found) not in ("2", "3") or target != 4:
+            if str(found) not in ("2", "3", "4") or target != 5:
                 raise CatalogVersionError(
                     f"Cannot upgrade catalog {address.redacted()}: it has schema version "
-                    f"{found}, and this omnitable upgrades only versions 2 and 3 to {target}; use "
+                    f"{found}, and this omnitable upgrades only versions 2 to 4 to {target}; use "
                     "the omnitable release that matches it"
                 )
             if str(found) == "2":
                 _upgrade_2_to_3(conn, store.is_sqlite)
-            _upgrade_3_to_4(conn, store.is_sqlite)
+            if str(found) in ("2", "3"):
+                _upgrade_3_to_4(conn, store.is_sqlite)
+            _upgrade_4_to_5(conn)
             conn.execute(
                 text("UPDATE omnitable_meta SET value = :v WHERE key = 'schema_version'"),
                 {"v": str(target)},
@@ -111,6 +114,13 @@ def _upgrade_3_to_4(conn: Connection, is_sqlite: bool) -> None:
         conn.execute(text(stmt))
     conn.execute(text(f"INSERT INTO columns ({_COLUMNS}) SELECT {_COLUMNS} FROM columns_v3"))
     conn.execute(text("DROP TABLE columns_v3"))
+
+
+def _upgrade_4_to_5(conn: Connection) -> None:
+    """Create ``removals`` and give ``refs`` the tags' retention column."""
+    for stmt in schema_statements():  # IF NOT EXISTS: creates removals and its index
+        conn.execute(text(stmt))
+    conn.execute(text("ALTER TABLE refs ADD COLUMN max_age_s BIGINT"))
 
 
 def _copy_table_files(conn: Connection, table_id: str) -> None:

@@ -16,6 +16,7 @@ from omnitable.cli import (
     catalog_cmd,
     dataops_cmd,
     demo_cmd,
+    refs_cmd,
     settings_cmd,
     tables_cmd,
 )
@@ -67,6 +68,8 @@ for command in (
     dataops_cmd.restore,
     dataops_cmd.rename,
     catalog_cmd.upgrade_catalog_command,
+    refs_cmd.branch,
+    refs_cmd.tag,
 ):
     cli.add_command(command)
 

@@ -30,7 +30,7 @@ def rename_column(ctx: TableContext, old: str, new: str) -> int:
         ValidationError: a system column, a feature's output or input, or an invalid name.
         AlreadyExistsError: a column (active or retired) is named ``new``.
     """
-    version, columns = ctx.catalog.all_columns(ctx.record)
+    version, columns = ctx.all_columns()
     col = _active(ctx, columns, old, "rename")
     new = check_column_name(new)
     if col.feature is not None:
@@ -55,7 +55,7 @@ def retire(ctx: TableContext, column: str) -> int:
         NotFoundError: no active column of that name (a retired one says so).
         ValidationError: a system column, or an input of a feature that is not retired.
     """
-    version, columns = ctx.catalog.all_columns(ctx.record)
+    version, columns = ctx.all_columns()
     col = _active(ctx, columns, column, "retire")
     group = [c for c in columns if c.state == "active" and c.feature == col.feature]
     group = group if col.feature is not None else [col]
@@ -74,7 +74,7 @@ def restore(ctx: TableContext, column: str) -> int:
         NotFoundError: no retired column of that name.
         ValidationError: the column is active.
     """
-    version, columns = ctx.catalog.all_columns(ctx.record)
+    version, columns = ctx.all_columns()
     found = [c for c in columns if c.name == column]
     if not found or found[0].state == "active":
         state = "is not retired" if found else "does not exist"

@@ -46,7 +46,7 @@ def revert(
     summary: dict[str, object] = {"reverted": version}
     if why is not None:
         summary["why"] = why
-    head = ctx.catalog.head_version(ctx.record)
+    head = ctx.head_version()
     req = CommitRequest(
         op="revert", base_version=head, summary=summary, revert=version, dependents=dependents
     )
@@ -71,7 +71,7 @@ def revert(
 def _check_revived_keys(ctx: TableContext, version: int, head: int) -> None:
     """Rows the reverted commit deleted or removed come back: their keys must be held by no
     other live row of ``head`` (an upsert may have inserted them again since)."""
-    parent = next((c.parent_version for c in ctx.catalog.history(ctx.record) if c.version == version), None)  # fmt: skip
+    parent = next((c.parent_version for c in ctx.catalog.history(ctx.record, ctx.branch) if c.version == version), None)  # fmt: skip
     if parent is None:
         return  # the creation, or no such version: the commit says which
     before = ctx.snapshot(version=parent, scope=_ROWS_ONLY)

@@ -22,7 +22,7 @@ def rollback(ctx: TableContext, version: int, *, why: str | None = None) -> int:
         raise ValidationError(
             f"Cannot roll back table '{ctx.name}': version must be an integer >= 0, got {version!r}"
         )
-    head = ctx.catalog.head_version(ctx.record)
+    head = ctx.head_version()
     summary: dict[str, object] = {"to_version": version, "discarded": head - version}
     if why is not None:
         summary["why"] = why

@@ -207,7 +207,7 @@ def _record_targets(snap: Snapshot, step: Step) -> None:
 
 
 def _check_not_retired(ctx: TableContext, target: str) -> None:
-    _, columns = ctx.catalog.all_columns(ctx.record)
+    _, columns = ctx.all_columns()
     if any(c.state != "active" and target in (c.name, c.feature) for c in columns):
         raise NotFoundError(
             f"Cannot backfill '{target}' on table '{ctx.name}': it is retired; restore it first "

@@ -17,7 +17,7 @@ from omnitable.catalog.commit import CommitRequest, FeatureRow, NewColumn
 from omnitable.exceptions import NotFoundError, ValidationError
 from omnitable.features.definition import Feature, check_importable
 from omnitable.features.graph import FeatureGraph
-from omnitable.vocabulary.names import APPEND_NAME
+from omnitable.vocabulary.names import APPEND_NAME, MAIN
 
 if TYPE_CHECKING:
     from omnitable.catalog.snapshot import Snapshot
@@ -31,7 +31,7 @@ def current_features(ctx: TableContext) -> dict[str, Feature]:
     """Current version of every registered feature whose outputs are active columns (not
     retired, not rolled back to before its registration; docs/dataops.md): the one whose
     registration committed last (catalog commit order, not wall clock time)."""
-    _, columns = ctx.catalog.all_columns(ctx.record)
+    _, columns = ctx.all_columns()
     active = {c.name for c in columns if c.state == "active"}
     out: dict[str, Feature] = {}
     for row in ctx.catalog.feature_rows(ctx.record):
@@ -93,6 +93,13 @@ def register(ctx: TableContext, features: tuple[Feature, ...]) -> int | None:
     new_columns, removed = _column_changes(snap, current, resolved)
     if not rows and not new_columns and not removed:
         return None
+    if ctx.branch != MAIN:
+        raise ValidationError(
+            f"Cannot register feature(s) {', '.join(names)} on branch '{ctx.branch}' of table "
+            f"'{ctx.name}': the feature registry is the table's, so features are registered on "
+            "main; register them there, then back-fill them on a branch created after the "
+            "registration"
+        )
     req = CommitRequest(
         op="register",
         base_version=snap.version,

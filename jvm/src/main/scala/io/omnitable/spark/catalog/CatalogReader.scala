@@ -103,7 +103,7 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
   }
 
   private def loadColumns(conn: Jdbc.Conn, table: TableEntry, segments: Seq[Segment]): Seq[ColumnEntry] = {
-    val (where, params) = Jdbc.visible("c", segments)
+    val (where, params) = Jdbc.visible("c", "columns", segments)
     Jdbc.query(
       conn,
       "SELECT c.column_id, c.name, c.physical_name, c.data_type, c.nullable, c.position, c.state, " +
@@ -132,7 +132,7 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
   }
 
   private def loadBatchNames(conn: Jdbc.Conn, table: TableEntry, segments: Seq[Segment]): Seq[String] = {
-    val (where, params) = Jdbc.visible("b", segments)
+    val (where, params) = Jdbc.visible("b", "batches", segments)
     Jdbc.query(
       conn,
       s"SELECT b.name FROM batches b WHERE b.table_id = ? AND $where " +
@@ -142,7 +142,7 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
 
   /** How many batches are visible (counted by the database). */
   private def countBatches(conn: Jdbc.Conn, table: TableEntry, segments: Seq[Segment]): Int = {
-    val (where, params) = Jdbc.visible("b", segments)
+    val (where, params) = Jdbc.visible("b", "batches", segments)
     Jdbc.query(conn, s"SELECT COUNT(*) FROM batches b WHERE b.table_id = ? AND $where", (table.tableId +: params): _*)(
       _.getLong(1).toInt).head
   }
@@ -156,7 +156,7 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
     val found =
       if (distinct.size > FragmentQuery.MaxPushedValues) loadBatchNames(conn, table, segments).toSet
       else {
-        val (visible, visibleParams) = Jdbc.visible("b", segments)
+        val (visible, visibleParams) = Jdbc.visible("b", "batches", segments)
         val (in, inParams) = Jdbc.in("b.name", distinct)
         Jdbc.query(
           conn,

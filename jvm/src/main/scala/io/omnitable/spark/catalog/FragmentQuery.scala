@@ -86,7 +86,7 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
       val (in, params) = Jdbc.in("b.name", names)
       (s"CASE WHEN $in THEN b.fragment_count ELSE 0 END", params)
     }
-    val (cond, params) = where(Some(("b.table_id = ?", Seq(tableId))), Some(Jdbc.visible("b", segments)))
+    val (cond, params) = where(Some(("b.table_id = ?", Seq(tableId))), Some(Jdbc.visible("b", "batches", segments)))
     Jdbc.query(
       conn,
       s"SELECT COALESCE(SUM(b.fragment_count), 0), COALESCE(SUM($inBatch), 0) FROM batches b WHERE $cond",
@@ -96,7 +96,7 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
   /** Statement 2: the visible fragments the options name (all when not pushed), in table order, without files. */
   private def fragments(): Seq[FragmentEntry] = {
     val (cond, params) =
-      where(Some(("f.table_id = ?", Seq(tableId))), Some(Jdbc.visible("f", segments)), optionCondition)
+      where(Some(("f.table_id = ?", Seq(tableId))), Some(Jdbc.visible("f", "fragments", segments)), optionCondition)
     Jdbc.query(
       conn,
       "SELECT f.fragment_id, f.batch_id, f.row_count, f.path, b.name FROM fragments f JOIN batches b " +
@@ -151,7 +151,7 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
       if (statsSets.isEmpty) ("NULL", Nil)
       else if (statsSets.size == setIds.size || statsSets.size > maxPushed) ("fi.stats", Nil)
       else Jdbc.in("fi.set_id", statsSets) match { case (in, params) => (s"CASE WHEN $in THEN fi.stats END", params) }
-    val visible = Jdbc.visible("fi", segments, versionIndexed = ofFragments.isEmpty)
+    val visible = Jdbc.visible("fi", "files", segments, versionIndexed = ofFragments.isEmpty)
     val (cond, params) = where(Some(("fi.table_id = ?", Seq(tableId))), Some(visible), ofFragments, ofSets)
     val keptSet = keptIds.toSet
     // the columns of a file without statistics to read, shared by the files of its set
@@ -182,7 +182,7 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
     val keptIds = kept.map(_.fragmentId)
     val ofFragments =
       if (keptIds.size <= maxPushed) Some(Jdbc.in("dv.fragment_id", keptIds)) else optionOn("dv")
-    val visible = Jdbc.visible("dv", segments, versionIndexed = false)
+    val visible = Jdbc.visible("dv", "deletion_vectors", segments, versionIndexed = false)
     val (cond, params) = where(Some(("dv.table_id = ?", Seq(tableId))), Some(visible), ofFragments)
     val keptSet = keptIds.toSet
     val out = mutable.HashMap.empty[String, DeletionVectorEntry]

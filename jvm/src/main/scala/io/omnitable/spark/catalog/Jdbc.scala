@@ -64,19 +64,39 @@ private[catalog] object Jdbc {
     if (rs.wasNull()) None else Some(v)
   }
 
+  /** The id of a row of each versioned table as `removals.row_id` holds it (`%s`: the alias). */
+  private val RemovableId = Map(
+    "batches" -> "%s.batch_id",
+    "fragments" -> "%s.fragment_id",
+    "files" -> "%s.file_id",
+    "deletion_vectors" -> "%s.vector_id",
+    "columns" -> "CAST(%s.column_id AS TEXT)"
+  )
+
   /**
-   * SQL selecting the rows of `alias` visible in `segments`, with its parameters in order
-   * (docs/catalog.md: an OR of one condition per segment). `versionIndexed = false` writes
+   * SQL selecting the rows of `alias` (a row of table `kind`) visible in `segments`, with its
+   * parameters in order (docs/catalog.md: an OR of one condition per segment and, on a branch,
+   * no removal of the row in `removals` inside a segment). `versionIndexed = false` writes
    * `+added_version` (the same value), which keeps SQLite from choosing a version-range index
    * over a more selective one.
    */
-  def visible(alias: String, segments: Seq[Segment], versionIndexed: Boolean = true): (String, Seq[AnyRef]) = {
+  def visible(alias: String, kind: String, segments: Seq[Segment], versionIndexed: Boolean = true)
+      : (String, Seq[AnyRef]) = {
     val added = if (versionIndexed) s"$alias.added_version" else s"+$alias.added_version"
     val sql = segments.map { _ =>
       s"($alias.branch = ? AND $added <= ? AND " +
         s"($alias.removed_version IS NULL OR $alias.removed_version > ?))"
     }.mkString("(", " OR ", ")")
     val params = segments.flatMap(s => Seq[AnyRef](s.branch, Long.box(s.upto), Long.box(s.upto)))
-    (sql, params)
+    if (segments.size <= 1) (sql, params) // main's own rows: none is ever in `removals`
+    else {
+      val within = segments.map(_ => "(x_rm.branch = ? AND x_rm.version <= ?)").mkString(" OR ")
+      val rowId = RemovableId(kind).format(alias)
+      val removed = s"NOT EXISTS (SELECT 1 FROM removals x_rm WHERE x_rm.table_id = $alias.table_id " +
+        s"AND x_rm.kind = ? AND x_rm.row_id = $rowId AND x_rm.row_version = $alias.added_version " +
+        s"AND ($within))"
+      val removedParams = Seq[AnyRef](kind) ++ segments.flatMap(s => Seq[AnyRef](s.branch, Long.box(s.upto)))
+      (s"($sql AND $removed)", params ++ removedParams)
+    }
   }
 }
