@@ -63,9 +63,7 @@ class ScanResult:
 class Table:
     """A logical wide table. Obtain it from :meth:`Warehouse.table` or ``create_table``."""
 
-    def __init__(
-        self, warehouse: WarehouseHandle, record: TableRecord, branch: str = MAIN
-    ) -> None:
+    def __init__(self, warehouse: WarehouseHandle, record: TableRecord, branch: str = MAIN) -> None:
         self.warehouse = warehouse
         self.record = record
         self._ctx = TableContext.of(warehouse, record, branch)

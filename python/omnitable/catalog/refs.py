@@ -157,7 +157,9 @@ def delete_branch(conn: Connection, table: TableRecord, name: str) -> Ref:
         )
     ref = get_ref(conn, table, name, "branch")
     based = conn.execute(
-        text("SELECT kind, name FROM refs WHERE table_id = :t AND parent_branch = :n ORDER BY name"),
+        text(
+            "SELECT kind, name FROM refs WHERE table_id = :t AND parent_branch = :n ORDER BY name"
+        ),
         {"t": table.table_id, "n": name},
     ).all()
     if based:

@@ -133,9 +133,7 @@ REMOVABLE_ID = {
 }
 
 
-def visible_clause(
-    alias: str, kind: str, segments: list[Segment], params: dict[str, Any]
-) -> str:
+def visible_clause(alias: str, kind: str, segments: list[Segment], params: dict[str, Any]) -> str:
     """SQL condition selecting the rows of ``alias`` (a row of table ``kind``) visible in
     ``segments`` (adds params): added and not removed inside a segment, and, on a branch, not
     removed by the branch or an ancestor through ``removals`` (docs/catalog.md)."""
