@@ -102,3 +102,17 @@ class CorruptInputError(ValidationError):
 
 class MissingDependencyError(OmniTableError, ImportError):
     """An optional dependency is missing; the message carries the exact install command."""
+
+
+class AuditFailed(OmniTableError):
+    """A check of ``Table.publish`` failed; nothing was merged.
+
+    Attributes:
+        check: the failed check (its function name, or its SQL).
+        reason: what it said (False returned, the exception raised, the failing rows).
+    """
+
+    def __init__(self, message: str, check: str, reason: str) -> None:
+        super().__init__(message)
+        self.check = check
+        self.reason = reason

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -19,6 +19,8 @@ from omnitable.context import TableContext, WarehouseHandle
 from omnitable.dataops.columns import rename_column, restore, retire, retired_names
 from omnitable.dataops.delete import DeleteResult, delete_rows
 from omnitable.dataops.lookup import lookup_rows
+from omnitable.dataops.merge import MergeResult
+from omnitable.dataops.merge import merge as merge_branches
 from omnitable.dataops.revert import revert
 from omnitable.dataops.rollback import rollback
 from omnitable.dataops.update import UpdateResult, update_rows
@@ -228,6 +230,55 @@ class Table:
         """The table's tags by name: ``version``, its branch (``parent``), ``created_at``,
         ``max_age_s`` and ``expires_at``."""
         return self._ctx.catalog.list_refs(self.record, "tag")
+
+    def merge(
+        self, source_branch: str, into: str | None = None, *, strategy: str = "fail"
+    ) -> MergeResult:
+        """Merge branch ``source_branch`` into ``into`` (default: this table's branch) at column
+        grain: every (fragment, column) cell, deleted row, batch and column the source changed
+        since the merge base and the target did not is adopted, pointing at the source's files
+        (no data is copied). A fast-forward when the target has not moved since the source
+        forked from it. Conflicts (the same cell changed on both sides, a row deleted on one
+        and updated on the other, a batch replaced on both, a column renamed differently, a
+        key inserted on both) fail the merge with ``strategy="fail"`` and are listed in
+        ``MergeConflict.details``; ``"ours"`` keeps the target's side, ``"theirs"`` takes the
+        source's (docs/branches.md, "Merging").
+
+        Raises:
+            MergeConflict, ValidationError (names, strategy, a branch into itself),
+            NotFoundError (unknown branch).
+        """
+        return merge_branches(self._ctx, source_branch, into or self._ctx.branch, strategy)
+
+    def rebase(self, branch: str, onto: str = MAIN, *, strategy: str = "fail") -> MergeResult:
+        """Bring ``onto``'s changes since the merge base into ``branch`` (a merge of ``onto``
+        into ``branch``: one ``merge`` commit on the branch; ``ours`` is the branch's side), so
+        the branch is tested against the current ``onto`` before it is merged back."""
+        return merge_branches(self._ctx, onto, branch, strategy)
+
+    def publish(
+        self,
+        branch: str,
+        checks: Iterable[Callable[[Table], object] | str] = (),
+        *,
+        into: str = MAIN,
+        spark: SparkSession | None = None,
+        strategy: str = "fail",
+    ) -> MergeResult:
+        """Write-audit-publish: run ``checks`` on ``branch``, then merge it into ``into`` only
+        if every one passes. A check is a callable given the branch's ``Table`` (it fails by
+        returning False or raising), or a SQL assertion run on Spark whose first column of
+        every row must be true, with ``{table}`` standing for the branch's rows, e.g.
+        ``"SELECT COUNT(*) = 0 FROM {table} WHERE label IS NULL"``.
+
+        Raises:
+            AuditFailed: a check failed (nothing merged; its name and why).
+            MergeConflict and the errors of :meth:`merge`.
+        """
+        from omnitable.dataops.audit import run_checks
+
+        run_checks(self.branch(branch), list(checks), spark)
+        return self.merge(branch, into, strategy=strategy)
 
     def delete_tag(self, name: str) -> None:
         """Delete tag ``name`` (its version stays in the history).
@@ -581,9 +632,13 @@ class Table:
         # the named batches only (None: all), the files of the features' columns only
         snap = ctx.snapshot(scope=_features_scope(graph.features.values(), batches))
         plan = make_plan(ctx, graph, snap, list(targets), batches, retry_errors, counts)
-        return BackfillPlan.bind(
+        bound = BackfillPlan.bind(
             plan, ctx, lambda: self.backfill(targets, batches, retry_errors=retry_errors)
         )
+        bound.on_branch = lambda b: self.branch(b).backfill(
+            targets, batches, retry_errors=retry_errors
+        )
+        return bound
 
     def status(self, version: int | None = None) -> StatusGrid:
         """Batch x derived-column grid of done / stale / missing / partial, with the number of

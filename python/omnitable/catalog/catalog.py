@@ -18,7 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from omnitable._failpoints import failpoint
-from omnitable.catalog import lineage, refs
+from omnitable.catalog import branch_merge, lineage, refs
 from omnitable.catalog.address import CatalogAddress
 from omnitable.catalog.commit import CommitRequest, NewColumn, commit, find_commit, utcnow
 from omnitable.catalog.records import ColumnRecord, CommitRecord, TableRecord
@@ -395,6 +395,31 @@ class Catalog:
             if kind == "branch":
                 return refs.delete_branch(conn, table, name)
             return refs.delete_tag(conn, table, name)
+
+    def merge_base(self, table: TableRecord, source: str, target: str) -> tuple[str, int]:
+        """See :func:`omnitable.catalog.branch_merge.merge_base`."""
+        with self.store.read() as conn:
+            return branch_merge.merge_base(conn, table, source, target)
+
+    def fast_forward(self, table: TableRecord, source: str, target: str, source_head: int) -> int:
+        """See :func:`omnitable.catalog.branch_merge.fast_forward` (under the table lock)."""
+        with self.store.write(failpoints="commit") as conn:
+            self.store.lock_table(conn, table.table_id)
+            return branch_merge.fast_forward(conn, table, source, target, source_head)
+
+    def can_fast_forward(self, table: TableRecord, source: str, target: str) -> bool:
+        with self.store.read() as conn:
+            return branch_merge.can_fast_forward(conn, table, source, target)
+
+    def columns_at(self, table: TableRecord, branch: str, version: int) -> list[ColumnRecord]:
+        """The columns visible at ``version`` of ``branch``'s history, retired ones included."""
+        with self.store.read() as conn:
+            segments, _, _ = segments_for(conn, table, branch=branch, version=version)
+            return all_columns(conn, table, segments)
+
+    def lineage_of(self, table: TableRecord, file_ids: list[str]) -> list[dict[str, Any]]:
+        """The lineage rows of these files (see :func:`omnitable.catalog.lineage.rows_of`)."""
+        return lineage.rows_of(self.store, table.table_id, file_ids)
 
     def list_refs(self, table: TableRecord, kind: str) -> list[refs.Ref]:
         """The table's branches or tags, by name."""

@@ -48,6 +48,8 @@ class NewColumn:
     nullable: bool = True
     group_name: str = "base"
     feature: str | None = None
+    column_id: int | None = None  # keep this id (a merge adopting a branch's column); None: new
+    physical_name: str | None = None  # the name inside its files (None: the column's name)
 
 
 @dataclass
@@ -182,6 +184,11 @@ class CommitRequest:
     # keyed tables: the version up to which the keys this commit adds were checked against the
     # table's live rows; a later change of rows (fragments or deletes) raises KeysNotChecked
     keys_checked_version: int | None = None
+    # a merge: the commit needs the branch head to be exactly base_version, and the source
+    # branch's head to be still this (branch, version); see dataops/merge.py
+    exact_base: bool = False
+    source_head: tuple[str, int] | None = None
+    removed_deletions: list[str] = field(default_factory=list)  # vector ids ended, none added
 
     def all_new_files(self) -> list[FileDescriptor]:
         return [f for frag in self.new_fragments for f in frag.files] + list(self.new_files)
@@ -214,6 +221,7 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
                 f"Cannot commit on branch '{req.branch}': base version {req.base_version} is "
                 f"newer than its head {head}"
             )
+        _check_merge_heads(conn, table, req, head)
         column_ids = _validate(conn, table, req, segments, head)
         if req.rollback_to is not None:
             _check_rollback(conn, table, req, head)
@@ -241,6 +249,24 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
         _record(conn, table, req, version, head, summary, now, next_column_id)
         failpoint("commit.before_end")
     return version
+
+
+def _check_merge_heads(conn: Connection, table: TableRecord, req: CommitRequest, head: int) -> None:
+    """A merge was planned on exactly its base and the source's head: either moved, it conflicts
+    (the merge plans again)."""
+    if req.exact_base and head != req.base_version:
+        raise CommitConflict(
+            f"Cannot commit {req.op}: branch '{req.branch}' moved from version "
+            f"{req.base_version} to {head} while the merge was planned; nothing was committed"
+        )
+    if req.source_head is not None:
+        source, planned = req.source_head
+        now = segments_for(conn, table, branch=source)[1]
+        if now != planned:
+            raise CommitConflict(
+                f"Cannot commit {req.op}: branch '{source}' moved from version {planned} to "
+                f"{now} while the merge was planned; nothing was committed"
+            )
 
 
 def _apply_undo(
@@ -441,7 +467,8 @@ def _check_still_visible(
     """The fragments an operation adds files to or removes, and the files it replaces, are still
     visible at the head."""
     existing_frags = {f.fragment_id for f in req.new_files} | set(req.removed_fragments)
-    existing_frags |= {d.fragment_id for d in req.deletions}
+    created = {f.fragment_id for f in req.new_fragments}  # a merge's copies may carry vectors
+    existing_frags |= {d.fragment_id for d in req.deletions if d.fragment_id not in created}
     if existing_frags:
         live_frags = _visible_ids(
             conn, "fragments", "fragment_id", t, segments, sorted(existing_frags)
@@ -938,15 +965,19 @@ def _insert_columns(
         {"t": table.table_id},
     ).scalar_one()
     rows = []
+    fresh = 0
     for i, col in enumerate(req.new_columns):
-        cid = next_id + i
+        if col.column_id is None:
+            cid, fresh = next_id + fresh, fresh + 1
+        else:
+            cid = col.column_id
         column_ids[col.name] = cid
         rows.append(
             {
                 "t": table.table_id,
                 "cid": cid,
                 "name": col.name,
-                "pn": col.name,
+                "pn": col.physical_name or col.name,
                 "dt": col.data_type,
                 "nl": int(col.nullable),
                 "pos": int(max_pos) + 1 + i,
@@ -964,7 +995,7 @@ def _insert_columns(
         ),
         rows,
     )
-    return int(next_id) + len(req.new_columns)
+    return int(next_id) + fresh
 
 
 def _insert_data(
@@ -1115,6 +1146,7 @@ def _apply_deletions(
 ) -> None:
     """Each new vector replaces its fragment's previous one (checked by :func:`_check_deletions`)."""
     replaced = [d.replaces for d in req.deletions if d.replaces is not None]
+    replaced += req.removed_deletions
     end_rows(conn, t, "deletion_vectors", "vector_id", replaced, req.branch, version, segments)
     if req.deletions:
         conn.execute(

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import text
 
 from omnitable.catalog.snapshot import Snapshot, visible_clause
+from omnitable.catalog.sql import in_list
 from omnitable.catalog.store import CatalogStore
 
 
@@ -63,3 +64,20 @@ def column_lineage(
         }
         for r in rows
     ]
+
+
+def rows_of(store: CatalogStore, table_id: str, file_ids: list[str]) -> list[dict[str, Any]]:
+    """The lineage rows of these files: ``file_id``, ``column_id``, ``feature``,
+    ``feature_version``, ``inputs`` (decoded), ``run_id``, ``engine``, ``error_count``."""
+    out: list[dict[str, Any]] = []
+    with store.read() as conn:
+        for i in range(0, len(file_ids), 500):
+            params: dict[str, Any] = {"t": table_id}
+            marks = in_list("file_id", "f", file_ids[i : i + 500], params)
+            for r in conn.execute(
+                text(f"SELECT * FROM lineage WHERE table_id = :t AND {marks}"), params
+            ):
+                row = dict(r._mapping)
+                row["inputs"] = json.loads(row["inputs"])
+                out.append(row)
+    return out

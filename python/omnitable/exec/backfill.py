@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from omnitable.context import TableContext
+from omnitable.exceptions import ValidationError
 from omnitable.exec.runner import RunOptions, RunResult, run_plan
 from omnitable.features.planner import Plan
 
@@ -25,6 +26,8 @@ class BackfillPlan(Plan):
     # a plan executes its decisions once, a later run() re-plans first
     replan: Callable[[], Plan] | None = field(default=None, kw_only=True, repr=False)
     executed: bool = field(default=False, kw_only=True)
+    # the same backfill planned on another branch (set by Table.backfill), for run(branch=...)
+    on_branch: Callable[[str], BackfillPlan] | None = field(default=None, kw_only=True, repr=False)
 
     @classmethod
     def bind(
@@ -43,11 +46,14 @@ class BackfillPlan(Plan):
         on_corrupt: str | None = None,
         max_skip_ratio: float | None = None,
         progress: Callable[[int, int, int, int], None] | None = None,
+        branch: str | None = None,
     ) -> RunResult:
         """Execute the plan on Spark (see :mod:`omnitable.exec.runner` and docs/errors.md).
 
         Args:
             spark: session to use (default: the active one, or a new local one).
+            branch: run on this branch instead (the backfill is planned again on its head and
+                commits there: write-audit-publish, docs/branches.md).
             checkpoint_fragments: commit every this many fragments per step, so a restarted
                 run skips committed work (default: one commit per step).
             isolation: record-level isolation of pandas features: ``auto``, ``inprocess``,
@@ -72,6 +78,16 @@ class BackfillPlan(Plan):
         or a success) first re-plans from the table's current version, so committed work is
         skipped and decisions that no longer hold are never executed.
         """
+        if branch is not None and branch != self.ctx.branch:
+            if self.on_branch is None:
+                raise ValidationError(
+                    "Cannot run this plan on another branch: plan it with Table.backfill"
+                )
+            return self.on_branch(branch).run(
+                spark, checkpoint_fragments=checkpoint_fragments, isolation=isolation,
+                max_error_ratio=max_error_ratio, on_corrupt=on_corrupt,
+                max_skip_ratio=max_skip_ratio, progress=progress,
+            )  # fmt: skip
         options = RunOptions.resolve(
             self.ctx.settings,
             checkpoint_fragments=checkpoint_fragments,
