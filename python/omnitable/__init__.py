@@ -10,16 +10,20 @@ Public API (re-exports only; see the modules for details)::
     spark = omnitable.spark_session()
 """
 
+from omnitable.catalog.refs import Ref
 from omnitable.dataops.delete import DeleteResult
+from omnitable.dataops.merge import MergeResult
 from omnitable.dataops.update import UpdateResult
 from omnitable.exceptions import (
     AlreadyExistsError,
+    AuditFailed,
     CatalogError,
     CatalogVersionError,
     CommitConflict,
     CommitOutcomeUnknown,
     CorruptInputError,
     ErrorRatioExceeded,
+    MergeConflict,
     MissingDependencyError,
     NotFoundError,
     OmniTableError,
@@ -41,6 +45,7 @@ __all__ = [
     "APPEND_NAME",
     "ROW_ID",
     "AlreadyExistsError",
+    "AuditFailed",
     "BatchInfo",
     "CatalogError",
     "CatalogVersionError",
@@ -50,9 +55,12 @@ __all__ = [
     "DeleteResult",
     "ErrorRatioExceeded",
     "Feature",
+    "MergeConflict",
+    "MergeResult",
     "MissingDependencyError",
     "NotFoundError",
     "OmniTableError",
+    "Ref",
     "SchemaMismatchError",
     "Table",
     "UnknownColumnError",

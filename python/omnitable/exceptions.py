@@ -116,3 +116,17 @@ class AuditFailed(OmniTableError):
         super().__init__(message)
         self.check = check
         self.reason = reason
+
+
+class MergeConflict(CommitConflict):
+    """Both branches of a merge changed the same things differently and the strategy was
+    ``fail``; nothing was committed.
+
+    Attributes:
+        details: every conflict, a :class:`omnitable.dataops.merge_plan.Conflict` (kind, where,
+            column, what the source and the target have, rows).
+    """
+
+    def __init__(self, message: str, details: list[Any]) -> None:
+        super().__init__(message, [(c.where, c.column or "*") for c in details])
+        self.details = details

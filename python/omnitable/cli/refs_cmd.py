@@ -11,11 +11,12 @@ from rich.table import Table as RichTable
 
 from omnitable.catalog.refs import Ref
 from omnitable.cli.context import Context
+from omnitable.dataops.merge import MergeResult
 
 
 @click.group()
 def branch() -> None:
-    """Branches of a table: create, list, delete."""
+    """Branches of a table: create, list, delete, merge, rebase."""
 
 
 @branch.command("create")
@@ -65,6 +66,65 @@ def branch_delete(ctx: Context, table: str, name: str) -> None:
         {"table": table, "deleted": name, "kind": "branch"},
         lambda c: c.print(f"Deleted branch '{name}' of '{table}'."),
     )
+
+
+STRATEGY = click.option(
+    "--strategy",
+    type=click.Choice(["fail", "ours", "theirs"]),
+    default="fail",
+    show_default=True,
+    help="Conflicts: fail (list them, merge nothing), ours (keep the target's), theirs (take "
+    "the source's).",
+)
+
+
+@branch.command("merge")
+@click.argument("table")
+@click.argument("source")
+@click.option("--into", default="main", show_default=True, help="Branch to merge into.")
+@STRATEGY
+@click.pass_obj
+def branch_merge(ctx: Context, table: str, source: str, into: str, strategy: str) -> None:
+    """Merge branch SOURCE of TABLE into another branch at column grain (docs/branches.md)."""
+    with ctx.connect() as wh:
+        result = wh.table(table).merge(source, into, strategy=strategy)
+    _merged(ctx, table, source, into, result)
+
+
+@branch.command("rebase")
+@click.argument("table")
+@click.argument("name")
+@click.option("--onto", default="main", show_default=True, help="Branch whose changes to bring.")
+@STRATEGY
+@click.pass_obj
+def branch_rebase(ctx: Context, table: str, name: str, onto: str, strategy: str) -> None:
+    """Bring ONTO's changes into branch NAME of TABLE (a merge of ONTO into it)."""
+    with ctx.connect() as wh:
+        result = wh.table(table).rebase(name, onto, strategy=strategy)
+    _merged(ctx, table, onto, name, result)
+
+
+def _merged(ctx: Context, table: str, source: str, into: str, result: MergeResult) -> None:
+    data = {"table": table, "source": source, "into": into,
+            **dataclasses.asdict(result)}  # fmt: skip
+
+    def render(console: Console) -> None:
+        if result.version is None:
+            console.print(f"'{into}' already has every change of '{source}'; nothing committed.")
+            return
+        how = "fast-forward" if result.fast_forward else (
+            f"{result.cells} cell(s), {result.batches} batch(es), {result.deletes} fragment(s) "
+            f"with deletes, {result.columns} column(s)"
+        )  # fmt: skip
+        console.print(
+            f"Merged '{source}' into '{into}' of '{table}': version {result.version} ({how})."
+        )
+        for c in result.resolved:
+            console.print(
+                f"  resolved {c.kind} {c.where} {c.column or ''}: {c.source} / {c.target}"
+            )
+
+    ctx.out.result(data, render)
 
 
 @click.group()

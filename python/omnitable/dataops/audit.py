@@ -49,7 +49,7 @@ def run_checks(
 
 
 def _callable_check(table: BranchTable, check: Callable[[Any], object]) -> None:
-    name = getattr(check, "__qualname__", repr(check))
+    name = getattr(check, "__name__", repr(check))
     try:
         ok = check(table)
     except Exception as exc:  # a failing check is an audit result, not a crash

@@ -32,21 +32,12 @@ from omnitable.catalog.refs import check_ref_name
 from omnitable.context import TableContext
 from omnitable.dataops.merge_plan import Conflict, Diff, FragmentMerge, View, diff
 from omnitable.dataops.merge_rows import check_keys, check_rows
-from omnitable.exceptions import CommitConflict, ValidationError
+from omnitable.exceptions import CommitConflict, MergeConflict, ValidationError
 from omnitable.vocabulary.deletions import encode_vector
 from omnitable.vocabulary.descriptors import FileDescriptor, FragmentDescriptor
 
 STRATEGIES = ("fail", "ours", "theirs")
 _ROUNDS = 5  # plans tried when the target or source moves in between
-
-
-class MergeConflict(CommitConflict):
-    """Both branches changed the same things differently and ``strategy="fail"``; nothing was
-    committed. ``details``: every :class:`~omnitable.dataops.merge_plan.Conflict`."""
-
-    def __init__(self, message: str, details: list[Conflict]) -> None:
-        super().__init__(message, [(c.where, c.column or "*") for c in details])
-        self.details = details
 
 
 @dataclass(frozen=True)
