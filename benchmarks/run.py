@@ -20,6 +20,7 @@ BENCHMARKS = [
     "reader_memory",
     "metadata",
     "dataops",
+    "branches",
 ]
 
 

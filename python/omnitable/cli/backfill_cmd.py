@@ -126,11 +126,12 @@ def backfill(
 
 @click.command()
 @click.argument("table")
+@click.option("--branch", default="main", show_default=True, help="Branch to report on.")
 @click.pass_obj
-def status(ctx: Context, table: str) -> None:
+def status(ctx: Context, table: str, branch: str) -> None:
     """Batch x derived-column grid: done / STALE / - (missing) / partial."""
     with ctx.connect() as wh:
-        grid = wh.table(table).status()
+        grid = wh.table(table).branch(branch).status()
     ctx.out.result(
         {"version": grid.version, "status": grid.to_pandas().to_dict()},
         lambda c: c.print(str(grid)),

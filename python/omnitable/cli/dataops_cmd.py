@@ -307,14 +307,17 @@ def _change_column(ctx: Context, table: str, change: Callable[[Table], int], don
 @click.argument("table")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1),
               help="How many versions to list, newest first.")  # fmt: skip
+@click.option("--branch", default="main", show_default=True,
+              help="Branch whose history (with the commits it forked from) to list.")  # fmt: skip
 @click.pass_obj
-def history(ctx: Context, table: str, limit: int) -> None:
+def history(ctx: Context, table: str, limit: int, branch: str) -> None:
     """List TABLE's versions, newest first: operation, time and summary."""
     with ctx.connect() as wh:
         rows: list[dict[str, Any]] = [
-            {"version": h.version, "op": h.op, "time": h.time, "summary": h.summary}
-            for h in wh.table(table).history(limit)
-        ]
+            {"version": h.version, "branch": h.branch, "op": h.op, "time": h.time,
+             "summary": h.summary}
+            for h in wh.table(table).branch(branch).history(limit)
+        ]  # fmt: skip
 
     def render(console: Console) -> None:
         console.print(

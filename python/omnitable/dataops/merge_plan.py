@@ -227,6 +227,9 @@ def _diff_deletes(
 ) -> None:
     """Bits the source changed win (both sides changing a bit change it the same way); rows one
     side deleted where the other changed a cell are checked by value later."""
+    vb = base.vector(path)
+    if source.vector(path) == vb and target.vector(path) == vb:
+        return  # no side deleted anything new here
     mb, ms, mt = base.mask(path), source.mask(path), target.mask(path)
     flipped = ms ^ mb
     if flipped.any():
