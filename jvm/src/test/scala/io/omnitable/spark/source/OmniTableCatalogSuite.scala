@@ -76,6 +76,8 @@ class OmniTableCatalogSuite extends AnyFunSuite with SharedSparkSession {
     assert(error("SELECT * FROM omnitable.nope.branch_dev").getMessage.contains("Cannot find table 'nope'"))
     assert(error("SELECT * FROM omnitable.refs.dev").getCondition == "TABLE_OR_VIEW_NOT_FOUND")
     assert(error("SELECT * FROM omnitable.refs.tag_t1 VERSION AS OF 1").getMessage.contains("select a snapshot"))
+    assert(error("SELECT * FROM omnitable.refs.tag_t1 TIMESTAMP AS OF '2999-01-01'").getMessage.contains(
+      "select a snapshot"))
     assert(error("SELECT * FROM omnitable.refs.branch_dev VERSION AS OF 't1'").getMessage.contains(
       "select a snapshot"))
   }
