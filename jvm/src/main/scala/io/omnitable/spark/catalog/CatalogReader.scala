@@ -34,6 +34,14 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
     findTable(conn, name).isDefined
   }
 
+  /** The names of table `name`'s refs of `kind` ("branch" or "tag"), sorted; none if no such table. */
+  def refNames(name: String, kind: String): Seq[String] = withConnection(s"the refs of table '$name'") { conn =>
+    findTable(conn, name).toSeq.flatMap { t =>
+      Jdbc.query(conn, "SELECT name FROM refs WHERE table_id = ? AND kind = ? ORDER BY name", t.tableId, kind)(
+        _.getString(1))
+    }
+  }
+
   /**
    * Table `name` at the snapshot `spec` names: schema, segments and the number of visible
    * batches (no batch name, fragment or file). With `batches`, checks those names are visible

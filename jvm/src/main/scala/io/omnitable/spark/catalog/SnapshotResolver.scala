@@ -34,7 +34,7 @@ private[catalog] final class SnapshotResolver(conn: Jdbc.Conn, table: TableEntry
 
   def resolve(spec: SnapshotSpec): SnapshotId = {
     val selectors = Seq(spec.branch, spec.tag, spec.ref).count(_.isDefined)
-    if (selectors > 1 || (spec.tag.isDefined && spec.version.isDefined) ||
+    if (selectors > 1 || (spec.tag.isDefined && (spec.version.isDefined || spec.asOfMicros.isDefined)) ||
       (spec.version.isDefined && spec.asOfMicros.isDefined) ||
       (spec.ref.isDefined && (spec.version.isDefined || spec.asOfMicros.isDefined))) {
       throw OmniTableErrors.conflictingSnapshotOptions(table.name, spec.described)

@@ -142,11 +142,38 @@ object OmniTableErrors {
       Map("relationName" -> s"`$table`"))
   }
 
+  /**
+   * A catalog identifier naming branch or tag `ref` (`kind`) that table `table` lacks (e.g.
+   * `omnitable.web.branch_x`): a missing table to Spark (TABLE_OR_VIEW_NOT_FOUND), naming both.
+   */
+  def refTableNotFound(
+      warehouse: String,
+      identifier: String,
+      table: String,
+      kind: String,
+      ref: String,
+      existing: Seq[String]): OmniTableAnalysisException = {
+    val plural = if (kind == "tag") "tags" else "branches"
+    val known = if (existing.isEmpty) "none" else existing.sorted.mkString(", ")
+    val condition = "TABLE_OR_VIEW_NOT_FOUND"
+    new OmniTableAnalysisException(
+      condition,
+      s"Cannot find table '$identifier' in warehouse '$warehouse': table '$table' has no $kind '$ref' " +
+        s"($plural: $known).",
+      None,
+      Some(condition),
+      Map("relationName" -> identifier.split('.').map(p => s"`$p`").mkString("."))
+    )
+  }
+
+  /** The class of [[refNotFound]]. */
+  val RefNotFound: String = "OMNITABLE_REF_NOT_FOUND"
+
   /** `kind` is "branch", "tag" or "ref" (branch or tag). */
   def refNotFound(table: String, kind: String, ref: String, existing: Seq[String]): OmniTableAnalysisException = {
     val plural = kind match { case "branch" => "branches"; case "tag" => "tags"; case _ => "refs" }
     val known = if (existing.isEmpty) "none" else existing.sorted.mkString(", ")
-    analysis("OMNITABLE_REF_NOT_FOUND", s"Cannot find $kind '$ref' of table '$table' ($plural: $known).")
+    analysis(RefNotFound, s"Cannot find $kind '$ref' of table '$table' ($plural: $known).")
   }
 
   def versionNotFound(table: String, version: Long, latest: Long): OmniTableAnalysisException =

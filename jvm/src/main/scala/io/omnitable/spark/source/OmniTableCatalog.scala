@@ -6,7 +6,7 @@ import scala.jdk.CollectionConverters._
 
 import io.omnitable.spark.catalog.{CatalogReader, SnapshotSpec}
 import io.omnitable.spark.conf.{OmniTableConf, SparkVersionCheck}
-import io.omnitable.spark.errors.OmniTableErrors
+import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableErrors}
 import org.apache.spark.sql.catalyst.analysis.{NoSuchNamespaceException, NoSuchTableException}
 import org.apache.spark.sql.connector.catalog.{Column, Identifier, Table, TableCatalog, TableChange}
 import org.apache.spark.sql.connector.expressions.Transform
@@ -17,7 +17,9 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  * `warehouse`, else session `spark.omnitable.warehouse`): `SELECT … FROM omnitable.web`,
  * `SHOW TABLES IN omnitable`, `DESCRIBE TABLE omnitable.web`, and time travel with
  * `VERSION AS OF <n>` (a version) or `VERSION AS OF '<ref>'` (a branch or tag) and
- * `TIMESTAMP AS OF`. Read-only: tables are written through the Python API.
+ * `TIMESTAMP AS OF`. Branches and tags are also tables of their own, Iceberg's way:
+ * `omnitable.web.branch_audit`, `omnitable.web.tag_v1` ([[TableAddress]]). Read-only: tables are
+ * written through the Python API.
  */
 class OmniTableCatalog extends TableCatalog {
 
@@ -73,16 +75,35 @@ class OmniTableCatalog extends TableCatalog {
    * A missing table raises OmniTable's "Cannot find table" error (condition
    * TABLE_OR_VIEW_NOT_FOUND) rather than a NoSuchTableException: on that one Spark would go on
    * to read `omnitable.<name>` as a file query on the `omnitable` data source (the same name as
-   * this catalog) and report a confusing "unsupported data source" error instead.
+   * this catalog) and report a confusing "unsupported data source" error instead. A branch or
+   * tag address ([[TableAddress]]) reads through the same path as the read options `branch` and
+   * `tag`; a ref the table lacks is a missing table naming the table and the ref.
    */
   private def load(ident: Identifier, spec: SnapshotSpec): Table = {
-    if (ident.namespace().nonEmpty) throw new NoSuchTableException(ident)
-    val options = catalogOptions + (ReadOptions.Table -> ident.name())
-    new OmniTableTable(ReadOptions(ident.name(), spec, None).load(reader, options))
+    val address = TableAddress.parse(ident).getOrElse(throw new NoSuchTableException(ident))
+    val options = catalogOptions + (ReadOptions.Table -> address.table)
+    val handle =
+      try ReadOptions(address.table, address.spec(spec), None).load(reader, options)
+      catch {
+        case e: OmniTableAnalysisException if e.omniErrorClass == OmniTableErrors.RefNotFound =>
+          throw missingRef(address).getOrElse(e)
+      }
+    new OmniTableTable(handle)
   }
 
-  override def tableExists(ident: Identifier): Boolean =
-    ident.namespace().isEmpty && reader.tableExists(ident.name())
+  /** The error for `address` when the ref it names does not exist (None: it exists, or names none). */
+  private def missingRef(address: TableAddress): Option[OmniTableAnalysisException] = address.ref.flatMap {
+    case (kind, name) =>
+      val existing = reader.refNames(address.table, kind)
+      Option.when(!existing.contains(name)) {
+        OmniTableErrors.refTableNotFound(reader.display, address.display, address.table, kind, name, existing)
+      }
+  }
+
+  override def tableExists(ident: Identifier): Boolean = TableAddress.parse(ident).exists {
+    case TableAddress(table, None) => reader.tableExists(table)
+    case TableAddress(table, Some((kind, name))) => reader.refNames(table, kind).contains(name)
+  }
 
   override def createTable(
       ident: Identifier,

@@ -79,6 +79,8 @@ class CatalogReaderSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(msg(SnapshotSpec(branch = Some("b1"), version = Some(5))).contains("not in the history of 'b1'"))
     assert(msg(SnapshotSpec(branch = Some("main"), version = Some(3))).contains("not in the history of 'main'"))
     assert(msg(SnapshotSpec(tag = Some("t"), version = Some(3))).contains("select a snapshot"))
+    // a tag pins one version: an instant on top of it is refused, not ignored
+    assert(msg(SnapshotSpec(tag = Some("t"), asOfMicros = Some(0L))).contains("select a snapshot"))
   }
 
   test("tables, columns and fragments of a Python-written warehouse") {

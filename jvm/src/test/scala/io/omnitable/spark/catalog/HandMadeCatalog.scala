@@ -91,8 +91,9 @@ final class HandMadeCatalog {
     exec(s"INSERT INTO commits VALUES ('$tableId', $version, NULL, '$branch', 'test', NULL, '{}', '$at', NULL)")
 
   def ref(name: String, kind: String, version: Long, parent: Option[String], fork: Option[Long]): Unit =
-    exec(s"INSERT INTO refs VALUES ('$tableId', '$name', '$kind', $version, " +
-      s"${parent.map(p => s"'$p'").getOrElse("NULL")}, ${fork.map(_.toString).getOrElse("NULL")}, '2026-01-01T00:00:00Z')")
+    exec("INSERT INTO refs (table_id, name, kind, version, parent_branch, fork_version, created_at) " +
+      s"VALUES ('$tableId', '$name', '$kind', $version, ${parent.map(p => s"'$p'").getOrElse("NULL")}, " +
+      s"${fork.map(_.toString).getOrElse("NULL")}, '2026-01-01T00:00:00Z')")
 
   def close(): Unit = conn.close()
 }

@@ -41,6 +41,47 @@ class OmniTableCatalogSuite extends AnyFunSuite with SharedSparkSession {
     assertSameRows(spark.sql("SELECT * FROM omnitable.refs VERSION AS OF 'dev'"), expected("refs_dev"))
   }
 
+  test("branch_<name> and tag_<name> address a table's branches and tags") {
+    assertSameRows(spark.sql("SELECT * FROM omnitable.refs.branch_dev"), expected("refs_dev"))
+    assertSameRows(spark.table("omnitable.refs.tag_t1"), expected("refs_t1"))
+    assertSameRows(spark.sql("SELECT * FROM omnitable.refs.branch_main"), expected("refs_head"))
+    assertSameRows(spark.sql("SELECT * FROM omnitable.refs"), expected("refs_head"))
+    // time travel inside the addressed branch's history
+    assertSameRows(
+      spark.sql(s"SELECT * FROM omnitable.refs.branch_dev VERSION AS OF ${v("v1")}"),
+      expected("refs_v1"))
+    assertSameRows(
+      spark.sql("SELECT * FROM omnitable.refs.branch_dev TIMESTAMP AS OF '2999-01-01 00:00:00'"),
+      expected("refs_dev"))
+    val described = spark.sql("DESCRIBE TABLE omnitable.refs.branch_dev").collect().map(_.getString(0))
+    assert(described.take(4).toSeq == Seq("_ai_unique_id_", "_ai_append_name_", "x", "s"))
+    assert(!described.contains("y"), "dev forked before main added y")
+    assert(spark.catalog.tableExists("omnitable.refs.branch_dev"))
+    assert(spark.catalog.tableExists("omnitable.refs.tag_t1"))
+    assert(!spark.catalog.tableExists("omnitable.refs.tag_dev"), "dev is a branch, not a tag")
+    assert(!spark.catalog.tableExists("omnitable.refs.branch_nope"))
+    assert(!spark.catalog.tableExists("omnitable.nope.branch_dev"))
+    assert(!spark.catalog.tableExists("omnitable.refs.dev"))
+  }
+
+  test("an addressed ref the table lacks is a missing table naming the table and the ref") {
+    def error(sql: String) = intercept[AnalysisException](spark.sql(sql).collect())
+    val branch = error("SELECT * FROM omnitable.refs.branch_nope")
+    assert(branch.getCondition == "TABLE_OR_VIEW_NOT_FOUND")
+    assert(branch.getMessage.contains("Cannot find table 'refs.branch_nope' in warehouse '"))
+    assert(branch.getMessage.contains("': table 'refs' has no branch 'nope' (branches: dev, main)."))
+    val tag = error("SELECT * FROM omnitable.refs.tag_dev")
+    assert(tag.getCondition == "TABLE_OR_VIEW_NOT_FOUND")
+    assert(tag.getMessage.contains("table 'refs' has no tag 'dev' (tags: t1)"))
+    assert(error("SELECT * FROM omnitable.nope.branch_dev").getMessage.contains("Cannot find table 'nope'"))
+    assert(error("SELECT * FROM omnitable.refs.dev").getCondition == "TABLE_OR_VIEW_NOT_FOUND")
+    assert(error("SELECT * FROM omnitable.refs.tag_t1 VERSION AS OF 1").getMessage.contains("select a snapshot"))
+    assert(error("SELECT * FROM omnitable.refs.tag_t1 TIMESTAMP AS OF '2999-01-01'").getMessage.contains(
+      "select a snapshot"))
+    assert(error("SELECT * FROM omnitable.refs.branch_dev VERSION AS OF 't1'").getMessage.contains(
+      "select a snapshot"))
+  }
+
   test("TIMESTAMP AS OF picks the newest version committed by then") {
     assertSameRows(
       spark.sql("SELECT * FROM omnitable.refs TIMESTAMP AS OF '2999-01-01 00:00:00'"),
