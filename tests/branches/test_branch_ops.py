@@ -191,4 +191,4 @@ def test_time_travel_on_a_branch(forked: Forked) -> None:
     # an unbound reader reads a version wherever it was committed
     assert rows(t, version=v1) == after_delete
     assert rows(t, branch="exp") == rows(b) and rows(b, branch="main") == rows(t)
-    assert [h.version for h in b.history()] == [v2, v1] + [h.version for h in t.history()][1:]
+    assert [h.version for h in b.history()] == [v2, v1, *[h.version for h in t.history()][1:]]
