@@ -146,7 +146,8 @@ def test_duplicates_and_unknown_sources(wh: omnitable.Warehouse) -> None:
             "from_tag",
             lambda: t.create_branch("x", from_branch="exp", from_tag="tg"),
         ),
-        (ValidationError, "version", lambda: t.create_branch("x", "1")),
+        (ValidationError, "version", lambda: t.create_branch("x", "1")),  # type: ignore[arg-type]
+        (ValidationError, "version", lambda: t.create_tag("x", 1.5)),  # type: ignore[arg-type]
         (ValidationError, "version", lambda: t.create_tag("x", True)),
     ]
     for age in (0, -5, 0.5, "10", True, dt.timedelta(0), dt.timedelta(seconds=-1)):
