@@ -178,7 +178,8 @@ class Table:
                 branch, tag or version (or a version outside the source branch's history).
         """
         check_ref_name(name, "branch")
-        source, version = from_branch or self._ctx.branch, _version_arg(from_version, "branch")
+        source = self._ctx.branch if from_branch is None else from_branch
+        version = _version_arg(from_version, "branch")
         if from_tag is not None:
             if from_version is not None or from_branch is not None:
                 raise ValidationError(

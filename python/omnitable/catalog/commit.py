@@ -216,6 +216,7 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
             )
         table = TableRecord.from_row(table_row)
         segments, head, _ = segments_for(conn, table, branch=req.branch)
+        _check_read_this_branch(conn, table, req, segments)
         if req.base_version > head:
             raise ValidationError(
                 f"Cannot commit on branch '{req.branch}': base version {req.base_version} is "
@@ -335,6 +336,30 @@ def find_commit(conn: Connection, table_id: str, token: str) -> int | None:
 
 
 # -- validation ---------------------------------------------------------------------------------
+
+
+def _check_read_this_branch(
+    conn: Connection, table: TableRecord, req: CommitRequest, segments: list[Segment]
+) -> None:
+    """A request on a branch read it at ``base_version``: a version of the branch's history at
+    or after its fork (a branch's head never lies before its fork). Anything else was read on a
+    branch of the same name that has been deleted (and created again) since: refused, so a job
+    still writing to a deleted branch never lands on its successor (docs/branches.md)."""
+    if len(segments) == 1:  # main: never deleted
+        return
+    owner = conn.execute(
+        text("SELECT branch FROM commits WHERE table_id = :t AND version = :v"),
+        {"t": table.table_id, "v": req.base_version},
+    ).scalar()
+    fork = segments[1][1]
+    if req.base_version < fork or not any(
+        b == owner and req.base_version <= upto for b, upto in segments
+    ):
+        raise NotFoundError(
+            f"Cannot commit {req.op} on branch '{req.branch}' of table '{table.name}': the "
+            f"branch this operation read at version {req.base_version} was deleted (a branch "
+            "of that name was created again since); nothing was committed"
+        )
 
 
 def _check_fragments_have_new_batches(req: CommitRequest) -> None:

@@ -29,7 +29,10 @@ def end_rows(
     segments: list[Segment],
 ) -> None:
     """End, as of ``version`` on ``branch``, the rows of table ``kind`` visible in ``segments``
-    (the branch head's) whose column ``by`` holds one of ``values``."""
+    (the branch head's) whose column ``by`` holds one of ``values``. Idempotent within a commit:
+    a row this commit already ended (by another column, e.g. a file by its fragment and then by
+    its id) is left as it is; the head's segments cannot show this commit's own removals, so
+    the inherited rows are checked against every removal by ``branch``."""
     if not values:
         return
     conn.execute(
@@ -45,14 +48,17 @@ def end_rows(
         chunk = list(values[i : i + _CHUNK])
         params: dict[str, Any] = {"t": t, "b": branch, "v": version, "k": kind}
         vis = visible_clause("x", kind, segments, params)
+        row_id = REMOVABLE_ID[kind].format(a="x")
         marks = ", ".join(f":val{j}" for j in range(len(chunk)))
         params.update({f"val{j}": val for j, val in enumerate(chunk)})
         conn.execute(
             text(
                 "INSERT INTO removals (table_id, kind, row_id, row_version, branch, version) "
-                f"SELECT x.table_id, :k, {REMOVABLE_ID[kind].format(a='x')}, x.added_version, :b, :v "
+                f"SELECT x.table_id, :k, {row_id}, x.added_version, :b, :v "
                 f"FROM {kind} x WHERE x.table_id = :t AND x.branch <> :b AND {vis} "
-                f"AND x.{by} IN ({marks})"
+                f"AND x.{by} IN ({marks}) AND NOT EXISTS (SELECT 1 FROM removals y WHERE "
+                f"y.table_id = x.table_id AND y.kind = :k AND y.row_id = {row_id} AND "
+                "y.row_version = x.added_version AND y.branch = :b)"
             ),
             params,
         )
