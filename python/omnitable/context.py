@@ -94,6 +94,10 @@ class TableContext:
         """The head of this context's branch."""
         return int(self.catalog.head_version(self.record, self.branch))
 
+    def feature_rows(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Feature registrations visible at the head of this context's branch, oldest first."""
+        return self.catalog.feature_rows(self.record, name, self.branch)
+
     def all_columns(self) -> tuple[int, list[ColumnRecord]]:
         """The head of this context's branch and its visible columns, retired ones included."""
         return self.catalog.all_columns(self.record, self.branch)

@@ -1,6 +1,6 @@
 """Branch and tag lifecycle (docs/branches.md) on SQLite and PostgreSQL (``wh``): creating refs
 from every kind of source, listing and deleting them, the zero-copy fork, bad input, the
-feature-registry rules on a branch, and what happens to a deleted branch."""
+feature registrations of a branch, and what happens to a deleted branch."""
 
 from __future__ import annotations
 
@@ -187,16 +187,21 @@ def test_delete_rules(wh: omnitable.Warehouse) -> None:
     assert names(t.branches()) == ["main"] and names(t.tags()) == ["main_pin"]
 
 
-def test_features_are_registered_on_main_only(wh: omnitable.Warehouse) -> None:
+def test_a_feature_registered_on_a_branch_stays_on_it(wh: omnitable.Warehouse) -> None:
     t = base_table(wh)
     b = t.create_branch("exp")
-    counts = catalog_counts(wh)
-    with pytest.raises(ValidationError, match="on branch 'exp'.*main"):
-        b.register(LEN)
-    assert catalog_counts(wh) == counts and b.features() == [] and t.features() == []
+    v = b.register(LEN)
+    assert v is not None and [f.name for f in b.features()] == ["x_len"]
+    assert t.features() == [] and "x_len" not in t.schema.names  # main never sees it
+    assert "x_len" in b.schema.names
+    other = t.create_branch("other")  # a branch of main does not see it either
+    assert other.features() == []
+    t.register(omnitable.sql_feature("x_len", "length(s) + 1", "int", "1"))  # main's own
+    assert [f.name for f in t.features()] == ["x_len"]
+    assert b.features()[0].expr != t.features()[0].expr
 
 
-def test_undoing_a_registration_main_made_before_the_fork_is_refused(
+def test_undoing_a_registration_on_a_branch_leaves_main_registered(
     wh: omnitable.Warehouse,
 ) -> None:
     t = base_table(wh)
@@ -204,14 +209,13 @@ def test_undoing_a_registration_main_made_before_the_fork_is_refused(
     assert registered is not None
     b = t.create_branch("exp")
     b.delete(ids=[0])
-    counts, head = catalog_counts(wh), b.version
-    with pytest.raises(ValidationError, match="registration of feature.*x_len"):
-        b.rollback(registered - 1)
-    with pytest.raises(ValidationError, match="x_len"):
-        b.revert(registered)
-    assert catalog_counts(wh) == counts and b.version == head
-    assert [f.name for f in b.features()] == ["x_len"]
-    b.rollback(registered)  # back to the fork: the registration stays
+    b.rollback(registered - 1)  # before main's registration: gone on the branch only
+    assert b.features() == [] and "x_len" not in b.schema.names
+    assert [f.name for f in t.features()] == ["x_len"] and "x_len" in t.schema.names
+    c = t.create_branch("exp2")
+    c.revert(registered)  # undo main's registration on the branch
+    assert c.features() == [] and [f.name for f in t.features()] == ["x_len"]
+    b.rollback(registered)  # back to the fork's state: registered again on the branch
     assert rows(b) == rows(t) and [f.name for f in b.features()] == ["x_len"]
 
 

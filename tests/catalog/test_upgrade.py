@@ -57,13 +57,41 @@ V3_COLUMNS = """CREATE TABLE columns (
 )"""
 
 
+V4_FEATURES = """CREATE TABLE features (
+    table_id        TEXT NOT NULL,
+    name            TEXT NOT NULL,
+    version         TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    definition      TEXT NOT NULL,
+    fingerprint     TEXT NOT NULL,
+    registered_at   TEXT NOT NULL,
+    registered_version BIGINT NOT NULL,
+    PRIMARY KEY (table_id, name, version)
+)"""
+_FEATURE_COLUMNS = (
+    "table_id, name, version, kind, definition, fingerprint, registered_at, registered_version"
+)
+
+
 def _as_version_4(store: CatalogStore) -> None:
-    """Rewrite a version-5 catalog (main only: no removals) into the version-4 layout."""
+    """Rewrite a version-5 catalog (main only: no removals; one registration per feature
+    version) into the version-4 layout."""
     with store.write() as conn:
         assert conn.execute(text("SELECT COUNT(*) FROM removals")).scalar() == 0
         conn.execute(text("DROP INDEX removals_by_branch"))
         conn.execute(text("DROP TABLE removals"))
         conn.execute(text("ALTER TABLE refs DROP COLUMN max_age_s"))
+        conn.execute(text("ALTER TABLE features RENAME TO features_v5"))
+        if not store.is_sqlite:
+            conn.execute(text("ALTER TABLE features_v5 RENAME CONSTRAINT features_pkey TO f5_pkey"))
+        conn.execute(text(V4_FEATURES))
+        conn.execute(
+            text(
+                f"INSERT INTO features ({_FEATURE_COLUMNS}) SELECT {_FEATURE_COLUMNS} "
+                "FROM features_v5"
+            )
+        )
+        conn.execute(text("DROP TABLE features_v5"))
         conn.execute(text("UPDATE omnitable_meta SET value = '4' WHERE key = 'schema_version'"))
 
 

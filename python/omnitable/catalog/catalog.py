@@ -20,7 +20,14 @@ from sqlalchemy.exc import IntegrityError
 from omnitable._failpoints import failpoint
 from omnitable.catalog import branch_merge, lineage, refs
 from omnitable.catalog.address import CatalogAddress
-from omnitable.catalog.commit import CommitRequest, NewColumn, commit, find_commit, utcnow
+from omnitable.catalog.commit import (
+    CommitRequest,
+    NewColumn,
+    commit,
+    find_commit,
+    utcnow,
+)
+from omnitable.catalog.features import feature_rows
 from omnitable.catalog.records import ColumnRecord, CommitRecord, TableRecord
 from omnitable.catalog.snapshot import (
     FULL_SCOPE,
@@ -432,17 +439,20 @@ class Catalog:
 
     # -- features -------------------------------------------------------------------------
 
-    def feature_rows(self, table: TableRecord, name: str | None = None) -> list[dict[str, Any]]:
-        """Registered feature versions, oldest registration first in catalog (commit) order,
-        optionally of one name."""
-        q = "SELECT * FROM features WHERE table_id = :t"
-        params: dict[str, Any] = {"t": table.table_id}
-        if name is not None:
-            q += " AND name = :n"
-            params["n"] = name
+    def feature_rows(
+        self,
+        table: TableRecord,
+        name: str | None = None,
+        branch: str = MAIN,
+        version: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Feature registrations visible at ``version`` (default: the head) of ``branch``,
+        oldest first in catalog (commit) order, optionally of one name (the current version of
+        a feature is its last)."""
         with self.store.read() as conn:
-            rows = conn.execute(text(q + " ORDER BY registered_version, name, version"), params)
-            return [{**dict(r._mapping), "definition": json.loads(r.definition)} for r in rows]
+            segments, _, _ = segments_for(conn, table, branch=branch, version=version)
+            rows = feature_rows(conn, table.table_id, segments, name)
+        return [{**r, "definition": json.loads(r["definition"])} for r in rows]
 
     # -- lineage ----------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from sqlalchemy import Connection, text
 
 from omnitable._failpoints import failpoint
+from omnitable.catalog.features import feature_rows
 from omnitable.catalog.records import TableRecord
 from omnitable.catalog.removals import end_rows
 from omnitable.catalog.rollback import apply_revert, apply_rollback
@@ -438,7 +439,7 @@ def _validate(
     _check_keys(conn, t, req, head)
     _check_column_binding(req, column_ids)
     _check_group_ownership(conn, t, req, segments)
-    _check_feature_versions(conn, t, req)
+    _check_feature_versions(conn, t, req, segments)
     if concurrent:  # nothing the operation read can have changed otherwise
         _check_expected_providers(conn, t, req, segments, column_ids)
     _check_deletions(conn, t, req, segments)
@@ -795,12 +796,12 @@ def _check_feature_conflicts(conn: Connection, t: str, req: CommitRequest) -> No
     since then may make that graph invalid (e.g. a cycle), so it conflicts."""
     if not req.features:
         return
-    rows = conn.execute(
+    rows = conn.execute(  # after the base, the branch's history is the branch's own commits
         text(
             "SELECT name, version FROM features WHERE table_id = :t AND registered_version > :v "
-            "ORDER BY registered_version"
+            "AND branch = :b ORDER BY registered_version"
         ),
-        {"t": t, "v": req.base_version},
+        {"t": t, "v": req.base_version, "b": req.branch},
     ).all()
     if rows:
         names = ", ".join(f"{r.name}@{r.version}" for r in rows)
@@ -883,23 +884,19 @@ def _check_group_is_not_new(
         )
 
 
-def current_feature_versions(conn: Connection, t: str) -> dict[str, str]:
-    """Feature name -> its current version (the order of ``Catalog.feature_rows``: last wins)."""
-    rows = conn.execute(
-        text(
-            "SELECT name, version FROM features WHERE table_id = :t "
-            "ORDER BY registered_version, name, version"
-        ),
-        {"t": t},
-    )
-    return {r.name: r.version for r in rows}
+def current_feature_versions(conn: Connection, t: str, segments: list[Segment]) -> dict[str, str]:
+    """Feature name -> its current version in ``segments`` (the order of
+    :func:`feature_rows`: last wins)."""
+    return {r["name"]: r["version"] for r in feature_rows(conn, t, segments)}
 
 
-def _check_feature_versions(conn: Connection, t: str, req: CommitRequest) -> None:
+def _check_feature_versions(
+    conn: Connection, t: str, req: CommitRequest, segments: list[Segment]
+) -> None:
     """The feature versions an operation computed must still be current at the head."""
     if not req.feature_versions:
         return
-    current = current_feature_versions(conn, t)
+    current = current_feature_versions(conn, t, segments)
     for name, version in sorted(req.feature_versions.items()):
         now = current.get(name)
         if now != version:
@@ -1127,29 +1124,21 @@ def _insert_lineage(
 
 
 def _upsert_features(conn: Connection, t: str, req: CommitRequest, version: int, now: str) -> None:
-    for f in req.features:
-        params = {"t": t, "n": f.name, "v": f.version, "now": now, "rv": version}
-        updated = conn.execute(
+    """One row per feature version registered (or made current again) by this commit."""
+    if req.features:
+        conn.execute(
             text(
-                "UPDATE features SET registered_at = :now, registered_version = :rv "
-                "WHERE table_id = :t AND name = :n AND version = :v"
+                "INSERT INTO features (table_id, name, version, kind, definition, fingerprint, "
+                "registered_at, registered_version, branch) VALUES (:t, :n, :v, :k, :d, :fp, "
+                ":now, :rv, :b)"
             ),
-            params,
-        ).rowcount
-        if not updated:
-            conn.execute(
-                text(
-                    "INSERT INTO features (table_id, name, version, kind, definition, fingerprint, "
-                    "registered_at, registered_version) VALUES (:t, :n, :v, :k, :d, :fp, :now, "
-                    ":rv)"
-                ),
-                {
-                    **params,
-                    "k": f.kind,
-                    "d": json.dumps(f.definition, sort_keys=True),
-                    "fp": f.fingerprint,
-                },
-            )
+            [
+                {"t": t, "n": f.name, "v": f.version, "now": now, "rv": version, "k": f.kind,
+                 "d": json.dumps(f.definition, sort_keys=True), "fp": f.fingerprint,
+                 "b": req.branch}
+                for f in req.features
+            ],
+        )  # fmt: skip
 
 
 def _apply_removals(

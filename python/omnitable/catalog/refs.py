@@ -26,6 +26,7 @@ REF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 # Tables whose rows carry the branch they were written on; a deleted branch's rows move aside.
 BRANCH_TABLES = (
     "commits", "columns", "batches", "fragments", "files", "deletion_vectors", "removals",
+    "features",
 )  # fmt: skip
 DELETED_PREFIX = "~deleted~"
 

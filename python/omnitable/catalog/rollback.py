@@ -27,13 +27,13 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from omnitable.catalog.features import feature_rows
 from omnitable.catalog.records import FileRecord, TableRecord
 from omnitable.catalog.removals import end_rows
 from omnitable.catalog.sets import ColumnSet, insert_missing_sets
 from omnitable.catalog.snapshot import Segment, Snapshot, all_columns, load_snapshot
 from omnitable.catalog.sql import in_list
-from omnitable.exceptions import CommitConflict, ValidationError
-from omnitable.vocabulary.names import MAIN
+from omnitable.exceptions import CommitConflict
 
 
 def apply_rollback(
@@ -57,7 +57,7 @@ def apply_rollback(
     ctx.remove_by_fragment(removed_frags)
     files = ctx.files(old, head, frag_ids)
     vectors = ctx.vectors(old, head, frag_ids, batch_ids)
-    ctx.features(target)
+    ctx.features(old.segments)
     return {"batches": len(batch_ids), "fragments": len(frag_ids), "files": files,
             "vectors": vectors}  # fmt: skip
 
@@ -209,83 +209,42 @@ class _Rollback:
         )
         return len(changed)
 
-    def unregister(self, reverted: int, parent: int) -> None:
+    def unregister(self, reverted: int, parent: list[Segment]) -> None:
         """Feature versions registered by commit ``reverted`` and still current give way to
-        the version current at ``parent`` (a feature new in it has its outputs removed, which
-        makes it not current)."""
-        if self._refuse_registry_change(parent, f"revert version {reverted}"):
-            return
-        rows = self.conn.execute(
-            text("SELECT name, version, registered_version FROM features WHERE table_id = :t"),
-            {"t": self.t},
-        ).all()
-        latest: dict[str, tuple[int, str]] = {}
-        then: dict[str, tuple[int, str]] = {}
-        for name, version, registered in rows:
-            latest[name] = max(latest.get(name, (-1, "")), (int(registered), version))
-            if int(registered) <= parent:
-                then[name] = max(then.get(name, (-1, "")), (int(registered), version))
-        for name, (registered, _) in latest.items():
+        the version current at its parent (``parent``: its segments; a feature new in it has
+        its outputs removed, which makes it not current)."""
+        then = self._current(parent)
+        for name, (registered, _) in self._current(self.segments).items():
             if registered == reverted and name in then:
                 self._make_current(name, then[name][1])
 
+    def _current(self, segments: list[Segment]) -> dict[str, tuple[int, str]]:
+        """Feature name -> (registered_version, version) of its current row in ``segments``."""
+        out: dict[str, tuple[int, str]] = {}
+        for r in feature_rows(self.conn, self.t, segments):
+            out[r["name"]] = (int(r["registered_version"]), r["version"])
+        return out
+
     def _make_current(self, name: str, version: str) -> None:
+        """A new row for ``version`` of feature ``name`` (a copy of its first registration),
+        registered by this commit on this branch."""
         self.conn.execute(
             text(
-                "UPDATE features SET registered_version = :v WHERE table_id = :t AND "
-                "name = :n AND version = :fv"
+                "INSERT INTO features (table_id, name, version, kind, definition, fingerprint, "
+                "registered_at, registered_version, branch) SELECT table_id, name, version, kind, "
+                "definition, fingerprint, registered_at, :v, :b FROM features WHERE table_id = :t "
+                "AND name = :n AND version = :fv AND registered_version = (SELECT "
+                "MIN(registered_version) FROM features WHERE table_id = :t AND name = :n AND "
+                "version = :fv)"
             ),
-            {"v": self.version, "t": self.t, "n": name, "fv": version},
+            {"v": self.version, "b": self.branch, "t": self.t, "n": name, "fv": version},
         )
 
-    def _branch_registrations_after(self, version: int) -> list[str]:
-        """Features registered after ``version`` in this branch's history (a branch other than
-        main: registrations happen on main, so these are main's before the fork)."""
-        inside = " OR ".join(
-            f"(c.branch = :b{i} AND c.version <= :u{i})" for i in range(len(self.segments))
-        )
-        params: dict[str, Any] = {"t": self.t, "v": version}
-        for i, (b, u) in enumerate(self.segments):
-            params[f"b{i}"], params[f"u{i}"] = b, u
-        rows = self.conn.execute(
-            text(
-                "SELECT DISTINCT f.name FROM features f JOIN commits c ON c.table_id = f.table_id "
-                "AND c.version = f.registered_version WHERE f.table_id = :t AND "
-                f"f.registered_version > :v AND ({inside}) ORDER BY f.name"
-            ),
-            params,
-        ).all()
-        return [r.name for r in rows]
-
-    def _refuse_registry_change(self, version: int, what: str) -> bool:
-        """On a branch other than main (features are registered on main), refuse ``what`` when
-        it would undo a registration; returns True when the registry is left alone."""
-        if self.branch == MAIN:
-            return False
-        names = self._branch_registrations_after(version)
-        if names:
-            raise ValidationError(
-                f"Cannot {what} on branch '{self.branch}': it would undo the registration of "
-                f"feature(s) {', '.join(names)}, which main made before the branch forked; "
-                "feature registrations are changed on main only"
-            )
-        return True
-
-    def features(self, target: int) -> None:
-        """The version of each feature that was current at ``target`` is current again."""
-        if self._refuse_registry_change(target, f"roll back to version {target}"):
-            return
-        rows = self.conn.execute(
-            text("SELECT name, version, registered_version FROM features WHERE table_id = :t"),
-            {"t": self.t},
-        ).all()
-        current: dict[str, tuple[int, str]] = {}
-        then: dict[str, tuple[int, str]] = {}
-        for name, version, registered in rows:
-            current[name] = max(current.get(name, (-1, "")), (int(registered), version))
-            if int(registered) <= target:
-                then[name] = max(then.get(name, (-1, "")), (int(registered), version))
-        for name, (_, version) in then.items():
+    def features(self, target: list[Segment]) -> None:
+        """The version of each feature that was current at the target (``target``: its
+        segments) is current again."""
+        current = self._current(self.segments)
+        for name, (_, version) in self._current(target).items():
             if current[name][1] != version:
                 self._make_current(name, version)
 
@@ -344,7 +303,7 @@ def apply_revert(
         )
     ctx = _Rollback(conn, table.table_id, branch, version, head.segments)
     counts = diff.apply(ctx)
-    ctx.unregister(reverted, int(parent))
+    ctx.unregister(reverted, before.segments)
     return {**counts, "stale": sorted(readers)}
 
 

@@ -235,10 +235,13 @@ CREATE INDEX IF NOT EXISTS deletion_vectors_by_fragment ON deletion_vectors (tab
 -- Live row counts per batch subtract the deleted rows of the batch's visible vectors.
 CREATE INDEX IF NOT EXISTS deletion_vectors_by_batch ON deletion_vectors (table_id, batch_id)
 ;
--- Registered features, every version ever registered. `definition` is a JSON document
--- (inputs, outputs, kind, import reference or SQL, preferences); `fingerprint` hashes the code.
--- `registered_version` is the table version whose commit (re-)registered it: the current version
--- of a feature is the row with the highest `registered_version` (catalog order, not wall clock).
+-- Registered features: one row per registration of a feature version. `definition` is a JSON
+-- document (inputs, outputs, kind, import reference or SQL, preferences); `fingerprint` hashes
+-- the code. `registered_version` is the table version whose commit (re-)registered it, on
+-- `branch`: a row is visible in a snapshot when (branch, registered_version) lies inside one of
+-- its segments, and the current version of a feature there is its visible row with the highest
+-- `registered_version` (catalog order, not wall clock). Making an older version current again
+-- (a rollback, a revert, a merge) adds a row for it; rows are never updated.
 CREATE TABLE IF NOT EXISTS features (
     table_id        TEXT NOT NULL,
     name            TEXT NOT NULL,
@@ -248,7 +251,8 @@ CREATE TABLE IF NOT EXISTS features (
     fingerprint     TEXT NOT NULL,
     registered_at   TEXT NOT NULL,
     registered_version BIGINT NOT NULL,
-    PRIMARY KEY (table_id, name, version)
+    branch          TEXT NOT NULL,
+    PRIMARY KEY (table_id, name, version, registered_version)
 )
 ;
 -- Runs: one execution (ingest, backfill, governance) with plan, status, timings and metrics.

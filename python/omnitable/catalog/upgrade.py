@@ -6,7 +6,9 @@ files (``column_sets``) plus one ``stats`` value per file; batches get their row
 counts. Version 3 -> 4: the ``deletion_vectors`` table (empty: no older release deletes rows),
 and ``columns`` keyed by (table, column, added_version) so a column can have a row per rename,
 retire and restore. Version 4 -> 5: the ``removals`` table (empty: no older release commits on a
-branch other than main) and the tags' retention ``refs.max_age_s``.
+branch other than main), the tags' retention ``refs.max_age_s``, and ``features`` rows per
+registration and branch (keyed by (table, name, version, registered_version); every old row is
+main's).
 An older catalog goes through every step from its version. Everything runs in one write transaction: a crash or
 an error leaves the older catalog as it was.
 """
@@ -59,7 +61,7 @@ def upgrade_catalog(address: CatalogAddress) -> tuple[int, int]:
                 _upgrade_2_to_3(conn, store.is_sqlite)
             if str(found) in ("2", "3"):
                 _upgrade_3_to_4(conn, store.is_sqlite)
-            _upgrade_4_to_5(conn)
+            _upgrade_4_to_5(conn, store.is_sqlite)
             conn.execute(
                 text("UPDATE omnitable_meta SET value = :v WHERE key = 'schema_version'"),
                 {"v": str(target)},
@@ -116,11 +118,29 @@ def _upgrade_3_to_4(conn: Connection, is_sqlite: bool) -> None:
     conn.execute(text("DROP TABLE columns_v3"))
 
 
-def _upgrade_4_to_5(conn: Connection) -> None:
-    """Create ``removals`` and give ``refs`` the tags' retention column."""
-    for stmt in schema_statements():  # IF NOT EXISTS: creates removals and its index
+_FEATURES = (
+    "table_id, name, version, kind, definition, fingerprint, registered_at, registered_version"
+)
+
+
+def _upgrade_4_to_5(conn: Connection, is_sqlite: bool) -> None:
+    """Create ``removals``, give ``refs`` the tags' retention column, re-key ``features`` with
+    a branch (a table rebuild: SQLite cannot change a key in place)."""
+    if not is_sqlite:  # the new table's key takes the usual name
+        conn.execute(
+            text("ALTER TABLE features RENAME CONSTRAINT features_pkey TO features_v4_pkey")
+        )
+    conn.execute(text("ALTER TABLE features RENAME TO features_v4"))
+    for stmt in schema_statements():  # IF NOT EXISTS: creates removals, its index, features
         conn.execute(text(stmt))
     conn.execute(text("ALTER TABLE refs ADD COLUMN max_age_s BIGINT"))
+    conn.execute(
+        text(
+            f"INSERT INTO features ({_FEATURES}, branch) SELECT {_FEATURES}, 'main' "
+            "FROM features_v4"
+        )
+    )
+    conn.execute(text("DROP TABLE features_v4"))
 
 
 def _copy_table_files(conn: Connection, table_id: str) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 from omnitable.catalog.commit import (
     ColumnChange,
     CommitRequest,
+    FeatureRow,
     LineageEntry,
     NewColumn,
     NewDeletion,
@@ -46,7 +47,8 @@ class MergeResult:
     ``fast_forward``: the target took the source's rows as they were; ``base_version``: the
     merge base; ``cells``: (fragment, column) cells adopted; ``batches``: batches copied or
     removed; ``deletes``: fragments whose deleted rows changed; ``columns``: columns added or
-    renamed, retired, restored; ``resolved``: conflicts the strategy resolved."""
+    renamed, retired, restored; ``features``: feature versions registered; ``resolved``:
+    conflicts the strategy resolved."""
 
     version: int | None
     fast_forward: bool
@@ -56,6 +58,7 @@ class MergeResult:
     batches: int = 0
     deletes: int = 0
     columns: int = 0
+    features: int = 0
     resolved: list[Conflict] = field(default_factory=list)
 
 
@@ -99,9 +102,10 @@ def _merge_once(ctx: TableContext, source: str, into: str, strategy: str) -> Mer
         version = catalog.fast_forward(record, source, into, source_head)
         return MergeResult(version, True, base_version, source_head)
     views = [
-        View.of(ctx.snapshot(branch=b, version=v), catalog.columns_at(record, b, v))
+        View.of(ctx.snapshot(branch=b, version=v), catalog.columns_at(record, b, v),
+                catalog.feature_rows(record, None, b, v))
         for b, v in ((base_branch, base_version), (source, source_head), (into, target_head))
-    ]
+    ]  # fmt: skip
     base, src, dst = views
     plan = diff(base, src, dst)
     plan.conflicts += check_rows(ctx, plan, base, src, dst)
@@ -133,6 +137,7 @@ def _counts(plan: Diff) -> dict[str, int]:
         "batches": len(plan.copy_batches) + len(plan.remove_batches),
         "deletes": sum(1 for f in plan.fragments if f.mask is not None),
         "columns": len(plan.new_columns) + len(plan.changed_columns),
+        "features": len(plan.features),
     }
 
 
@@ -185,6 +190,7 @@ class _Request:
         self.lineage_files: list[tuple[FileRecord, str, list[int]]] = []
 
     def build(self, plan: Diff, theirs: bool) -> CommitRequest:
+        self._features(plan, theirs)
         self._columns(plan, theirs)
         for name in plan.copy_batches + (_conflict_batches(plan) if theirs else []):
             self._remove_batch(name)
@@ -202,6 +208,16 @@ class _Request:
             self._theirs_cells(plan)
         self._lineage()
         return self.req
+
+    def _features(self, plan: Diff, theirs: bool) -> None:
+        rows = list(plan.features)
+        if theirs:
+            rows += [self.src.features[c.where] for c in plan.conflicts if c.kind == "feature"]
+        for r in rows:
+            self.req.features.append(
+                FeatureRow(r["name"], r["version"], r["kind"], r["definition"],
+                           r["fingerprint"])
+            )  # fmt: skip
 
     def _columns(self, plan: Diff, theirs: bool) -> None:
         changed = list(plan.changed_columns)

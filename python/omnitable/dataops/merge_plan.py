@@ -10,6 +10,7 @@ its id (ids are unique per table across branches).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -22,8 +23,9 @@ class Conflict:
     """One thing both branches changed differently. ``kind``: ``cell`` (a column of a fragment
     provided by different files), ``rows`` (rows deleted on one side and changed on the other),
     ``batch`` (a batch replaced or changed on both sides, or changed on one and replaced on the
-    other), ``column`` (renamed, retired or restored differently, or added under one name), or
-    ``key`` (a keyed table's key inserted on both). ``where``: the fragment path, batch name or
+    other), ``column`` (renamed, retired or restored differently, or added under one name),
+    ``feature`` (a feature's current version changed differently) or ``key`` (a keyed table's
+    key inserted on both). ``where``: the fragment path, batch name or
     column name; ``column``: the column of a cell or rows; ``source`` / ``target``: what each
     side has (a file path, ``deleted``, a name ...)."""
 
@@ -44,10 +46,14 @@ class View:
     frags: dict[str, FragmentRecord] = field(default_factory=dict)
     batches: dict[str, tuple[str, ...]] = field(default_factory=dict)
     columns: dict[int, ColumnRecord] = field(default_factory=dict)  # retired ones too
+    features: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> current row
 
     @classmethod
-    def of(cls, snap: Snapshot, columns: list[ColumnRecord]) -> View:
+    def of(
+        cls, snap: Snapshot, columns: list[ColumnRecord], features: list[dict[str, Any]]
+    ) -> View:
         view = cls(snap, columns={c.column_id: c for c in columns})
+        view.features = {r["name"]: r for r in features}  # oldest first: the last one wins
         paths: dict[str, list[str]] = {}
         for frag in snap.fragments:  # in the table's row order: seq order within a batch
             view.frags[frag.path] = frag
@@ -98,6 +104,7 @@ class Diff:
     fragments: list[FragmentMerge] = field(default_factory=list)
     copy_batches: list[str] = field(default_factory=list)  # from the source, whole
     remove_batches: list[str] = field(default_factory=list)  # on the target
+    features: list[dict[str, Any]] = field(default_factory=list)  # source rows to register
     new_columns: list[int] = field(default_factory=list)  # source column ids to add
     changed_columns: list[int] = field(default_factory=list)  # source column ids to apply
     conflicts: list[Conflict] = field(default_factory=list)
@@ -107,12 +114,14 @@ class Diff:
 
     def changes(self) -> int:
         return (len(self.fragments) + len(self.copy_batches) + len(self.remove_batches)
-                + len(self.new_columns) + len(self.changed_columns))  # fmt: skip
+                + len(self.new_columns) + len(self.changed_columns)
+                + len(self.features))  # fmt: skip
 
 
 def diff(base: View, source: View, target: View) -> Diff:
     """The three-way diff of ``source`` into ``target`` against ``base``."""
     out = Diff()
+    _diff_features(base, source, target, out)
     _diff_columns(base, source, target, out)
     changed_batches = _diff_batches(base, source, target, out)
     for path in source.frags.keys() & base.frags.keys():
@@ -131,6 +140,23 @@ def diff(base: View, source: View, target: View) -> Diff:
 
 def _fragment_changed(a: View, b: View, path: str) -> bool:
     return a.file_paths(path) != b.file_paths(path) or a.vector(path) != b.vector(path)
+
+
+def _diff_features(base: View, source: View, target: View, out: Diff) -> None:
+    """A feature whose current version the source changed (registered, or made an older one
+    current) and the target did not is registered on the target with the source's row."""
+    for name, row in sorted(source.features.items()):
+        was, now = _version(base.features.get(name)), _version(target.features.get(name))
+        if row["version"] == was or row["version"] == now:
+            continue
+        if now != was:
+            out.conflicts.append(Conflict("feature", name, None, row["version"], str(now)))
+        else:
+            out.features.append(row)
+
+
+def _version(row: dict[str, Any] | None) -> str | None:
+    return None if row is None else str(row["version"])
 
 
 def _diff_columns(base: View, source: View, target: View, out: Diff) -> None:

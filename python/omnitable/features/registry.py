@@ -17,7 +17,7 @@ from omnitable.catalog.commit import CommitRequest, FeatureRow, NewColumn
 from omnitable.exceptions import NotFoundError, ValidationError
 from omnitable.features.definition import Feature, check_importable
 from omnitable.features.graph import FeatureGraph
-from omnitable.vocabulary.names import APPEND_NAME, MAIN
+from omnitable.vocabulary.names import APPEND_NAME
 
 if TYPE_CHECKING:
     from omnitable.catalog.snapshot import Snapshot
@@ -34,7 +34,7 @@ def current_features(ctx: TableContext) -> dict[str, Feature]:
     _, columns = ctx.all_columns()
     active = {c.name for c in columns if c.state == "active"}
     out: dict[str, Feature] = {}
-    for row in ctx.catalog.feature_rows(ctx.record):
+    for row in ctx.feature_rows():
         f = Feature.from_definition(row["definition"], row["fingerprint"])
         if active.issuperset(f.outputs):  # else retired, or rolled back to before it
             out[row["name"]] = f
@@ -42,10 +42,12 @@ def current_features(ctx: TableContext) -> dict[str, Feature]:
 
 
 def feature_versions(ctx: TableContext, name: str) -> list[Feature]:
-    rows = ctx.catalog.feature_rows(ctx.record, name)
+    rows = ctx.feature_rows(name)
     if not rows:
         raise NotFoundError(f"Cannot find feature '{name}' on table '{ctx.name}'")
-    return [Feature.from_definition(r["definition"], r["fingerprint"]) for r in rows]
+    latest = {r["version"]: r for r in rows}  # a version made current again has several rows
+    ordered = sorted(latest.values(), key=lambda r: r["registered_version"])
+    return [Feature.from_definition(r["definition"], r["fingerprint"]) for r in ordered]
 
 
 def table_graph(ctx: TableContext) -> FeatureGraph:
@@ -93,13 +95,6 @@ def register(ctx: TableContext, features: tuple[Feature, ...]) -> int | None:
     new_columns, removed = _column_changes(snap, current, resolved)
     if not rows and not new_columns and not removed:
         return None
-    if ctx.branch != MAIN:
-        raise ValidationError(
-            f"Cannot register feature(s) {', '.join(names)} on branch '{ctx.branch}' of table "
-            f"'{ctx.name}': the feature registry is the table's, so features are registered on "
-            "main; register them there, then back-fill them on a branch created after the "
-            "registration"
-        )
     req = CommitRequest(
         op="register",
         base_version=snap.version,
@@ -154,7 +149,7 @@ def _column_changes(
 
 
 def _check_version_rule(ctx: TableContext, f: Feature) -> None:
-    for row in ctx.catalog.feature_rows(ctx.record, f.name):
+    for row in ctx.feature_rows(f.name):
         if row["version"] != f.version:
             continue
         stored = row["definition"]
