@@ -11,7 +11,7 @@ from sqlalchemy import Connection, text
 
 from omnitable.catalog.records import TableRecord
 from omnitable.catalog.refs import BRANCH_TABLES, get_ref
-from omnitable.catalog.snapshot import REMOVABLE_ID, Segment, segments_for
+from omnitable.catalog.snapshot import REMOVABLE_ID, Segment, segments_for, within_clause
 from omnitable.exceptions import CommitConflict
 
 MERGE_OP = "merge"
@@ -42,14 +42,9 @@ def _merged_versions(
 ) -> list[int]:
     """The source versions that merges recorded in ``segs``' history brought from ``source``."""
     params: dict[str, Any] = {"t": table.table_id, "op": MERGE_OP}
-    parts = []
-    for i, (b, u) in enumerate(segs):
-        params[f"b{i}"], params[f"u{i}"] = b, u
-        parts.append(f"(branch = :b{i} AND version <= :u{i})")
+    within = within_clause("version", segs, params)
     rows = conn.execute(
-        text(
-            f"SELECT summary FROM commits WHERE table_id = :t AND op = :op AND ({' OR '.join(parts)})"
-        ),
+        text(f"SELECT summary FROM commits WHERE table_id = :t AND op = :op AND {within}"),
         params,
     )
     out = []

@@ -37,6 +37,7 @@ from omnitable.catalog.snapshot import (
     batch_counts,
     load_snapshot,
     segments_for,
+    within_clause,
 )
 from omnitable.catalog.sql import gc_paused
 from omnitable.catalog.store import CatalogStore
@@ -354,14 +355,11 @@ class Catalog:
         with self.store.read() as conn:
             segments, _, _ = segments_for(conn, table, branch=branch)
             params: dict[str, Any] = {"t": table.table_id}
-            parts = []
-            for i, (b, u) in enumerate(segments):
-                params[f"b{i}"], params[f"u{i}"] = b, u
-                parts.append(f"(branch = :b{i} AND version <= :u{i})")
+            within = within_clause("version", segments, params)
             rows = conn.execute(
                 text(
                     "SELECT version, parent_version, branch, op, run_id, summary, committed_at "
-                    f"FROM commits WHERE table_id = :t AND ({' OR '.join(parts)}) "
+                    f"FROM commits WHERE table_id = :t AND {within} "
                     "ORDER BY version DESC" + ("" if limit is None else f" LIMIT {int(limit)}")
                 ),
                 params,

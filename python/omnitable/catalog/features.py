@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from omnitable.catalog.snapshot import Segment
+from omnitable.catalog.snapshot import Segment, within_clause
 
 
 def feature_rows(
@@ -16,11 +16,7 @@ def feature_rows(
     """The feature rows visible in ``segments`` (of one ``name``), oldest registration first in
     catalog (commit) order; ``definition`` still JSON text."""
     params: dict[str, Any] = {"t": t}
-    parts = []
-    for i, (b, u) in enumerate(segments):
-        params[f"fb{i}"], params[f"fu{i}"] = b, u
-        parts.append(f"(branch = :fb{i} AND registered_version <= :fu{i})")
-    where = f"table_id = :t AND ({' OR '.join(parts)})"
+    where = f"table_id = :t AND {within_clause('registered_version', segments, params)}"
     if name is not None:
         where += " AND name = :n"
         params["n"] = name

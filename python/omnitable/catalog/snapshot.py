@@ -123,6 +123,16 @@ def _branch_segments(conn: Connection, table: TableRecord, branch: str, upto: in
     return out
 
 
+def within_clause(version_col: str, segments: list[Segment], params: dict[str, Any]) -> str:
+    """SQL condition: the row's ``branch`` and ``version_col`` lie inside one of ``segments``
+    (a commit, a feature registration of the snapshot's history); adds params."""
+    parts = []
+    for i, (branch, upto) in enumerate(segments):
+        params[f"in_b{i}"], params[f"in_u{i}"] = branch, upto
+        parts.append(f"(branch = :in_b{i} AND {version_col} <= :in_u{i})")
+    return "(" + " OR ".join(parts) + ")"
+
+
 # The id of a row of each versioned table, as ``removals.row_id`` holds it ({a}: the alias).
 REMOVABLE_ID = {
     "batches": "{a}.batch_id",
