@@ -195,7 +195,7 @@ class _Request:
         for name in plan.copy_batches + (_conflict_batches(plan) if theirs else []):
             self._remove_batch(name)
             if name in self.src.batches:
-                self._copy_batch(name)
+                self._copy_batch(name, plan.key_drops)
         for name in plan.remove_batches:
             self._remove_batch(name)
         for fm in plan.fragments:
@@ -250,7 +250,9 @@ class _Request:
         paths = self.dst.batches.get(name, ())
         self.req.removed_fragments += [self.dst.frags[p].fragment_id for p in paths]
 
-    def _copy_batch(self, name: str) -> None:
+    def _copy_batch(self, name: str, key_drops: dict[str, np.ndarray]) -> None:
+        """Copy batch ``name`` from the source: new catalog rows, the same fragment directories
+        and deleted rows, plus the rows whose keys the target inserted too (``ours``)."""
         batch_id = uuid.uuid4().hex
         self.req.new_batches.append((batch_id, name))
         for seq, path in enumerate(self.src.batches[name]):
@@ -262,7 +264,13 @@ class _Request:
                     new.files.append(file)
             self.req.new_fragments.append(new)
             dv = self.src.snap.deletion(frag.fragment_id)
-            if dv is not None:
+            if path in key_drops:
+                mask = self.src.mask(path).copy()
+                mask[key_drops[path]] = True
+                self.req.deletions.append(
+                    NewDeletion(new.fragment_id, batch_id, int(mask.sum()), encode_vector(mask))
+                )
+            elif dv is not None:
                 self.req.deletions.append(
                     NewDeletion(new.fragment_id, batch_id, dv.deleted_count, dv.vector)
                 )
