@@ -336,3 +336,124 @@ def head_state_keyed(k: omnitable.Table) -> tuple[int, int, dict[str, int]]:
 def _by_key(k: omnitable.Table) -> dict[str, int]:
     got = k.read(["key", "v"]).to_pylist()
     return {r["key"]: r["v"] for r in got}
+
+
+# -- merging again, rebasing ----------------------------------------------------------------
+
+
+def test_merging_again_brings_only_the_newer_changes(t: omnitable.Table) -> None:
+    a = t.create_branch("a")
+    set_col(a, "s", {1: "A1"})
+    set_col(t, "y", {2: 22.0})
+    first = t.merge("a")
+    assert not first.fast_forward and first.source_version == a.version
+    set_col(t, "s", {1: "M1"})  # main overwrites the cell it adopted from a
+    set_col(a, "s", {6: "A6"})  # a changes another fragment
+    second = t.merge("a")  # base: a's version the first merge brought, not the fork
+    assert second.base_version == first.source_version and second.cells == 1
+    assert not second.resolved
+    assert rows(t) == with_values(with_values(BASE, 0, {1: "M1", 6: "A6"}), 1, {2: 22.0})
+
+
+def test_merging_with_nothing_new_commits_nothing(t: omnitable.Table) -> None:
+    a = t.create_branch("a")
+    assert t.merge("a").version is None  # a never committed
+    set_col(a, "s", {1: "A1"})
+    set_col(t, "y", {2: 22.0})
+    t.merge("a")
+    before = head_state(t)
+    result = t.merge("a")
+    assert result.version is None and not result.fast_forward and result.cells == 0
+    assert head_state(t) == before
+    assert a.merge("main").version is not None  # the other way there is main's change
+    assert rows(a) == rows(t)
+
+
+def test_merge_commits_when_the_target_already_had_everything(t: omnitable.Table) -> None:
+    """ "ours" keeping every conflict still commits: the recorded source version is the next
+    merge's base, so the conflict is not reported again."""
+    a = t.create_branch("a")
+    set_col(a, "s", {1: "A1"})
+    set_col(t, "s", {2: "M2"})
+    before = rows(t)
+    result = t.merge("a", strategy="ours")
+    assert result.version == t.version and result.cells == 0 and len(result.resolved) == 1
+    assert rows(t) == before
+    assert t.merge("a").version is None
+    set_col(a, "y", {3: 33.0})
+    assert not t.merge("a").resolved  # only the new change, no old conflict
+    assert rows(t) == with_values(before, 1, {3: 33.0})
+
+
+def test_rebase_then_merge_back(t: omnitable.Table) -> None:
+    a = t.create_branch("a")
+    set_col(a, "s", {1: "A1"})
+    a.append(new_rows([30], "a"), "from_a")
+    set_col(t, "s", {6: "M6"})
+    t.append(new_rows([40], "m"), "from_main")
+    main_before = head_state(t)
+    rebased = t.rebase("a")
+    assert not rebased.fast_forward and rebased.version == a.version
+    assert head_state(t) == main_before  # a rebase commits on the branch only
+    want = with_values(BASE, 0, {1: "A1", 6: "M6"}) | {30: ("a30", 30.0), 40: ("m40", 40.0)}
+    assert rows(a) == want
+    set_col(a, "y", {6: 66.0})  # tested against the current main, the branch goes on
+    back = t.merge("a")
+    assert back.base_version == rebased.source_version  # the rebase is the merge base
+    assert (back.cells, back.batches) == (2, 1) and not back.resolved
+    assert rows(t) == with_values(want, 1, {6: 66.0}) == rows(a)
+    assert t.rebase("a").version is not None  # main's merge commit is new to a
+    assert t.rebase("a").version is None
+
+
+def test_rebase_conflict_with_the_strategies(t: omnitable.Table) -> None:
+    a = t.create_branch("a")
+    set_col(a, "s", {1: "A1"})
+    set_col(t, "s", {2: "M2"})
+    a_before = head_state(a)
+    with pytest.raises(MergeConflict):
+        t.rebase("a")
+    assert head_state(a) == a_before
+    t.rebase("a", strategy="ours")  # ours: the branch's side
+    assert rows(a) == with_values(BASE, 0, {1: "A1"})
+    t.merge("a")  # the conflict was settled on a: main takes a's cell
+    assert rows(t) == with_values(BASE, 0, {1: "A1"})
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+
+def test_bad_input_commits_nothing(t: omnitable.Table) -> None:
+    a = t.create_branch("a")
+    set_col(a, "s", {1: "A1"})
+    before, a_before = head_state(t), head_state(a)
+    with pytest.raises(omnitable.ValidationError, match="into itself"):
+        t.merge("main")
+    with pytest.raises(omnitable.ValidationError, match="into itself"):
+        t.merge("a", into="a")
+    with pytest.raises(omnitable.ValidationError, match="into itself"):
+        t.rebase("main")
+    with pytest.raises(omnitable.NotFoundError):
+        t.merge("nope")
+    with pytest.raises(omnitable.NotFoundError):
+        t.merge("a", into="nope")
+    with pytest.raises(omnitable.NotFoundError):
+        t.rebase("nope")
+    for strategy in ("", "both", "OURS", "Theirs"):
+        with pytest.raises(omnitable.ValidationError, match="strategy"):
+            t.merge("a", strategy=strategy)
+    t.create_tag("v1")
+    with pytest.raises(omnitable.NotFoundError):  # a tag is not a branch
+        t.merge("v1")
+    bad = ("", "a/b", "a.b", "a b", "12", "x'; DROP TABLE refs; --", "-a", "a" * 101, "a\n")
+    for name in bad:
+        with pytest.raises(omnitable.ValidationError):
+            t.merge(name)
+        with pytest.raises(omnitable.ValidationError):
+            t.merge("a", into=name)
+    with pytest.raises(omnitable.ValidationError):
+        t.publish("a", into="")
+    with pytest.raises(omnitable.ValidationError):
+        t.create_branch("b\n")
+    assert head_state(t) == before and head_state(a) == a_before
+    assert [r.name for r in t.branches()] == ["a", "main"]
