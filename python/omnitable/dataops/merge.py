@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import (
     ColumnChange,
     CommitRequest,
@@ -99,6 +100,7 @@ def _merge_once(ctx: TableContext, source: str, into: str, strategy: str) -> Mer
     if source_head == base_version:  # nothing new on the source since the base
         return MergeResult(None, False, base_version, source_head)
     if catalog.can_fast_forward(record, source, into):
+        failpoint("merge.before_commit")
         version = catalog.fast_forward(record, source, into, source_head)
         return MergeResult(version, True, base_version, source_head)
     views = [
@@ -121,6 +123,7 @@ def _merge_once(ctx: TableContext, source: str, into: str, strategy: str) -> Mer
     req.source_head = (source, source_head)
     req.summary = {"source": source, "source_version": source_head, "base_version": base_version,
                    "strategy": strategy, "user": getpass.getuser(), **_counts(plan)}  # fmt: skip
+    failpoint("merge.before_commit")
     version = ctx.catalog.commit(record, _on(req, into))
     return MergeResult(version, False, base_version, source_head, resolved=plan.conflicts,
                        **_counts(plan))  # fmt: skip
