@@ -65,7 +65,11 @@ def test_target_commit_during_a_fast_forward_makes_it_three_way(t: omnitable.Tab
     a = t.create_branch("a")
     set_col(a, "s", {1: "A1"})
     delete_x(a, 4)
-    with hooked(POINT, lambda: t.append(new_rows([30], "m"), "late")):
+
+    def late() -> None:
+        t.append(new_rows([30], "m"), "late")
+
+    with hooked(POINT, late):
         result = t.merge("a")
     assert not result.fast_forward and result.deletes == 1 and result.cells == 1
     assert rows(t) == without(with_values(BASE, 0, {1: "A1"}), 4) | {30: ("m30", 30.0)}
