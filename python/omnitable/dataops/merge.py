@@ -323,8 +323,9 @@ class _Request:
                 self._adopt(self.dst.frags[c.where], cells[c.column_id], [c.column_id])
 
     def _lineage(self) -> None:
-        """Derived columns of the adopted files keep their lineage; an input file the merge
-        also adopted is named by its new id, so the output is not reported stale."""
+        """Derived columns of the adopted files keep their lineage (and the run that computed
+        them); an input file the merge also adopted is named by its new id, so the output is not
+        reported stale."""
         if not self.lineage_files:
             return
         rows = self.ctx.catalog.lineage_of(
@@ -349,7 +350,8 @@ class _Request:
                 ]
                 self.req.lineage.append(
                     LineageEntry(new_id, self.names[int(r["column_id"])], r["feature"],
-                                 r["feature_version"], inputs, r["engine"], int(r["error_count"]))
+                                 r["feature_version"], inputs, r["engine"], int(r["error_count"]),
+                                 r["run_id"] or None)
                 )  # fmt: skip
 
 
