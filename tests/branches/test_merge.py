@@ -457,3 +457,118 @@ def test_bad_input_commits_nothing(t: omnitable.Table) -> None:
         t.create_branch("b\n")
     assert head_state(t) == before and head_state(a) == a_before
     assert [r.name for r in t.branches()] == ["a", "main"]
+
+
+# -- more shapes ----------------------------------------------------------------------------
+
+
+def test_fast_forward_over_deleted_rows_keeps_time_travel(t: omnitable.Table) -> None:
+    """a deletes another row of a fragment main had deleted rows in (its vector replaces
+    main's) and rewrites a cell main had rewritten: after the fast-forward, every version of
+    either branch still reads what it read, and the emptied branch can be deleted."""
+    delete_x(t, 0)
+    set_col(t, "s", {2: "M2"})
+    t.create_tag("before")
+    pinned = rows(t)
+    a = t.create_branch("a")
+    delete_x(a, 1)
+    mid = a.version
+    mid_rows = rows(a)
+    set_col(a, "s", {3: "A3"})
+    assert t.merge("a").fast_forward
+    assert rows(t, tag="before") == pinned == without(with_values(BASE, 0, {2: "M2"}), 0)
+    assert rows(t, version=mid) == mid_rows == without(pinned, 1)
+    assert rows(t) == with_values(without(pinned, 1), 0, {3: "A3"})
+    t.delete_branch("a")
+    assert rows(t) == with_values(without(pinned, 1), 0, {3: "A3"})
+    assert rows(t, version=mid) == mid_rows
+
+
+def test_one_update_of_two_groups_against_one_of_them(t: omnitable.Table) -> None:
+    """a's one update writes s and y of a fragment; main rewrote y there: y conflicts, s is
+    adopted from the same file whatever the strategy."""
+    a = t.create_branch("a")
+    ids = ids_of(a)
+    a.update(pa.table({ROW_ID: [ids[1]], "s": ["A1"], "y": [11.0]}), ["s", "y"])
+    set_col(t, "y", {2: 22.0})
+    [(kind, _, column, _, _, _)] = _refused(t, "a")
+    assert (kind, column) == ("cell", "y")
+    ours, theirs = _strategies(t, "a")
+    assert ours == with_values(with_values(BASE, 0, {1: "A1"}), 1, {2: 22.0})
+    assert theirs == with_values(with_values(BASE, 0, {1: "A1"}), 1, {1: 11.0})
+
+
+def test_cell_conflict_names_both_files(t: omnitable.Table) -> None:
+    a = t.create_branch("a")
+    set_col(a, "y", {7: 77.0})
+    set_col(t, "y", {8: 88.0})
+    frag = fragment_paths(t)[1]
+
+    def file_of(branch: omnitable.Table) -> str:
+        snap = branch.snapshot()
+        [fragment] = [f for f in snap.fragments if f.path == frag]
+        files = snap.files_by_fragment[fragment.fragment_id]
+        y = next(c.column_id for c in snap.columns if c.name == "y")
+        return max((f for f in files if y in f.columns), key=lambda f: f.added_version).path
+
+    assert _refused(t, "a") == [("cell", frag, "y", file_of(a), file_of(t), ())]
+
+
+@pytest.mark.parametrize(
+    ("on_a", "on_main", "source", "target", "ours", "theirs"),
+    [
+        ("rename:sa", "rename:sm", "sa (active)", "sm (active)", "sm", "sa"),
+        ("retire", "rename:sm", "s (retired)", "sm (active)", "sm", None),
+        ("rename:sa", "retire", "sa (active)", "s (retired)", None, "sa"),
+    ],
+)
+def test_column_changed_differently(
+    t: omnitable.Table,
+    on_a: str,
+    on_main: str,
+    source: str,
+    target: str,
+    ours: str | None,
+    theirs: str | None,
+) -> None:
+    def change(branch: omnitable.Table, what: str) -> None:
+        if what == "retire":
+            branch.retire("s")
+        else:
+            branch.rename_column("s", what.split(":")[1])
+
+    a = t.create_branch("a")
+    change(a, on_a)
+    change(t, on_main)
+    got = _refused(t, "a", ("y",))
+    assert got == [("column", "s", "s", source, target, ())]
+    for strategy, name in (("ours", ours), ("theirs", theirs)):
+        into = t.create_branch(f"into-{strategy}")
+        into.merge("a", strategy=strategy)
+        names = [n for n in into.schema.names if n.startswith("s")]
+        assert names == ([] if name is None else [name])
+        if name is not None:
+            assert rows(into, (name, "y")) == BASE
+
+
+def test_two_new_columns_of_one_name(t: omnitable.Table) -> None:
+    a = t.create_branch("a")
+    ids = ids_of(t)
+    a.add_columns(pa.table({ROW_ID: [ids[1]], "z": [1]}))
+    t.add_columns(pa.table({ROW_ID: [ids[2]], "z": [2]}))
+    assert _refused(t, "a") == [("column", "z", "z", "added", "exists", ())]
+    with pytest.raises(omnitable.ValidationError, match="both branches added a column 'z'"):
+        t.merge("a", strategy="theirs")
+    t.merge("a", strategy="ours")
+    assert {x: r[2] for x, r in rows(t, ("s", "y", "z")).items() if r[2] is not None} == {2: 2}
+
+
+def test_batch_changed_on_the_source_and_replaced_on_the_target(t: omnitable.Table) -> None:
+    a = t.create_branch("a")
+    set_col(a, "s", {10: "A10"})
+    t.append(new_rows([30], "m"), "b2", mode="replace")
+    assert _refused(t, "a") == [("batch", "b2", None, "changed", "replaced", ())]
+    ours, theirs = _strategies(t, "a")
+    b1 = {x: r for x, r in BASE.items() if x < 10}
+    assert ours == b1 | {30: ("m30", 30.0)}
+    assert theirs == with_values(BASE, 0, {10: "A10"})
