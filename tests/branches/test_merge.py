@@ -572,3 +572,23 @@ def test_batch_changed_on_the_source_and_replaced_on_the_target(t: omnitable.Tab
     b1 = {x: r for x, r in BASE.items() if x < 10}
     assert ours == b1 | {30: ("m30", 30.0)}
     assert theirs == with_values(BASE, 0, {10: "A10"})
+
+
+def test_batch_removed_on_the_source(t: omnitable.Table) -> None:
+    """a reverts main's append of b2 (a revert on a branch ends inherited rows by fragment and
+    by file in one commit); the merge removes b2 from main, or conflicts where main changed it."""
+    b2 = t.history()[0].version  # the append of b2
+    a = t.create_branch("a")
+    a.revert(b2)
+    assert [b.name for b in a.batches()] == ["b1"] and [b.name for b in t.batches()] == ["b1", "b2"]
+    c = t.create_branch("c")
+    set_col(t, "y", {2: 22.0})
+    result = t.merge("a")
+    assert result.batches == 1 and not result.resolved
+    b1 = {x: r for x, r in BASE.items() if x < 10}
+    assert rows(t) == with_values(b1, 1, {2: 22.0}) and [b.name for b in t.batches()] == ["b1"]
+    set_col(c, "s", {10: "C10"})  # c changed b2, which main removed meanwhile
+    assert _refused(t, "c") == [("batch", "b2", None, "changed", "replaced", ())]
+    ours, theirs = _strategies(t, "c")
+    assert ours == rows(t)
+    assert theirs == rows(t) | {10: ("C10", 10.0), 11: ("r11", 11.0)}
