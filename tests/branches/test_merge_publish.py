@@ -86,6 +86,27 @@ def test_a_feature_whose_input_main_changed_is_stale_after_the_merge(
     assert t.status().state("b1", "s_len") == "done"
 
 
+def test_a_feature_recomputed_on_the_source_after_its_input_changed_is_done(
+    t: omnitable.Table, spark: Any
+) -> None:
+    """The source changes an input and back-fills on it: the merge adopts both cells, and the
+    output's lineage names the adopted input file, so it is done (not stale) on main."""
+    t.backfill(["s_len"]).run(spark)
+    a = t.create_branch("a")
+    set_col(a, "s", {1: "longer on a"})
+    assert a.status().state("b1", "s_len") == "partial"
+    a.backfill(["s_len"]).run(spark)
+    set_col(t, "y", {7: 77.0})  # main moved: a three-way merge
+    result = t.merge("a")
+    assert not result.fast_forward and result.cells == 2
+    assert t.status().state("b1", "s_len") == "done"
+    assert t.backfill(["s_len"]).is_empty
+    want = _model(with_values(with_values(BASE, 0, {1: "longer on a"}), 1, {7: 77.0}))
+    got = rows(t, COLS[:3])
+    assert got == {x: r[:3] for x, r in want.items()}
+    assert {x: r[:3] for x, r in _spark_rows(t, spark).items()} == got
+
+
 # -- write-audit-publish -------------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ cleanly; no commit of either side is ever lost, and every read equals the model.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -186,3 +187,27 @@ def test_target_writer_of_a_merged_cell_never_overwrites_it(
     else:
         want = with_values(want, 0, {3: "M3"})
     assert rows(t) == want
+
+
+def test_a_target_that_keeps_moving_fails_the_merge_cleanly(t: omnitable.Table) -> None:
+    """Main takes a commit before every one of the merge's commits: after 5 plans the merge
+    raises CommitConflict, commits nothing, and every racing commit is kept."""
+    a = _three_way_setup(t)
+    moved: list[float] = []
+    with ExitStack() as stack:
+
+        def keep_moving() -> None:
+            moved.append(float(len(moved)))
+            set_col(t, "y", {9: moved[-1]})
+            stack.enter_context(hooked(POINT, keep_moving))  # again at the next plan
+
+        stack.enter_context(hooked(POINT, keep_moving))
+        with pytest.raises(omnitable.CommitConflict, match="moved") as info:
+            t.merge("a")
+    assert not isinstance(info.value, MergeConflict)
+    assert len(moved) == 5  # one racing commit per plan (5 plans)
+    assert [c.op for c in t.history()][:5] == ["update"] * 5
+    assert rows(t) == with_values(BASE, 1, {2: 22.0, 9: moved[-1]})
+    assert t.merge("a").cells == 1  # then it merges
+    assert rows(t) == with_values(with_values(BASE, 0, {1: "A1"}), 1, {2: 22.0, 9: 4.0})
+    assert rows(a) == with_values(BASE, 0, {1: "A1"})
