@@ -592,3 +592,34 @@ def test_batch_removed_on_the_source(t: omnitable.Table) -> None:
     ours, theirs = _strategies(t, "c")
     assert ours == rows(t)
     assert theirs == rows(t) | {10: ("C10", 10.0), 11: ("r11", 11.0)}
+
+
+def test_fast_forward_chain_over_replaced_vectors_and_files(t: omnitable.Table) -> None:
+    """main <- b <- a, each replacing its parent's deletion vector and file of one fragment:
+    a fast-forwards into b, b into main; every branch and tag reads what it read, a goes on,
+    and the branches and tags can be deleted after."""
+    delete_x(t, 0)
+    b = t.create_branch("b")
+    delete_x(b, 1)  # b's vector replaces main's
+    set_col(b, "s", {2: "B2"})
+    b.create_tag("tb")
+    a = b.create_branch("a")
+    delete_x(a, 3)  # a's vector replaces b's
+    set_col(a, "s", {2: "A2"})  # a's file replaces b's
+    a.create_tag("ta")
+    main_rows, a_rows = rows(t), rows(a)
+    tags = {n: rows(t, tag=n) for n in ("tb", "ta")}
+    assert a_rows == without(with_values(BASE, 0, {2: "A2"}), 0, 1, 3)
+    assert b.merge("a").fast_forward
+    assert (rows(b), rows(t)) == (a_rows, main_rows)
+    assert t.merge("b").fast_forward
+    assert rows(t) == rows(b) == rows(a) == a_rows
+    assert {n: rows(t, tag=n) for n in tags} == tags
+    set_col(a, "y", {4: 44.0})
+    assert t.merge("a").fast_forward
+    t.delete_tag("ta")
+    t.delete_tag("tb")
+    t.delete_branch("a")
+    t.delete_branch("b")
+    assert rows(t) == with_values(a_rows, 1, {4: 44.0})
+    assert [r.name for r in t.branches()] == ["main"]
