@@ -211,3 +211,35 @@ def test_a_target_that_keeps_moving_fails_the_merge_cleanly(t: omnitable.Table) 
     assert t.merge("a").cells == 1  # then it merges
     assert rows(t) == with_values(with_values(BASE, 0, {1: "A1"}), 1, {2: 22.0, 9: 4.0})
     assert rows(a) == with_values(BASE, 0, {1: "A1"})
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_the_same_merge_twice_at_once(t: omnitable.Table, race: Race, fast_forward: bool) -> None:
+    """Two merges of a into main at once: one commits, the other plans again and finds
+    nothing new (it commits nothing)."""
+    a = t.create_branch("a")
+    set_col(a, "s", {1: "A1"})
+    want = with_values(BASE, 0, {1: "A1"})
+    if not fast_forward:
+        set_col(t, "y", {2: 22.0})
+        want = with_values(want, 1, {2: 22.0})
+    second: list[Any] = []
+    out = race(POINT, lambda: t.merge("a"), lambda: second.append(t.merge("a")))
+    assert second[0].fast_forward == fast_forward and second[0].version == t.version
+    assert "error" not in out, out
+    assert out["version"].version is None
+    assert rows(t) == want
+    assert [c.op for c in t.history()].count("merge") == (0 if fast_forward else 1)
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_source_deleted_during_a_merge(t: omnitable.Table, fast_forward: bool) -> None:
+    a = t.create_branch("a")
+    set_col(a, "s", {1: "A1"})
+    if not fast_forward:
+        set_col(t, "y", {2: 22.0})
+    before = head_state(t)
+    with hooked(POINT, lambda: t.delete_branch("a")), pytest.raises(omnitable.NotFoundError):
+        t.merge("a")
+    assert head_state(t) == before
+    assert [r.name for r in t.branches()] == ["main"]
