@@ -189,8 +189,11 @@ class _Request:
         self.ctx, self.src, self.dst = ctx, src, dst
         self.req = CommitRequest(op="merge", base_version=dst.snap.version)
         self.names = {cid: c.name for cid, c in dst.columns.items()}
-        self.file_ids: dict[tuple[str, str], str] = {}  # (fragment path, source file id) -> new
-        self.lineage_files: list[tuple[FileRecord, str, list[int]]] = []
+        # (fragment path, source file id, column name) -> new file id: a source file adopted
+        # twice in a fragment (some columns merged, others taken by "theirs") gets two rows
+        self.file_ids: dict[tuple[str, str, str], str] = {}
+        # (source file, new file id, column ids, fragment path) of adopted derived columns
+        self.lineage_files: list[tuple[FileRecord, str, list[int], str]] = []
 
     def build(self, plan: Diff, theirs: bool) -> CommitRequest:
         self._features(plan, theirs)
@@ -287,9 +290,10 @@ class _Request:
         self, fragment_id: str, frag_path: str, f: FileRecord, cids: list[int]
     ) -> FileDescriptor:
         new_id = uuid.uuid4().hex
-        self.file_ids[(frag_path, f.file_id)] = new_id
         names = {cid: self.names[cid] for cid in cids if cid in self.names}
         cids = list(names)  # a column the merge does not bring (a conflict left out)
+        for cid in cids:
+            self.file_ids[(frag_path, f.file_id, names[cid])] = new_id
         desc = FileDescriptor(
             new_id, fragment_id, f.group_name, f.path, f.row_count, f.size_bytes,
             columns={names[cid]: f.stats(cid) for cid in cids},
@@ -298,7 +302,7 @@ class _Request:
             column_ids={names[cid]: cid for cid in cids},
         )  # fmt: skip
         if desc.feature_versions:
-            self.lineage_files.append((f, new_id, cids))
+            self.lineage_files.append((f, new_id, cids, frag_path))
         return desc
 
     def _deletion(self, frag: FragmentRecord, mask: np.ndarray) -> None:
@@ -329,25 +333,20 @@ class _Request:
         if not self.lineage_files:
             return
         rows = self.ctx.catalog.lineage_of(
-            self.ctx.record, sorted({f.file_id for f, _, _ in self.lineage_files})
+            self.ctx.record, sorted({f.file_id for f, _, _, _ in self.lineage_files})
         )
         by_file: dict[str, list[dict[str, Any]]] = {}
         for r in rows:
             by_file.setdefault(r["file_id"], []).append(r)
-        for f, new_id, cids in self.lineage_files:
-            frag_path = next(p for (p, fid), nid in self.file_ids.items() if nid == new_id)
+        for f, new_id, cids, frag_path in self.lineage_files:
             for r in by_file.get(f.file_id, ()):
                 if int(r["column_id"]) not in cids:
                     continue
                 inputs = [
-                    {
-                        **i,
-                        "file_id": self.file_ids.get(
-                            (frag_path, i.get("file_id")), i.get("file_id")
-                        ),
-                    }
+                    {**i, "file_id": self.file_ids.get(
+                        (frag_path, i.get("file_id"), i.get("column")), i.get("file_id"))}
                     for i in r["inputs"]
-                ]
+                ]  # fmt: skip
                 self.req.lineage.append(
                     LineageEntry(new_id, self.names[int(r["column_id"])], r["feature"],
                                  r["feature_version"], inputs, r["engine"], int(r["error_count"]),
