@@ -14,8 +14,10 @@ import pyarrow.compute as pc
 import pytest
 
 import omnitable
+from omnitable.dataops.merge import MergeConflict
 from omnitable.exceptions import AuditFailed
 
+from . import omt_merge_features as feats
 from .merge_helpers import BASE, head_state, make_table, rows, set_col, with_values
 
 pytestmark = pytest.mark.spark
@@ -38,9 +40,11 @@ def _model(base: dict[int, tuple[Any, ...]]) -> dict[int, tuple[Any, ...]]:
     return {x: (s, y, len(s), y * 2) for x, (s, y) in base.items()}
 
 
-def _spark_rows(t: omnitable.Table, spark: Any) -> dict[int, tuple[Any, ...]]:
-    got = t.to_spark(spark).select("x", *COLS).collect()
-    return {r["x"]: tuple(r[c] for c in COLS) for r in got}
+def _spark_rows(
+    t: omnitable.Table, spark: Any, cols: tuple[str, ...] = COLS
+) -> dict[int, tuple[Any, ...]]:
+    got = t.to_spark(spark).select("x", *cols).collect()
+    return {r["x"]: tuple(r[c] for c in cols) for r in got}
 
 
 def _states(t: omnitable.Table) -> set[str]:
@@ -105,6 +109,34 @@ def test_a_feature_recomputed_on_the_source_after_its_input_changed_is_done(
     got = rows(t, COLS[:3])
     assert got == {x: r[:3] for x, r in want.items()}
     assert {x: r[:3] for x, r in _spark_rows(t, spark).items()} == got
+
+
+@pytest.mark.parametrize("strategy", ["ours", "theirs"])
+def test_one_output_of_a_two_output_feature_in_conflict(
+    t: omnitable.Table, spark: Any, strategy: str
+) -> None:
+    """a back-fills a feature of two outputs (one file per fragment); main sets one output of
+    one fragment: that cell conflicts, the other output is adopted from the same file, and
+    "theirs" adopts that file a second time for the conflicting cell."""
+    t.register(feats.s_stats)
+    a = t.create_branch("a")
+    a.backfill(["s_stats"]).run(spark)
+    set_col(t, "s_chars", {1: 99})
+    with pytest.raises(MergeConflict) as info:
+        t.merge("a")
+    assert [(c.kind, c.column) for c in info.value.details] == [("cell", "s_chars")]
+    result = t.merge("a", strategy=strategy)
+    assert [c.column for c in result.resolved] == ["s_chars"]
+    got = rows(t, ("s", "s_chars", "s_digits"))
+    want: dict[int, tuple[Any, ...]] = {
+        x: (s, len(s), sum(ch.isdigit() for ch in s)) for x, (s, _) in BASE.items()
+    }
+    if strategy == "ours":  # main's cell; the rest of the fragment's s_chars is NULL there
+        want = {x: (r[0], 99 if x == 1 else None, r[2]) if x < 5 else r for x, r in want.items()}
+    assert got == want == _spark_rows(t, spark, ("s", "s_chars", "s_digits"))
+    if strategy == "theirs":
+        assert t.status().state("b1", "s_chars") == "done"
+        assert t.backfill(["s_stats"]).is_empty
 
 
 # -- write-audit-publish -------------------------------------------------------------------
