@@ -243,3 +243,20 @@ def test_source_deleted_during_a_merge(t: omnitable.Table, fast_forward: bool) -
         t.merge("a")
     assert head_state(t) == before
     assert [r.name for r in t.branches()] == ["main"]
+
+
+def test_two_branches_merged_at_once(t: omnitable.Table, race: Race) -> None:
+    """a and b both fork from main's head: each could fast-forward alone. b's merge lands while
+    a's waits to commit; a's plans again (three-way) and both branches' changes show."""
+    a, b = t.create_branch("a"), t.create_branch("b")
+    set_col(a, "s", {1: "A1"})
+    delete_x(a, 6)
+    set_col(b, "y", {1: 11.0})
+    b.append(new_rows([30], "b"), "from_b")
+    second: list[Any] = []
+    out = race(POINT, lambda: t.merge("a"), lambda: second.append(t.merge("b")))
+    assert second[0].fast_forward
+    assert "error" not in out, out
+    assert not out["version"].fast_forward and out["version"].version == t.version
+    want = without(with_values(with_values(BASE, 0, {1: "A1"}), 1, {1: 11.0}), 6)
+    assert rows(t) == want | {30: ("b30", 30.0)}
