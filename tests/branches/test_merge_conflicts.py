@@ -15,8 +15,7 @@ import pyarrow as pa
 import pytest
 
 import omnitable
-from omnitable import ROW_ID
-from omnitable.dataops.merge import MergeConflict
+from omnitable import ROW_ID, MergeConflict
 
 from .merge_helpers import (
     BASE,

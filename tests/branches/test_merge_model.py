@@ -26,8 +26,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import omnitable
-from omnitable import ROW_ID
-from omnitable.dataops.merge import MergeConflict
+from omnitable import ROW_ID, MergeConflict
 
 pytestmark = pytest.mark.spark
 

@@ -14,8 +14,7 @@ import pyarrow.compute as pc
 import pytest
 
 import omnitable
-from omnitable.dataops.merge import MergeConflict
-from omnitable.exceptions import AuditFailed
+from omnitable import AuditFailed, MergeConflict
 
 from . import omt_merge_features as feats
 from .merge_helpers import BASE, head_state, make_table, rows, set_col, with_values

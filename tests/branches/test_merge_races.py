@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import omnitable
+from omnitable import MergeConflict
 from omnitable._failpoints import hooked
-from omnitable.dataops.merge import MergeConflict
 
 from .merge_helpers import (
     BASE,
