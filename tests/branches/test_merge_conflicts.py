@@ -310,3 +310,23 @@ def head_state_keyed(k: omnitable.Table) -> tuple[int, int, dict[str, int]]:
 def _by_key(k: omnitable.Table) -> dict[str, int]:
     got = k.read(["key", "v"]).to_pylist()
     return {r["key"]: r["v"] for r in got}
+
+
+def _current(t: omnitable.Table) -> dict[str, str]:
+    return {f.name: f.version for f in t.features()}
+
+
+def test_feature_version_changed_on_both(t: omnitable.Table) -> None:
+    t.register(omnitable.sql_feature("s_len", "length(s)", "int", "1"))
+    a = t.create_branch("a")
+    a.register(omnitable.sql_feature("s_len", "length(s) + 1", "int", "2"))
+    t.register(omnitable.sql_feature("s_len", "length(s) + 2", "int", "3"))
+    a.register(omnitable.sql_feature("y2", "y * 2", "double", "1"))  # only on a: merged
+    assert _refused(t, "a") == [("feature", "s_len", None, "2", "3", ())]
+    assert _current(t) == {"s_len": "3"}
+    for strategy, version in (("ours", "3"), ("theirs", "2")):
+        into = t.create_branch(f"into-{strategy}")
+        result = into.merge("a", strategy=strategy)
+        assert [c.kind for c in result.resolved] == ["feature"]
+        assert _current(into) == {"s_len": version, "y2": "1"}
+    assert _current(t) == {"s_len": "3"}

@@ -138,6 +138,27 @@ def test_one_output_of_a_two_output_feature_in_conflict(
         assert t.backfill(["s_stats"]).is_empty
 
 
+def test_a_feature_registered_and_back_filled_on_a_branch_is_done_after_the_merge(
+    t: omnitable.Table, spark: Any
+) -> None:
+    a = t.create_branch("a")
+    a.register(omnitable.sql_feature("s_up", "upper(s)", "string", "1"))
+    assert "s_up" not in {f.name for f in t.features()}  # registered on a only
+    a.backfill(["s_up"]).run(spark)
+    set_col(t, "s", {11: "m11"})  # main moved (b2 only): a three-way merge
+    result = t.merge("a")
+    assert not result.fast_forward and result.features == 1 and not result.resolved
+    assert {f.name for f in t.features()} == {"s_len", "y2", "s_up"}
+    grid = t.status()
+    assert (grid.state("b1", "s_up"), grid.state("b2", "s_up")) == ("done", "stale")
+    got = rows(t, ("s", "s_up"))
+    assert {x: r for x, r in got.items() if x < 10} == {
+        x: (s, s.upper()) for x, (s, _) in BASE.items() if x < 10
+    }
+    assert got[11] == ("m11", "R11")  # computed on a from the value main changed since
+    assert {x: r[:2] for x, r in _spark_rows(t, spark, ("s", "s_up")).items()} == got
+
+
 # -- write-audit-publish -------------------------------------------------------------------
 
 
