@@ -249,7 +249,8 @@ class Table:
             MergeConflict, ValidationError (names, strategy, a branch into itself),
             NotFoundError (unknown branch).
         """
-        return merge_branches(self._ctx, source_branch, into or self._ctx.branch, strategy)
+        target = self._ctx.branch if into is None else into  # (not `or`: "" is a bad name)
+        return merge_branches(self._ctx, source_branch, target, strategy)
 
     def rebase(self, branch: str, onto: str = MAIN, *, strategy: str = "fail") -> MergeResult:
         """Bring ``onto``'s changes since the merge base into ``branch`` (a merge of ``onto``

@@ -151,3 +151,17 @@ def test_unknown_table_and_version(wh: omnitable.Warehouse, t: omnitable.Table) 
         t.read(version=7)
     with pytest.raises(omnitable.NotFoundError, match="batch"):
         t.read(batches=["nope"])
+
+
+def test_names_with_a_trailing_newline(wh: omnitable.Warehouse) -> None:
+    """``^...$`` with ``re.match`` accepts a trailing newline: every name check matches the
+    whole string."""
+    with pytest.raises(omnitable.ValidationError, match="table name"):
+        wh.create_table("t\n", {"x": "bigint"})
+    with pytest.raises(omnitable.ValidationError, match="column name"):
+        wh.create_table("t", {"x\n": "bigint"})
+    with pytest.raises(omnitable.ValidationError, match="column group"):
+        wh.create_table("t", {"x": "bigint"}, groups={"g\n": ["x"]})
+    with pytest.raises(omnitable.ValidationError, match="define feature"):
+        omnitable.feature(inputs=["x"], outputs={"out": "bigint"}, version="1", name="f\n")(str)
+    assert wh.tables() == []

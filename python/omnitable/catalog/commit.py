@@ -64,6 +64,7 @@ class LineageEntry:
     inputs: list[dict[str, Any]]
     engine: str
     error_count: int = 0
+    run_id: str | None = None  # the run that computed it (default: the commit's run)
 
 
 @dataclass
@@ -1117,7 +1118,7 @@ def _insert_lineage(
         [
             {"t": t, "f": e.file_id, "c": column_ids[e.column], "feat": e.feature,
              "fv": e.feature_version, "inp": json.dumps(e.inputs, sort_keys=True),
-             "r": req.run_id or "", "e": e.engine, "n": e.error_count}
+             "r": e.run_id or req.run_id or "", "e": e.engine, "n": e.error_count}
             for e in req.lineage
         ],
     )  # fmt: skip

@@ -22,7 +22,8 @@ from omnitable.catalog.snapshot import segments_for
 from omnitable.exceptions import AlreadyExistsError, NotFoundError, ValidationError
 from omnitable.vocabulary.names import MAIN
 
-REF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
+# used with fullmatch: "^...$" with match() lets a trailing newline through
+REF_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 # Tables whose rows carry the branch they were written on; a deleted branch's rows move aside.
 BRANCH_TABLES = (
     "commits", "columns", "batches", "fragments", "files", "deletion_vectors", "removals",
@@ -58,7 +59,7 @@ class Ref:
 def check_ref_name(name: object, what: str) -> str:
     """A branch or tag name: letters, digits, ``_`` and ``-``, not only digits (a version
     number), at most 100 characters: no path separators, dots, spaces or SQL syntax."""
-    if not isinstance(name, str) or not REF_NAME.match(name) or name.isdigit():
+    if not isinstance(name, str) or not REF_NAME.fullmatch(name) or name.isdigit():
         raise ValidationError(
             f"Invalid {what} name {name!r}: use 1-100 letters, digits, '_' and '-', starting with "
             "a letter or digit and not only digits (no '/', '.', spaces or quotes)"

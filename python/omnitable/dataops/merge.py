@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import (
     ColumnChange,
     CommitRequest,
@@ -99,6 +100,7 @@ def _merge_once(ctx: TableContext, source: str, into: str, strategy: str) -> Mer
     if source_head == base_version:  # nothing new on the source since the base
         return MergeResult(None, False, base_version, source_head)
     if catalog.can_fast_forward(record, source, into):
+        failpoint("merge.before_commit")
         version = catalog.fast_forward(record, source, into, source_head)
         return MergeResult(version, True, base_version, source_head)
     views = [
@@ -121,6 +123,7 @@ def _merge_once(ctx: TableContext, source: str, into: str, strategy: str) -> Mer
     req.source_head = (source, source_head)
     req.summary = {"source": source, "source_version": source_head, "base_version": base_version,
                    "strategy": strategy, "user": getpass.getuser(), **_counts(plan)}  # fmt: skip
+    failpoint("merge.before_commit")
     version = ctx.catalog.commit(record, _on(req, into))
     return MergeResult(version, False, base_version, source_head, resolved=plan.conflicts,
                        **_counts(plan))  # fmt: skip
@@ -186,8 +189,11 @@ class _Request:
         self.ctx, self.src, self.dst = ctx, src, dst
         self.req = CommitRequest(op="merge", base_version=dst.snap.version)
         self.names = {cid: c.name for cid, c in dst.columns.items()}
-        self.file_ids: dict[tuple[str, str], str] = {}  # (fragment path, source file id) -> new
-        self.lineage_files: list[tuple[FileRecord, str, list[int]]] = []
+        # (fragment path, source file id, column name) -> new file id: a source file adopted
+        # twice in a fragment (some columns merged, others taken by "theirs") gets two rows
+        self.file_ids: dict[tuple[str, str, str], str] = {}
+        # (source file, new file id, column ids, fragment path) of adopted derived columns
+        self.lineage_files: list[tuple[FileRecord, str, list[int], str]] = []
 
     def build(self, plan: Diff, theirs: bool) -> CommitRequest:
         self._features(plan, theirs)
@@ -195,7 +201,7 @@ class _Request:
         for name in plan.copy_batches + (_conflict_batches(plan) if theirs else []):
             self._remove_batch(name)
             if name in self.src.batches:
-                self._copy_batch(name)
+                self._copy_batch(name, plan.key_drops)
         for name in plan.remove_batches:
             self._remove_batch(name)
         for fm in plan.fragments:
@@ -250,7 +256,9 @@ class _Request:
         paths = self.dst.batches.get(name, ())
         self.req.removed_fragments += [self.dst.frags[p].fragment_id for p in paths]
 
-    def _copy_batch(self, name: str) -> None:
+    def _copy_batch(self, name: str, key_drops: dict[str, np.ndarray]) -> None:
+        """Copy batch ``name`` from the source: new catalog rows, the same fragment directories
+        and deleted rows, plus the rows whose keys the target inserted too (``ours``)."""
         batch_id = uuid.uuid4().hex
         self.req.new_batches.append((batch_id, name))
         for seq, path in enumerate(self.src.batches[name]):
@@ -262,7 +270,13 @@ class _Request:
                     new.files.append(file)
             self.req.new_fragments.append(new)
             dv = self.src.snap.deletion(frag.fragment_id)
-            if dv is not None:
+            if path in key_drops:
+                mask = self.src.mask(path).copy()
+                mask[key_drops[path]] = True
+                self.req.deletions.append(
+                    NewDeletion(new.fragment_id, batch_id, int(mask.sum()), encode_vector(mask))
+                )
+            elif dv is not None:
                 self.req.deletions.append(
                     NewDeletion(new.fragment_id, batch_id, dv.deleted_count, dv.vector)
                 )
@@ -276,9 +290,10 @@ class _Request:
         self, fragment_id: str, frag_path: str, f: FileRecord, cids: list[int]
     ) -> FileDescriptor:
         new_id = uuid.uuid4().hex
-        self.file_ids[(frag_path, f.file_id)] = new_id
         names = {cid: self.names[cid] for cid in cids if cid in self.names}
         cids = list(names)  # a column the merge does not bring (a conflict left out)
+        for cid in cids:
+            self.file_ids[(frag_path, f.file_id, names[cid])] = new_id
         desc = FileDescriptor(
             new_id, fragment_id, f.group_name, f.path, f.row_count, f.size_bytes,
             columns={names[cid]: f.stats(cid) for cid in cids},
@@ -287,7 +302,7 @@ class _Request:
             column_ids={names[cid]: cid for cid in cids},
         )  # fmt: skip
         if desc.feature_versions:
-            self.lineage_files.append((f, new_id, cids))
+            self.lineage_files.append((f, new_id, cids, frag_path))
         return desc
 
     def _deletion(self, frag: FragmentRecord, mask: np.ndarray) -> None:
@@ -312,33 +327,30 @@ class _Request:
                 self._adopt(self.dst.frags[c.where], cells[c.column_id], [c.column_id])
 
     def _lineage(self) -> None:
-        """Derived columns of the adopted files keep their lineage; an input file the merge
-        also adopted is named by its new id, so the output is not reported stale."""
+        """Derived columns of the adopted files keep their lineage (and the run that computed
+        them); an input file the merge also adopted is named by its new id, so the output is not
+        reported stale."""
         if not self.lineage_files:
             return
         rows = self.ctx.catalog.lineage_of(
-            self.ctx.record, sorted({f.file_id for f, _, _ in self.lineage_files})
+            self.ctx.record, sorted({f.file_id for f, _, _, _ in self.lineage_files})
         )
         by_file: dict[str, list[dict[str, Any]]] = {}
         for r in rows:
             by_file.setdefault(r["file_id"], []).append(r)
-        for f, new_id, cids in self.lineage_files:
-            frag_path = next(p for (p, fid), nid in self.file_ids.items() if nid == new_id)
+        for f, new_id, cids, frag_path in self.lineage_files:
             for r in by_file.get(f.file_id, ()):
                 if int(r["column_id"]) not in cids:
                     continue
                 inputs = [
-                    {
-                        **i,
-                        "file_id": self.file_ids.get(
-                            (frag_path, i.get("file_id")), i.get("file_id")
-                        ),
-                    }
+                    {**i, "file_id": self.file_ids.get(
+                        (frag_path, i.get("file_id"), i.get("column")), i.get("file_id"))}
                     for i in r["inputs"]
-                ]
+                ]  # fmt: skip
                 self.req.lineage.append(
                     LineageEntry(new_id, self.names[int(r["column_id"])], r["feature"],
-                                 r["feature_version"], inputs, r["engine"], int(r["error_count"]))
+                                 r["feature_version"], inputs, r["engine"], int(r["error_count"]),
+                                 r["run_id"] or None)
                 )  # fmt: skip
 
 

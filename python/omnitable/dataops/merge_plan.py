@@ -111,6 +111,9 @@ class Diff:
     # rows deleted on one side whose cells the other side changed: (path, side that deleted,
     # column id, offsets); checked against the values before they are conflicts
     row_checks: list[tuple[str, str, int, np.ndarray]] = field(default_factory=list)
+    # keyed tables: source fragment path -> offsets of the live rows of a copied batch whose
+    # keys the target inserted too (``key`` conflicts; "ours" copies the batch without them)
+    key_drops: dict[str, np.ndarray] = field(default_factory=dict)
 
     def changes(self) -> int:
         return (len(self.fragments) + len(self.copy_batches) + len(self.remove_batches)
@@ -252,7 +255,8 @@ def _diff_deletes(
     out: Diff,
 ) -> None:
     """Bits the source changed win (both sides changing a bit change it the same way); rows one
-    side deleted where the other changed a cell are checked by value later."""
+    side deleted (and the other did not) where the other changed a cell are checked by value
+    later."""
     vb = base.vector(path)
     if source.vector(path) == vb and target.vector(path) == vb:
         return  # no side deleted anything new here
@@ -262,9 +266,9 @@ def _diff_deletes(
         result = (mt & ~flipped) | (ms & flipped)
         if not np.array_equal(result, mt):
             merged.mask = result
-    for side, deleted, cells in (
-        ("source", ms & ~mb, changed[1]),
-        ("target", mt & ~mb, changed[0]),
+    for side, deleted, cells in (  # (a row both sides deleted is gone either way)
+        ("source", ms & ~mb & ~mt, changed[1]),
+        ("target", mt & ~mb & ~ms, changed[0]),
     ):
         rows = np.flatnonzero(deleted)
         if len(rows):

@@ -50,7 +50,8 @@ def _same(a: object, b: object) -> bool:
 
 def check_keys(ctx: TableContext, plan: Diff, base: View, src: View, dst: View) -> list[Conflict]:
     """In a keyed table, the live keys of the batches the source brings in must not be keys of
-    rows the target inserted since the base."""
+    rows the target inserted since the base. The source rows holding such keys are recorded in
+    ``plan.key_drops`` (by fragment path)."""
     if table_key(ctx.record.properties) is None or not plan.copy_batches:
         return []
     added = [p for p in dst.frags if p not in base.frags]
@@ -62,25 +63,21 @@ def check_keys(ctx: TableContext, plan: Diff, base: View, src: View, dst: View) 
         slots.append(FragmentSlot(path, frag.row_count, mask if mask.any() else None))
     out = []
     for name in plan.copy_batches:
-        q1, q2 = _live_hashes(ctx, src, src.batches[name])
-        where, _ = probe_fragments(ctx.location, slots, q1, q2)
-        taken = int((where >= 0).sum())
+        taken = 0
+        for path in src.batches[name]:
+            offsets, q1, q2 = _live_keys(ctx, src, path)
+            where, _ = probe_fragments(ctx.location, slots, q1, q2)
+            hit = offsets[where >= 0]
+            if len(hit):
+                plan.key_drops[path] = hit
+                taken += len(hit)
         if taken:
             out.append(Conflict("key", name, None, f"{taken} key(s) inserted", "inserted too"))
     return out
 
 
-def _live_hashes(
-    ctx: TableContext, view: View, paths: tuple[str, ...]
-) -> tuple[np.ndarray, np.ndarray]:
-    """The key hashes of the live rows of these fragments."""
-    h1s, h2s = [], []
-    for path in paths:
-        frag = view.frags[path]
-        index = load_key_index(ctx.location, path, frag.row_count)
-        live = ~view.mask(path)[index.offset]
-        h1s.append(index.h1[live])
-        h2s.append(index.h2[live])
-    if not h1s:
-        return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.uint64)
-    return np.concatenate(h1s), np.concatenate(h2s)
+def _live_keys(ctx: TableContext, view: View, path: str) -> tuple[np.ndarray, ...]:
+    """The offsets and key hashes of the live rows of the fragment at ``path``."""
+    index = load_key_index(ctx.location, path, view.frags[path].row_count)
+    live = ~view.mask(path)[index.offset]
+    return index.offset[live], index.h1[live], index.h2[live]

@@ -273,7 +273,7 @@ def check_importable(f: Feature) -> None:
 
 
 def _check_name(name: str) -> str:
-    if not isinstance(name, str) or not FEATURE_NAME.match(name):
+    if not isinstance(name, str) or not FEATURE_NAME.fullmatch(name):
         raise ValidationError(
             f"Cannot define feature {name!r}: names are 1-64 letters, digits and '_', starting "
             "with a letter or '_'"

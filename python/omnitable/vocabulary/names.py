@@ -21,7 +21,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 def check_table_name(name: object) -> str:
     """Validate a table name: letters, digits and '_' (no path separators, no SQL syntax)."""
-    if not isinstance(name, str) or not TABLE_NAME.match(name):
+    if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
         raise ValidationError(
             f"Cannot use table name {name!r}: names are 1-128 characters of letters, digits and "
             "'_', starting with a letter or '_' (no path separators, dots, quotes or spaces)"
@@ -31,7 +31,7 @@ def check_table_name(name: object) -> str:
 
 def check_column_name(name: object) -> str:
     """Validate a user column name (the ``_ai_`` prefix is reserved for system columns)."""
-    if not isinstance(name, str) or not COLUMN_NAME.match(name) or name.startswith("_ai_"):
+    if not isinstance(name, str) or not COLUMN_NAME.fullmatch(name) or name.startswith("_ai_"):
         raise ValidationError(
             f"Cannot use column name {name!r}: names are 1-255 characters of letters, digits, "
             "'_' and '-', start with a letter or '_', and the prefix '_ai_' is reserved"
@@ -41,7 +41,7 @@ def check_column_name(name: object) -> str:
 
 def check_group_name(group: object) -> str:
     """Validate a column group name."""
-    if not isinstance(group, str) or not GROUP_NAME.match(group):
+    if not isinstance(group, str) or not GROUP_NAME.fullmatch(group):
         raise ValidationError(
             f"Cannot use column group {group!r}: group names are 1-64 characters from "
             "[A-Za-z0-9_.-] and start with a letter, digit or '_'"

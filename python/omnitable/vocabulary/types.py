@@ -132,7 +132,7 @@ def to_ddl(t: pa.DataType) -> str:
 
 
 def _quote(name: str) -> str:
-    return name if _PLAIN_NAME.match(name) else "`" + name.replace("`", "``") + "`"
+    return name if _PLAIN_NAME.fullmatch(name) else "`" + name.replace("`", "``") + "`"
 
 
 @functools.lru_cache(maxsize=4096)
