@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 import omnitable
@@ -117,3 +118,35 @@ def test_errors_map_to_exit_codes(
     with omnitable.connect(wh_path) as wh:
         t = wh.table("t")
         assert [r.name for r in t.branches()] == ["main"] and t.tags() == []
+
+
+def test_merge_and_rebase_commands(wh_path: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with omnitable.connect(wh_path) as wh:
+        t = wh.table("t")
+        exp = t.create_branch("exp")
+        ids = [r["_ai_unique_id_"] for r in rows(t)]
+        exp.update(pa.table({"_ai_unique_id_": [ids[0]], "s": ["branch"]}), columns=["s"])
+        t.update(pa.table({"_ai_unique_id_": [ids[1]], "s": ["main"]}), columns=["s"])
+    code, out, err = _run(capsys, "-w", wh_path, "branch", "merge", "t", "exp")
+    assert code == 4, (out, err)  # the same (fragment, column) cell changed on both sides
+    assert "conflict" in err and "strategy='ours'" in err
+    code, out, err = _run(capsys, "--json", "-w", wh_path, "branch", "merge", "t", "exp",
+                          "--strategy", "theirs")  # fmt: skip
+    assert code == 0, err
+    merged = json.loads(out)
+    assert (merged["source"], merged["into"], merged["fast_forward"]) == ("exp", "main", False)
+    assert [c["kind"] for c in merged["resolved"]] == ["cell"]
+    with omnitable.connect(wh_path) as wh:
+        t = wh.table("t")
+        by_id = {r["_ai_unique_id_"]: r["s"] for r in rows(t)}
+        assert by_id[ids[0]] == "branch" and by_id[ids[1]] == "s1"  # theirs: the source's cell
+        t.append(batch("later", [77]), "later")
+    code, out, err = _run(capsys, "-w", wh_path, "branch", "rebase", "t", "exp")
+    assert code == 0, err
+    assert "Merged 'main' into 'exp'" in out
+    code, out, err = _run(capsys, "-w", wh_path, "branch", "merge", "t", "exp", "--into", "exp")
+    assert code == 2 and "into itself" in err
+    code, out, err = _run(capsys, "-w", wh_path, "branch", "merge", "t", "nope")
+    assert code == 3 and "nope" in err
+    with omnitable.connect(wh_path) as wh:
+        assert 77 in [r["x"] for r in rows(wh.table("t").branch("exp"))]
