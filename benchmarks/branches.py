@@ -5,7 +5,8 @@ branches against re-running a backfill.
   1,000,000; synthetic catalog rows as in the metadata benchmark: 3 column groups, no data
   file). Median of ``--repeats`` creations per size, and the catalog rows each wrote; the
   ratio to the smallest table says whether the time depends on the table's size (goal:
-  independent, <= 50 ms).
+  independent, <= 50 ms). Up to 100,000 fragments, also a full-scan plan of 4 columns on the
+  new branch against the same plan on main (a branch's snapshot also checks ``removals``).
 * (b) real data: a table of ``--real-fragments`` (default 200) fragments of 100 rows of text, two features
   registered on main; branch ``a`` back-fills ``f_len`` and branch ``b`` back-fills
   ``f_words`` on Spark (local[2]). Measured side by side: the time of ``b``'s backfill (what
@@ -32,9 +33,10 @@ import uuid
 from typing import Any
 
 from benchmarks import metadata as meta
-from benchmarks.common import BENCH_DIR, fmt_ratio, fmt_seconds, report
+from benchmarks.common import BENCH_DIR, fmt_ratio, fmt_seconds, report, time_interleaved
 
 GROUPS, COLUMNS = 3, 6  # synthetic tables: base, g1 and the feature's group
+PLAN_UP_TO = 100_000  # tables planned on a branch and on main (a full plan of 1 M takes ~40 s)
 
 
 def _synthetic(name: str, fragments: int) -> tuple[Any, Any, Any, meta.Layout, meta.Size]:
@@ -65,7 +67,7 @@ def creation(sizes: list[int], repeats: int) -> list[tuple[str, str, str]]:
     rows, first = [], None
     for n in sizes:
         start = time.perf_counter()
-        path, wh, t, _, _ = _synthetic(f"create{n}", n)
+        path, wh, t, layout, _ = _synthetic(f"create{n}", n)
         load = time.perf_counter() - start
         try:
             before = _refs_and_rows(wh)
@@ -83,10 +85,24 @@ def creation(sizes: list[int], repeats: int) -> list[tuple[str, str, str]]:
                          f"{written / repeats:g}", "1"))  # fmt: skip
             rows.append((f"    vs the {sizes[0]:,}-fragment table", fmt_ratio(med / first),
                          "independent of size"))  # fmt: skip
+            if n <= PLAN_UP_TO:
+                rows += _plans(t, t.branch("exp0"), layout, n)
         finally:
             wh.close()
             shutil.rmtree(path, ignore_errors=True)
     return rows
+
+
+def _plans(main: Any, branch: Any, layout: meta.Layout, n: int) -> list[tuple[str, str, str]]:
+    """A full-scan plan of 4 columns on a branch (its snapshot SQL also checks ``removals``)
+    against the same plan on main, interleaved medians."""
+    cols = meta.four_columns(layout)
+    times = time_interleaved(
+        {"main": lambda: main.plan(cols), "branch": lambda: branch.plan(cols)}, repeats=3
+    )
+    return [(f"    full-scan plan on a branch / on main, {n:,} fragments",
+             fmt_ratio(times["branch"] / times["main"]),
+             f"{fmt_seconds(times['branch'])} vs {fmt_seconds(times['main'])}")]  # fmt: skip
 
 
 def _replace_group(
