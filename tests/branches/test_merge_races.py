@@ -17,6 +17,7 @@ from omnitable._failpoints import hooked
 
 from .merge_helpers import (
     BASE,
+    Rows,
     delete_x,
     head_state,
     make_table,
@@ -163,18 +164,25 @@ def test_source_writer_planned_before_a_fast_forward_commits_on_the_source(
     assert rows(t) == want and head_state(t) != before
 
 
-@pytest.mark.parametrize("fast_forward", [True, False])
-def test_target_writer_of_a_merged_cell_never_overwrites_it(
-    t: omnitable.Table, race: Race, fast_forward: bool
-) -> None:
-    """A writer on main planned before the merge updates the cell the merge brings: it must not
-    commit its stale file over the merged one (it conflicts, or plans again on top)."""
+def _fork_with_change(t: omnitable.Table, fast_forward: bool) -> Rows:
+    """Branch ``a`` changes one cell; unless ``fast_forward``, main changes another after the
+    fork. Returns the rows main should read after merging ``a``."""
     a = t.create_branch("a")
     set_col(a, "s", {1: "A1"})
     want = with_values(BASE, 0, {1: "A1"})
     if not fast_forward:
         set_col(t, "y", {2: 22.0})
         want = with_values(want, 1, {2: 22.0})
+    return want
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_target_writer_of_a_merged_cell_never_overwrites_it(
+    t: omnitable.Table, race: Race, fast_forward: bool
+) -> None:
+    """A writer on main planned before the merge updates the cell the merge brings: it must not
+    commit its stale file over the merged one (it conflicts, or plans again on top)."""
+    want = _fork_with_change(t, fast_forward)
     merged: list[Any] = []
     out = race(
         "update.before_commit",
@@ -217,12 +225,7 @@ def test_a_target_that_keeps_moving_fails_the_merge_cleanly(t: omnitable.Table) 
 def test_the_same_merge_twice_at_once(t: omnitable.Table, race: Race, fast_forward: bool) -> None:
     """Two merges of a into main at once: one commits, the other plans again and finds
     nothing new (it commits nothing)."""
-    a = t.create_branch("a")
-    set_col(a, "s", {1: "A1"})
-    want = with_values(BASE, 0, {1: "A1"})
-    if not fast_forward:
-        set_col(t, "y", {2: 22.0})
-        want = with_values(want, 1, {2: 22.0})
+    want = _fork_with_change(t, fast_forward)
     second: list[Any] = []
     out = race(POINT, lambda: t.merge("a"), lambda: second.append(t.merge("a")))
     assert second[0].fast_forward == fast_forward and second[0].version == t.version

@@ -62,10 +62,7 @@ def branch_delete(ctx: Context, table: str, name: str) -> None:
     """Delete branch NAME of TABLE (its files stay until cleanup)."""
     with ctx.connect() as wh:
         wh.table(table).delete_branch(name)
-    ctx.out.result(
-        {"table": table, "deleted": name, "kind": "branch"},
-        lambda c: c.print(f"Deleted branch '{name}' of '{table}'."),
-    )
+    _deleted(ctx, table, name, "branch")
 
 
 STRATEGY = click.option(
@@ -173,9 +170,13 @@ def tag_delete(ctx: Context, table: str, name: str) -> None:
     """Delete tag NAME of TABLE."""
     with ctx.connect() as wh:
         wh.table(table).delete_tag(name)
+    _deleted(ctx, table, name, "tag")
+
+
+def _deleted(ctx: Context, table: str, name: str, kind: str) -> None:
     ctx.out.result(
-        {"table": table, "deleted": name, "kind": "tag"},
-        lambda c: c.print(f"Deleted tag '{name}' of '{table}'."),
+        {"table": table, "deleted": name, "kind": kind},
+        lambda c: c.print(f"Deleted {kind} '{name}' of '{table}'."),
     )
 
 
