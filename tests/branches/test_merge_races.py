@@ -5,6 +5,10 @@ cleanly; no commit of either side is ever lost, and every read equals the model.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
@@ -263,3 +267,40 @@ def test_two_branches_merged_at_once(t: omnitable.Table, race: Race) -> None:
     assert not out["version"].fast_forward and out["version"].version == t.version
     want = without(with_values(with_values(BASE, 0, {1: "A1"}), 1, {1: 11.0}), 6)
     assert rows(t) == want | {30: ("b30", 30.0)}
+
+
+CHILD = textwrap.dedent("""
+    import sys
+    import omnitable
+    uri, root = sys.argv[1:]
+    omnitable.connect(uri, root=root or None).table("web").merge("a")
+    print("committed", flush=True)
+""")
+
+
+@pytest.mark.parametrize(
+    "point", ["commit.mid_insert", "fast_forward.mid_update"], ids=["three-way", "fast-forward"]
+)
+def test_a_merge_killed_mid_commit_leaves_both_branches_as_they_were(
+    wh: omnitable.Warehouse, catalog_spec: tuple[str, str | None], point: str
+) -> None:
+    """The merging process dies inside its transaction (after some of its rows were written):
+    main and the source read, version and list their history as before, and the merge then
+    goes through."""
+    uri, root = catalog_spec
+    t = make_table(wh)
+    fast_forward = point.startswith("fast_forward")
+    want = _fork_with_change(t, fast_forward)
+    a = t.branch("a")
+    state = {n: (rows(x), x.version, x.history()) for n, x in (("main", t), ("a", a))}
+    env = dict(os.environ, OMNITABLE_FAILPOINTS=f"{point}=exit",
+               PYTHONPATH=os.pathsep.join(sys.path))  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, uri, root or ""],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 77, proc.stderr[-3000:]
+    assert "committed" not in proc.stdout
+    assert {n: (rows(x), x.version, x.history()) for n, x in (("main", t), ("a", a))} == state
+    assert t.merge("a").fast_forward == fast_forward
+    assert rows(t) == want

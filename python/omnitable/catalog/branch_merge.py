@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from omnitable._failpoints import failpoint
 from omnitable.catalog.records import TableRecord
 from omnitable.catalog.refs import BRANCH_TABLES, get_ref
 from omnitable.catalog.snapshot import REMOVABLE_ID, Segment, segments_for, within_clause
@@ -90,6 +91,7 @@ def fast_forward(
             text(f"UPDATE {name} SET branch = :target WHERE table_id = :t AND branch = :source"),
             {"t": t, "source": source, "target": target},
         )
+        failpoint("fast_forward.mid_update")
     conn.execute(
         text("UPDATE refs SET version = :v WHERE table_id = :t AND name = :n"),
         {"v": source_head, "t": t, "n": target},
