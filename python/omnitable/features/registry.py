@@ -1,8 +1,9 @@
 """Registering features on a table and reading them back.
 
 Registration validates the whole graph (inputs exist, outputs unique, no cycles), refuses changed
-code under an unchanged version, checks that pandas features import back from their stored
-reference, and commits the feature versions together with their output columns. The commit
+code under an unchanged version, stores a pandas feature by reference when it imports back from
+its stored reference and by value otherwise (its pickled code written to the table directory
+before the commit, :mod:`omnitable.features.payload`), and commits the feature versions together with their output columns. The commit
 conflicts when another registration committed since the graph was validated (so two concurrent
 registrations cannot form a cycle).
 """
@@ -15,8 +16,9 @@ from typing import TYPE_CHECKING
 from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, FeatureRow, NewColumn
 from omnitable.exceptions import NotFoundError, ValidationError
-from omnitable.features.definition import Feature, check_importable
+from omnitable.features.definition import Feature, storable
 from omnitable.features.graph import FeatureGraph
+from omnitable.features.payload import write_payload
 from omnitable.vocabulary.names import APPEND_NAME
 
 if TYPE_CHECKING:
@@ -75,8 +77,11 @@ def register(ctx: TableContext, features: tuple[Feature, ...]) -> int | None:
         | {o for f in features for o in f.outputs}
     )
     resolved = []
+    payloads: dict[str, bytes] = {}
     for f in features:
-        check_importable(f)
+        f, data = storable(f)
+        if data is not None:
+            payloads[f.name] = data
         if f.kind == "sql" and not f.inputs:
             f = f.with_inputs(_sql_inputs(f, known))
         resolved.append(f)
@@ -95,6 +100,9 @@ def register(ctx: TableContext, features: tuple[Feature, ...]) -> int | None:
     new_columns, removed = _column_changes(snap, current, resolved)
     if not rows and not new_columns and not removed:
         return None
+    for r in rows:
+        if r.name in payloads:  # before the commit that references it (content-addressed)
+            write_payload(ctx.location, payloads[r.name], r.definition["payload"])
     req = CommitRequest(
         op="register",
         base_version=snap.version,
