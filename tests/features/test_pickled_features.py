@@ -32,12 +32,9 @@ SCRIPT = textwrap.dedent(
     import pyarrow as pa
 
     import omnitable
+    from omt_pickled_helper import helper  # a local module next to the script
 
     BONUS = 10
-
-
-    def helper(n):
-        return n * 2
 
 
     @omnitable.feature(inputs=["text"], outputs={"score": "bigint"}, version="1")
@@ -79,6 +76,7 @@ def _define(tmp_path: Path, catalog_spec: tuple[str, str | None]) -> str:
     """Run the defining script as its own process; its stdout."""
     script = tmp_path / "define_features.py"
     script.write_text(SCRIPT)
+    (tmp_path / "omt_pickled_helper.py").write_text("def helper(n):\n    return n * 2\n")
     uri, root = catalog_spec
     done = subprocess.run(
         [sys.executable, str(script), uri, root or ""],
@@ -122,9 +120,11 @@ def test_script_main_features_register_and_backfill_through_the_cli(
         assert meta["path"] == f"_features/{meta['sha256']}.pkl"
         assert {"pandas", "pyarrow", "numpy", "omnitable", "pyspark"} <= set(meta["packages"])
     assert defs["score"]["ref"] == "__main__:score"
+    assert defs["score"]["payload"]["modules"] == ["omt_pickled_helper"]
     cli = [sys.executable, "-m", "omnitable.cli.main", "-w", uri, "backfill", "docs"]
     done = subprocess.run(
-        [*cli, "-f", "score,shout,squared", "--master", "local[1]"],
+        # --path: the CLI imports the helper module; Spark ships it to the Python workers
+        [*cli, "-f", "score,shout,squared", "--master", "local[1]", "--path", str(tmp_path)],
         capture_output=True, text=True, timeout=600, env=_env(), cwd=tmp_path.parent,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-4000:]

@@ -56,6 +56,25 @@ Progress = Callable[[int, int, int, int], None]  # (step, steps, fragments done,
 log = logging.getLogger("omnitable.backfill")
 
 
+def _ship_payload_modules(session: SparkSession, plan: Plan) -> None:
+    """Ship the local modules that pickled features reference (a helper module next to the
+    notebook or script) when this process can import them; one it cannot import fails the
+    feature's load with a clear error before any job runs."""
+    for name in sorted(
+        {
+            m
+            for s in plan.steps
+            for f in s.features
+            if f.payload
+            for m in f.payload.get("modules", [])
+        }
+    ):
+        try:
+            ship_modules(session.sparkContext, [name])
+        except ImportError as exc:
+            log.info("not shipping module %s of a pickled feature: %s", name, exc)
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How a plan runs.
@@ -180,6 +199,7 @@ def run_plan(
         }
     )
     ship_modules(session.sparkContext, modules)
+    _ship_payload_modules(session, plan)
     described = {
         "targets": plan.targets,
         "batches": plan.batches,

@@ -72,8 +72,10 @@ def _normalized_dumps(fn: Callable[..., Any]) -> bytes:
 def pickle_function(fn: Callable[..., Any], feature: str) -> tuple[bytes, dict[str, Any]]:
     """The payload of ``fn`` and its metadata (stored in the feature's definition as
     ``payload``): ``sha256``, ``path`` (relative to the table directory), ``python``,
-    ``packages`` (distribution -> version), ``pickler`` and ``fingerprint`` (the hash of the
-    pickle without file names and line numbers).
+    ``packages`` (distribution -> version), ``modules`` (top-level modules it references that
+    no distribution provides: local modules, shipped to Spark executors like those of features
+    stored by reference), ``pickler`` and ``fingerprint`` (the hash of the pickle without file
+    names and line numbers).
 
     Raises:
         ValidationError: ``fn`` cannot be pickled.
@@ -94,6 +96,7 @@ def pickle_function(fn: Callable[..., Any], feature: str) -> tuple[bytes, dict[s
         "bytes": len(data),
         "python": platform.python_version(),
         "packages": environment(fn),
+        "modules": local_modules(fn),
         "pickler": PICKLER,
         "fingerprint": hashlib.sha256(normalized).hexdigest(),
     }
@@ -114,6 +117,15 @@ def environment(fn: Callable[..., Any]) -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return out
+
+
+def local_modules(fn: Callable[..., Any]) -> list[str]:
+    """Top-level modules ``fn`` references that are neither in the standard library nor
+    provided by an installed distribution."""
+    by_module = importlib.metadata.packages_distributions()
+    stdlib = sys.stdlib_module_names
+    refs = _referenced_modules(fn)
+    return sorted(m for m in refs if m not in by_module and m not in stdlib and m != "omnitable")
 
 
 def _referenced_modules(fn: Callable[..., Any], seen: set[int] | None = None) -> set[str]:
