@@ -210,11 +210,19 @@ def test_a_tampered_or_missing_payload_is_a_clear_error(docs: omnitable.Table, s
     path.write_bytes(original[:-1] + b"\x00")
     with pytest.raises(omnitable.ValidationError, match="pickled code .* was modified"):
         docs.backfill(["plus"]).run(spark)
+    assert plus.fn is not None
+    plus2 = omnitable.feature(
+        inputs=["text"], outputs={"plus": "double"}, version="2", name="plus"
+    )(plus.fn)
+    docs.register(plus2)  # a new version of the same code: the same file, written again
+    assert path.read_bytes() == original
+    docs.register(plus)  # version 1 current again
     path.unlink()
     with pytest.raises(omnitable.ValidationError, match="pickled code .* is missing"):
         docs.backfill(["plus"]).run(spark)
     assert docs.read(columns=["plus"]).column("plus").null_count == 4  # nothing ran
-    path.write_bytes(original)
+    assert docs.register(_closure_features(5)[0]) is None  # the same code: writes it again
+    assert path.read_bytes() == original
     docs.backfill(["plus"]).run(spark)
     assert docs.read(columns=["plus"]).column("plus").to_pylist() == [6.0, 7.0, 8.0, None]
 

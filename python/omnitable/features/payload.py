@@ -167,10 +167,13 @@ def _filled(cell: Any) -> bool:
 
 
 def write_payload(location: Location, data: bytes, meta: Mapping[str, Any]) -> None:
-    """Write the payload file (content-addressed: an existing file with the name is kept)."""
+    """Write the payload file (content-addressed: an existing file with the registered content
+    is kept; a missing or modified one is written again)."""
     path = location.child_path(meta["path"])
     if location.fs.get_file_info(path).type != pa.fs.FileType.NotFound:
-        return
+        with location.fs.open_input_stream(path) as stream:
+            if hashlib.sha256(stream.read()).hexdigest() == meta["sha256"]:
+                return
     location.fs.create_dir(location.child_path(PAYLOAD_DIR), recursive=True)
     with location.fs.open_output_stream(path) as out:
         out.write(data)
@@ -209,14 +212,14 @@ def read_payload(location: Location, meta: Mapping[str, Any], feature: str) -> b
     except (FileNotFoundError, OSError) as exc:
         raise ValidationError(
             f"Cannot load feature '{feature}': its pickled code {path} is missing ({exc}); "
-            "register the feature again (with a new version) from its definition"
+            "register the same code again (re-run its definition) to write it again"
         ) from exc
     actual = hashlib.sha256(data).hexdigest()
     if actual != meta["sha256"]:
         raise ValidationError(
             f"Cannot load feature '{feature}': its pickled code {path} was modified (sha256 "
-            f"{actual}, registered {meta['sha256']}); it is not run. Register the feature "
-            "again (with a new version) from its definition"
+            f"{actual}, registered {meta['sha256']}); it is not run. Register the same code "
+            "again (re-run its definition) to write it again"
         )
     return data
 

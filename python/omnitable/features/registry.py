@@ -98,11 +98,9 @@ def register(ctx: TableContext, features: tuple[Feature, ...]) -> int | None:
     FeatureGraph.build(merged.values(), raw)
 
     new_columns, removed = _column_changes(snap, current, resolved)
+    _write_payloads(ctx, rows, current, resolved, payloads)
     if not rows and not new_columns and not removed:
         return None
-    for r in rows:
-        if r.name in payloads:  # before the commit that references it (content-addressed)
-            write_payload(ctx.location, payloads[r.name], r.definition["payload"])
     req = CommitRequest(
         op="register",
         base_version=snap.version,
@@ -116,6 +114,26 @@ def register(ctx: TableContext, features: tuple[Feature, ...]) -> int | None:
     )
     failpoint("register.before_commit")
     return ctx.commit(req)
+
+
+def _write_payloads(
+    ctx: TableContext,
+    rows: list[FeatureRow],
+    current: dict[str, Feature],
+    resolved: list[Feature],
+    payloads: dict[str, bytes],
+) -> None:
+    """Write the pickled code of the features registered (before the commit that references
+    it), and again that of current ones registered unchanged whose file is missing or modified
+    (the same bytes: registering the same code repairs it)."""
+    new = {r.name for r in rows}
+    for f in resolved:
+        if f.name not in payloads or f.payload is None:
+            continue
+        now = current.get(f.name)
+        same = now is not None and (now.payload or {}).get("sha256") == f.payload["sha256"]
+        if f.name in new or same:
+            write_payload(ctx.location, payloads[f.name], f.payload)
 
 
 def _column_changes(
