@@ -252,3 +252,25 @@ def test_an_environment_mismatch_is_refused_unless_drift_is_allowed(
     _set_payload(wh, "plus", drifted)
     docs.backfill(["plus"]).run(spark, allow_version_drift=True)  # pandas 1.0.5 recorded
     assert docs.read(columns=["plus"]).column("plus").to_pylist() == [6.0, 7.0, 8.0, None]
+
+
+@pytest.mark.spark
+def test_the_cli_runs_a_drifted_feature_only_when_allowed(
+    docs: omnitable.Table,
+    catalog_spec: tuple[str, str | None],
+    capsys: pytest.CaptureFixture[str],
+    spark,  # type: ignore[no-untyped-def]
+) -> None:
+    from omnitable.cli.main import main
+
+    docs.register(_closure_features(5)[0])
+    recorded = _definitions(docs.warehouse)["plus"]["payload"]
+    pandas = {**recorded["packages"], "pandas": "1.0.5"}
+    _set_payload(docs.warehouse, "plus", {**recorded, "packages": pandas})
+    cli = ["-w", catalog_spec[0], "backfill", "docs", "-f", "plus"]
+    assert main(cli) != 0
+    err = capsys.readouterr().err
+    assert "pandas==1.0.5" in err and "--allow-version-drift" in err
+    assert docs.read(columns=["plus"]).column("plus").null_count == 4
+    assert main([*cli, "--allow-version-drift"]) == 0, capsys.readouterr().err
+    assert docs.read(columns=["plus"]).column("plus").to_pylist() == [6.0, 7.0, 8.0, None]
