@@ -138,6 +138,51 @@ def test_script_main_features_register_and_backfill_through_the_cli(
     }
 
 
+RUN_BACKFILL = textwrap.dedent(
+    """
+    import sys
+
+    import omnitable
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.getOrCreate()
+    with omnitable.connect(sys.argv[1]) as wh:
+        print("committed", wh.table("docs").backfill(["score"]).run(spark).versions)
+    """
+)
+
+
+@pytest.mark.spark
+def test_a_spark_submit_job_runs_a_feature_defined_in_a_script(tmp_path: Path) -> None:
+    from omnitable.spark.submit_args import submit_args
+
+    wh = str(tmp_path / "wh")
+    assert "registered 2" in _define(tmp_path, (wh, None))
+    job = tmp_path / "jobs" / "run_backfill.py"  # another directory: nothing of the script
+    job.parent.mkdir()
+    job.write_text(RUN_BACKFILL)
+    submit = Path(sys.executable).with_name("spark-submit")
+    helper = str(tmp_path / "omt_pickled_helper.py")  # the script's local module, as a job ships it
+    cmd = [
+        str(submit),
+        *submit_args(wh),
+        "--master",
+        "local[1]",
+        "--py-files",
+        helper,
+        str(job),
+        wh,
+    ]
+    done = subprocess.run(
+        [*cmd[:-2], "--conf", "spark.ui.enabled=false", *cmd[-2:]],
+        capture_output=True, text=True, timeout=600, env=_env(), cwd=job.parent,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-4000:]
+    assert "committed [3]" in done.stdout
+    with omnitable.connect(wh) as w:
+        assert w.table("docs").read(columns=["score"]).column("score").to_pylist() == [12, 14, 16]
+
+
 @pytest.fixture
 def docs(wh: omnitable.Warehouse) -> omnitable.Table:
     t = wh.create_table("docs", {"text": "string"})
