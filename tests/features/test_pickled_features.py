@@ -72,10 +72,10 @@ def _env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=path, PYSPARK_PYTHON=sys.executable)
 
 
-def _define(tmp_path: Path, catalog_spec: tuple[str, str | None]) -> str:
-    """Run the defining script as its own process; its stdout."""
+def _define(tmp_path: Path, catalog_spec: tuple[str, str | None], prefix: str = "") -> str:
+    """Run the defining script (after ``prefix``) as its own process; its stdout."""
     script = tmp_path / "define_features.py"
-    script.write_text(SCRIPT)
+    script.write_text(prefix + SCRIPT)
     (tmp_path / "omt_pickled_helper.py").write_text("def helper(n):\n    return n * 2\n")
     uri, root = catalog_spec
     done = subprocess.run(
@@ -136,6 +136,25 @@ def test_script_main_features_register_and_backfill_through_the_cli(
         "shout": ["A!", "BB!", "CCC!"],
         "squared": [1, 4, 9],
     }
+
+
+def test_the_same_code_in_another_file_and_line_is_the_same_version(
+    tmp_path: Path, catalog_spec: tuple[str, str | None]
+) -> None:
+    # like a notebook cell re-run in a new kernel, with other cells above it
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir(), second.mkdir()
+    assert "registered 2" in _define(first, catalog_spec)
+    assert "registered None" in _define(second, catalog_spec, prefix="# a new cell\n\n\n")
+    changed = "# BONUS changed below\n" + SCRIPT.replace("BONUS = 10", "BONUS = 11")
+    script = second / "define_features.py"
+    script.write_text(changed)
+    uri, root = catalog_spec
+    done = subprocess.run(
+        [sys.executable, str(script), uri, root or ""],
+        capture_output=True, text=True, timeout=300, env=_env(), cwd=second,
+    )  # fmt: skip
+    assert done.returncode != 0 and "bump the version" in done.stderr
 
 
 RUN_BACKFILL = textwrap.dedent(

@@ -143,7 +143,10 @@ def _referenced_modules(fn: Callable[..., Any], seen: set[int] | None = None) ->
         elif isinstance(value, types.FunctionType) and value.__module__ in ("__main__", None):
             out |= _referenced_modules(value, seen)
         else:
-            module = getattr(value, "__module__", None) or type(value).__module__
+            try:
+                module = getattr(value, "__module__", None) or type(value).__module__
+            except Exception:  # an object whose attribute lookup fails: its type's module
+                module = type(value).__module__
             if isinstance(module, str) and module not in ("__main__", "builtins"):
                 out.add(module.split(".", 1)[0])
             if isinstance(value, types.FunctionType):
