@@ -590,11 +590,13 @@ class Table:
 
     def register(self, *features: Feature) -> int | None:
         """Register feature definitions (new ones, or new versions); returns the new version or
-        None when nothing changed.
+        None when nothing changed. A pandas feature other processes cannot import (defined in a
+        notebook cell, a script's ``__main__``, a closure, a lambda) is stored pickled in the
+        table directory (docs/features.md, "Features defined in notebooks and scripts").
 
         Raises:
             ValidationError: unknown inputs, output clashes, cycles, changed code under an
-                unchanged version, or a pandas feature that other processes cannot import.
+                unchanged version, or a pandas feature that can be neither imported nor pickled.
         """
         from omnitable.features.registry import register
 

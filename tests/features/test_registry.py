@@ -91,13 +91,15 @@ def test_changed_code_under_same_version_is_refused(
     assert {f.name: f.version for f in docs.features()} == {"clean": "1"}
 
 
-def test_non_importable_functions_are_refused(docs: omnitable.Table) -> None:
+def test_non_importable_functions_are_stored_pickled(docs: omnitable.Table) -> None:
+    # more in test_pickled_features.py
     def local(text):  # type: ignore[no-untyped-def]
         return text
 
     f = omnitable.feature(inputs=["text"], outputs={"same": "string"}, version="1")(local)
-    with pytest.raises(omnitable.ValidationError, match="cannot be imported by another process"):
-        docs.register(f)
+    docs.register(f)
+    (stored,) = docs.features()
+    assert stored.payload is not None and stored.code_fingerprint == stored.payload["fingerprint"]
 
 
 def test_sql_feature_inputs_are_inferred(docs: omnitable.Table) -> None:

@@ -46,6 +46,12 @@ def _split(value: str | None) -> list[str] | None:
     f"(default: the setting {BACKFILL_MAX_ERROR_RATIO.key}, {BACKFILL_MAX_ERROR_RATIO.default}).",
 )
 @click.option(
+    "--allow-version-drift",
+    is_flag=True,
+    help="Run features defined in notebooks/scripts (stored pickled) although a library's "
+    "major.minor version differs from the one recorded at registration.",
+)
+@click.option(
     "--master",
     default="local[*]",
     show_default=True,
@@ -68,6 +74,7 @@ def backfill(
     checkpoint: int | None,
     retry_errors: bool,
     max_error_ratio: float | None,
+    allow_version_drift: bool,
     master: str,
     paths: tuple[str, ...],
 ) -> None:
@@ -95,6 +102,7 @@ def backfill(
                 checkpoint_fragments=checkpoint,
                 max_error_ratio=max_error_ratio,
                 progress=progress,
+                allow_version_drift=allow_version_drift,
             )
         grid = wh.table(table).status()
 

@@ -47,6 +47,7 @@ class BackfillPlan(Plan):
         max_skip_ratio: float | None = None,
         progress: Callable[[int, int, int, int], None] | None = None,
         branch: str | None = None,
+        allow_version_drift: bool = False,
     ) -> RunResult:
         """Execute the plan on Spark (see :mod:`omnitable.exec.runner` and docs/errors.md).
 
@@ -64,6 +65,10 @@ class BackfillPlan(Plan):
                 the result (``RunResult.skipped``); ``fail`` fails the job. Read errors that are
                 not corruption (schema drift, missing file, permissions) always fail the job.
             max_skip_ratio: abort when more than this fraction of a chunk's fragments is skipped.
+            allow_version_drift: run features defined in notebooks and scripts (stored pickled)
+                although a library's ``major.minor`` version differs from the one recorded at
+                registration (a Python minor version or a missing library still fails;
+                docs/features.md, "Features defined in notebooks and scripts").
 
             ``None`` (max_error_ratio, on_corrupt, max_skip_ratio): the setting
             ``backfill.<name>`` of the warehouse, else of the table, else its default
@@ -87,6 +92,7 @@ class BackfillPlan(Plan):
                 spark, checkpoint_fragments=checkpoint_fragments, isolation=isolation,
                 max_error_ratio=max_error_ratio, on_corrupt=on_corrupt,
                 max_skip_ratio=max_skip_ratio, progress=progress,
+                allow_version_drift=allow_version_drift,
             )  # fmt: skip
         options = RunOptions.resolve(
             self.ctx.settings,
@@ -95,6 +101,7 @@ class BackfillPlan(Plan):
             max_error_ratio=max_error_ratio,
             on_corrupt=on_corrupt,
             max_skip_ratio=max_skip_ratio,
+            allow_version_drift=allow_version_drift,
         )
         if self.executed and self.replan is not None:
             fresh = self.replan()

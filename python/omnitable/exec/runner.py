@@ -56,6 +56,25 @@ Progress = Callable[[int, int, int, int], None]  # (step, steps, fragments done,
 log = logging.getLogger("omnitable.backfill")
 
 
+def _ship_payload_modules(session: SparkSession, plan: Plan) -> None:
+    """Ship the local modules that pickled features reference (a helper module next to the
+    notebook or script) when this process can import them; one it cannot import fails the
+    feature's load with a clear error before any job runs."""
+    for name in sorted(
+        {
+            m
+            for s in plan.steps
+            for f in s.features
+            if f.payload
+            for m in f.payload.get("modules", [])
+        }
+    ):
+        try:
+            ship_modules(session.sparkContext, [name])
+        except ImportError as exc:
+            log.info("not shipping module %s of a pickled feature: %s", name, exc)
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How a plan runs.
@@ -71,6 +90,9 @@ class RunOptions:
             retries, is skipped — left missing — and reported) or ``fail`` (the job fails).
             Other read errors (schema drift, missing file, permissions) always fail the job.
         max_skip_ratio: abort when more than this fraction of a chunk's fragments is skipped.
+        allow_version_drift: run features stored by value (pickled) with other library
+            ``major.minor`` versions than they were pickled with (a different Python minor
+            version or a missing library still fails; docs/features.md).
     """
 
     checkpoint_fragments: int | None = None
@@ -78,6 +100,7 @@ class RunOptions:
     max_error_ratio: float = BACKFILL_MAX_ERROR_RATIO.default
     on_corrupt: str = BACKFILL_ON_CORRUPT.default
     max_skip_ratio: float = BACKFILL_MAX_SKIP_RATIO.default
+    allow_version_drift: bool = False
 
     def __post_init__(self) -> None:
         cp = self.checkpoint_fragments
@@ -172,10 +195,11 @@ def run_plan(
             f.ref.split(":", 1)[0]
             for s in plan.steps
             for f in s.features
-            if f.kind == "pandas" and f.ref
+            if f.kind == "pandas" and f.ref and f.payload is None  # pickled: loaded by value
         }
     )
     ship_modules(session.sparkContext, modules)
+    _ship_payload_modules(session, plan)
     described = {
         "targets": plan.targets,
         "batches": plan.batches,
@@ -268,7 +292,7 @@ def _run_chunk(
             TaskProgress(ctx.location.join("_progress", tag).uri) if run.driver_escalation else None
         )
         job = ChunkJob(run.session, ctx, snap, step, retry, run.run_id, tag, options.isolation,
-                       options.on_corrupt, marks)  # fmt: skip
+                       options.on_corrupt, marks, options.allow_version_drift)  # fmt: skip
         outputs, skipped, scan, escalated = execute_chunk(job, work)
         out.escalated += [f for f in escalated if f not in out.escalated]
         out.bytes_read += int(scan.get("omnitableBytesRead", 0))

@@ -121,7 +121,8 @@ class ChunkJob:
     """What stays fixed across the Spark jobs of one checkpoint chunk of a step.
 
     ``progress``: the ``driver`` crash escalation's marks (see :mod:`omnitable.exec.escalation`),
-    or None where Spark's task retry escalates.
+    or None where Spark's task retry escalates. ``allow_version_drift``: features stored by
+    value load with other library versions (:mod:`omnitable.features.payload`).
     """
 
     session: SparkSession
@@ -134,6 +135,7 @@ class ChunkJob:
     isolation: str
     on_corrupt: str
     progress: TaskProgress | None = None
+    allow_version_drift: bool = False
 
 
 def execute_chunk(
@@ -235,7 +237,8 @@ def _run_job(job: ChunkJob, work: dict[str, list[str]], escalate: list[str]) -> 
     session, ctx, snap = job.session, job.ctx, job.snap
     frag_ids = sorted({i for ids in work.values() for i in ids})
     by_id = {f.fragment_id: f for f in snap.fragments}
-    features = [f.load() for f in job.step.features if f.name in work]
+    drift = job.allow_version_drift
+    features = [f.load(ctx.location, drift) for f in job.step.features if f.name in work]
     spec = TaskSpec(
         root=ctx.root.uri,
         location=ctx.record.location,
@@ -250,6 +253,7 @@ def _run_job(job: ChunkJob, work: dict[str, list[str]], escalate: list[str]) -> 
         isolation=job.isolation,
         progress=job.progress.uri if job.progress is not None else None,
         escalate=escalate,
+        allow_version_drift=drift,
     ).to_json()
     df = step_dataframe(session, ctx, snap, job.step, frag_ids, job.on_corrupt)
     tag = job.tag

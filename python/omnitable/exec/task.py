@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from omnitable.exceptions import ValidationError
 from omnitable.exec.escalation import TaskProgress
 from omnitable.features.definition import Feature
-from omnitable.format.fs import resolve_location
+from omnitable.format.fs import Location, resolve_location
 from omnitable.format.writer import WriteOptions, write_column_file
 from omnitable.isolation import IsolationPolicy, Mode, input_digest, run_isolated
 from omnitable.isolation.engine import CallSizing, split
@@ -60,6 +60,8 @@ class TaskSpec:
         vectors: fragment -> its deletion vector as stored (fragments with deleted rows only):
             the reader sends only the live rows, whose outputs are scattered back to their
             offsets (deleted rows are NULL, never computed).
+        allow_version_drift: features stored by value (pickled) load with other library
+            ``major.minor`` versions than recorded (each worker checks its own environment).
     """
 
     root: str
@@ -75,6 +77,7 @@ class TaskSpec:
     progress: str | None = None
     escalate: list[str] = field(default_factory=list)
     vectors: dict[str, str] = field(default_factory=dict)
+    allow_version_drift: bool = False
 
     def to_json(self) -> str:
         """The JSON :func:`compute_partition` reads."""
@@ -95,6 +98,7 @@ class TaskSpec:
                 "progress": self.progress,
                 "escalate": self.escalate,
                 "vectors": self.vectors,
+                "allow_version_drift": self.allow_version_drift,
             }
         )
 
@@ -106,7 +110,8 @@ def compute_partition(
     spec = json.loads(spec_json)
     location = resolve_location(spec["root"]).join(spec["location"])
     options = WriteOptions(**spec["options"])
-    features = [_load(d) for d in spec["features"]]
+    drift = bool(spec.get("allow_version_drift", False))
+    features = [_load(d, location, drift) for d in spec["features"]]
     work = {name: set(ids) for name, ids in spec["work"].items()}
     retried = _previous_attempt_failed()
     escalated = set(spec.get("escalate", []))
@@ -424,8 +429,12 @@ def _sql_outputs(
     return pa.table({out: table.column(out).cast(t)}), failures, table.num_rows
 
 
-def _load(d: dict[str, Any]) -> Feature:
-    key = f"{d['name']}@{d['version']}:{d['fingerprint']}"
+def _load(d: dict[str, Any], location: Location, allow_version_drift: bool) -> Feature:
+    """A feature of the spec with its function (imported, or unpickled from the table
+    directory ``location``), loaded once per worker process."""
+    payload = (d.get("payload") or {}).get("sha256", "")
+    key = f"{d['name']}@{d['version']}:{d['fingerprint']}:{payload}:{allow_version_drift}"
     if key not in _LOADED:
-        _LOADED[key] = Feature.from_definition(d, d["fingerprint"]).load()
+        f = Feature.from_definition(d, d["fingerprint"])
+        _LOADED[key] = f.load(location, allow_version_drift)
     return _LOADED[key]

@@ -2,11 +2,14 @@
 
 A feature is registered once per table (``Table.register``) and can then be computed by any
 process: pandas features are stored as an importable reference (``module:qualname``) checked at
-registration, plus a fingerprint of their code; SQL features store their expression.
+registration, plus a fingerprint of their code; a pandas feature another process cannot import
+(defined in a notebook cell, a script's ``__main__``, a closure, a lambda) is stored by value,
+pickled (:mod:`omnitable.features.payload`); SQL features store their expression.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import inspect
@@ -20,6 +23,8 @@ from typing import Any, Literal, cast
 import pyarrow as pa
 
 from omnitable.exceptions import ValidationError
+from omnitable.features import payload as pickled
+from omnitable.format.fs import Location
 from omnitable.vocabulary.types import parse_type_spec, to_ddl
 
 FEATURE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -39,6 +44,8 @@ class Feature:
         kind: "pandas" (vectorized Python over pandas Series) or "sql" (Spark SQL expression).
         prefer: execution preference, "cpu" or "gpu".
         options: isolation and resource hints (timeout_s, memory_mb, batch_rows, isolation).
+        payload: for a pandas feature stored by value, its pickled code's file, hash and
+            recorded environment (:func:`omnitable.features.payload.pickle_function`).
     """
 
     name: str
@@ -52,6 +59,7 @@ class Feature:
     expr: str | None = None
     ref: str | None = None
     code_fingerprint: str = ""
+    payload: dict[str, Any] | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.fn is None:
@@ -67,6 +75,7 @@ class Feature:
 
     def definition(self) -> dict[str, Any]:
         """JSON document stored in the catalog's ``features.definition``."""
+        extra = {"payload": dict(self.payload)} if self.payload is not None else {}
         return {
             "name": self.name,
             "inputs": list(self.inputs),
@@ -77,6 +86,7 @@ class Feature:
             "options": dict(self.options),
             "expr": self.expr,
             "ref": self.ref,
+            **extra,
         }
 
     @classmethod
@@ -92,27 +102,31 @@ class Feature:
             expr=d.get("expr"),
             ref=d.get("ref"),
             code_fingerprint=fingerprint,
+            payload=dict(d["payload"]) if d.get("payload") else None,
         )
 
     def with_inputs(self, inputs: tuple[str, ...]) -> Feature:
-        return Feature(
-            self.name,
-            inputs,
-            self.outputs,
-            self.version,
-            self.kind,
-            self.prefer,
-            self.options,
-            self.fn,
-            self.expr,
-            self.ref,
-            self.code_fingerprint,
-        )
+        return dataclasses.replace(self, inputs=inputs)
 
-    def load(self) -> Feature:
-        """This feature with its function imported from ``ref`` (pandas features)."""
+    def load(self, location: Location | None = None, allow_version_drift: bool = False) -> Feature:
+        """This feature with its function: imported from ``ref``, or, for a feature stored by
+        value, unpickled from its payload in the table directory ``location`` after checking the
+        file's hash and this environment (``allow_version_drift``: run with other library
+        ``major.minor`` versions than recorded; see :mod:`omnitable.features.payload`).
+
+        Raises:
+            ValidationError: the code cannot be loaded, differs from the registered code, or
+                this environment cannot run it.
+        """
         if self.kind != "pandas" or self.fn is not None:
             return self
+        if self.payload is not None:
+            if location is None:
+                raise ValidationError(
+                    f"Cannot load feature '{self.id}': its code is pickled in the table directory"
+                )
+            unpickled = pickled.load_function(location, self.payload, self.id, allow_version_drift)
+            return dataclasses.replace(self, fn=unpickled)
         if not self.ref:
             raise ValidationError(f"Cannot load feature '{self.id}': it has no import reference")
         fn = resolve_ref(self.ref)
@@ -124,19 +138,7 @@ class Feature:
                 f"Cannot run feature '{self.id}': the code at {self.ref} differs from the code "
                 "registered under this version; register it again with a new version"
             )
-        return Feature(
-            self.name,
-            self.inputs,
-            self.outputs,
-            self.version,
-            self.kind,
-            self.prefer,
-            self.options,
-            fn,
-            self.expr,
-            self.ref,
-            self.code_fingerprint,
-        )
+        return dataclasses.replace(self, fn=fn)
 
 
 def feature(
@@ -251,25 +253,35 @@ def resolve_ref(ref: str) -> Any:
     return obj
 
 
-def check_importable(f: Feature) -> None:
-    """Registration check: the stored reference imports back to this very function."""
-    if f.kind != "pandas":
-        return
+def storable(f: Feature) -> tuple[Feature, bytes | None]:
+    """How a feature is stored at registration: by reference when its stored reference imports
+    back to this very function in another process, else by value (the feature with its payload
+    metadata and code fingerprint, and the payload's bytes to write).
+
+    Raises:
+        ValidationError: the function can be neither imported nor pickled.
+    """
+    if f.kind != "pandas" or f.payload is not None:
+        return f, None
+    assert f.ref is not None and f.fn is not None
+    if _importable(f):
+        return f, None
+    data, meta = pickled.pickle_function(f.fn, f.name)
+    return dataclasses.replace(f, payload=meta, code_fingerprint=meta["fingerprint"]), data
+
+
+def _importable(f: Feature) -> bool:
+    """Whether another process imports ``f.ref`` to this very function."""
     assert f.ref is not None
     module = f.ref.split(":", 1)[0]
     if module == "__main__" or "<locals>" in f.ref or "<lambda>" in f.ref:
-        raise ValidationError(
-            f"Cannot register feature '{f.name}': its function {f.ref} cannot be imported by "
-            "another process (CLI, spark-submit, Spark workers); define it at module level in an "
-            "importable module, e.g. my_features.py"
-        )
-    obj = resolve_ref(f.ref)
+        return False
+    try:
+        obj = resolve_ref(f.ref)
+    except ValidationError:
+        return False
     target = obj.fn if isinstance(obj, Feature) else obj
-    if target is not f.fn:
-        raise ValidationError(
-            f"Cannot register feature '{f.name}': {f.ref} imports to a different object than "
-            "the one being registered"
-        )
+    return target is f.fn
 
 
 def _check_name(name: str) -> str:

@@ -1,8 +1,9 @@
 """Registering features on a table and reading them back.
 
 Registration validates the whole graph (inputs exist, outputs unique, no cycles), refuses changed
-code under an unchanged version, checks that pandas features import back from their stored
-reference, and commits the feature versions together with their output columns. The commit
+code under an unchanged version, stores a pandas feature by reference when it imports back from
+its stored reference and by value otherwise (its pickled code written to the table directory
+before the commit, :mod:`omnitable.features.payload`), and commits the feature versions together with their output columns. The commit
 conflicts when another registration committed since the graph was validated (so two concurrent
 registrations cannot form a cycle).
 """
@@ -15,8 +16,9 @@ from typing import TYPE_CHECKING
 from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, FeatureRow, NewColumn
 from omnitable.exceptions import NotFoundError, ValidationError
-from omnitable.features.definition import Feature, check_importable
+from omnitable.features.definition import Feature, storable
 from omnitable.features.graph import FeatureGraph
+from omnitable.features.payload import write_payload
 from omnitable.vocabulary.names import APPEND_NAME
 
 if TYPE_CHECKING:
@@ -75,8 +77,11 @@ def register(ctx: TableContext, features: tuple[Feature, ...]) -> int | None:
         | {o for f in features for o in f.outputs}
     )
     resolved = []
+    payloads: dict[str, bytes] = {}
     for f in features:
-        check_importable(f)
+        f, data = storable(f)
+        if data is not None:
+            payloads[f.name] = data
         if f.kind == "sql" and not f.inputs:
             f = f.with_inputs(_sql_inputs(f, known))
         resolved.append(f)
@@ -93,6 +98,7 @@ def register(ctx: TableContext, features: tuple[Feature, ...]) -> int | None:
     FeatureGraph.build(merged.values(), raw)
 
     new_columns, removed = _column_changes(snap, current, resolved)
+    _write_payloads(ctx, rows, current, resolved, payloads)
     if not rows and not new_columns and not removed:
         return None
     req = CommitRequest(
@@ -108,6 +114,26 @@ def register(ctx: TableContext, features: tuple[Feature, ...]) -> int | None:
     )
     failpoint("register.before_commit")
     return ctx.commit(req)
+
+
+def _write_payloads(
+    ctx: TableContext,
+    rows: list[FeatureRow],
+    current: dict[str, Feature],
+    resolved: list[Feature],
+    payloads: dict[str, bytes],
+) -> None:
+    """Write the pickled code of the features registered (before the commit that references
+    it), and again that of current ones registered unchanged whose file is missing or modified
+    (the same bytes: registering the same code repairs it)."""
+    new = {r.name for r in rows}
+    for f in resolved:
+        if f.name not in payloads or f.payload is None:
+            continue
+        now = current.get(f.name)
+        same = now is not None and (now.payload or {}).get("sha256") == f.payload["sha256"]
+        if f.name in new or same:
+            write_payload(ctx.location, payloads[f.name], f.payload)
 
 
 def _column_changes(
