@@ -165,7 +165,8 @@ final class RefWriter(reader: CatalogReader) {
       "SELECT name, kind, version, parent_branch, fork_version, created_at, max_age_s FROM refs " +
         "WHERE table_id = ? AND name = ?",
       entry.tableId,
-      name) { rs =>
+      name
+    ) { rs =>
       RefRecord(
         rs.getString(1),
         rs.getString(2),
@@ -238,7 +239,14 @@ object RefWriter {
 
   /** Tables whose rows carry the branch they were written on (refs.py `BRANCH_TABLES`). */
   val BranchTables: Seq[String] = Seq(
-    "commits", "columns", "batches", "fragments", "files", "deletion_vectors", "removals", "features")
+    "commits",
+    "columns",
+    "batches",
+    "fragments",
+    "files",
+    "deletion_vectors",
+    "removals",
+    "features")
 
   val DeletedPrefix = "~deleted~"
 
@@ -265,7 +273,8 @@ object RefWriter {
    */
   private[catalog] def openForWrite(address: CatalogAddress, env: JdbcConnector.Env): Connection = address match {
     case a: SqliteAddress =>
-      if (!a.dbFile.isFile) throw OmniTableErrors.notACatalog(a.display, s"there is no catalog file ${a.dbFile.getPath}")
+      if (!a.dbFile.isFile)
+        throw OmniTableErrors.notACatalog(a.display, s"there is no catalog file ${a.dbFile.getPath}")
       val props = new Properties()
       props.setProperty("busy_timeout", SqliteBusyTimeoutMs.toString)
       props.setProperty("journal_mode", "WAL")

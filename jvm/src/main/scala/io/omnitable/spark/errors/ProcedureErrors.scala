@@ -79,7 +79,10 @@ object ProcedureErrors {
       s"Cannot delete branch 'main' of table '$table': every table has it; drop the table to delete everything."
     )
 
-  def branchHasDependents(table: String, name: String, dependents: Seq[(String, String)]): OmniTableAnalysisException = {
+  def branchHasDependents(
+      table: String,
+      name: String,
+      dependents: Seq[(String, String)]): OmniTableAnalysisException = {
     val listed = dependents.map { case (kind, ref) => s"$kind '$ref'" }.mkString(", ")
     analysis(
       "OMNITABLE_INVALID_REF_OPERATION",
@@ -92,5 +95,6 @@ object ProcedureErrors {
       "OMNITABLE_CATALOG_WRITE",
       s"Cannot $what in warehouse '$warehouse': ${Option(cause.getMessage).getOrElse(cause.toString)}; " +
         "nothing was changed.",
-      cause)
+      cause
+    )
 }

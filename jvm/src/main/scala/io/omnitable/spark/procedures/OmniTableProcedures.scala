@@ -3,8 +3,7 @@ package io.omnitable.spark.procedures
 import io.omnitable.spark.catalog.CatalogReader
 import io.omnitable.spark.errors.ProcedureErrors
 import org.apache.spark.sql.connector.catalog.Identifier
-import org.apache.spark.sql.connector.catalog.procedures.{BoundProcedure, UnboundProcedure}
-import org.apache.spark.sql.types.StructType
+import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure
 
 /**
  * OmniTable's stored procedures, `CALL <catalog>.system.<name>(...)` (docs/spark.md,
@@ -51,11 +50,4 @@ object OmniTableProcedures {
     "backfill" -> "Table.backfill(features).run(spark) or `omnitable backfill`",
     "retry_errors" -> "Table.backfill(features, retry_errors=True).run(spark) or `omnitable backfill --retry-errors`"
   )
-}
-
-/** A procedure of [[OmniTableProcedures.PythonOnly]]: binding it fails with what to use instead. */
-final class PythonOnlyProcedure(procedureName: String, instead: String) extends UnboundProcedure {
-  override def name(): String = procedureName
-  override def description(): String = s"Runs in OmniTable's Python engine only: use $instead."
-  override def bind(inputType: StructType): BoundProcedure = throw ProcedureErrors.needsPython(procedureName, instead)
 }

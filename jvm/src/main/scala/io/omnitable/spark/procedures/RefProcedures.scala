@@ -40,7 +40,8 @@ object RefProcedures {
       ref.forkVersion.map(Long.box).orNull,
       str(ref.createdAt),
       ref.maxAgeS.map(Long.box).orNull,
-      ref.expiresAt.map(str).orNull)
+      ref.expiresAt.map(str).orNull
+    )
     new ProcedureResult(Output, Seq(row))
   }
 
@@ -57,14 +58,16 @@ object RefProcedures {
           optional("from_ref", StringType, "'main'", "the branch (or tag) it starts from"),
           optional("version", LongType, "NULL", "the version of from_ref's history it starts as (NULL: the head)")
         ),
-        "Creates a branch (Table.create_branch): one refs row, no data copied.") {
+        "Creates a branch (Table.create_branch): one refs row, no data copied."
+      ) {
         override protected def run(a: ProcedureArgs): ProcedureResult =
           result(writer.createBranch(a.string("table"), a.string("branch"), a.string("from_ref"), a.optLong("version")))
       },
       new OmniTableProcedure(
         "delete_branch",
         Seq(Table, required("branch", StringType, "the branch to delete")),
-        "Deletes a branch (Table.delete_branch); its data files stay until cleanup.") {
+        "Deletes a branch (Table.delete_branch); its data files stay until cleanup."
+      ) {
         override protected def run(a: ProcedureArgs): ProcedureResult =
           result(writer.deleteBranch(a.string("table"), a.string("branch")))
       },
@@ -77,7 +80,8 @@ object RefProcedures {
           optional("branch", StringType, "'main'", "the branch whose history holds the version"),
           optional("max_age", StringType, "NULL", "retention: seconds, or an interval such as '7 days'")
         ),
-        "Pins a version as a tag (Table.create_tag).") {
+        "Pins a version as a tag (Table.create_tag)."
+      ) {
         override protected def run(a: ProcedureArgs): ProcedureResult = {
           val maxAge = a.optString("max_age").map(maxAgeSeconds(_, a))
           result(writer.createTag(a.string("table"), a.string("tag"), a.string("branch"), a.optLong("version"), maxAge))

@@ -1,9 +1,8 @@
 package io.omnitable.spark.procedures
 
-import io.omnitable.spark.errors.ProcedureErrors
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.connector.catalog.procedures.{BoundProcedure, ProcedureParameter, UnboundProcedure}
-import org.apache.spark.sql.connector.read.{LocalScan, Scan}
+import org.apache.spark.sql.connector.read.Scan
 import org.apache.spark.sql.types.{DataType, StructType}
 
 /**
@@ -17,6 +16,7 @@ abstract class OmniTableProcedure(procedureName: String, params: Seq[ProcedurePa
     with BoundProcedure {
 
   override def name(): String = procedureName
+
   /** `doc` and the signature, e.g. `Arguments: table, tag, version => NULL` (DESCRIBE PROCEDURE shows it). */
   override def description(): String = {
     val args = params.map(p => Option(p.defaultValue()).fold(p.name)(d => s"${p.name} => ${d.getSql}"))
@@ -42,35 +42,4 @@ object OmniTableProcedure {
   /** An optional parameter; `default` is SQL (`'main'`, `NULL`). */
   def optional(name: String, dataType: DataType, default: String, comment: String): ProcedureParameter =
     ProcedureParameter.in(name, dataType).defaultValue(default).comment(comment).build()
-}
-
-/** The arguments of one call, in the order of `params` (Spark has cast each to its parameter's type). */
-final class ProcedureArgs(procedure: String, params: Seq[ProcedureParameter], input: InternalRow) {
-
-  private def index(name: String): Int = {
-    val i = params.indexWhere(_.name == name)
-    require(i >= 0, s"procedure $procedure has no parameter $name")
-    i
-  }
-
-  def optString(name: String): Option[String] = {
-    val i = index(name)
-    if (input.isNullAt(i)) None else Some(input.getUTF8String(i).toString)
-  }
-
-  def string(name: String): String = optString(name).getOrElse(throw ProcedureErrors.nullArgument(procedure, name))
-
-  def optLong(name: String): Option[Long] = {
-    val i = index(name)
-    if (input.isNullAt(i)) None else Some(input.getLong(i))
-  }
-
-  def invalid(name: String, detail: String): Throwable = ProcedureErrors.invalidArgument(procedure, name, detail)
-}
-
-/** A procedure's output: `rows` of `schema`, computed by the call (a local scan). */
-final class ProcedureResult(schema: StructType, resultRows: Seq[InternalRow]) extends LocalScan {
-  override def readSchema(): StructType = schema
-  override def rows(): Array[InternalRow] = resultRows.toArray
-  override def description(): String = s"OmniTable procedure result (${resultRows.size} rows)"
 }

@@ -19,7 +19,7 @@ import org.scalatest.funsuite.AnyFunSuite
  * and, when the PostgreSQL fixture exists, on its warehouse (catalog `omt_pg`: there the suite
  * only creates and deletes refs of its own, which other suites do not read).
  */
-class ProceduresSuite extends AnyFunSuite with SharedSparkSession {
+class OmniTableProceduresSuite extends AnyFunSuite with SharedSparkSession {
 
   private lazy val sqliteCopy: File = TestWarehouses.copyOfWarehouse()
   private lazy val pg: Option[String] = Option(TestWarehouses.manifest.get("postgres")).map(_.get("warehouse").asText())
@@ -190,9 +190,15 @@ class ProceduresSuite extends AnyFunSuite with SharedSparkSession {
       refused(c, s"CALL $p.create_branch('refs', 'ok_name', 'no such')", "Invalid branch or tag name 'no such'")
       refused(c, s"CALL $p.create_branch('refs', 't1')", "Cannot create branch 't1'", "a tag of that name exists")
       refused(c, s"CALL $p.create_tag('refs', 'main')", "Cannot create tag 'main'", "a branch of that name exists")
-      refused(c, s"CALL $p.create_branch('refs', 'nb', 'main', ${v("v4") + 100})", "Cannot create branch 'nb'",
+      refused(
+        c,
+        s"CALL $p.create_branch('refs', 'nb', 'main', ${v("v4") + 100})",
+        "Cannot create branch 'nb'",
         s"version ${v("v4") + 100}")
-      refused(c, s"CALL $p.create_tag('refs', 'nt', ${v("vdev")}, 'main')", "Cannot create tag 'nt'",
+      refused(
+        c,
+        s"CALL $p.create_tag('refs', 'nt', ${v("vdev")}, 'main')",
+        "Cannot create tag 'nt'",
         "not in the history of 'main'")
       refused(c, s"CALL $p.create_branch('refs', 'nb', 'nosuch')", "Cannot create branch 'nb'", "branch 'nosuch'")
       refused(c, s"CALL $p.create_branch('refs', 'nb', 't1', ${v("v1")})", "from_ref 't1' is a tag")
@@ -214,8 +220,11 @@ class ProceduresSuite extends AnyFunSuite with SharedSparkSession {
       refused(c, s"CALL $c.other.create_branch('refs', 'x')", "Cannot find procedure 'other.create_branch'")
       refused(c, s"CALL $p.create_branch('nosuch', 'x')", "Cannot find table 'nosuch'", "refs")
       refused(c, s"CALL $p.create_branch('refs')", "REQUIRED_PARAMETER_NOT_FOUND", "branch")
-      refused(c, s"CALL $p.create_branch(table => 'refs', branch => 'x', colour => 'red')",
-        "UNRECOGNIZED_PARAMETER_NAME", "colour")
+      refused(
+        c,
+        s"CALL $p.create_branch(table => 'refs', branch => 'x', colour => 'red')",
+        "UNRECOGNIZED_PARAMETER_NAME",
+        "colour")
       refused(c, s"CALL $p.delete_tag('refs', 't1', 'extra')", "WRONG_NUM_ARGS")
       refused(c, s"CALL $p.create_branch('refs', 'x', 'main', 'abc')")
       refused(c, s"CALL $p.create_branch('refs', NULL)", "argument 'branch' is NULL")
@@ -225,7 +234,8 @@ class ProceduresSuite extends AnyFunSuite with SharedSparkSession {
 
   test("procedures of the Python engine fail naming the Python API and CLI to use") {
     catalogs.foreach { c =>
-      val m = refused(c, s"CALL $c.system.rollback('refs', 1)", "system.rollback", "Table.rollback", "omnitable rollback")
+      val m =
+        refused(c, s"CALL $c.system.rollback('refs', 1)", "system.rollback", "Table.rollback", "omnitable rollback")
       assert(m.contains("OMNITABLE_PROCEDURE_NEEDS_PYTHON"))
       refused(c, s"CALL $c.system.merge_branch('refs', 'dev')", "Table.merge", "omnitable branch merge")
       refused(c, s"CALL $c.system.backfill('refs')", "Table.backfill", "omnitable backfill")
@@ -246,7 +256,8 @@ class ProceduresSuite extends AnyFunSuite with SharedSparkSession {
     val conn = DriverManager.getConnection(db)
     try conn.createStatement().executeUpdate("UPDATE omnitable_meta SET value = '999' WHERE key = 'schema_version'")
     finally conn.close()
-    withConf("spark.sql.catalog.omt_old" -> classOf[OmniTableCatalog].getName,
+    withConf(
+      "spark.sql.catalog.omt_old" -> classOf[OmniTableCatalog].getName,
       "spark.sql.catalog.omt_old.warehouse" -> copy.getPath) {
       val e = intercept[AnalysisException](spark.sql("CALL omt_old.system.create_tag('refs', 'x')").collect())
       assert(e.getMessage.contains("schema version is 999"))
