@@ -153,6 +153,8 @@ def test_a_tag_created_by_call_pins_a_committed_version(
             time.sleep(0.02)
         tagger = threading.Thread(target=lambda: out.setdefault("tag", call(spark, sql)))
         tagger.start()
+        if not wh.catalog.store.is_sqlite:  # the CALL must queue on the table's commit lock
+            _wait_for_jvm_lock_wait(wh, tagger)
         (gate / "commit.mid_insert.go").touch()
         writer.join(120)
         tagger.join(120)
@@ -160,6 +162,24 @@ def test_a_tag_created_by_call_pins_a_committed_version(
         del os.environ["OMNITABLE_FAILPOINTS"]
     assert out["tag"]["version"] == out["version"] == t.version > before
     assert rows(t, tag="pin") == rows(t)
+
+
+def _wait_for_jvm_lock_wait(wh: omnitable.Warehouse, tagger: threading.Thread) -> None:
+    """Until the JVM's connection (application ``omnitable-spark``) waits on a PostgreSQL lock:
+    the Python commit holds the table's row lock, so a CALL that takes it (``FOR UPDATE``)
+    waits; one that read the refs without the lock would finish instead."""
+    deadline = time.monotonic() + 120
+    query = text(
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND application_name = 'omnitable-spark' AND wait_event_type = 'Lock'"
+    )
+    while True:
+        with wh.catalog.store.engine.connect() as conn:
+            if conn.execute(query).scalar_one() > 0:
+                return
+        assert tagger.is_alive(), "the CALL finished while the commit held the table lock"
+        assert time.monotonic() < deadline, "the CALL never waited for the table lock"
+        time.sleep(0.05)
 
 
 def test_refused_calls_change_nothing(spark: Any, wh: omnitable.Warehouse) -> None:
