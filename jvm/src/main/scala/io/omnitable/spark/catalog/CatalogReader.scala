@@ -9,13 +9,13 @@ import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableErrors}
 import org.apache.spark.sql.catalyst.parser.CatalystSqlParser
 
 /**
- * Reads an OmniTable catalog over JDBC (SQLite or PostgreSQL). The JVM never writes to the
+ * Reads an OmniTable catalog over JDBC (SQLite or PostgreSQL). A reader never writes to the
  * catalog: every method opens a read-only connection, checks the schema version against the
  * bundled schema.sql, runs its queries in one read transaction and closes the connection.
  *
  * @param warehouse the warehouse string as the user gave it (its display form is what we log)
  */
-final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnector.systemEnv) {
+final class CatalogReader(warehouse: String, private[catalog] val env: JdbcConnector.Env = JdbcConnector.systemEnv) {
 
   val address: CatalogAddress = CatalogAddress.parse(warehouse)
 
@@ -89,7 +89,7 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
 
   // --- internals ----------------------------------------------------------------------------
 
-  private def findTable(conn: Jdbc.Conn, name: String): Option[TableEntry] =
+  private[catalog] def findTable(conn: Jdbc.Conn, name: String): Option[TableEntry] =
     Jdbc.query(conn, "SELECT table_id, name, location, properties FROM tables WHERE name = ?", name) { rs =>
       TableEntry(rs.getString(1), rs.getString(2), rs.getString(3), properties(rs.getString(2), rs.getString(4)))
     }.headOption
@@ -179,7 +179,7 @@ final class CatalogReader(warehouse: String, env: JdbcConnector.Env = JdbcConnec
   private def meta(conn: Jdbc.Conn, key: String): Option[String] =
     Jdbc.query(conn, "SELECT value FROM omnitable_meta WHERE key = ?", key)(_.getString(1)).headOption
 
-  private def checkSchemaVersion(conn: Jdbc.Conn): Unit = {
+  private[catalog] def checkSchemaVersion(conn: Jdbc.Conn): Unit = {
     val found = try meta(conn, "schema_version")
     catch {
       case e: SQLException => throw OmniTableErrors.notACatalog(

@@ -51,7 +51,7 @@ object JdbcConnector {
     }
     val props = new Properties()
     props.setProperty("busy_timeout", "30000")
-    props.setProperty("open_mode", "1") // SQLITE_OPEN_READONLY: the JVM never writes the catalog
+    props.setProperty("open_mode", "1") // SQLITE_OPEN_READONLY: reads never write (RefWriter opens its own)
     val conn = connectWith(a.display) {
       new org.sqlite.JDBC().connect("jdbc:sqlite:" + a.dbFile.getPath, props)
     }

@@ -7,8 +7,10 @@ import scala.jdk.CollectionConverters._
 import io.omnitable.spark.catalog.{CatalogReader, SnapshotSpec}
 import io.omnitable.spark.conf.{OmniTableConf, SparkVersionCheck}
 import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableErrors}
+import io.omnitable.spark.procedures.OmniTableProcedures
 import org.apache.spark.sql.catalyst.analysis.{NoSuchNamespaceException, NoSuchTableException}
-import org.apache.spark.sql.connector.catalog.{Column, Identifier, Table, TableCatalog, TableChange}
+import org.apache.spark.sql.connector.catalog.{Column, Identifier, ProcedureCatalog, Table, TableCatalog, TableChange}
+import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure
 import org.apache.spark.sql.connector.expressions.Transform
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
@@ -19,9 +21,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  * `VERSION AS OF <n>` (a version) or `VERSION AS OF '<ref>'` (a branch or tag) and
  * `TIMESTAMP AS OF`. Branches and tags are also tables of their own, Iceberg's way:
  * `omnitable.web.branch_audit`, `omnitable.web.tag_v1` ([[TableAddress]]). Read-only: tables are
- * written through the Python API.
+ * written through the Python API. Procedures: `CALL omnitable.system.<name>(...)`
+ * ([[OmniTableProcedures]]).
  */
-class OmniTableCatalog extends TableCatalog {
+class OmniTableCatalog extends TableCatalog with ProcedureCatalog {
 
   private var catalogName: String = "omnitable"
   private var catalogOptions: Map[String, String] = Map.empty
@@ -50,6 +53,10 @@ class OmniTableCatalog extends TableCatalog {
     }
     cachedReader
   }
+
+  private lazy val procedures = new OmniTableProcedures(() => reader)
+  override def loadProcedure(ident: Identifier): UnboundProcedure = procedures.load(ident)
+  override def listProcedures(namespace: Array[String]): Array[Identifier] = procedures.list(namespace)
 
   override def listTables(namespace: Array[String]): Array[Identifier] = {
     if (namespace.nonEmpty) throw new NoSuchNamespaceException(namespace)
