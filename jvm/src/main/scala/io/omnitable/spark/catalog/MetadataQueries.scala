@@ -50,7 +50,10 @@ final case class FeatureRow(
     registeredVersion: Long,
     branch: String)
 
-/** A visible fragment with its batch's name and its visible deletion vector's count (0: none). */
+/**
+ * A visible fragment of a visible batch, with the batch's name and its visible deletion vector's
+ * count (0: none).
+ */
 final case class FragmentRow(
     fragmentId: String,
     batchId: String,
@@ -111,7 +114,8 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
       conn,
       "SELECT version, parent_version, branch, op, run_id, summary, committed_at FROM commits " +
         s"WHERE table_id = ? AND $within ORDER BY version DESC",
-      (snap.table.tableId +: params): _*) { rs =>
+      (snap.table.tableId +: params): _*
+    ) { rs =>
       CommitRow(
         rs.getLong(1),
         Jdbc.optLong(rs, 2),
@@ -131,7 +135,8 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
       conn,
       "SELECT b.batch_id, b.name, b.row_count, b.fragment_count, b.created_at FROM batches b " +
         s"WHERE b.table_id = ? AND $visible ORDER BY b.added_version, b.name",
-      (snap.table.tableId +: params): _*) { rs =>
+      (snap.table.tableId +: params): _*
+    ) { rs =>
       BatchRow(rs.getString(1), rs.getString(2), rs.getLong(3), rs.getLong(4), rs.getString(5))
     }
     val (dvVisible, dvParams) = Jdbc.visible("d", "deletion_vectors", segments)
@@ -139,7 +144,8 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
       conn,
       "SELECT d.batch_id, SUM(d.deleted_count) FROM deletion_vectors d " +
         s"WHERE d.table_id = ? AND $dvVisible GROUP BY d.batch_id",
-      (snap.table.tableId +: dvParams): _*)(rs => rs.getString(1) -> rs.getLong(2)).toMap
+      (snap.table.tableId +: dvParams): _*
+    )(rs => rs.getString(1) -> rs.getLong(2)).toMap
     rows.map(b => b.copy(rows = b.rows - deleted.getOrElse(b.batchId, 0L)))
   }
 
@@ -148,7 +154,8 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
     conn,
     "SELECT name, kind, version, parent_branch, fork_version, created_at, max_age_s FROM refs " +
       "WHERE table_id = ? ORDER BY kind, name",
-    table.tableId) { rs =>
+    table.tableId
+  ) { rs =>
     RefEntry(
       rs.getString(1),
       rs.getString(2),
@@ -164,7 +171,8 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
     conn,
     "SELECT run_id, kind, status, plan, metrics, message, started_at, finished_at, host, pid, " +
       "heartbeat_at FROM runs WHERE table_id = ? ORDER BY started_at DESC, run_id",
-    table.tableId) { rs =>
+    table.tableId
+  ) { rs =>
     RunRow(
       rs.getString(1),
       rs.getString(2),
@@ -176,7 +184,8 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
       Option(rs.getString(8)),
       Option(rs.getString(9)),
       Jdbc.optLong(rs, 10),
-      Option(rs.getString(11)))
+      Option(rs.getString(11))
+    )
   }
 
   /** Feature registrations visible in `snap`, oldest first in commit order. */
@@ -186,7 +195,8 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
       conn,
       "SELECT name, version, kind, definition, fingerprint, registered_at, registered_version, branch " +
         s"FROM features WHERE table_id = ? AND $within ORDER BY registered_version, name, version",
-      (snap.table.tableId +: params): _*) { rs =>
+      (snap.table.tableId +: params): _*
+    ) { rs =>
       FeatureRow(
         rs.getString(1),
         rs.getString(2),
@@ -206,7 +216,8 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
       conn,
       s"SELECT c.column_id, c.name, c.state, c.feature FROM columns c WHERE c.table_id = ? AND $visible " +
         "ORDER BY c.column_id",
-      (snap.table.tableId +: params): _*)(rs =>
+      (snap.table.tableId +: params): _*
+    )(rs =>
       ColumnNameRow(rs.getInt(1), rs.getString(2), rs.getString(3), Option(rs.getString(4))))
   }
 
@@ -231,6 +242,7 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
     val segments = snap.snapshot.segments
     val (fVisible, fParams) = Jdbc.visible("f", "fragments", segments)
     val (dVisible, dParams) = Jdbc.visible("d", "deletion_vectors", segments, versionIndexed = false)
+    val (bVisible, bParams) = Jdbc.visible("b", "batches", segments, versionIndexed = false)
     var last: Option[FragmentRow] = None
     var more = true
     while (more) {
@@ -244,9 +256,9 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
         "SELECT f.fragment_id, f.batch_id, b.name, f.seq, f.row_count, d.deleted_count, f.path, f.added_version " +
           "FROM fragments f JOIN batches b ON b.table_id = f.table_id AND b.batch_id = f.batch_id " +
           "LEFT JOIN deletion_vectors d ON d.table_id = f.table_id AND d.fragment_id = f.fragment_id " +
-          s"AND $dVisible WHERE f.table_id = ? AND $fVisible AND $after " +
+          s"AND $dVisible WHERE f.table_id = ? AND $fVisible AND $bVisible AND $after " +
           s"ORDER BY f.added_version, f.batch_id, f.seq LIMIT $pageSize",
-        ((dParams :+ snap.table.tableId) ++ fParams ++ afterParams): _*
+        ((dParams :+ snap.table.tableId) ++ fParams ++ bParams ++ afterParams): _*
       ) { rs =>
         FragmentRow(
           rs.getString(1),
@@ -272,6 +284,7 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
     val segments = snap.snapshot.segments
     val (fiVisible, fiParams) = Jdbc.visible("fi", "files", segments)
     val (fVisible, fParams) = Jdbc.visible("f", "fragments", segments, versionIndexed = false)
+    val (bVisible, bParams) = Jdbc.visible("b", "batches", segments, versionIndexed = false)
     var last: Option[String] = None
     var more = true
     while (more) {
@@ -282,8 +295,9 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
           "fi.added_version, fi.run_id, fi.set_id FROM files fi " +
           "JOIN fragments f ON f.table_id = fi.table_id AND f.fragment_id = fi.fragment_id " +
           "JOIN batches b ON b.table_id = f.table_id AND b.batch_id = f.batch_id " +
-          s"WHERE fi.table_id = ? AND $fiVisible AND $fVisible AND $after ORDER BY fi.file_id LIMIT $pageSize",
-        ((snap.table.tableId +: fiParams) ++ fParams ++ afterParams): _*
+          s"WHERE fi.table_id = ? AND $fiVisible AND $fVisible AND $bVisible AND $after " +
+          s"ORDER BY fi.file_id LIMIT $pageSize",
+        ((snap.table.tableId +: fiParams) ++ fParams ++ bParams ++ afterParams): _*
       ) { rs =>
         FileRow(
           rs.getString(1),
@@ -295,7 +309,8 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
           rs.getLong(7),
           rs.getLong(8),
           Option(rs.getString(9)),
-          rs.getString(10))
+          rs.getString(10)
+        )
       }
       page.foreach(emit)
       last = page.lastOption.map(_.fileId)
@@ -324,7 +339,8 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
         rs.getLong(8),
         rs.getString(9),
         rs.getString(10),
-        rs.getLong(11))
+        rs.getLong(11)
+      )
     }
   }
 

@@ -6,7 +6,10 @@ import scala.jdk.CollectionConverters._
 import io.omnitable.spark.catalog.{FeatureRow, FileRow, FragmentRow, LineageRow, MetadataQueries, TableSnapshot}
 
 /** A registered feature's current version: its row and its definition's inputs and outputs (in order). */
-private[metadata] final case class CurrentFeature(row: FeatureRow, inputs: Seq[String], outputs: Seq[(String, String)]) {
+private[metadata] final case class CurrentFeature(
+    row: FeatureRow,
+    inputs: Seq[String],
+    outputs: Seq[(String, String)]) {
   def id: String = s"${row.name}@${row.version}"
 }
 
@@ -70,7 +73,9 @@ private[metadata] object CatalogFacts {
   }
 
   /** The lineage rows of the providing files only, by (fragment, column). */
-  def currentLineage(lineage: Seq[LineageRow], providers: Map[(String, Int), Provider]): Map[(String, Int), LineageRow] =
+  def currentLineage(
+      lineage: Seq[LineageRow],
+      providers: Map[(String, Int), Provider]): Map[(String, Int), LineageRow] =
     lineage.filter(l => providers.get((l.fragmentId, l.columnId)).exists(_.file.fileId == l.fileId))
       .map(l => (l.fragmentId, l.columnId) -> l).toMap
 }

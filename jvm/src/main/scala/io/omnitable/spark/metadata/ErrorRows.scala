@@ -29,7 +29,8 @@ private[metadata] object ErrorRows {
       case None => Nil
       case Some(loc) =>
         val files = mutable.ArrayBuffer.empty[Row]
-        reader.withMetadata(s"the files of table '${snap.table.name}'")(_.foreachFile(snap)(f => files += Row(f.fileId)))
+        reader.withMetadata(s"the files of table '${snap.table.name}'")(_.foreachFile(snap)(f =>
+          files += Row(f.fileId)))
         val columns = MetadataTables.Errors.fieldNames.map(col).toSeq
         try {
           val all = spark.read.format("delta").load(loc)

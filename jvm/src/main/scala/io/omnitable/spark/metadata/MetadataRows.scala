@@ -69,7 +69,8 @@ private[metadata] final class MetadataRows(reader: CatalogReader, snap: TableSna
           r.finishedAt.map(instant).orNull,
           r.host.orNull,
           opt(r.pid),
-          r.heartbeatAt.map(instant).orNull))
+          r.heartbeatAt.map(instant).orNull
+        ))
       }
     case "refs" => q.refs(snap.table).foreach { r =>
         val created = instant(r.createdAt)

@@ -33,7 +33,8 @@ object MetadataTables {
     required("op", StringType),
     field("run_id", StringType),
     required("summary", StringType),
-    required("committed_at", TimestampType)))
+    required("committed_at", TimestampType)
+  ))
 
   /** Visible batches, oldest first, with live rows (`Table.batches()`). */
   val Batches: StructType = StructType(Seq(
@@ -52,7 +53,8 @@ object MetadataTables {
     required("deleted_rows", LongType),
     required("live_rows", LongType),
     required("path", StringType),
-    required("added_version", LongType)))
+    required("added_version", LongType)
+  ))
 
   /** Visible column files of the visible fragments (`Table.snapshot().files_by_fragment`). */
   val Files: StructType = StructType(Seq(
@@ -67,7 +69,8 @@ object MetadataTables {
     field("run_id", StringType),
     required("column_ids", ArrayType(IntegerType, containsNull = false)),
     required("columns", ArrayType(StringType, containsNull = false)),
-    required("feature_versions", MapType(StringType, StringType, valueContainsNull = false))))
+    required("feature_versions", MapType(StringType, StringType, valueContainsNull = false))
+  ))
 
   /** The current version of every registered feature (`Table.features()`). */
   val Features: StructType = StructType(Seq(
@@ -80,7 +83,8 @@ object MetadataTables {
     required("registered_at", TimestampType),
     required("registered_version", LongType),
     required("branch", StringType),
-    required("definition", StringType)))
+    required("definition", StringType)
+  ))
 
   /** Where the current data of every derived column came from, per fragment (`Table.lineage()`). */
   val Lineage: StructType = StructType(Seq(
@@ -94,7 +98,8 @@ object MetadataTables {
     required("inputs", StringType),
     required("run_id", StringType),
     required("engine", StringType),
-    required("error_count", LongType)))
+    required("error_count", LongType)
+  ))
 
   /** The batch x derived-column grid, one row per cell (`Table.status()`). */
   val Status: StructType = StructType(Seq(
@@ -119,7 +124,8 @@ object MetadataTables {
     field("traceback", StringType),
     field("input_digest", StringType),
     field("run_id", StringType),
-    field("recorded_at", TimestampType)))
+    field("recorded_at", TimestampType)
+  ))
 
   /** The table's runs, newest first, `abandoned` as the Python API reports it (`Table.runs()`). */
   val Runs: StructType = StructType(Seq(
@@ -133,7 +139,8 @@ object MetadataTables {
     field("finished_at", TimestampType),
     field("host", StringType),
     field("pid", LongType),
-    field("heartbeat_at", TimestampType)))
+    field("heartbeat_at", TimestampType)
+  ))
 
   /** Branches then tags, by name (`Table.branches()`, `Table.tags()`). */
   val Refs: StructType = StructType(Seq(
@@ -144,7 +151,8 @@ object MetadataTables {
     field("fork_version", LongType),
     required("created_at", TimestampType),
     field("max_age_s", LongType),
-    field("expires_at", TimestampType)))
+    field("expires_at", TimestampType)
+  ))
 
   /** Every metadata table's name and schema, in documentation order. */
   val Schemas: Seq[(String, StructType)] = Seq(
@@ -157,7 +165,8 @@ object MetadataTables {
     "status" -> Status,
     "errors" -> Errors,
     "runs" -> Runs,
-    "refs" -> Refs)
+    "refs" -> Refs
+  )
 
   /** The metadata table names (`omnitable.web.<name>`). */
   val Names: Seq[String] = Schemas.map(_._1)

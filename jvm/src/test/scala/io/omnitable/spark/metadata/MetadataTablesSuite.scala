@@ -24,7 +24,16 @@ class MetadataTablesSuite extends AnyFunSuite with SharedSparkSession {
 
   test("every metadata table resolves with its documented schema") {
     assert(MetadataTables.Names == Seq(
-      "history", "batches", "fragments", "files", "features", "lineage", "status", "errors", "runs", "refs"))
+      "history",
+      "batches",
+      "fragments",
+      "files",
+      "features",
+      "lineage",
+      "status",
+      "errors",
+      "runs",
+      "refs"))
     MetadataTables.Schemas.foreach { case (name, schema) =>
       assert(spark.table(s"omnitable.refs.$name").schema == schema, name)
       assert(spark.catalog.tableExists(s"omnitable.refs.$name"), name)
@@ -41,6 +50,14 @@ class MetadataTablesSuite extends AnyFunSuite with SharedSparkSession {
     assert(!head.exists(dev.filter(_.getString(1) == "dev").map(_.getLong(0)).contains), "dev's commits are not main's")
   }
 
+  test("TIMESTAMP AS OF picks the snapshot of a metadata table too") {
+    val head = longs("SELECT version FROM omnitable.refs.history")
+    assert(longs("SELECT version FROM omnitable.refs.history TIMESTAMP AS OF '2999-01-01 00:00:00'") == head)
+    val e = intercept[AnalysisException](
+      spark.sql("SELECT * FROM omnitable.refs.history TIMESTAMP AS OF '2000-01-01'").collect())
+    assert(e.getMessage.contains("has no version committed at or before"))
+  }
+
   test("batches, fragments and files add up to the table's rows at each snapshot") {
     for (snapshot <- Seq("", s"VERSION AS OF ${v("v1")}", "VERSION AS OF 't1'", "VERSION AS OF 'dev'")) {
       val rows = longs(s"SELECT count(*) FROM omnitable.refs $snapshot").head
@@ -53,7 +70,8 @@ class MetadataTablesSuite extends AnyFunSuite with SharedSparkSession {
   }
 
   test("refs lists branches then tags; runs, features, lineage and status read without Delta") {
-    val refs = spark.sql("SELECT name, kind FROM omnitable.refs.refs").collect().map(r => r.getString(0) -> r.getString(1))
+    val refs =
+      spark.sql("SELECT name, kind FROM omnitable.refs.refs").collect().map(r => r.getString(0) -> r.getString(1))
     assert(refs.toSeq == Seq("dev" -> "branch", "main" -> "branch", "t1" -> "tag"))
     assert(spark.sql("SELECT * FROM omnitable.refs.errors").count() == 0, "no error table: no rows")
     Seq("runs", "features", "lineage", "status").foreach(n => spark.sql(s"SELECT * FROM omnitable.refs.$n").collect())
@@ -82,8 +100,18 @@ class MetadataTablesSuite extends AnyFunSuite with SharedSparkSession {
   test("a running run without a recent heartbeat is abandoned") {
     val now = Instant.parse("2026-12-01T12:00:00Z")
     def run(status: String, beat: String) =
-      RunRow("r", "backfill", status, None, None, None, "2026-12-01T11:00:00.000000Z", None, Some("elsewhere"),
-        Some(1L), Some(beat))
+      RunRow(
+        "r",
+        "backfill",
+        status,
+        None,
+        None,
+        None,
+        "2026-12-01T11:00:00.000000Z",
+        None,
+        Some("elsewhere"),
+        Some(1L),
+        Some(beat))
     assert(MetadataRows.runStatus(run("running", "2026-12-01T11:59:00.000000Z"), now) == "running")
     assert(MetadataRows.runStatus(run("running", "2026-12-01T11:54:00.000000Z"), now) == "abandoned")
     assert(MetadataRows.runStatus(run("succeeded", "2026-12-01T11:00:00.000000Z"), now) == "succeeded")
