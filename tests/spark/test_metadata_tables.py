@@ -60,8 +60,8 @@ def sql(spark: Any, query: str) -> list[dict[str, Any]]:
 def web(spark: Any, wh: omnitable.Warehouse) -> dict[str, Any]:
     """Table ``web``: appends b1 (two fragments, two records failing ``shout``) and b2, a SQL
     feature and a pandas feature registered and backfilled, then b3 (not backfilled), a delete,
-    tag ``t1`` (with a retention), branch ``audit`` with its own batch b4 and tag ``t0`` on an
-    early version. Returns the table and the versions the test reads."""
+    tag ``t1`` (with a retention), branch ``audit`` with its own batch b4 and a delete of its
+    own, and tag ``t0`` on an early version. Returns the table and the versions the test reads."""
     t = wh.create_table("web", {"text": "string", "lang": "string"})
     texts = ["alpha", "RAISE beta", "gamma", "delta", "RAISE eps", "zeta"]
     t.append(pa.table({"text": texts, "lang": ["en", "de"] * 3}), "b1", target_fragment_rows=3)
@@ -78,6 +78,7 @@ def web(spark: Any, wh: omnitable.Warehouse) -> dict[str, Any]:
     t.create_tag("t0", early)
     audit = t.create_branch("audit")
     audit.append(pa.table({"text": ["kappa"], "lang": ["en"]}), "b4")
+    audit.delete(ids=[ids[1]])  # replaces main's deletion vector on audit only (a removal)
     return {"table": t, "early": early}
 
 
@@ -194,6 +195,10 @@ def test_fragments_and_files_equal_the_snapshot(
         assert [tuple(r.values()) for r in files] == _files(snap), suffix
     deleted = sql(spark, f"SELECT deleted_rows FROM {name}.fragments WHERE deleted_rows > 0")
     assert deleted == [{"deleted_rows": 1}]
+    on_audit = (
+        f"SELECT deleted_rows FROM {name}.fragments VERSION AS OF 'audit' WHERE deleted_rows > 0"
+    )
+    assert sql(spark, on_audit) == [{"deleted_rows": 2}]
     shout = sql(
         spark, f"SELECT count(*) AS n FROM {name}.files WHERE array_contains(columns, 'shout')"
     )
