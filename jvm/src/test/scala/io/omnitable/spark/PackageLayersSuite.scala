@@ -14,7 +14,9 @@ import org.scalatest.funsuite.AnyFunSuite
  *  1. `io.omnitable.spark`: the session extension, the single injection point into Spark
  *  2. `optimizer`: OmniTable's optimizer rules and planner strategy
  *  3. `source`: the data source, the catalog plugin, the table and its read options
- *  4. `procedures`: the stored procedures of the catalog plugin (`CALL omnitable.system.…`)
+ *  4. `procedures`, `metadata` (siblings): the stored procedures of the catalog plugin
+ *     (`CALL omnitable.system.…`); the metadata tables (`omnitable.web.history`, ...): their
+ *     schemas, rows and local scans, read from the catalog on the driver
  *  5. `read.plan`: driver-side planning (scan builder, scan, planner, predicate conversion,
  *     selectivity, optimizer marks, table handle)
  *  6. `read.exec`: executor-side reading (reader factory, fragment reader, column files, cursors,
@@ -36,7 +38,7 @@ class PackageLayersSuite extends AnyFunSuite {
     Seq("io.omnitable.spark"),
     Seq("io.omnitable.spark.optimizer"),
     Seq("io.omnitable.spark.source"),
-    Seq("io.omnitable.spark.procedures"),
+    Seq("io.omnitable.spark.procedures", "io.omnitable.spark.metadata"),
     Seq("io.omnitable.spark.read.plan"),
     Seq("io.omnitable.spark.read.exec"),
     Seq("io.omnitable.spark.metrics"),

@@ -87,6 +87,13 @@ final class CatalogReader(warehouse: String, private[catalog] val env: JdbcConne
       new FragmentQuery(conn, snap, scope, maxPushedValues).run()
     }
 
+  /**
+   * Runs `body` with the metadata tables' queries on one read connection (docs/spark.md,
+   * "Metadata tables"); `what` names the fact for errors.
+   */
+  def withMetadata[T](what: String)(body: MetadataQueries => T): T =
+    withConnection(what)(conn => body(new MetadataQueries(conn)))
+
   // --- internals ----------------------------------------------------------------------------
 
   private[catalog] def findTable(conn: Jdbc.Conn, name: String): Option[TableEntry] =

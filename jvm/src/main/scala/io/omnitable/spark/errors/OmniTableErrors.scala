@@ -166,6 +166,38 @@ object OmniTableErrors {
     )
   }
 
+  /**
+   * `omnitable.<table>.<name>` where `name` is neither a metadata table nor a `branch_` / `tag_`
+   * ref: a missing table to Spark (TABLE_OR_VIEW_NOT_FOUND) that lists the valid names.
+   */
+  def metadataTableNotFound(
+      warehouse: String,
+      table: String,
+      name: String,
+      valid: Seq[String]): OmniTableAnalysisException = {
+    val condition = "TABLE_OR_VIEW_NOT_FOUND"
+    new OmniTableAnalysisException(
+      condition,
+      s"Cannot find table '$table.$name' in warehouse '$warehouse': '$name' is not a metadata table " +
+        s"of table '$table' (metadata tables: ${valid.mkString(", ")}); a branch or tag is " +
+        s"'$table.branch_<name>' or '$table.tag_<name>'.",
+      None,
+      Some(condition),
+      Map("relationName" -> s"`$table`.`$name`")
+    )
+  }
+
+  /** The error table of `table` exists but cannot be read (Delta Lake missing, a broken table). */
+  def errorTableUnreadable(table: String, location: String, cause: Throwable): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_ERROR_TABLE_UNREADABLE",
+      s"Cannot read the error table of table '$table' at '$location': " +
+        s"${Option(cause.getMessage).map(_.linesIterator.nextOption().getOrElse("")).getOrElse(cause.toString)}; " +
+        "the session needs Delta Lake (omnitable.spark_session() adds it, or --packages " +
+        "io.delta:delta-spark_4.1_2.13:4.1.0).",
+      cause
+    )
+
   /** The class of [[refNotFound]]. */
   val RefNotFound: String = "OMNITABLE_REF_NOT_FOUND"
 

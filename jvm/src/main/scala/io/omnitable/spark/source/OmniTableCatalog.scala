@@ -7,6 +7,7 @@ import scala.jdk.CollectionConverters._
 import io.omnitable.spark.catalog.{CatalogReader, SnapshotSpec}
 import io.omnitable.spark.conf.{OmniTableConf, SparkVersionCheck}
 import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableErrors}
+import io.omnitable.spark.metadata.{MetadataTable, MetadataTables}
 import io.omnitable.spark.procedures.OmniTableProcedures
 import org.apache.spark.sql.catalyst.analysis.{NoSuchNamespaceException, NoSuchTableException}
 import org.apache.spark.sql.connector.catalog.{Column, Identifier, ProcedureCatalog, Table, TableCatalog, TableChange}
@@ -20,9 +21,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  * `SHOW TABLES IN omnitable`, `DESCRIBE TABLE omnitable.web`, and time travel with
  * `VERSION AS OF <n>` (a version) or `VERSION AS OF '<ref>'` (a branch or tag) and
  * `TIMESTAMP AS OF`. Branches and tags are also tables of their own, Iceberg's way:
- * `omnitable.web.branch_audit`, `omnitable.web.tag_v1` ([[TableAddress]]). Read-only: tables are
- * written through the Python API. Procedures: `CALL omnitable.system.<name>(...)`
- * ([[OmniTableProcedures]]).
+ * `omnitable.web.branch_audit`, `omnitable.web.tag_v1` ([[TableAddress]]); metadata tables
+ * are `omnitable.web.history`, `omnitable.web.files VERSION AS OF 3`, ... ([[MetadataTables]]).
+ * Read-only: tables are written through the Python API. Procedures:
+ * `CALL omnitable.system.<name>(...)` ([[OmniTableProcedures]]).
  */
 class OmniTableCatalog extends TableCatalog with ProcedureCatalog {
 
@@ -87,7 +89,24 @@ class OmniTableCatalog extends TableCatalog with ProcedureCatalog {
    * `tag`; a ref the table lacks is a missing table naming the table and the ref.
    */
   private def load(ident: Identifier, spec: SnapshotSpec): Table = {
-    val address = TableAddress.parse(ident).getOrElse(throw new NoSuchTableException(ident))
+    val address = TableAddress.parse(ident).getOrElse(throw unknownIdentifier(ident))
+    address.metadata match {
+      case Some(name) => new MetadataTable(reader, reader.loadTable(address.table, spec), name)
+      case None => loadData(address, spec)
+    }
+  }
+
+  /**
+   * `omnitable.web.<name>` of an existing table `web` where `name` is no metadata table and no
+   * ref: an error listing the metadata tables; anything else is a missing table.
+   */
+  private def unknownIdentifier(ident: Identifier): Exception = ident.namespace() match {
+    case Array(table) if reader.tableExists(table) =>
+      OmniTableErrors.metadataTableNotFound(reader.display, table, ident.name(), MetadataTables.Names)
+    case _ => new NoSuchTableException(ident)
+  }
+
+  private def loadData(address: TableAddress, spec: SnapshotSpec): Table = {
     val options = catalogOptions + (ReadOptions.Table -> address.table)
     val handle =
       try ReadOptions(address.table, address.spec(spec), None).load(reader, options)
@@ -108,8 +127,8 @@ class OmniTableCatalog extends TableCatalog with ProcedureCatalog {
   }
 
   override def tableExists(ident: Identifier): Boolean = TableAddress.parse(ident).exists {
-    case TableAddress(table, None) => reader.tableExists(table)
-    case TableAddress(table, Some((kind, name))) => reader.refNames(table, kind).contains(name)
+    case TableAddress(table, None, _) => reader.tableExists(table)
+    case TableAddress(table, Some((kind, name)), _) => reader.refNames(table, kind).contains(name)
   }
 
   override def createTable(
