@@ -55,7 +55,7 @@ def test_same_table_name_in_two_namespaces_holds_different_data(wh: omnitable.Wa
     wh.create_namespace("a")
     wh.create_namespace("b")
     tables = {name: wh.create_table(name, {"x": "bigint"}) for name in ("web", "a.web", "b.web")}
-    for i, (name, t) in enumerate(tables.items()):
+    for i, t in enumerate(tables.values()):
         t.append(pa.table({"x": list(range(i + 1))}), f"batch-{i}")
     assert wh.tables() == ["a.web", "b.web", "web"]
     assert wh.tables(namespace="a") == ["a.web"]
