@@ -56,13 +56,15 @@ private[source] object TableAddress {
   }
 
   /**
-   * The first candidate whose table exists (`tableExists` takes a table address); when none
-   * does, the last one (its error names the table the user most likely meant).
+   * The first candidate whose table exists (`tableExists` takes a table address, and is not
+   * called for an identifier with one candidate); when none does, the last one (its error names
+   * the table the user most likely meant).
    */
-  def resolve(ident: Identifier, tableExists: String => Boolean): Option[TableAddress] = {
-    val all = candidates(ident)
-    all.find(a => tableExists(a.tableAddress)).orElse(all.lastOption)
-  }
+  def resolve(ident: Identifier, tableExists: String => Boolean): Option[TableAddress] =
+    candidates(ident) match {
+      case Seq(only) => Some(only)
+      case all => all.find(a => tableExists(a.tableAddress)).orElse(all.lastOption)
+    }
 
   /** The suffix form `name` of table `namespace.table`, if `name` is one. */
   private def suffix(namespace: String, table: String, name: String): Option[TableAddress] =

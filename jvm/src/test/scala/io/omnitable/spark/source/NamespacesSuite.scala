@@ -115,6 +115,8 @@ class NamespacesSuite extends AnyFunSuite with SharedSparkSession {
     assert(TableAddress.resolve(ident("a", "branch_x"), Set("a", "a.branch_x")).contains(
       TableAddress("a", "branch_x", None)))
     assert(TableAddress.resolve(ident("ns", "web"), Set.empty[String]).contains(TableAddress("ns", "web", None)))
+    val noLookup = (t: String) => fail(s"looked up $t for an identifier with one candidate")
+    assert(TableAddress.resolve(ident("web"), noLookup).contains(TableAddress(d, "web", None)))
     assert(TableAddress(d, "web", None).tableAddress == "web")
     assert(TableAddress("ns", "web", Some("branch" -> "x")).display == "ns.web.branch_x")
     assert(TableNames.split("ns.web").contains("ns" -> "web"))
