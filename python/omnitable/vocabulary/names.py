@@ -54,8 +54,9 @@ def split_table_address(address: object) -> tuple[str, str]:
         return DEFAULT_NAMESPACE, check_table_name(address)
     if len(parts) != 2:
         raise ValidationError(
-            f"Cannot use table address {address!r}: write 'table' (namespace "
-            f"'{DEFAULT_NAMESPACE}') or 'namespace.table'; namespaces have one level"
+            f"Cannot use table name {address!r}: write 'table' (namespace "
+            f"'{DEFAULT_NAMESPACE}') or 'namespace.table' (namespaces have one level) of letters, "
+            "digits and '_'"
         )
     return check_namespace_name(parts[0]), check_table_name(parts[1])
 
