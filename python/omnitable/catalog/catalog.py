@@ -1,6 +1,7 @@
 """The catalog facade: tables, snapshots, commits, row-id reservations, runs and history.
 
-All catalog writes of OmniTable go through this class (Python owns the catalog; the JVM reads).
+All catalog writes of OmniTable go through this class (Python owns the catalog; the JVM reads
+it and writes only namespace rows, with the same statements: docs/catalog.md, "Namespaces").
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
--- OmniTable catalog schema: the SQL contract between the Python control plane (the only writer)
--- and the JVM query plane (a reader). Both sides load THIS file; see docs/catalog.md.
+-- OmniTable catalog schema: the SQL contract between the Python control plane (the writer)
+-- and the JVM query plane (a reader, which writes only `namespaces` rows: CREATE / DROP
+-- NAMESPACE). Both sides load THIS file; see docs/catalog.md.
 --
 -- Portable subset of SQL accepted by SQLite 3.35+ and PostgreSQL 13+: TEXT, BIGINT, INTEGER,
 -- DOUBLE PRECISION, no auto-increment (ids are allocated by the writer), timestamps as ISO-8601
