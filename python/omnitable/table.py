@@ -687,7 +687,7 @@ class Table:
 
     def errors_view(self, spark: SparkSession, name: str | None = None) -> str:
         """Register the visible error rows as a temporary view for Spark SQL; returns its name."""
-        view = name or f"{self.name}_errors"
+        view = name or f"{self.name.replace('.', '_')}_errors"
         self.errors(spark=spark).createOrReplaceTempView(view)
         return view
 

@@ -14,7 +14,7 @@ from omnitable.catalog.address import CatalogAddress, parse_address
 from omnitable.catalog.catalog import Catalog
 from omnitable.catalog.commit import NewColumn
 from omnitable.catalog.upgrade import upgrade_catalog as _upgrade
-from omnitable.exceptions import UnknownColumnError, ValidationError
+from omnitable.exceptions import AlreadyExistsError, UnknownColumnError, ValidationError
 from omnitable.format.fs import Location, resolve_location
 from omnitable.format.writer import WriteOptions
 from omnitable.settings import Sources, check_properties, check_session
@@ -26,7 +26,8 @@ from omnitable.vocabulary.names import (
     ROW_ID,
     check_column_name,
     check_group_name,
-    check_table_name,
+    check_namespace_name,
+    split_table_address,
 )
 from omnitable.vocabulary.types import parse_type_spec, to_ddl
 
@@ -107,7 +108,9 @@ class Warehouse:
         """Create a logical table.
 
         Args:
-            name: letters, digits and '_'.
+            name: letters, digits and '_' (the table is in namespace ``default``), or
+                ``namespace.name`` for a table of an existing namespace (see
+                :meth:`create_namespace`).
             schema: a pyarrow Schema or a mapping ``{column: type}`` where a type is a pyarrow
                 DataType or a Spark DDL string (``"string"``, ``"array<float>"``). System
                 columns are added automatically.
@@ -122,9 +125,10 @@ class Warehouse:
 
         Raises:
             AlreadyExistsError, ValidationError (also an unknown setting or an invalid value
-            in ``properties``), UnknownColumnError.
+            in ``properties``), UnknownColumnError, NotFoundError (no such namespace: nothing
+            is created).
         """
-        check_table_name(name)
+        split_table_address(name)
         check_properties(properties or {})
         fields = _schema_fields(schema)
         group_of = _group_map(groups, [f[0] for f in fields])
@@ -140,11 +144,54 @@ class Warehouse:
         return Table(self, record)
 
     def table(self, name: str) -> Table:
-        """An existing table. Raises NotFoundError."""
+        """An existing table: ``web`` (namespace ``default``, also ``default.web``) or
+        ``ns.web``. Raises NotFoundError."""
         return Table(self, self.catalog.get_table(name))
 
-    def tables(self) -> list[str]:
-        return self.catalog.list_tables()
+    def tables(self, namespace: str | None = None) -> list[str]:
+        """The tables of ``namespace`` (of every namespace when None), sorted, each as
+        :meth:`table` accepts it: a table of ``default`` by its name, any other as
+        ``namespace.name``. Raises NotFoundError (no such namespace)."""
+        if namespace is not None:
+            check_namespace_name(namespace)
+        return self.catalog.list_tables(namespace)
+
+    def create_namespace(
+        self, name: str, properties: Mapping[str, Any] | None = None, if_not_exists: bool = False
+    ) -> None:
+        """Create namespace ``name`` (letters, digits and '_'; one level) for tables named
+        ``name.table``; ``properties`` is free JSON metadata (Spark shows it in DESCRIBE
+        NAMESPACE). Raises AlreadyExistsError (unless ``if_not_exists``), ValidationError."""
+        check_namespace_name(name)
+        if if_not_exists and name in self.namespaces():
+            return
+        try:
+            self.catalog.create_namespace(name, dict(properties or {}))
+        except AlreadyExistsError:
+            if not if_not_exists:
+                raise
+
+    def namespaces(self) -> list[str]:
+        """Every namespace, sorted (``default`` included)."""
+        return self.catalog.list_namespaces()
+
+    def drop_namespace(self, name: str, cascade: bool = False, purge: bool = True) -> list[str]:
+        """Drop namespace ``name``; returns the tables dropped with it.
+
+        Spark's rule: a namespace holding tables is refused unless ``cascade``, which drops
+        them too (one catalog transaction, then their directories unless ``purge=False``).
+        ``default`` is never dropped.
+
+        Raises:
+            NotFoundError; ValidationError (``default``, or tables and no ``cascade``).
+        """
+        records = self.catalog.drop_namespace(check_namespace_name(name), cascade)
+        if purge:
+            for record in records:
+                loc = self.root.join(record.location)
+                with contextlib.suppress(OSError):
+                    loc.fs.delete_dir(loc.path)
+        return [r.name for r in records]
 
     def drop_table(self, name: str, purge: bool = True) -> None:
         """Remove a table from the catalog (one transaction), then delete its directory.

@@ -1,7 +1,8 @@
-"""Upgrading a version-2 catalog (``file_columns``) through version 3 (column sets, per-file
-stats) and version 4 (deletion vectors) to version 5 (removals of inherited rows, tag
-retention), and a version-3 or version-4 one to 5: the upgraded catalog resolves, plans and
-reads exactly like before, on SQLite and PostgreSQL."""
+"""Upgrading a version-1 catalog (no commit tokens, features without a registered version)
+through version 2 (``file_columns``), version 3 (column sets, per-file stats), version 4
+(deletion vectors) and version 5 (removals of inherited rows, tag retention) to version 6
+(namespaces), and a version-2 to 5 one to 6: the upgraded catalog resolves, plans and reads
+exactly like before, every table in namespace ``default``, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -72,10 +73,42 @@ _FEATURE_COLUMNS = (
     "table_id, name, version, kind, definition, fingerprint, registered_at, registered_version"
 )
 
+V5_TABLES = """CREATE TABLE tables (
+    table_id        TEXT PRIMARY KEY,
+    name            TEXT NOT NULL UNIQUE,
+    location        TEXT NOT NULL,
+    next_row_id     BIGINT NOT NULL,
+    next_column_id  INTEGER NOT NULL,
+    properties      TEXT NOT NULL,
+    created_at      TEXT NOT NULL
+)"""
+_TABLE_COLUMNS = "table_id, name, location, next_row_id, next_column_id, properties, created_at"
+
+
+def _as_version_5(store: CatalogStore) -> None:
+    """Rewrite a version-6 catalog (every table in ``default``) into the version-5 layout."""
+    with store.write() as conn:
+        others = conn.execute(text("SELECT COUNT(*) FROM tables WHERE namespace <> 'default'"))
+        assert others.scalar() == 0
+        conn.execute(text("DROP TABLE namespaces"))
+        conn.execute(text("ALTER TABLE tables RENAME TO tables_v6"))
+        if not store.is_sqlite:
+            conn.execute(text("ALTER TABLE tables_v6 RENAME CONSTRAINT tables_pkey TO t6_pkey"))
+            conn.execute(
+                text("ALTER TABLE tables_v6 RENAME CONSTRAINT tables_namespace_name_key TO t6_key")
+            )
+        conn.execute(text(V5_TABLES))
+        conn.execute(
+            text(f"INSERT INTO tables ({_TABLE_COLUMNS}) SELECT {_TABLE_COLUMNS} FROM tables_v6")
+        )
+        conn.execute(text("DROP TABLE tables_v6"))
+        conn.execute(text("UPDATE omnitable_meta SET value = '5' WHERE key = 'schema_version'"))
+
 
 def _as_version_4(store: CatalogStore) -> None:
-    """Rewrite a version-5 catalog (main only: no removals; one registration per feature
-    version) into the version-4 layout."""
+    """Rewrite a version-6 catalog (main only: no removals; one registration per feature
+    version; every table in ``default``) into the version-4 layout."""
+    _as_version_5(store)
     with store.write() as conn:
         assert conn.execute(text("SELECT COUNT(*) FROM removals")).scalar() == 0
         conn.execute(text("DROP INDEX removals_by_branch"))
@@ -147,6 +180,45 @@ def _as_version_2(store: CatalogStore) -> int:
     return len(params)
 
 
+def _as_version_1(store: CatalogStore) -> int:
+    """Rewrite a version-6 catalog into the version-1 layout (``_as_version_2``, then no commit
+    tokens, no run driver columns, no registered versions: version 1 wrote a registration's
+    ``registered_at`` with its commit's ``committed_at``, as the synthetic rows must too)."""
+    written = _as_version_2(store)
+    with store.write() as conn:
+        conn.execute(text("DROP INDEX commits_by_token"))
+        conn.execute(text("ALTER TABLE commits DROP COLUMN commit_token"))
+        for name in ("host", "pid", "heartbeat_at"):
+            conn.execute(text(f"ALTER TABLE runs DROP COLUMN {name}"))
+        conn.execute(text("ALTER TABLE features DROP COLUMN registered_version"))
+        conn.execute(text("UPDATE omnitable_meta SET value = '1' WHERE key = 'schema_version'"))
+    return written
+
+
+def _features(wh: omnitable.Warehouse) -> list[tuple[str, str, int]]:
+    """The features of ``docs`` (registered through commits, unlike the synthetic table's)."""
+    with wh.catalog.store.read() as conn:
+        rows = conn.execute(
+            text("SELECT name, version, registered_version FROM features WHERE table_id = :t"),
+            {"t": wh.table("docs").record.table_id},
+        ).all()
+    return sorted((r[0], r[1], int(r[2])) for r in rows)
+
+
+def _check_namespaces_after_upgrade(wh: omnitable.Warehouse) -> None:
+    """Every table is in ``default`` (by its name and as ``default.<name>``), and namespaces
+    work in the upgraded catalog."""
+    assert wh.namespaces() == ["default"]
+    assert wh.tables(namespace="default") == wh.tables()
+    for name in wh.tables():
+        assert wh.table(f"default.{name}").record.table_id == wh.table(name).record.table_id
+    wh.create_namespace("ns")
+    t = wh.create_table("ns.docs", {"x": "bigint"})
+    t.append(pa.table({"x": [7]}), "a")
+    assert wh.table("ns.docs").read(["x"])["x"].to_pylist() == [7]
+    assert wh.table("docs").count() != 1
+
+
 def _state(wh: omnitable.Warehouse) -> dict[str, Any]:
     """Everything a reader sees: per table, the full snapshot's files (columns, stats, feature
     versions) and the rows read."""
@@ -210,10 +282,10 @@ def test_upgrade_keeps_every_file_column_statistic_and_row(
         written = _as_version_2(wh.catalog.store)
     assert written > 50
     with pytest.raises(
-        CatalogVersionError, match="schema version 2.*needs version 5.*upgrade-catalog"
+        CatalogVersionError, match="schema version 2.*needs version 6.*upgrade-catalog"
     ):
         omnitable.connect(uri, root=root)
-    assert omnitable.upgrade_catalog(uri) == (2, 5)
+    assert omnitable.upgrade_catalog(uri) == (2, 6)
     with omnitable.connect(uri, root=root) as wh:
         after = _state(wh)
         with wh.catalog.store.read() as conn:
@@ -221,7 +293,7 @@ def test_upgrade_keeps_every_file_column_statistic_and_row(
             files = conn.execute(text("SELECT COUNT(*) FROM files")).scalar()
     assert after == before
     assert 0 < sets < files  # files share their sets
-    assert omnitable.upgrade_catalog(uri) == (5, 5)  # idempotent
+    assert omnitable.upgrade_catalog(uri) == (6, 6)  # idempotent
 
 
 def test_upgrade_from_version_3_adds_deletion_vectors(populated: tuple[str, str | None]) -> None:
@@ -229,9 +301,9 @@ def test_upgrade_from_version_3_adds_deletion_vectors(populated: tuple[str, str 
     with omnitable.connect(uri, root=root) as wh:
         before = _state(wh)
         _as_version_3(wh.catalog.store)
-    with pytest.raises(CatalogVersionError, match="schema version 3.*needs version 5"):
+    with pytest.raises(CatalogVersionError, match="schema version 3.*needs version 6"):
         omnitable.connect(uri, root=root)
-    assert omnitable.upgrade_catalog(uri) == (3, 5)
+    assert omnitable.upgrade_catalog(uri) == (3, 6)
     with omnitable.connect(uri, root=root) as wh:
         assert _state(wh) == before
         docs = wh.table("docs")
@@ -247,9 +319,9 @@ def test_upgrade_from_version_4_takes_branches_and_tags(populated: tuple[str, st
     with omnitable.connect(uri, root=root) as wh:
         before = _state(wh)
         _as_version_4(wh.catalog.store)
-    with pytest.raises(CatalogVersionError, match="schema version 4.*needs version 5"):
+    with pytest.raises(CatalogVersionError, match="schema version 4.*needs version 6"):
         omnitable.connect(uri, root=root)
-    assert omnitable.upgrade_catalog(uri) == (4, 5)
+    assert omnitable.upgrade_catalog(uri) == (4, 6)
     with omnitable.connect(uri, root=root) as wh:
         assert _state(wh) == before
         docs = wh.table("docs")
@@ -269,9 +341,9 @@ def test_cli_upgrades_and_refuses_an_unknown_version(
     assert cli_main(["-w", uri, "--json", "upgrade-catalog"]) == 0
     assert '"from_version": 2' in capsys.readouterr().out
     with omnitable.connect(uri, root=root) as wh, wh.catalog.store.write() as conn:
-        conn.execute(text("UPDATE omnitable_meta SET value = '1' WHERE key = 'schema_version'"))
+        conn.execute(text("UPDATE omnitable_meta SET value = '0' WHERE key = 'schema_version'"))
     assert cli_main(["-w", uri, "upgrade-catalog"]) == 1
-    assert "upgrades only versions 2 to 4 to" in " ".join(capsys.readouterr().err.split())
+    assert "upgrades only versions 1 to 5 to" in " ".join(capsys.readouterr().err.split())
 
 
 def test_upgrade_killed_mid_transaction_leaves_the_old_catalog(
@@ -289,6 +361,50 @@ def test_upgrade_killed_mid_transaction_leaves_the_old_catalog(
     assert proc.returncode != 0, proc.stderr
     with pytest.raises(CatalogVersionError, match="schema version 2"):
         omnitable.connect(uri, root=root)
-    assert omnitable.upgrade_catalog(uri) == (2, 5)
+    assert omnitable.upgrade_catalog(uri) == (2, 6)
     with omnitable.connect(uri, root=root) as wh:
         assert _state(wh) == before
+
+
+def test_upgrade_from_version_1_goes_through_every_step(
+    populated: tuple[str, str | None],
+) -> None:
+    uri, root = populated
+    with omnitable.connect(uri, root=root) as wh:
+        wh.table("docs").register(_double_x())
+        before, features = _state(wh), _features(wh)
+        assert features
+        _as_version_1(wh.catalog.store)
+    with pytest.raises(CatalogVersionError, match="schema version 1.*needs version 6"):
+        omnitable.connect(uri, root=root)
+    assert omnitable.upgrade_catalog(uri) == (1, 6)
+    with omnitable.connect(uri, root=root) as wh:
+        assert _state(wh) == before
+        assert _features(wh) == features  # the registering commit's version, recovered
+        docs = wh.table("docs")
+        docs.append(pa.table({"x": [99], "s": ["z"], "y": [1.0]}), "after")  # a commit token
+        assert 99 in docs.read(["x"])["x"].to_pylist()
+        _check_namespaces_after_upgrade(wh)
+
+
+def test_upgrade_from_version_5_puts_every_table_in_default(
+    populated: tuple[str, str | None],
+) -> None:
+    uri, root = populated
+    with omnitable.connect(uri, root=root) as wh:
+        before = _state(wh)
+        locations = {n: wh.table(n).record.location for n in wh.tables()}
+        _as_version_5(wh.catalog.store)
+    with pytest.raises(CatalogVersionError, match="schema version 5.*needs version 6"):
+        omnitable.connect(uri, root=root)
+    assert omnitable.upgrade_catalog(uri) == (5, 6)
+    with omnitable.connect(uri, root=root) as wh:
+        assert _state(wh) == before
+        assert {n: wh.table(n).record.location for n in wh.tables()} == locations
+        _check_namespaces_after_upgrade(wh)
+        with pytest.raises(omnitable.AlreadyExistsError):  # (namespace, name) stays unique
+            wh.create_table("default.docs", {"x": "bigint"})
+
+
+def _double_x() -> omnitable.Feature:
+    return omnitable.sql_feature("x2", "x * 2", output_type="bigint", version="1")

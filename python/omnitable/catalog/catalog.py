@@ -1,6 +1,7 @@
 """The catalog facade: tables, snapshots, commits, row-id reservations, runs and history.
 
-All catalog writes of OmniTable go through this class (Python owns the catalog; the JVM reads).
+All catalog writes of OmniTable go through this class (Python owns the catalog; the JVM reads
+it and writes only namespace rows, with the same statements: docs/catalog.md, "Namespaces").
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from omnitable._failpoints import failpoint
-from omnitable.catalog import branch_merge, lineage, refs
+from omnitable.catalog import branch_merge, lineage, namespaces, refs
 from omnitable.catalog.address import CatalogAddress
 from omnitable.catalog.commit import (
     CommitRequest,
@@ -48,7 +49,14 @@ from omnitable.exceptions import (
     NotFoundError,
     ValidationError,
 )
-from omnitable.vocabulary.names import BASE_GROUP, MAIN, MAX_ROW_ID, ROW_ID, check_table_name
+from omnitable.vocabulary.names import (
+    BASE_GROUP,
+    MAIN,
+    MAX_ROW_ID,
+    ROW_ID,
+    split_table_address,
+    table_address,
+)
 
 HEARTBEAT_S = 30.0  # a running run refreshes heartbeat_at this often
 ABANDONED_AFTER_S = 300.0  # a running run without a heartbeat for this long is abandoned
@@ -114,37 +122,48 @@ class Catalog:
     def create_table(
         self, name: str, columns: list[NewColumn], properties: dict[str, Any] | None = None
     ) -> TableRecord:
-        check_table_name(name)
+        """Create table ``name`` (``web`` or ``namespace.web``) in an existing namespace."""
+        namespace, short = split_table_address(name)
+        address = table_address(namespace, short)
         table_id = uuid.uuid4().hex
         try:
-            self._insert_table(name, table_id, columns, properties)
+            self._insert_table(namespace, short, table_id, columns, properties)
         except IntegrityError as exc:  # a concurrent create_table of the same name won
             raise AlreadyExistsError(
-                f"Cannot create table '{name}': it was created concurrently by another process"
+                f"Cannot create table '{address}': it was created concurrently by another process"
             ) from exc
-        return self.get_table(name)
+        return self.get_table(address)
 
     def _insert_table(
         self,
+        namespace: str,
         name: str,
         table_id: str,
         columns: list[NewColumn],
         properties: dict[str, Any] | None,
     ) -> None:
         now = utcnow()
+        address = table_address(namespace, name)
         with self.store.write() as conn:
-            if conn.execute(text("SELECT 1 FROM tables WHERE name = :n"), {"n": name}).first():
-                raise AlreadyExistsError(f"Cannot create table '{name}': it already exists")
+            namespaces.lock_for_create(conn, namespace, self.store.is_sqlite, address)
+            found = conn.execute(
+                text("SELECT 1 FROM tables WHERE namespace = :ns AND name = :n"),
+                {"ns": namespace, "n": name},
+            )
+            if found.first():
+                raise AlreadyExistsError(f"Cannot create table '{address}': it already exists")
             failpoint("catalog.create_table")
             conn.execute(
                 text(
-                    "INSERT INTO tables (table_id, name, location, next_row_id, next_column_id, "
-                    "properties, created_at) VALUES (:id, :n, :loc, 0, 1, :p, :now)"
+                    "INSERT INTO tables (table_id, namespace, name, location, next_row_id, "
+                    "next_column_id, properties, created_at) "
+                    "VALUES (:id, :ns, :n, :loc, 0, 1, :p, :now)"
                 ),
                 {
                     "id": table_id,
+                    "ns": namespace,
                     "n": name,
-                    "loc": f"{name}-{table_id}",  # unique per table id (see drop_table)
+                    "loc": f"{address}-{table_id}",  # unique per table id (see drop_table)
                     "p": json.dumps(properties or {}, sort_keys=True),
                     "now": now,
                 },
@@ -201,42 +220,104 @@ class Catalog:
             )
 
     def get_table(self, name: str) -> TableRecord:
-        check_table_name(name)
+        """Table ``name`` (``web``: in ``default``; ``ns.web``: in ``ns``). Raises NotFoundError."""
+        namespace, short = split_table_address(name)
         with self.store.read() as conn:
-            row = conn.execute(text("SELECT * FROM tables WHERE name = :n"), {"n": name}).first()
+            row = conn.execute(
+                text("SELECT * FROM tables WHERE namespace = :ns AND name = :n"),
+                {"ns": namespace, "n": short},
+            ).first()
+            known = namespaces.exists(conn, namespace)
         if row is None:
-            raise NotFoundError(
-                f"Cannot find table '{name}'; existing tables: {', '.join(self.list_tables()) or 'none'}"
-            )
+            where = "" if known else f" (namespace '{namespace}' does not exist)"
+            listed = ", ".join(self.list_tables(namespace if known else None)) or "none"
+            raise NotFoundError(f"Cannot find table '{name}'{where}; existing tables: {listed}")
         return TableRecord.from_row(row)
 
-    def list_tables(self) -> list[str]:
+    def list_tables(self, namespace: str | None = None) -> list[str]:
+        """Addresses of the tables of ``namespace`` (all namespaces when None), sorted: a
+        table of ``default`` by its name, any other as ``namespace.name``."""
+        query = "SELECT namespace, name FROM tables"
+        if namespace is not None:
+            query += " WHERE namespace = :ns"
         with self.store.read() as conn:
-            return [r.name for r in conn.execute(text("SELECT name FROM tables ORDER BY name"))]
+            if namespace is not None and not namespaces.exists(conn, namespace):
+                raise namespaces.missing(conn, namespace, "list the tables of")
+            rows = conn.execute(text(query), {"ns": namespace}).all()
+        return sorted(table_address(r.namespace, r.name) for r in rows)
+
+    # -- namespaces -----------------------------------------------------------------------
+
+    def create_namespace(self, name: str, properties: dict[str, Any] | None = None) -> None:
+        """Raises AlreadyExistsError, ValidationError."""
+        try:
+            with self.store.write() as conn:
+                namespaces.create(conn, name, dict(properties or {}), utcnow())
+        except IntegrityError as exc:  # a concurrent create of the same name won
+            raise AlreadyExistsError(
+                f"Cannot create namespace '{name}': it was created concurrently by another process"
+            ) from exc
+
+    def list_namespaces(self) -> list[str]:
+        with self.store.read() as conn:
+            return namespaces.names(conn)
+
+    def namespace_properties(self, name: str) -> dict[str, Any]:
+        """Raises NotFoundError."""
+        with self.store.read() as conn:
+            return namespaces.properties(conn, name)
+
+    def drop_namespace(self, name: str, cascade: bool = False) -> list[TableRecord]:
+        """Delete namespace ``name`` and, with ``cascade``, every catalog row of its tables (one
+        transaction); returns the dropped tables' records (their files are the caller's).
+
+        Raises:
+            NotFoundError; ValidationError: ``default``, or tables left and no ``cascade``.
+        """
+        with self.store.write() as conn:
+            held = namespaces.delete(conn, name)
+            if held and not cascade:
+                listed = ", ".join(table_address(name, n) for _, n in held)
+                raise ValidationError(
+                    f"Cannot drop namespace '{name}': it holds tables ({listed}); drop them "
+                    "first, or drop the namespace with cascade (DROP NAMESPACE ... CASCADE, "
+                    "`omnitable namespace drop --cascade`)"
+                )
+            records = []
+            for table_id, _ in held:
+                row = conn.execute(
+                    text("SELECT * FROM tables WHERE table_id = :t"), {"t": table_id}
+                ).first()
+                records.append(TableRecord.from_row(row))
+                self._delete_table_rows(conn, table_id)
+        return records
 
     def drop_table(self, name: str) -> TableRecord:
         """Delete every catalog row of the table in one transaction; returns its record."""
         table = self.get_table(name)
         with self.store.write() as conn:
-            self.store.lock_table(conn, table.table_id)
-            for t in (
-                "lineage",
-                "column_sets",
-                "deletion_vectors",
-                "removals",
-                "files",
-                "fragments",
-                "batches",
-                "columns",
-                "refs",
-                "commits",
-                "features",
-                "runs",
-                "error_tables",
-                "tables",
-            ):
-                conn.execute(text(f"DELETE FROM {t} WHERE table_id = :t"), {"t": table.table_id})
+            self._delete_table_rows(conn, table.table_id)
         return table
+
+    def _delete_table_rows(self, conn: Any, table_id: str) -> None:
+        self.store.lock_table(conn, table_id)
+        for t in (
+            "lineage",
+            "column_sets",
+            "deletion_vectors",
+            "removals",
+            "files",
+            "fragments",
+            "batches",
+            "columns",
+            "refs",
+            "commits",
+            "features",
+            "runs",
+            "error_tables",
+            "tables",
+        ):
+            conn.execute(text(f"DELETE FROM {t} WHERE table_id = :t"), {"t": table_id})
 
     # -- snapshots and commits ----------------------------------------------------------------
 

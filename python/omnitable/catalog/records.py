@@ -13,12 +13,17 @@ import pyarrow as pa
 from omnitable.catalog.sets import stats_entry
 from omnitable.exceptions import ValidationError
 from omnitable.vocabulary.deletions import decode_vector
+from omnitable.vocabulary.names import DEFAULT_NAMESPACE, table_address
 from omnitable.vocabulary.stats import ColumnStats
 from omnitable.vocabulary.types import to_arrow
 
 
 @dataclass(frozen=True)
 class TableRecord:
+    """A row of ``tables``. ``name`` is the table's address (``web`` in the default namespace,
+    ``ns.web`` elsewhere: what ``Warehouse.table`` and Spark's ``table`` option accept), and
+    ``namespace`` its namespace."""
+
     table_id: str
     name: str
     location: str
@@ -26,17 +31,24 @@ class TableRecord:
     next_column_id: int
     properties: dict[str, Any]
     created_at: str
+    namespace: str = DEFAULT_NAMESPACE
+
+    @property
+    def short_name(self) -> str:
+        """The name within its namespace (``web`` for ``ns.web``)."""
+        return self.name.rsplit(".", 1)[-1]
 
     @classmethod
     def from_row(cls, row: Any) -> TableRecord:
         return cls(
             row.table_id,
-            row.name,
+            table_address(row.namespace, row.name),
             row.location,
             int(row.next_row_id),
             int(row.next_column_id),
             json.loads(row.properties),
             row.created_at,
+            row.namespace,
         )
 
 

@@ -1,30 +1,44 @@
--- OmniTable catalog schema: the SQL contract between the Python control plane (the only writer)
--- and the JVM query plane (a reader). Both sides load THIS file; see docs/catalog.md.
+-- OmniTable catalog schema: the SQL contract between the Python control plane (the writer)
+-- and the JVM query plane (a reader, which writes only `namespaces` rows: CREATE / DROP
+-- NAMESPACE). Both sides load THIS file; see docs/catalog.md.
 --
 -- Portable subset of SQL accepted by SQLite 3.35+ and PostgreSQL 13+: TEXT, BIGINT, INTEGER,
 -- DOUBLE PRECISION, no auto-increment (ids are allocated by the writer), timestamps as ISO-8601
 -- UTC text ('2026-11-29T11:24:37.123456Z'), JSON documents as TEXT.
 -- Statements are separated by lines holding a single ';'.
 --
--- omnitable-schema-version: 5
+-- omnitable-schema-version: 6
 
 CREATE TABLE IF NOT EXISTS omnitable_meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
 )
 ;
--- One row per logical wide table. `location` is the table's data directory relative to the
--- warehouse root (or an absolute URI); it is unique per table id (`<name>-<table_id>`), so a
--- dropped table's purge never touches a re-created table of the same name. `next_row_id` is the first `_ai_unique_id_` not yet
+-- Namespaces (one level) holding tables. `default` always exists (created with the catalog,
+-- never dropped); a table named without a namespace is in it. `properties` is a JSON object
+-- (Spark's COMMENT, LOCATION and WITH DBPROPERTIES, free metadata).
+CREATE TABLE IF NOT EXISTS namespaces (
+    name            TEXT PRIMARY KEY,
+    properties      TEXT NOT NULL,
+    created_at      TEXT NOT NULL
+)
+;
+-- One row per logical wide table, named `name` in namespace `namespace` (a row of namespaces).
+-- `location` is the table's data directory relative to the
+-- warehouse root (or an absolute URI); it is unique per table id (`<name>-<table_id>` in
+-- `default`, `<namespace>.<name>-<table_id>` elsewhere), so a dropped table's purge never
+-- touches a re-created table of the same name. `next_row_id` is the first `_ai_unique_id_` not yet
 -- reserved; reservations are never handed out twice (gaps are allowed).
 CREATE TABLE IF NOT EXISTS tables (
     table_id        TEXT PRIMARY KEY,
-    name            TEXT NOT NULL UNIQUE,
+    namespace       TEXT NOT NULL,
+    name            TEXT NOT NULL,
     location        TEXT NOT NULL,
     next_row_id     BIGINT NOT NULL,
     next_column_id  INTEGER NOT NULL,
     properties      TEXT NOT NULL,
-    created_at      TEXT NOT NULL
+    created_at      TEXT NOT NULL,
+    UNIQUE (namespace, name)
 )
 ;
 -- Logical columns. `column_id` is never reused within a table; files reference columns by id,

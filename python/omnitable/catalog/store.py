@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
 from omnitable._failpoints import failpoint
+from omnitable.catalog import namespaces
 from omnitable.catalog.address import CatalogAddress
 from omnitable.exceptions import CatalogError, CatalogVersionError
 
@@ -109,6 +110,7 @@ class CatalogStore:
                 return
             for stmt in schema_statements():
                 conn.execute(text(stmt))
+            namespaces.ensure_default(conn)
             conn.execute(
                 text("INSERT INTO omnitable_meta (key, value) VALUES ('schema_version', :v)"),
                 {"v": str(schema_version())},

@@ -1,6 +1,10 @@
 """In-place upgrade of an older catalog schema to the one this release ships (docs/catalog.md,
 "Upgrading a catalog").
 
+Version 1 -> 2: commits get their ``commit_token`` (NULL for old commits), runs their driver
+``host``, ``pid`` and ``heartbeat_at`` (NULL), and features their ``registered_version``: the
+version of the commit that registered them (version 1 wrote a registration's ``registered_at``
+with its commit's ``committed_at``, so it is the table's latest commit at that instant).
 Version 2 -> 3: ``file_columns`` (one row per file and column) becomes column sets shared by the
 files (``column_sets``) plus one ``stats`` value per file; batches get their row and fragment
 counts. Version 3 -> 4: the ``deletion_vectors`` table (empty: no older release deletes rows),
@@ -8,7 +12,9 @@ and ``columns`` keyed by (table, column, added_version) so a column can have a r
 retire and restore. Version 4 -> 5: the ``removals`` table (empty: no older release commits on a
 branch other than main), the tags' retention ``refs.max_age_s``, and ``features`` rows per
 registration and branch (keyed by (table, name, version, registered_version); every old row is
-main's).
+main's). Version 5 -> 6: the ``namespaces`` table with ``default``, and ``tables`` keyed by
+(namespace, name) (a table rebuild); every existing table is in ``default`` and keeps its
+location.
 An older catalog goes through every step from its version. Everything runs in one write transaction: a crash or
 an error leaves the older catalog as it was.
 """
@@ -21,10 +27,12 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from omnitable._failpoints import failpoint
+from omnitable.catalog import namespaces
 from omnitable.catalog.address import CatalogAddress
 from omnitable.catalog.sets import ColumnSet, encode_stats, insert_missing_sets
 from omnitable.catalog.store import CatalogStore, schema_statements, schema_version
 from omnitable.exceptions import CatalogVersionError
+from omnitable.vocabulary.names import DEFAULT_NAMESPACE
 from omnitable.vocabulary.stats import ColumnStats
 
 _FILE_COLUMNS = (
@@ -51,17 +59,13 @@ def upgrade_catalog(address: CatalogAddress) -> tuple[int, int]:
             target = schema_version()
             if str(found) == str(target):
                 return target, target
-            if str(found) not in ("2", "3", "4") or target != 5:
+            if str(found) not in ("1", "2", "3", "4", "5") or target != 6:
                 raise CatalogVersionError(
                     f"Cannot upgrade catalog {address.redacted()}: it has schema version "
-                    f"{found}, and this omnitable upgrades only versions 2 to 4 to {target}; use "
+                    f"{found}, and this omnitable upgrades only versions 1 to 5 to {target}; use "
                     "the omnitable release that matches it"
                 )
-            if str(found) == "2":
-                _upgrade_2_to_3(conn, store.is_sqlite)
-            if str(found) in ("2", "3"):
-                _upgrade_3_to_4(conn, store.is_sqlite)
-            _upgrade_4_to_5(conn, store.is_sqlite)
+            _upgrade_steps(conn, int(str(found)), store.is_sqlite)
             conn.execute(
                 text("UPDATE omnitable_meta SET value = :v WHERE key = 'schema_version'"),
                 {"v": str(target)},
@@ -70,6 +74,31 @@ def upgrade_catalog(address: CatalogAddress) -> tuple[int, int]:
             return int(str(found)), target
     finally:
         store.close()
+
+
+def _upgrade_steps(conn: Connection, found: int, is_sqlite: bool) -> None:
+    """Every step from version ``found`` to the current one, in order."""
+    steps = (_upgrade_1_to_2, _upgrade_2_to_3, _upgrade_3_to_4, _upgrade_4_to_5, _upgrade_5_to_6)
+    for step in steps[found - 1 :]:
+        step(conn, is_sqlite)
+
+
+def _upgrade_1_to_2(conn: Connection, is_sqlite: bool) -> None:
+    """Add the commit token, the runs' driver columns and the features' registered version."""
+    conn.execute(text("ALTER TABLE commits ADD COLUMN commit_token TEXT"))
+    conn.execute(text("CREATE INDEX commits_by_token ON commits (table_id, commit_token)"))
+    for name, kind in (("host", "TEXT"), ("pid", "BIGINT"), ("heartbeat_at", "TEXT")):
+        conn.execute(text(f"ALTER TABLE runs ADD COLUMN {name} {kind}"))
+    conn.execute(
+        text("ALTER TABLE features ADD COLUMN registered_version BIGINT NOT NULL DEFAULT 0")
+    )
+    conn.execute(
+        text(
+            "UPDATE features SET registered_version = (SELECT COALESCE(MAX(c.version), 0) "
+            "FROM commits c WHERE c.table_id = features.table_id "
+            "AND c.committed_at <= features.registered_at)"
+        )
+    )
 
 
 def _upgrade_2_to_3(conn: Connection, is_sqlite: bool) -> None:
@@ -174,3 +203,25 @@ def _copy_table_files(conn: Connection, table_id: str) -> None:
         names = _FILE_COLUMNS + ", set_id, stats"
         marks = ", ".join(":" + n.strip() for n in names.split(","))
         conn.execute(text(f"INSERT INTO files ({names}) VALUES ({marks})"), rows)
+
+
+_TABLES = "table_id, name, location, next_row_id, next_column_id, properties, created_at"
+
+
+def _upgrade_5_to_6(conn: Connection, is_sqlite: bool) -> None:
+    """Create ``namespaces`` with ``default``; re-key ``tables`` by (namespace, name) (a table
+    rebuild: SQLite cannot change a constraint in place), every table in ``default``."""
+    if not is_sqlite:  # the new table's constraints take the usual names
+        for old in ("tables_pkey", "tables_name_key"):
+            conn.execute(
+                text(f"ALTER TABLE tables RENAME CONSTRAINT {old} TO {old.replace('_', '_v5_', 1)}")
+            )
+    conn.execute(text("ALTER TABLE tables RENAME TO tables_v5"))
+    for stmt in schema_statements():  # IF NOT EXISTS: creates namespaces and tables
+        conn.execute(text(stmt))
+    namespaces.ensure_default(conn)
+    conn.execute(
+        text(f"INSERT INTO tables ({_TABLES}, namespace) SELECT {_TABLES}, :ns FROM tables_v5"),
+        {"ns": DEFAULT_NAMESPACE},
+    )
+    conn.execute(text("DROP TABLE tables_v5"))

@@ -16,6 +16,7 @@ from omnitable.cli import (
     catalog_cmd,
     dataops_cmd,
     demo_cmd,
+    namespace_cmd,
     refs_cmd,
     settings_cmd,
     tables_cmd,
@@ -70,6 +71,7 @@ for command in (
     catalog_cmd.upgrade_catalog_command,
     refs_cmd.branch,
     refs_cmd.tag,
+    namespace_cmd.namespace,
 ):
     cli.add_command(command)
 

@@ -11,13 +11,17 @@ from omnitable.cli.context import Context
 
 
 @click.command()
+@click.option(
+    "--namespace", "-n", default=None, help="Only this namespace's tables (default: all)."
+)
 @click.pass_obj
-def tables(ctx: Context) -> None:
-    """List the warehouse's tables with their size and version."""
+def tables(ctx: Context, namespace: str | None) -> None:
+    """List the warehouse's tables with their size and version (tables of namespace
+    'default' by name, others as namespace.table)."""
     with ctx.connect() as wh:
         where = wh.address.display() if ctx.warehouse else "./omnitable-warehouse"
         rows = []
-        for name in wh.tables():
+        for name in wh.tables(namespace=namespace):
             t = wh.table(name)
             batches = t.batches()
             rows.append(

@@ -11,6 +11,7 @@ APPEND_NAME = "_ai_append_name_"
 SYSTEM_COLUMNS = (ROW_ID, APPEND_NAME)
 BASE_GROUP = "base"
 MAIN = "main"
+DEFAULT_NAMESPACE = "default"  # the namespace of a table named without one
 MAX_ROW_ID = 2**63 - 1  # the largest _ai_unique_id_ (int64)
 
 TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -27,6 +28,42 @@ def check_table_name(name: object) -> str:
             "'_', starting with a letter or '_' (no path separators, dots, quotes or spaces)"
         )
     return name
+
+
+def check_namespace_name(name: object) -> str:
+    """Validate a namespace name: the rule of table names (one level, no dots)."""
+    if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
+        raise ValidationError(
+            f"Cannot use namespace name {name!r}: names are 1-128 characters of letters, digits "
+            "and '_', starting with a letter or '_' (one level: no dots, quotes or spaces)"
+        )
+    return name
+
+
+def split_table_address(address: object) -> tuple[str, str]:
+    """``"web"`` -> (``default``, ``web``); ``"ns.web"`` -> (``ns``, ``web``), both validated.
+
+    Raises:
+        ValidationError: not a string, more than one dot, or an invalid name.
+    """
+    if not isinstance(address, str):
+        check_table_name(address)  # raises
+        raise AssertionError  # pragma: no cover
+    parts = address.split(".")
+    if len(parts) == 1:
+        return DEFAULT_NAMESPACE, check_table_name(address)
+    if len(parts) != 2:
+        raise ValidationError(
+            f"Cannot use table name {address!r}: write 'table' (namespace "
+            f"'{DEFAULT_NAMESPACE}') or 'namespace.table' (namespaces have one level) of letters, "
+            "digits and '_'"
+        )
+    return check_namespace_name(parts[0]), check_table_name(parts[1])
+
+
+def table_address(namespace: str, name: str) -> str:
+    """The address of a table: its bare name in ``default``, ``namespace.name`` elsewhere."""
+    return name if namespace == DEFAULT_NAMESPACE else f"{namespace}.{name}"
 
 
 def check_column_name(name: object) -> str:

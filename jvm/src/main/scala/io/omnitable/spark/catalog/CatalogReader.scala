@@ -9,9 +9,11 @@ import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableErrors}
 import org.apache.spark.sql.catalyst.parser.CatalystSqlParser
 
 /**
- * Reads an OmniTable catalog over JDBC (SQLite or PostgreSQL). A reader never writes to the
- * catalog: every method opens a read-only connection, checks the schema version against the
- * bundled schema.sql, runs its queries in one read transaction and closes the connection.
+ * Reads an OmniTable catalog over JDBC (SQLite or PostgreSQL): every method opens a read-only
+ * connection, checks the schema version against the bundled schema.sql, runs its queries in one
+ * read transaction and closes the connection. The only writes are namespace rows
+ * ([[createNamespace]], [[dropNamespace]]), each in one write transaction (refs are written by
+ * [[RefWriter]], on its own connection).
  *
  * @param warehouse the warehouse string as the user gave it (its display form is what we log)
  */
@@ -25,11 +27,63 @@ final class CatalogReader(warehouse: String, private[catalog] val env: JdbcConne
   /** The address safe to print (no literal password). */
   def display: String = address.display
 
-  /** Names of all tables, sorted. */
-  def listTables(): Seq[String] = withConnection("the table list") { conn =>
-    Jdbc.query(conn, "SELECT name FROM tables ORDER BY name")(_.getString(1))
+  /** Addresses of all tables ([[TableNames]]: `web` in `default`, `ns.web` elsewhere), sorted. */
+  def listTables(): Seq[String] = withConnection("the table list")(conn => allTables(conn))
+
+  /** Names of the tables of `namespace`, sorted; None if there is no such namespace. */
+  def listTables(namespace: String): Option[Seq[String]] =
+    withConnection(s"the tables of namespace '$namespace'") { conn =>
+      Option.when(namespaceExists(conn, namespace)) {
+        Jdbc.query(conn, "SELECT name FROM tables WHERE namespace = ? ORDER BY name", namespace)(_.getString(1))
+      }
+    }
+
+  /** Every namespace, sorted (`default` included). */
+  def listNamespaces(): Seq[String] = withConnection("the namespace list") { conn =>
+    Jdbc.query(conn, "SELECT name FROM namespaces ORDER BY name")(_.getString(1))
   }
 
+  /** The properties of `namespace` (values as text); None if there is no such namespace. */
+  def namespaceProperties(namespace: String): Option[Map[String, String]] =
+    withConnection(s"namespace '$namespace'") { conn =>
+      Jdbc.query(conn, "SELECT properties FROM namespaces WHERE name = ?", namespace)(_.getString(1))
+        .headOption.map(json => jsonObject(s"namespace '$namespace'", json))
+    }
+
+  /**
+   * Inserts namespace `namespace` with `properties` (JSON object of text values); false when it
+   * exists already (nothing written).
+   */
+  def createNamespace(namespace: String, properties: Map[String, String]): Boolean =
+    withWriteConnection(s"create namespace '$namespace'") { conn =>
+      if (namespaceExists(conn, namespace)) false
+      else {
+        val json = CatalogReader.Json.writeValueAsString(properties.asJava)
+        update(conn, "INSERT INTO namespaces (name, properties, created_at) VALUES (?, ?, ?)", namespace, json, now())
+        true
+      }
+    }
+
+  /**
+   * Deletes namespace `namespace` if it holds no table (the Python writer's protocol: the row is
+   * deleted before the tables are counted, so a concurrent create_table in it, which locks the
+   * row, either committed first and is counted or finds no namespace). `default` is never dropped.
+   */
+  def dropNamespace(namespace: String): CatalogReader.DropOutcome =
+    withWriteConnection(s"drop namespace '$namespace'") { conn =>
+      if (namespace == TableNames.DefaultNamespace) CatalogReader.IsDefault
+      else if (update(conn, "DELETE FROM namespaces WHERE name = ?", namespace) == 0) CatalogReader.NoSuchNamespace
+      else {
+        val held = Jdbc.query(conn, "SELECT name FROM tables WHERE namespace = ? ORDER BY name", namespace)(
+          _.getString(1))
+        if (held.nonEmpty) {
+          conn.jdbc.rollback()
+          CatalogReader.NotEmpty(held.map(TableNames.address(namespace, _)))
+        } else CatalogReader.Dropped
+      }
+    }
+
+  /** Whether table `name` (an address: `web` or `ns.web`) exists. */
   def tableExists(name: String): Boolean = withConnection(s"table '$name'") { conn =>
     findTable(conn, name).isDefined
   }
@@ -49,8 +103,7 @@ final class CatalogReader(warehouse: String, private[catalog] val env: JdbcConne
    */
   def loadTable(name: String, spec: SnapshotSpec, batches: Option[Seq[String]] = None): TableSnapshot =
     withConnection(s"table '$name'") { conn =>
-      val table = findTable(conn, name).getOrElse(
-        throw OmniTableErrors.tableNotFound(display, name, Jdbc.query(conn, "SELECT name FROM tables")(_.getString(1))))
+      val table = findTable(conn, name).getOrElse(throw missingTable(conn, name))
       val snapshot = new SnapshotResolver(conn, table, display).resolve(spec)
       val root = meta(conn, "root").getOrElse(
         throw OmniTableErrors.corruptCatalog(display, "omnitable_meta has no 'root' entry"))
@@ -96,21 +149,43 @@ final class CatalogReader(warehouse: String, private[catalog] val env: JdbcConne
 
   // --- internals ----------------------------------------------------------------------------
 
-  private[catalog] def findTable(conn: Jdbc.Conn, name: String): Option[TableEntry] =
-    Jdbc.query(conn, "SELECT table_id, name, location, properties FROM tables WHERE name = ?", name) { rs =>
-      TableEntry(rs.getString(1), rs.getString(2), rs.getString(3), properties(rs.getString(2), rs.getString(4)))
-    }.headOption
+  /** Table `address` (`web` or `ns.web`); its entry's `name` is that address. */
+  private[catalog] def findTable(conn: Jdbc.Conn, address: String): Option[TableEntry] =
+    TableNames.split(address).flatMap {
+      case (namespace, name) =>
+        Jdbc.query(
+          conn,
+          "SELECT table_id, location, properties FROM tables WHERE namespace = ? AND name = ?",
+          namespace,
+          name) { rs =>
+          val qualified = TableNames.address(namespace, name)
+          TableEntry(rs.getString(1), qualified, rs.getString(2), jsonObject(s"table '$qualified'", rs.getString(3)))
+        }.headOption
+    }
 
-  /** The `properties` JSON object of table `name`, values as text. */
-  private def properties(name: String, json: String): Map[String, String] = {
+  private def allTables(conn: Jdbc.Conn): Seq[String] =
+    Jdbc.query(conn, "SELECT namespace, name FROM tables")(rs => TableNames.address(rs.getString(1), rs.getString(2)))
+      .sorted
+
+  private def namespaceExists(conn: Jdbc.Conn, namespace: String): Boolean =
+    Jdbc.query(conn, "SELECT 1 FROM namespaces WHERE name = ?", namespace)(_.getInt(1)).nonEmpty
+
+  /** The missing-table error for `address`, saying when its namespace does not exist either. */
+  private def missingTable(conn: Jdbc.Conn, address: String): OmniTableAnalysisException = {
+    val namespace = TableNames.split(address).map(_._1).filterNot(namespaceExists(conn, _))
+    OmniTableErrors.tableNotFound(display, address, allTables(conn), namespace)
+  }
+
+  /** The JSON object `json` (the properties of `what`), values as text. */
+  private def jsonObject(what: String, json: String): Map[String, String] = {
     val node =
       try CatalogReader.Json.readTree(json)
       catch {
         case e: com.fasterxml.jackson.core.JacksonException =>
-          throw OmniTableErrors.corruptCatalog(display, s"the properties of table '$name' are not JSON", e)
+          throw OmniTableErrors.corruptCatalog(display, s"the properties of $what are not JSON", e)
       }
     if (node == null || !node.isObject) {
-      throw OmniTableErrors.corruptCatalog(display, s"the properties of table '$name' are not a JSON object")
+      throw OmniTableErrors.corruptCatalog(display, s"the properties of $what are not a JSON object")
     }
     node.properties().asScala.map { e =>
       e.getKey -> (if (e.getValue.isTextual) e.getValue.textValue() else e.getValue.toString)
@@ -183,6 +258,35 @@ final class CatalogReader(warehouse: String, private[catalog] val env: JdbcConne
       throw OmniTableErrors.batchNotFound(table.name, missing, loadBatchNames(conn, table, segments))
   }
 
+  private def update(conn: Jdbc.Conn, sql: String, params: AnyRef*): Int =
+    scala.util.Using.resource(conn.jdbc.prepareStatement(sql)) { stmt =>
+      params.zipWithIndex.foreach { case (p, i) => stmt.setObject(i + 1, p) }
+      stmt.executeUpdate()
+    }
+
+  private def now(): String =
+    java.time.format.DateTimeFormatter.ofPattern("yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'")
+      .withZone(java.time.ZoneOffset.UTC).format(java.time.Instant.now())
+
+  /** Like [[withConnection]] in a write transaction, committed when `body` returns. */
+  private def withWriteConnection[T](what: String)(body: Jdbc.Conn => T): T = {
+    val jdbc = JdbcConnector.openForWrite(address, env)
+    val conn = Jdbc.Conn(jdbc, queries)
+    try {
+      checkSchemaVersion(conn)
+      val out = body(conn)
+      jdbc.commit()
+      out
+    } catch {
+      case e: OmniTableAnalysisException => throw e
+      case e: SQLException => throw OmniTableErrors.catalogWriteFailed(display, what, e)
+    } finally {
+      try jdbc.rollback()
+      catch { case NonFatal(_) => }
+      jdbc.close()
+    }
+  }
+
   private def meta(conn: Jdbc.Conn, key: String): Option[String] =
     Jdbc.query(conn, "SELECT value FROM omnitable_meta WHERE key = ?", key)(_.getString(1)).headOption
 
@@ -220,6 +324,13 @@ final class CatalogReader(warehouse: String, private[catalog] val env: JdbcConne
 }
 
 object CatalogReader {
+
+  /** What [[CatalogReader.dropNamespace]] did. */
+  sealed trait DropOutcome
+  case object Dropped extends DropOutcome
+  case object NoSuchNamespace extends DropOutcome
+  case object IsDefault extends DropOutcome
+  final case class NotEmpty(tables: Seq[String]) extends DropOutcome
 
   private val Json = new com.fasterxml.jackson.databind.ObjectMapper()
 

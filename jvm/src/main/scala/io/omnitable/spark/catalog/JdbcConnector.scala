@@ -43,7 +43,18 @@ object JdbcConnector {
     case a: PostgresAddress => openPostgres(a, env)
   }
 
-  private def openSqlite(a: SqliteAddress): Connection = {
+  /**
+   * A connection in a write transaction, for the JVM's only catalog writes (namespace rows:
+   * docs/catalog.md, "Namespaces"): SQLite `BEGIN IMMEDIATE` (the database write lock from the
+   * first statement, as the Python writer takes it), PostgreSQL READ COMMITTED. The caller
+   * commits and closes it.
+   */
+  def openForWrite(address: CatalogAddress, env: Env = systemEnv): Connection = address match {
+    case a: SqliteAddress => openSqlite(a, write = true)
+    case a: PostgresAddress => openPostgres(a, env, write = true)
+  }
+
+  private def openSqlite(a: SqliteAddress, write: Boolean = false): Connection = {
     if (!a.dbFile.isFile) {
       val what = if (a.dbFile.getParentFile != null && !a.dbFile.getParentFile.exists()) "the directory does not exist"
       else s"there is no catalog file ${a.dbFile.getPath}"
@@ -51,7 +62,8 @@ object JdbcConnector {
     }
     val props = new Properties()
     props.setProperty("busy_timeout", "30000")
-    props.setProperty("open_mode", "1") // SQLITE_OPEN_READONLY: reads never write (RefWriter opens its own)
+    if (write) props.setProperty("transaction_mode", "IMMEDIATE")
+    else props.setProperty("open_mode", "1") // SQLITE_OPEN_READONLY: reads never write (RefWriter opens its own)
     val conn = connectWith(a.display) {
       new org.sqlite.JDBC().connect("jdbc:sqlite:" + a.dbFile.getPath, props)
     }
@@ -63,7 +75,7 @@ object JdbcConnector {
     }
   }
 
-  private def openPostgres(a: PostgresAddress, env: Env): Connection = {
+  private def openPostgres(a: PostgresAddress, env: Env, write: Boolean = false): Connection = {
     val props = new Properties()
     a.user.foreach(props.setProperty("user", _))
     a.password.foreach {
@@ -71,12 +83,13 @@ object JdbcConnector {
       case Secret.FromEnv(name) => props.setProperty("password", envPassword(a.display, name, env))
     }
     props.setProperty("ApplicationName", "omnitable-spark")
-    props.setProperty("readOnly", "true")
+    props.setProperty("readOnly", (!write).toString)
     val conn = connectWith(a.display)(new org.postgresql.Driver().connect(a.jdbcUrl, props))
     try {
       conn.setAutoCommit(false)
-      conn.setTransactionIsolation(Connection.TRANSACTION_REPEATABLE_READ)
-      conn.setReadOnly(true)
+      conn.setTransactionIsolation(
+        if (write) Connection.TRANSACTION_READ_COMMITTED else Connection.TRANSACTION_REPEATABLE_READ)
+      conn.setReadOnly(!write)
       conn
     } catch {
       case e: SQLException => conn.close(); throw OmniTableErrors.cannotConnect(a.display, e)

@@ -212,7 +212,8 @@ final class RefWriter(reader: CatalogReader) {
       val entry = reader.findTable(conn, table).getOrElse(throw OmniTableErrors.tableNotFound(
         display,
         table,
-        Jdbc.query(conn, "SELECT name FROM tables")(_.getString(1))))
+        Jdbc.query(conn, "SELECT namespace, name FROM tables")(rs =>
+          TableNames.address(rs.getString(1), rs.getString(2)))))
       if (!sqlite) {
         Jdbc.query(conn, "SELECT table_id FROM tables WHERE table_id = ? FOR UPDATE", entry.tableId)(_.getString(1))
       }

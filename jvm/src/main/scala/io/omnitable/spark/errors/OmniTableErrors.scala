@@ -125,18 +125,41 @@ object OmniTableErrors {
       s"Cannot read $what from warehouse '$warehouse': ${Option(cause.getMessage).getOrElse(cause.toString)}",
       cause)
 
+  def catalogWriteFailed(warehouse: String, what: String, cause: Throwable): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_CATALOG_QUERY",
+      s"Cannot $what in warehouse '$warehouse': ${Option(cause.getMessage).getOrElse(cause.toString)}",
+      cause)
+
+  /** A namespace identifier OmniTable cannot hold (more than one level, or an invalid name). */
+  def invalidNamespace(namespace: String): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_INVALID_NAMESPACE",
+      s"Cannot use namespace '$namespace': namespaces have one level, and a name is 1-128 letters, digits " +
+        "and '_', starting with a letter or '_'."
+    )
+
+  /** DROP NAMESPACE of `default`, or of a namespace holding tables. */
+  def cannotDropNamespace(namespace: String, why: String): OmniTableAnalysisException =
+    analysis("OMNITABLE_CANNOT_DROP_NAMESPACE", s"Cannot drop namespace '$namespace': $why.")
+
   def corruptCatalog(warehouse: String, detail: String, cause: Throwable = null): OmniTableAnalysisException =
     analysis("OMNITABLE_CORRUPT_CATALOG", s"Cannot plan a read from warehouse '$warehouse': $detail", cause)
 
   // --- tables, refs, versions, batches ------------------------------------------------------
 
   /** Raised with Spark's TABLE_OR_VIEW_NOT_FOUND condition (see the class comment). */
-  def tableNotFound(warehouse: String, table: String, existing: Seq[String]): OmniTableAnalysisException = {
+  def tableNotFound(
+      warehouse: String,
+      table: String,
+      existing: Seq[String],
+      missingNamespace: Option[String] = None): OmniTableAnalysisException = {
     val known = if (existing.isEmpty) "it has no tables" else existing.sorted.mkString("tables: ", ", ", "")
     val condition = "TABLE_OR_VIEW_NOT_FOUND"
+    val namespace = missingNamespace.fold("")(ns => s" Namespace '$ns' does not exist.")
     new OmniTableAnalysisException(
       condition,
-      s"Cannot find table '$table' in warehouse '$warehouse' ($known).",
+      s"Cannot find table '$table' in warehouse '$warehouse' ($known).$namespace",
       None,
       Some(condition),
       Map("relationName" -> s"`$table`"))

@@ -4,13 +4,26 @@ import java.util
 
 import scala.jdk.CollectionConverters._
 
-import io.omnitable.spark.catalog.{CatalogReader, SnapshotSpec}
+import io.omnitable.spark.catalog.{CatalogReader, SnapshotSpec, TableNames}
 import io.omnitable.spark.conf.{OmniTableConf, SparkVersionCheck}
 import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableErrors}
 import io.omnitable.spark.metadata.{MetadataTable, MetadataTables}
 import io.omnitable.spark.procedures.OmniTableProcedures
-import org.apache.spark.sql.catalyst.analysis.{NoSuchNamespaceException, NoSuchTableException}
-import org.apache.spark.sql.connector.catalog.{Column, Identifier, ProcedureCatalog, Table, TableCatalog, TableChange}
+import org.apache.spark.sql.catalyst.analysis.{
+  NamespaceAlreadyExistsException,
+  NoSuchNamespaceException,
+  NoSuchTableException
+}
+import org.apache.spark.sql.connector.catalog.{
+  Column,
+  Identifier,
+  NamespaceChange,
+  ProcedureCatalog,
+  SupportsNamespaces,
+  Table,
+  TableCatalog,
+  TableChange
+}
 import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure
 import org.apache.spark.sql.connector.expressions.Transform
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
@@ -23,10 +36,13 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  * `TIMESTAMP AS OF`. Branches and tags are also tables of their own, Iceberg's way:
  * `omnitable.web.branch_audit`, `omnitable.web.tag_v1` ([[TableAddress]]); metadata tables
  * are `omnitable.web.history`, `omnitable.web.files VERSION AS OF 3`, ... ([[MetadataTables]]).
- * Read-only: tables are written through the Python API. Procedures:
- * `CALL omnitable.system.<name>(...)` ([[OmniTableProcedures]]).
+ * Namespaces (one level): `CREATE NAMESPACE omnitable.ns`, `SHOW NAMESPACES IN omnitable`,
+ * `SHOW TABLES IN omnitable.ns`, `SELECT … FROM omnitable.ns.web`, `DROP NAMESPACE
+ * omnitable.ns`; `default` holds the tables named without one. Procedures:
+ * `CALL omnitable.system.<name>(...)` ([[OmniTableProcedures]]). Tables are read-only here: they
+ * are written through the Python API.
  */
-class OmniTableCatalog extends TableCatalog with ProcedureCatalog {
+class OmniTableCatalog extends TableCatalog with SupportsNamespaces with ProcedureCatalog {
 
   private var catalogName: String = "omnitable"
   private var catalogOptions: Map[String, String] = Map.empty
@@ -60,10 +76,76 @@ class OmniTableCatalog extends TableCatalog with ProcedureCatalog {
   override def loadProcedure(ident: Identifier): UnboundProcedure = procedures.load(ident)
   override def listProcedures(namespace: Array[String]): Array[Identifier] = procedures.list(namespace)
 
+  /** `SHOW TABLES IN omnitable` lists `default`'s tables (as `omnitable.<name>`). */
   override def listTables(namespace: Array[String]): Array[Identifier] = {
-    if (namespace.nonEmpty) throw new NoSuchNamespaceException(namespace)
-    reader.listTables().map(t => Identifier.of(Array.empty[String], t)).toArray
+    val ns = namespace match {
+      case Array() => TableNames.DefaultNamespace
+      case Array(one) => one
+      case _ => throw new NoSuchNamespaceException(namespace)
+    }
+    val names = reader.listTables(ns).getOrElse(throw new NoSuchNamespaceException(namespace))
+    names.map(t => Identifier.of(namespace, t)).toArray
   }
+
+  // --- namespaces ------------------------------------------------------------------------------
+
+  override def defaultNamespace(): Array[String] = Array(TableNames.DefaultNamespace)
+
+  override def listNamespaces(): Array[Array[String]] = reader.listNamespaces().map(Array(_)).toArray
+
+  /** Namespaces have one level: none is inside another. */
+  override def listNamespaces(namespace: Array[String]): Array[Array[String]] = namespace match {
+    case Array() => listNamespaces()
+    case _ if namespaceExists(namespace) => Array.empty
+    case _ => throw new NoSuchNamespaceException(namespace)
+  }
+
+  override def namespaceExists(namespace: Array[String]): Boolean = namespace match {
+    case Array(one) => reader.namespaceProperties(one).isDefined
+    case _ => false
+  }
+
+  override def loadNamespaceMetadata(namespace: Array[String]): util.Map[String, String] =
+    namespace match {
+      case Array(one) => reader.namespaceProperties(one).getOrElse(throw new NoSuchNamespaceException(namespace)).asJava
+      case _ => throw new NoSuchNamespaceException(namespace)
+    }
+
+  override def createNamespace(namespace: Array[String], metadata: util.Map[String, String]): Unit = {
+    val name = oneLevel(namespace)
+    if (!reader.createNamespace(name, metadata.asScala.toMap)) throw new NamespaceAlreadyExistsException(namespace)
+  }
+
+  override def alterNamespace(namespace: Array[String], changes: NamespaceChange*): Unit =
+    throw OmniTableErrors.readOnly(s"alter namespace ${namespace.mkString(".")}")
+
+  /**
+   * Spark's rule: a namespace holding tables is refused (NON_EMPTY_NAMESPACE) without CASCADE.
+   * With CASCADE it is refused too while it holds tables: dropping tables (and deleting their
+   * files) is the Python API's (`Warehouse.drop_namespace(name, cascade=True)`).
+   */
+  override def dropNamespace(namespace: Array[String], cascade: Boolean): Boolean = {
+    val name = oneLevel(namespace)
+    reader.dropNamespace(name) match {
+      case CatalogReader.Dropped => true
+      case CatalogReader.NoSuchNamespace => throw new NoSuchNamespaceException(namespace)
+      case CatalogReader.IsDefault =>
+        throw OmniTableErrors.cannotDropNamespace(name, "it holds the tables named without a namespace")
+      case CatalogReader.NotEmpty(tables) =>
+        val how =
+          if (cascade) "dropping tables is the Python API's: omnitable.connect(...).drop_namespace" +
+            s"('$name', cascade=True) or `omnitable namespace drop $name --cascade`"
+          else "drop them first (Spark's rule without CASCADE)"
+        throw OmniTableErrors.cannotDropNamespace(name, s"it holds tables (${tables.mkString(", ")}); $how")
+    }
+  }
+
+  private def oneLevel(namespace: Array[String]): String = namespace match {
+    case Array(one) if TableNames.validName(one) => one
+    case _ => throw OmniTableErrors.invalidNamespace(namespace.mkString("."))
+  }
+
+  // --- tables ----------------------------------------------------------------------------------
 
   override def loadTable(ident: Identifier): Table = load(ident, SnapshotSpec.Head)
 
@@ -89,27 +171,43 @@ class OmniTableCatalog extends TableCatalog with ProcedureCatalog {
    * `tag`; a ref the table lacks is a missing table naming the table and the ref.
    */
   private def load(ident: Identifier, spec: SnapshotSpec): Table = {
-    val address = TableAddress.parse(ident).getOrElse(throw unknownIdentifier(ident))
+    val address = resolve(ident).getOrElse(throw unknownIdentifier(ident))
     address.metadata match {
-      case Some(name) => new MetadataTable(reader, reader.loadTable(address.table, spec), name)
-      case None => loadData(address, spec)
+      case Some(name) => new MetadataTable(reader, reader.loadTable(address.tableAddress, spec), name)
+      case None =>
+        misspeltMetadata(ident, address).foreach(e => throw e)
+        loadData(address, spec)
     }
   }
 
   /**
-   * `omnitable.web.<name>` of an existing table `web` where `name` is no metadata table and no
-   * ref: an error listing the metadata tables; anything else is a missing table.
+   * `omnitable.web.<name>` (or `omnitable.ns.web.<name>`) of an existing table where `name` is no
+   * metadata table and no ref: an error listing the metadata tables; anything else is a missing
+   * table.
    */
-  private def unknownIdentifier(ident: Identifier): Exception = ident.namespace() match {
-    case Array(table) if reader.tableExists(table) =>
-      OmniTableErrors.metadataTableNotFound(reader.display, table, ident.name(), MetadataTables.Names)
-    case _ => new NoSuchTableException(ident)
+  private def unknownIdentifier(ident: Identifier): Exception =
+    metadataNotFound(ident).getOrElse(new NoSuchTableException(ident))
+
+  private def metadataNotFound(ident: Identifier): Option[Exception] = {
+    val table = ident.namespace() match {
+      case Array(t) => Some(t)
+      case Array(ns, t) => Some(TableNames.address(ns, t))
+      case _ => None
+    }
+    table.filter(reader.tableExists).map { t =>
+      OmniTableErrors.metadataTableNotFound(reader.display, t, ident.name(), MetadataTables.Names)
+    }
   }
 
+  /** `omnitable.web.histroy`: no table `web.histroy`, but a table `web` (see [[unknownIdentifier]]). */
+  private def misspeltMetadata(ident: Identifier, address: TableAddress): Option[Exception] =
+    if (address.ref.isDefined || ident.namespace().length != 1 || reader.tableExists(address.tableAddress)) None
+    else metadataNotFound(ident)
+
   private def loadData(address: TableAddress, spec: SnapshotSpec): Table = {
-    val options = catalogOptions + (ReadOptions.Table -> address.table)
+    val options = catalogOptions + (ReadOptions.Table -> address.tableAddress)
     val handle =
-      try ReadOptions(address.table, address.spec(spec), None).load(reader, options)
+      try ReadOptions(address.tableAddress, address.spec(spec), None).load(reader, options)
       catch {
         case e: OmniTableAnalysisException if e.omniErrorClass == OmniTableErrors.RefNotFound =>
           throw missingRef(address).getOrElse(e)
@@ -120,15 +218,18 @@ class OmniTableCatalog extends TableCatalog with ProcedureCatalog {
   /** The error for `address` when the ref it names does not exist (None: it exists, or names none). */
   private def missingRef(address: TableAddress): Option[OmniTableAnalysisException] = address.ref.flatMap {
     case (kind, name) =>
-      val existing = reader.refNames(address.table, kind)
+      val existing = reader.refNames(address.tableAddress, kind)
       Option.when(!existing.contains(name)) {
-        OmniTableErrors.refTableNotFound(reader.display, address.display, address.table, kind, name, existing)
+        OmniTableErrors.refTableNotFound(reader.display, address.display, address.tableAddress, kind, name, existing)
       }
   }
 
-  override def tableExists(ident: Identifier): Boolean = TableAddress.parse(ident).exists {
-    case TableAddress(table, None, _) => reader.tableExists(table)
-    case TableAddress(table, Some((kind, name)), _) => reader.refNames(table, kind).contains(name)
+  private def resolve(ident: Identifier): Option[TableAddress] = TableAddress.resolve(ident, reader.tableExists)
+
+  override def tableExists(ident: Identifier): Boolean = resolve(ident).exists {
+    case a @ TableAddress(_, _, None, None) => reader.tableExists(a.tableAddress)
+    case a @ TableAddress(_, _, None, Some(_)) => reader.tableExists(a.tableAddress)
+    case a @ TableAddress(_, _, Some((kind, name)), _) => reader.refNames(a.tableAddress, kind).contains(name)
   }
 
   override def createTable(

@@ -24,7 +24,8 @@ final class HandMadeCatalog {
     new org.sqlite.JDBC().connect("jdbc:sqlite:" + new File(dir, "catalog.db"), new Properties())
   SchemaFile.statements.foreach(s => exec(s))
   exec(s"INSERT INTO omnitable_meta VALUES ('schema_version', '${SchemaFile.version}'), ('root', '.')")
-  exec(s"INSERT INTO tables VALUES ('$tableId', 'hand', 'hand', 0, 1, '{}', '2026-01-01T00:00:00.000000Z')")
+  exec("INSERT INTO namespaces VALUES ('default', '{}', '2026-01-01T00:00:00.000000Z')")
+  exec(s"INSERT INTO tables VALUES ('$tableId', 'default', 'hand', 'hand', 0, 1, '{}', '2026-01-01T00:00:00.000000Z')")
   exec(s"INSERT INTO columns VALUES ('$tableId', 0, '_ai_unique_id_', '_ai_unique_id_', 'bigint', 0, 0, 'active', " +
     "'base', NULL, 'main', 0, NULL)")
 
