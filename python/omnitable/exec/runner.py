@@ -175,7 +175,7 @@ def run_plan(
             if f.kind == "pandas" and f.ref
         }
     )
-    ship_modules(session.sparkContext, modules)
+    ship_modules(session, modules)
     described = {
         "targets": plan.targets,
         "batches": plan.batches,
