@@ -225,6 +225,11 @@ def _connect_session(
 
     from omnitable.exceptions import ValidationError
 
+    if not remote.startswith(("local", "sc://")):
+        raise ValidationError(
+            f"Cannot start a Spark Connect session: remote '{remote}' is neither a local master "
+            "('local[2]') nor a Connect URL ('sc://host:15002')"
+        )
     missing = [m for m in _CONNECT_MODULES if importlib.util.find_spec(m.split(".")[0]) is None]
     if missing:
         raise MissingDependencyError(
@@ -233,14 +238,9 @@ def _connect_session(
         )
     if remote.startswith("local"):
         settings = {"spark.connect.grpc.binding.address": "127.0.0.1", **settings}
-    elif remote.startswith("sc://"):
+    else:
         keep = set(_REMOTE_KEYS) | set(conf)
         settings = {k: v for k, v in settings.items() if k in keep}
-    else:
-        raise ValidationError(
-            f"Cannot start a Spark Connect session: remote '{remote}' is neither a local master "
-            "('local[2]') nor a Connect URL ('sc://host:15002')"
-        )
     builder = SparkSession.builder.remote(remote).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
