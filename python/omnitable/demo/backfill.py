@@ -28,9 +28,8 @@ def run_backfill_demo(
     say(f"registered features {', '.join(f.name for f in demo_features.ALL)} -> version {version}")
     plan = docs.backfill(["quality", "n_chars"])
     say("plan:\n" + _indent(plan.explain()))
-    conf: dict[str, Any] = {"spark.ui.showConsoleProgress": "false"}
+    conf: dict[str, Any] = {"spark.ui.showConsoleProgress": "false", "spark.log.level": "ERROR"}
     spark = spark_session(wh, master=master, **conf)
-    spark.sparkContext.setLogLevel("ERROR")
 
     def report(step: int, steps: int, done: int, total: int) -> None:
         progress(f"backfill step {step}/{steps}", done, total)

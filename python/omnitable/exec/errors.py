@@ -94,7 +94,7 @@ def read_errors(
 
     require_delta(spark)
     location = error_location(ctx)
-    if not _exists(spark, location):
+    if not _error_table_exists(ctx):
         return spark.createDataFrame([], ERROR_SCHEMA)
     df = spark.read.format("delta").load(location)
     if feature is not None:
@@ -120,7 +120,7 @@ def error_offsets(
 
     wanted = sorted(set(file_ids))
     location = error_location(ctx)
-    if not wanted or not _exists(spark, location):
+    if not wanted or not _error_table_exists(ctx):
         return {}
     rows = (
         spark.read.format("delta")
@@ -140,6 +140,14 @@ def _visible_file_ids(snap: Snapshot) -> list[str]:
     ]
 
 
-def _exists(spark: SparkSession, location: str) -> bool:
-    jvm: Any = spark.sparkContext._jvm
-    return bool(jvm.io.delta.tables.DeltaTable.isDeltaTable(spark._jsparkSession, location))
+def _error_table_exists(ctx: TableContext) -> bool:
+    """Whether the error table has a commit: a file in its ``_delta_log``, looked up through the
+    warehouse's filesystem (no Spark call: the same on a classic and a Connect session)."""
+    import pyarrow.fs as pafs
+
+    log_dir = ctx.location.join("errors", "_delta_log")
+    selector = pafs.FileSelector(log_dir.path, allow_not_found=True)
+    return any(
+        info.type == pafs.FileType.File and info.base_name.endswith((".json", ".parquet"))
+        for info in log_dir.fs.get_file_info(selector)
+    )

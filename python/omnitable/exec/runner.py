@@ -70,7 +70,7 @@ def _ship_payload_modules(session: SparkSession, plan: Plan) -> None:
         }
     ):
         try:
-            ship_modules(session.sparkContext, [name])
+            ship_modules(session, [name])
         except ImportError as exc:
             log.info("not shipping module %s of a pickled feature: %s", name, exc)
 
@@ -198,7 +198,7 @@ def run_plan(
             if f.kind == "pandas" and f.ref and f.payload is None  # pickled: loaded by value
         }
     )
-    ship_modules(session.sparkContext, modules)
+    ship_modules(session, modules)
     _ship_payload_modules(session, plan)
     described = {
         "targets": plan.targets,

@@ -2,8 +2,10 @@
 
 Pandas features are stored as import references. Executors import them; modules that are not
 installed in the executors' environment (a project directory, a notebook's helper module) are
-shipped with ``SparkContext.addPyFile`` — a single module as its file, a package as a zip of its
-top-level package. Each module is shipped once per SparkContext.
+shipped with ``SparkSession.addArtifacts(..., pyfile=True)`` — a single module as its file, a
+package as a zip of its top-level package. On a classic session that is ``SparkContext.addPyFile``
+(each module shipped once per SparkContext); on Spark Connect the files are uploaded to the
+server as artifacts of the session (once per Connect session).
 """
 
 from __future__ import annotations
@@ -16,17 +18,29 @@ import sysconfig
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-_SHIPPED: dict[int, set[str]] = {}
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_SHIPPED: dict[str, set[str]] = {}
 
 
-def ship_modules(sc: Any, module_names: list[str]) -> list[str]:
+def _shipping_scope(spark: SparkSession) -> str:
+    """What shipped files belong to: a Connect session, or a classic session's application."""
+    from omnitable.spark.session import is_connect
+
+    if is_connect(spark):
+        return f"connect:{spark.session_id}"  # type: ignore[attr-defined]
+    return f"app:{spark.conf.get('spark.app.id')}"
+
+
+def ship_modules(spark: SparkSession, module_names: list[str]) -> list[str]:
     """Ship the top-level packages of ``module_names`` that live outside site-packages.
 
     Returns the paths shipped (for logs).
     """
-    shipped = _SHIPPED.setdefault(id(sc), set())
+    shipped = _SHIPPED.setdefault(_shipping_scope(spark), set())
     out = []
     for name in module_names:
         top = name.split(".", 1)[0]
@@ -39,10 +53,10 @@ def ship_modules(sc: Any, module_names: list[str]) -> list[str]:
             continue
         if path.name == "__init__.py":
             archive = _zip_package(path.parent)
-            sc.addPyFile(str(archive))
+            spark.addArtifacts(str(archive), pyfile=True)
             out.append(str(archive))
         else:
-            sc.addPyFile(str(path))
+            spark.addArtifacts(str(path), pyfile=True)
             out.append(str(path))
         shipped.add(top)
     return out

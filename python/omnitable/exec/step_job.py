@@ -256,15 +256,13 @@ def _run_job(job: ChunkJob, work: dict[str, list[str]], escalate: list[str]) -> 
         allow_version_drift=drift,
     ).to_json()
     df = step_dataframe(session, ctx, snap, job.step, frag_ids, job.on_corrupt)
-    tag = job.tag
-    sc = session.sparkContext
-    sc.addJobTag(tag)
-    sc.setJobDescription(f"backfill {ctx.name}: {', '.join(f.id for f in features)}")
+    # A session tag (classic and Connect alike): Spark prefixes it per session, and the scan
+    # metrics of the job are found by it (ScanMetrics.for_tag).
+    session.addTag(job.tag)
     try:
         return df.mapInArrow(lambda it: compute_partition(spec, it), "descriptor string").collect()
     finally:
-        sc.removeJobTag(tag)
-        sc.setJobDescription(None)  # type: ignore[arg-type]
+        session.removeTag(job.tag)
 
 
 def _task_output(d: dict[str, Any]) -> TaskOutput:

@@ -4,6 +4,9 @@ Spark tasks (Python workers) conform their partition, cut it into fragments and 
 files; they return fragment descriptors and never touch the catalog. The driver commits once.
 Ids: the driver reserves ``partitions << ID_SHIFT`` ids up front; a task numbers its rows from
 ``base + (partition << ID_SHIFT)``, so ids are unique without coordination (gaps are allowed).
+The partitions are counted by a job over no columns (the highest partition id holding rows), which
+works on a classic and a Spark Connect session alike; a write job whose partitions turn out to
+hold more is refused before it commits (``check_reserved``).
 Task retries and speculative attempts write uniquely named files; only the descriptors of the
 successful attempts reach the driver, the rest are orphans for garbage collection.
 """
@@ -43,7 +46,9 @@ class SparkWriter:
 
     engine = "spark"
 
-    def __init__(self, df: DataFrame, conformer: Conformer, partitions: int, id_base: int) -> None:
+    def __init__(
+        self, df: DataFrame, conformer: Conformer, partitions: int | None, id_base: int
+    ) -> None:
         self._df, self._conformer = df, conformer
         self._partitions, self._id_base = partitions, id_base
         self._supplied = ROW_ID in df.columns
@@ -54,13 +59,15 @@ class SparkWriter:
         the generated ids of every partition."""
         conformer = Conformer(ctx.name, snap.user_columns)
         conformer.conform(_empty_arrow(df))
-        partitions = max(1, df.rdd.getNumPartitions())
-        reserve = 0 if ROW_ID in df.columns else partitions << ID_SHIFT
+        supplied = ROW_ID in df.columns
+        partitions = None if supplied else _partition_count(df)  # supplied ids: nothing to reserve
+        reserve = 0 if partitions is None else partitions << ID_SHIFT
         id_base = ctx.catalog.reserve_row_ids(ctx.record, reserve) if reserve else 0
         return cls(df, conformer, partitions, id_base)
 
     def describe(self) -> dict[str, Any]:
-        return {"engine": "spark", "partitions": self._partitions}
+        counted = {} if self._partitions is None else {"partitions": self._partitions}
+        return {"engine": "spark", **counted}
 
     def write(self, target: BatchTarget, files: list[str]) -> Written:
         ctx, snap = target.ctx, target.snap
@@ -97,7 +104,7 @@ class SparkWriter:
             ids, id_range = _written_ids(ctx, snap, fragments, self._df.sparkSession)
             claim = IdClaim(snap.version, spark_ids=ids, bounds=id_range)
             return Written(fragments, rows_total, claim, True, id_range)
-        if not self._supplied:
+        if self._partitions is not None:
             end = self._id_base + (self._partitions << ID_SHIFT) - 1
             check_reserved(fragments, self._id_base, end)
         return Written(fragments, rows_total, IdClaim.generated(fragments, snap.version), False)
@@ -130,6 +137,15 @@ def _written_ids(
             f"{sorted(int(r[0]) for r in dupes)}"
         )
     return ids, (min(b[0] for b in bounds), max(b[1] for b in bounds))
+
+
+def _partition_count(df: DataFrame) -> int:
+    """Partitions of ``df`` up to the last one holding rows (at least 1), from a job over no
+    columns: public API only (Spark Connect has no RDDs)."""
+    from pyspark.sql import functions as F
+
+    last = df.select(F.spark_partition_id().alias("p")).agg(F.max("p")).collect()[0][0]
+    return 1 if last is None else int(last) + 1
 
 
 def _empty_arrow(df: DataFrame) -> pa.Table:

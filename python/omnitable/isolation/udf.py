@@ -273,8 +273,23 @@ def failure_counter(spark: Any) -> Any:
     Read ``counter.value`` on the driver after an action, e.g. ``{"exception": 3}``. Spark's
     accumulator rules apply: updates inside transformations may count again when a task or
     stage is re-executed.
+
+    Args:
+        spark: a classic SparkSession or its SparkContext. Spark Connect has no accumulators:
+            count failures from the error fields of the UDF's output instead
+            (``df.groupBy("out.error_kind").count()``).
+
+    Raises:
+        ValidationError: ``spark`` is a Spark Connect session.
     """
-    sc = getattr(spark, "sparkContext", spark)
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        from omnitable.exceptions import ValidationError
+
+        raise ValidationError(
+            "Cannot create a failure counter: Spark Connect has no accumulators; count the "
+            'failures from the UDF\'s error_kind field instead (errors="column" outputs)'
+        )
+    sc = getattr(spark, "sparkContext", spark)  # classic only: accumulators live there
     return sc.accumulator({}, KindCountsParam())
 
 

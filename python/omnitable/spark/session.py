@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
+import warnings
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -34,6 +36,8 @@ CATALOG_WAREHOUSE_KEY = f"spark.sql.catalog.{CATALOG_NAME}.warehouse"
 # More warehouses configured for a session; the JVM reads the env:NAME password of a `warehouse`
 # read option only for a warehouse configured there (docs/spark.md, "Credentials").
 WAREHOUSES_PREFIX = "spark.omnitable.warehouses."
+# A path no Delta table lives at: resolving the delta source for it tells whether Delta is there.
+DELTA_PROBE_PATH = "file:/nonexistent/omnitable-delta-probe"
 
 
 def jar_path() -> Path:
@@ -58,17 +62,39 @@ def delta_jar_paths() -> list[Path] | None:
     return paths if all(p.is_file() for p in paths) else None
 
 
-def require_delta(spark: SparkSession) -> None:
-    """Raise a clear error when ``spark`` cannot read or write Delta tables."""
-    from py4j.java_gateway import JavaClass
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (or one of its DataFrames), not a classic one."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
-    jvm: Any = spark.sparkContext._jvm
-    if not isinstance(jvm.io.delta.tables.DeltaTable, JavaClass):
+
+def error_condition(exc: BaseException) -> str | None:
+    """The Spark error condition (error class) of ``exc``, classic or Connect; None if none."""
+    get = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
+    return str(get()) if callable(get) and get() else None
+
+
+def require_delta(spark: SparkSession) -> None:
+    """Raise a clear error when ``spark`` cannot read or write Delta tables.
+
+    A session configured with Delta's extension or catalog (as :func:`spark_session` does) has
+    it. Otherwise Spark is asked to resolve the ``delta`` source for a path that does not exist
+    (public API only, so on a Connect session too): without Delta Lake that fails with
+    ``DATA_SOURCE_NOT_FOUND``; with it, only because the path is missing, which is ignored.
+    """
+    extensions = str(spark.conf.get("spark.sql.extensions", None) or "")
+    catalog = spark.conf.get("spark.sql.catalog.spark_catalog", None)
+    if DELTA_EXTENSIONS in extensions.split(",") or catalog == DELTA_CATALOG:
+        return
+    try:
+        spark.read.format("delta").load(DELTA_PROBE_PATH).schema  # noqa: B018 - analysis
+    except Exception as exc:
+        if error_condition(exc) != "DATA_SOURCE_NOT_FOUND":
+            return
         raise MissingDependencyError(
             "Cannot use error tables: this Spark session has no Delta Lake; start it with "
             "omnitable.spark_session() (which adds the jars fetched by scripts/fetch-jars.sh) or "
             "add --packages io.delta:delta-spark_4.1_2.13:4.1.0"
-        )
+        ) from exc
 
 
 def warehouse_string(warehouse: HasAddress | str | os.PathLike[str] | None) -> str:
@@ -96,9 +122,10 @@ def spark_session(
     app_name: str = "omnitable",
     *,
     delta: bool = True,
+    remote: str | None = None,
     **conf: Any,
 ) -> SparkSession:
-    """A SparkSession that reads OmniTable tables.
+    """A SparkSession that reads OmniTable tables: a classic one, or a Spark Connect one.
 
     Configures ``spark.jars`` (the extension jar), ``spark.sql.extensions``, the ``omnitable``
     catalog (``SELECT … FROM omnitable.<table>``) and ``spark.omnitable.warehouse`` (default for
@@ -110,9 +137,20 @@ def spark_session(
     If a session is already running in this process, Spark reuses it and static settings
     (jars, extensions) cannot change; stop it first.
 
+    Args:
+        remote: build a Spark Connect session (needs the ``connect`` extra). ``"local[2]"`` (any
+            ``local…`` master) starts a Connect server in this process with every setting above
+            (gRPC on 127.0.0.1, port 15002 unless ``spark.connect.grpc.binding.port`` is set);
+            ``"sc://host:port"`` connects to a running server, which must have been started with
+            the jar and the extension (docs/spark.md, "Spark Connect"): only the settings a
+            session may change (the warehouse, the ``omnitable`` catalog, ``conf``) are sent.
+            ``master`` is ignored then.
+
     Raises:
         ValidationError: the warehouse address holds a literal password; write it ``env:NAME``
-            (Spark settings show in its UI, event logs and ``SET`` output and reach executors).
+            (Spark settings show in its UI, event logs and ``SET`` output and reach executors);
+            or ``remote`` is neither ``local…`` nor ``sc://…``.
+        MissingDependencyError: ``remote`` is given without the ``connect`` extra installed.
     """
     try:
         from pyspark.sql import SparkSession
@@ -121,6 +159,20 @@ def spark_session(
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    settings = _settings(warehouse, delta, conf)
+    if remote is not None:
+        return _connect_session(remote, app_name, settings, conf)
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _settings(
+    warehouse: HasAddress | str | os.PathLike[str] | None, delta: bool, conf: dict[str, Any]
+) -> dict[str, str]:
+    """Every Spark setting of :func:`spark_session` (``conf`` last, jars and extensions merged)."""
+    conf = dict(conf)
     wh = warehouse_string(warehouse)
     jar = str(jar_path())
     settings: dict[str, str] = {
@@ -148,10 +200,59 @@ def spark_session(
     for key, value in settings.items():
         if key in (WAREHOUSE_KEY, CATALOG_WAREHOUSE_KEY) or key.startswith(WAREHOUSES_PREFIX):
             warehouse_string(value)  # refuses a literal password given through ``conf``
-    builder = SparkSession.builder.master(master).appName(app_name)
+    return settings
+
+
+# What a session on a running Connect server may set (the server's static settings are its own).
+_REMOTE_KEYS = (
+    f"spark.sql.catalog.{CATALOG_NAME}",
+    CATALOG_WAREHOUSE_KEY,
+    WAREHOUSE_KEY,
+    "spark.sql.session.timeZone",
+    "spark.sql.execution.arrow.pyspark.enabled",
+)
+# Python packages the Connect client needs (pyspark's `connect` extra).
+_CONNECT_MODULES = ("grpc", "grpc_status", "google.rpc", "zstandard")
+
+
+def _connect_session(
+    remote: str, app_name: str, settings: dict[str, str], conf: dict[str, Any]
+) -> SparkSession:
+    """A Spark Connect session: a local server started here (``local…``) or a running one."""
+    import importlib.util
+
+    from pyspark.sql import SparkSession
+
+    from omnitable.exceptions import ValidationError
+
+    if not remote.startswith(("local", "sc://")):
+        raise ValidationError(
+            f"Cannot start a Spark Connect session: remote '{remote}' is neither a local master "
+            "('local[2]') nor a Connect URL ('sc://host:15002')"
+        )
+    missing = [m for m in _CONNECT_MODULES if importlib.util.find_spec(m.split(".")[0]) is None]
+    if missing:
+        raise MissingDependencyError(
+            f"Cannot start a Spark Connect session: {', '.join(missing)} not installed; "
+            "pip install 'omnitable[connect]' (or 'pyspark[connect]==4.1.1')"
+        )
+    if remote.startswith("local"):
+        settings = {"spark.connect.grpc.binding.address": "127.0.0.1", **settings}
+    else:
+        keep = set(_REMOTE_KEYS) | set(conf)
+        settings = {k: v for k, v in settings.items() if k in keep}
+    builder = SparkSession.builder.remote(remote).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    with warnings.catch_warnings():
+        if remote.startswith("local"):
+            # The local server starts with every setting; pyspark then sets them all again on
+            # the client session, where the static ones warn "Failed to set" (they are set).
+            for key in settings:
+                warnings.filterwarnings(
+                    "ignore", f"Failed to set {re.escape(key)} to", category=UserWarning
+                )
+        return builder.getOrCreate()
 
 
 def active_or_new_session(spark: SparkSession | None, warehouse: HasAddress) -> SparkSession:

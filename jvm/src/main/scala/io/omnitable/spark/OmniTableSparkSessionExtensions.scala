@@ -23,6 +23,9 @@ class OmniTableSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
     // --- functions -----------------------------------------------------------------------
     // omnitable_version(): proves the extension is loaded and tells which jar a session runs.
     extensions.injectFunction(OmniTableSparkSessionExtensions.versionFunction)
+    // omnitable_scan_metrics([action]): the scan metrics listener through SQL (no py4j, so
+    // Python reads scan metrics on Spark Connect too).
+    extensions.injectTableFunction(metrics.ScanMetricsFunction.function)
 
     // --- optimizer (operator optimization batch, before Spark pushes filters into scans) ---
     // FuseOmniTableScans: reads of one snapshot joined on _ai_unique_id_ read the files once.

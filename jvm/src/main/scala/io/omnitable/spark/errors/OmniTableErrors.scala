@@ -300,6 +300,11 @@ object OmniTableErrors {
       "OMNITABLE_WRONG_ARGUMENTS",
       s"Cannot call $function: it takes $expected argument(s), got $got.")
 
+  def unknownMetricsAction(function: String, action: String): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_WRONG_ARGUMENTS",
+      s"Cannot call $function: unknown action '$action'; use 'snapshot' or 'reset'.")
+
   // --- executors ------------------------------------------------------------------------------
 
   val MisalignedFile = "OMNITABLE_MISALIGNED_FILE"

@@ -20,11 +20,11 @@ import org.apache.spark.scheduler.{SparkListener, SparkListenerJobStart, SparkLi
  * tag of the job that ran its stage (`SparkContext.addJobTag`, property `spark.job.tags`), except
  * the per-session and per-execution tags Spark adds itself (`spark-session-<uuid>[-execution-root-id-<n>]`).
  *
- * Use it through the companion object (static methods, callable from py4j):
+ * Use it through the companion object (`install`, `reset`, `snapshot`) or, from Python and on
+ * Spark Connect, through SQL ([[ScanMetricsFunction]]):
  * {{{
- *   jvm.io.omnitable.spark.metrics.ScanMetricsListener.install(spark.sparkContext._jsc.sc())
- *   jvm.io.omnitable.spark.metrics.ScanMetricsListener.reset()
- *   json.loads(jvm.io.omnitable.spark.metrics.ScanMetricsListener.snapshot())
+ *   SELECT metrics FROM omnitable_scan_metrics('reset')
+ *   SELECT metrics FROM omnitable_scan_metrics()
  * }}}
  * Only successful tasks add metrics (a retried task counts once); failed ones count in
  * `failedTasks`.
@@ -52,6 +52,7 @@ final class ScanMetricsListener private () extends SparkListener {
       case info if info.name.contains(ScanReport.AccumulatorName) && info.update.exists(_.isInstanceOf[ScanReport]) =>
         info.id -> info.update.get.asInstanceOf[ScanReport]
     }
+    val sqlMetrics = if (!succeeded) Nil else sqlMetricUpdates(taskEnd)
     synchronized {
       val buckets = total +:
         stageTags.getOrElse(taskEnd.stageId, Set.empty).toSeq.sorted
@@ -64,10 +65,21 @@ final class ScanMetricsListener private () extends SparkListener {
           b.recordsRead += taskEnd.taskMetrics.inputMetrics.recordsRead
           if (scans.nonEmpty) b.omnitableTasks += 1
           scans.foreach { case (id, r) => b.scanIds += id; b.report = b.report + r }
+          sqlMetrics.foreach { case (name, v) => b.sqlMetrics(name) = b.sqlMetrics.getOrElse(name, 0L) + v }
         }
       }
     }
   }
+
+  /** The task's updates of SQL metrics (plan node metrics such as "data sent to Python workers"). */
+  private def sqlMetricUpdates(taskEnd: SparkListenerTaskEnd): Seq[(String, Long)] =
+    taskEnd.taskInfo.accumulables.toSeq.collect {
+      case info if SparkInternals.isSqlMetric(info) && info.name.isDefined =>
+        info.update match {
+          case Some(v: java.lang.Long) => Some(info.name.get -> math.max(0L, v.longValue))
+          case _ => None
+        }
+    }.flatten
 
   private def clear(): Unit = synchronized {
     total.clear()
@@ -99,11 +111,13 @@ object ScanMetricsListener extends Logging {
     var tasks, failedTasks, omnitableTasks, bytesRead, recordsRead = 0L
     val scanIds: mutable.Set[Long] = mutable.Set.empty
     var report: ScanReport = ScanReport.Empty
+    val sqlMetrics: mutable.TreeMap[String, Long] = mutable.TreeMap.empty
 
     def clear(): Unit = {
       tasks = 0; failedTasks = 0; omnitableTasks = 0; bytesRead = 0; recordsRead = 0
       scanIds.clear()
       report = ScanReport.Empty
+      sqlMetrics.clear()
     }
 
     def writeTo(o: ObjectNode): Unit = {
@@ -118,6 +132,8 @@ object ScanMetricsListener extends Logging {
       o.put("omnitableBytesRead", report.chunkBytesRead)
       o.put("rowGroupsRead", report.rowGroupsRead)
       o.put("rowGroupsSkipped", report.rowGroupsSkipped)
+      val sql = o.putObject("sqlMetrics")
+      sqlMetrics.foreach { case (name, v) => sql.put(name, v) }
       val corrupt = o.putArray("corruptFragments")
       report.corrupt.foreach { c =>
         val e = corrupt.addObject()
@@ -159,7 +175,8 @@ object ScanMetricsListener extends Logging {
    * {...}}}` with `bytesRead`, `recordsRead`, `tasks`, `failedTasks`, `omnitableTasks`,
    * `omnitableScans` (distinct scans that ran tasks), `fragmentsRead`, `filesOpened`,
    * `omnitableBytesRead` (compressed column-chunk bytes), `rowGroupsRead`, `rowGroupsSkipped` and
-   * `corruptFragments` (`[{table, fragment, file, rowGroup?, error}]`). Events already posted are
+   * `corruptFragments` (`[{table, fragment, file, rowGroup?, error}]`) and `sqlMetrics` (the tasks'
+   * SQL metric updates summed by display name, e.g. "data sent to Python workers"). Events already posted are
    * delivered first, so a job that returned is fully counted. Empty totals when not installed.
    */
   def snapshot(): String = active match {

@@ -23,4 +23,8 @@ object SparkInternals {
     } catch {
       case _: TimeoutException => false
     }
+
+  /** Whether a task's accumulator update is a SQL metric (a plan node's metric). */
+  def isSqlMetric(info: org.apache.spark.scheduler.AccumulableInfo): Boolean =
+    info.metadata.contains(org.apache.spark.util.AccumulatorContext.SQL_ACCUM_IDENTIFIER)
 }

@@ -81,4 +81,20 @@ class ScanMetricsListenerSuite extends AnyFunSuite with SharedSparkSession {
     assert(c.get("error").asText().nonEmpty)
     assert(snapshot().get("total").get("corruptFragments").size() == 1)
   }
+
+  test("omnitable_scan_metrics(): the listener through SQL, with the tasks' SQL metric sums") {
+    def sql(query: String): JsonNode =
+      new ObjectMapper().readTree(spark.sql(query).collect().head.getString(0))
+    sql("SELECT metrics FROM omnitable_scan_metrics('reset')")
+    assert(sql("SELECT metrics FROM omnitable_scan_metrics()").get("total").get("tasks").asLong() == 0)
+    val rows = tagged("sql-read")(omni("pruning").where("k >= 0").select("k").collect().length)
+    val step = sql("SELECT * FROM omnitable_scan_metrics()").get("byJobTag").get("sql-read")
+    assert(rows == 20000)
+    assert(step.get("recordsRead").asLong() == 20000)
+    assert(step.get("sqlMetrics").get("number of output rows").asLong() >= 20000)
+    sql("SELECT metrics FROM omnitable_scan_metrics('reset')")
+    assert(sql("SELECT metrics FROM omnitable_scan_metrics()").get("byJobTag").size() == 0)
+    val bad = intercept[org.apache.spark.sql.AnalysisException](spark.sql("SELECT * FROM omnitable_scan_metrics('x')"))
+    assert(bad.getMessage.contains("unknown action 'x'"))
+  }
 }
