@@ -14,13 +14,14 @@ import org.scalatest.funsuite.AnyFunSuite
  *  1. `io.omnitable.spark`: the session extension, the single injection point into Spark
  *  2. `optimizer`: OmniTable's optimizer rules and planner strategy
  *  3. `source`: the data source, the catalog plugin, the table and its read options
+ *  3b. `write`: appends from Spark (write builder, batch write, fragment writers, statistics)
  *  4. `read.plan`: driver-side planning (scan builder, scan, planner, predicate conversion,
  *     selectivity, optimizer marks, table handle)
  *  5. `read.exec`: executor-side reading (reader factory, fragment reader, column files, cursors,
  *     vectors) and the serializable descriptions the driver sends (input partitions, filters,
  *     statistics evaluation, late materialization, metrics)
  *  6. `metrics`: scan reports and the scan metrics listener
- *  7. `catalog`: reading the catalog over JDBC (addresses, reader, models, snapshot resolution)
+ *  7. `catalog`: the catalog over JDBC (addresses, reader, committer, models, snapshot resolution)
  *  8. `org.apache.spark.omnitable`, `org.apache.spark.sql.omnitable`: bridges to Spark internals
  *  9. `conf`: settings, the jar's version and the Spark version check
  *  10. `errors`: OmniTable's errors
@@ -35,6 +36,7 @@ class PackageLayersSuite extends AnyFunSuite {
     Seq("io.omnitable.spark"),
     Seq("io.omnitable.spark.optimizer"),
     Seq("io.omnitable.spark.source"),
+    Seq("io.omnitable.spark.write"),
     Seq("io.omnitable.spark.read.plan"),
     Seq("io.omnitable.spark.read.exec"),
     Seq("io.omnitable.spark.metrics"),

@@ -6,7 +6,7 @@ import java.util.Properties
 import io.omnitable.spark.errors.OmniTableErrors
 
 /**
- * Opens read-only JDBC connections to a catalog. Drivers are instantiated directly rather than
+ * Opens JDBC connections to a catalog (read-only, and write transactions for the committer). Drivers are instantiated directly rather than
  * looked up through `DriverManager`, which cannot see drivers that Spark loaded from
  * `spark.jars` (a child class loader), and which would be fooled by relocated (shaded) drivers.
  */
@@ -43,7 +43,18 @@ object JdbcConnector {
     case a: PostgresAddress => openPostgres(a, env)
   }
 
-  private def openSqlite(a: SqliteAddress): Connection = {
+  /**
+   * A connection for one write transaction (the JVM committer, [[CatalogWriter]]): SQLite takes
+   * the database write lock when the transaction begins (`BEGIN IMMEDIATE`, as the Python
+   * writers do); PostgreSQL serializes per table with `SELECT … FOR UPDATE` (the caller). The
+   * caller commits or rolls back and closes it.
+   */
+  def openForWrite(address: CatalogAddress, env: Env = systemEnv): Connection = address match {
+    case a: SqliteAddress => openSqlite(a, write = true)
+    case a: PostgresAddress => openPostgres(a, env, write = true)
+  }
+
+  private def openSqlite(a: SqliteAddress, write: Boolean = false): Connection = {
     if (!a.dbFile.isFile) {
       val what = if (a.dbFile.getParentFile != null && !a.dbFile.getParentFile.exists()) "the directory does not exist"
       else s"there is no catalog file ${a.dbFile.getPath}"
@@ -51,7 +62,8 @@ object JdbcConnector {
     }
     val props = new Properties()
     props.setProperty("busy_timeout", "30000")
-    props.setProperty("open_mode", "1") // SQLITE_OPEN_READONLY: the JVM never writes the catalog
+    if (write) props.setProperty("transaction_mode", "IMMEDIATE")
+    else props.setProperty("open_mode", "1") // SQLITE_OPEN_READONLY: readers never write the catalog
     val conn = connectWith(a.display) {
       new org.sqlite.JDBC().connect("jdbc:sqlite:" + a.dbFile.getPath, props)
     }
@@ -63,7 +75,7 @@ object JdbcConnector {
     }
   }
 
-  private def openPostgres(a: PostgresAddress, env: Env): Connection = {
+  private def openPostgres(a: PostgresAddress, env: Env, write: Boolean = false): Connection = {
     val props = new Properties()
     a.user.foreach(props.setProperty("user", _))
     a.password.foreach {
@@ -71,12 +83,15 @@ object JdbcConnector {
       case Secret.FromEnv(name) => props.setProperty("password", envPassword(a.display, name, env))
     }
     props.setProperty("ApplicationName", "omnitable-spark")
-    props.setProperty("readOnly", "true")
+    if (!write) props.setProperty("readOnly", "true")
     val conn = connectWith(a.display)(new org.postgresql.Driver().connect(a.jdbcUrl, props))
     try {
       conn.setAutoCommit(false)
-      conn.setTransactionIsolation(Connection.TRANSACTION_REPEATABLE_READ)
-      conn.setReadOnly(true)
+      if (write) conn.setTransactionIsolation(Connection.TRANSACTION_READ_COMMITTED)
+      else {
+        conn.setTransactionIsolation(Connection.TRANSACTION_REPEATABLE_READ)
+        conn.setReadOnly(true)
+      }
       conn
     } catch {
       case e: SQLException => conn.close(); throw OmniTableErrors.cannotConnect(a.display, e)
