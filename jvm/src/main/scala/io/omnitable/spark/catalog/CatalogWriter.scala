@@ -136,8 +136,9 @@ final class CatalogWriter(
       }
       if (overlap) {
         throw WriteErrors.conflict(
-          s"Cannot commit append: commits after version ${c.baseVersion} added _ai_unique_id_ " +
-            "values that may overlap this commit's; nothing was committed, retry the write")
+          s"Cannot commit append to table '${c.tableName}': _ai_unique_id_ values in its ranges " +
+            s"were added by a concurrent commit (after version ${c.baseVersion}, as the files' " +
+            "statistics tell); nothing was committed. Retry the write.")
       }
     }
   }
