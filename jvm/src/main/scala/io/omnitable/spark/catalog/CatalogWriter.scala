@@ -50,13 +50,12 @@ final class CatalogWriter(
    *         batch name already taken (nothing committed); or an unknown outcome (the connection
    *         failed during the commit and the commit token is not found).
    */
-  def commitAppend(c: AppendCommit): Long = {
+  def commitAppend(c: AppendCommit): Long =
     try withWrite(s"table '${c.tableName}'")(conn => applyAppend(conn, c))
     catch {
       case e: OmniTableAnalysisException if e.getCause.isInstanceOf[SQLException] =>
         findCommit(c).getOrElse(throw WriteErrors.outcomeUnknown(s"the append of batch '${c.name}'", e.getCause))
     }
-  }
 
   private def applyAppend(conn: Jdbc.Conn, c: AppendCommit): Long = {
     lockTable(conn, c.tableId)
@@ -83,8 +82,18 @@ final class CatalogWriter(
       "fragments" -> c.fragments.size,
       "replaced" -> false,
       "engine" -> c.engine).asJava))
-    update(conn, CommitSql("insert_commit"), c.tableId, Long.box(version), Long.box(head), c.branch, "append", null,
-      summary, now, c.token)
+    update(
+      conn,
+      CommitSql("insert_commit"),
+      c.tableId,
+      Long.box(version),
+      Long.box(head),
+      c.branch,
+      "append",
+      null,
+      summary,
+      now,
+      c.token)
     update(conn, CommitSql("move_ref"), Long.box(version), c.tableId, c.branch)
     hit("commit.before_end")
     version
@@ -97,8 +106,10 @@ final class CatalogWriter(
       rs => (rs.getString(1), rs.getInt(2), rs.getString(4))
     }.filter(_._3 == "active").map(r => r._1 -> r._2).toMap
     for (frag <- c.fragments; f <- frag.files; (name, _) <- f.stats) {
-      val head = active.getOrElse(name, throw WriteErrors.conflict(
-        s"Cannot commit append: column '$name' no longer exists (retired, renamed or replaced concurrently?)"))
+      val head = active.getOrElse(
+        name,
+        throw WriteErrors.conflict(
+          s"Cannot commit append: column '$name' no longer exists (retired, renamed or replaced concurrently?)"))
       f.columnIds.get(name).filter(_ != head).foreach { bound =>
         throw WriteErrors.conflict(
           s"Cannot commit append: column '$name' was replaced by a concurrent commit (its type " +
@@ -111,7 +122,9 @@ final class CatalogWriter(
 
   private def checkBatchName(conn: Jdbc.Conn, c: AppendCommit, segments: Seq[Segment]): Unit = {
     val (vis, params) = Jdbc.visible("b", "batches", segments)
-    val live = Jdbc.query(conn, CommitSql("live_batch_by_name").replace("{vis}", vis),
+    val live = Jdbc.query(
+      conn,
+      CommitSql("live_batch_by_name").replace("{vis}", vis),
       (Seq(c.tableId, c.name) ++ params): _*)(_.getLong(3))
     live.headOption.foreach { added =>
       if (added > c.baseVersion) {
@@ -127,7 +140,7 @@ final class CatalogWriter(
    * ids of a possible overlap exactly; the JVM refuses it (a conflict: generated ranges of
    * concurrent appends never overlap, so only supplied ids of a concurrent writer can).
    */
-  private def checkIdOverlaps(conn: Jdbc.Conn, c: AppendCommit): Unit = {
+  private def checkIdOverlaps(conn: Jdbc.Conn, c: AppendCommit): Unit =
     Jdbc.foreach(conn, CommitSql("row_id_stats_since"), c.tableId, c.branch, Long.box(c.baseVersion)) { rs =>
       val st = CatalogWriter.decodeStats(rs.getString(1), rs.getInt(2))
       val overlap = (st.min.flatMap(_.toLongOption), st.max.flatMap(_.toLongOption)) match {
@@ -141,15 +154,28 @@ final class CatalogWriter(
             "statistics tell); nothing was committed. Retry the write.")
       }
     }
-  }
 
   private def insertData(conn: Jdbc.Conn, c: AppendCommit, version: Long, ids: Map[String, Int], now: String): Unit = {
     val t = c.tableId
-    update(conn, CommitSql("insert_batch"), t, c.batchId, c.name, c.branch, Long.box(version), now,
-      Long.box(c.fragments.map(_.rowCount).sum), Long.box(c.fragments.size.toLong))
-    batch(conn, CommitSql("insert_fragment"), c.fragments.map { f =>
-      Seq(t, f.fragmentId, f.batchId, Long.box(f.seq), Long.box(f.rowCount), f.path, c.branch, Long.box(version))
-    })
+    update(
+      conn,
+      CommitSql("insert_batch"),
+      t,
+      c.batchId,
+      c.name,
+      c.branch,
+      Long.box(version),
+      now,
+      Long.box(c.fragments.map(_.rowCount).sum),
+      Long.box(c.fragments.size.toLong)
+    )
+    batch(
+      conn,
+      CommitSql("insert_fragment"),
+      c.fragments.map { f =>
+        Seq(t, f.fragmentId, f.batchId, Long.box(f.seq), Long.box(f.rowCount), f.path, c.branch, Long.box(version))
+      }
+    )
     val files = c.fragments.flatMap(_.files)
     val sets = files.map(f => f -> CatalogWriter.ColumnSet(f.stats.map { case (n, _) => ids(n) }.sorted))
     val existing = sets.map(_._2.setId).distinct.grouped(500).flatMap { chunk =>
@@ -157,14 +183,34 @@ final class CatalogWriter(
       Jdbc.query(conn, CommitSql("existing_sets").replace("{in}", in), (t +: ps): _*)(_.getString(1))
     }.toSet
     val newSets = sets.map(_._2).distinct.filterNot(s => existing.contains(s.setId))
-    batch(conn, CommitSql("insert_column_set"), newSets.flatMap { s =>
-      s.columnIds.zipWithIndex.map { case (cid, pos) => Seq[AnyRef](t, s.setId, Int.box(cid), Int.box(pos), null) }
-    })
-    batch(conn, CommitSql("insert_file"), sets.map { case (f, set) =>
-      val byId = f.stats.map { case (n, st) => ids(n) -> st }.toMap
-      Seq[AnyRef](t, f.fileId, f.fragmentId, f.groupName, f.path, Long.box(f.rowCount), Long.box(f.sizeBytes),
-        c.branch, Long.box(version), null, set.setId, CatalogWriter.encodeStats(set, byId))
-    })
+    batch(
+      conn,
+      CommitSql("insert_column_set"),
+      newSets.flatMap { s =>
+        s.columnIds.zipWithIndex.map { case (cid, pos) => Seq[AnyRef](t, s.setId, Int.box(cid), Int.box(pos), null) }
+      }
+    )
+    batch(
+      conn,
+      CommitSql("insert_file"),
+      sets.map { case (f, set) =>
+        val byId = f.stats.map { case (n, st) => ids(n) -> st }.toMap
+        Seq[AnyRef](
+          t,
+          f.fileId,
+          f.fragmentId,
+          f.groupName,
+          f.path,
+          Long.box(f.rowCount),
+          Long.box(f.sizeBytes),
+          c.branch,
+          Long.box(version),
+          null,
+          set.setId,
+          CatalogWriter.encodeStats(set, byId)
+        )
+      }
+    )
   }
 
   /** Now, never earlier than the table's latest commit (commit.py `_commit_time`). */
@@ -176,7 +222,8 @@ final class CatalogWriter(
 
   /** The version committed with `c.token`, read in a new connection. */
   private def findCommit(c: AppendCommit): Option[Long] =
-    try withWrite("the commit token")(conn => Jdbc.query(conn, CommitSql("find_commit"), c.tableId, c.token)(_.getLong(1)).headOption)
+    try withWrite("the commit token")(conn =>
+        Jdbc.query(conn, CommitSql("find_commit"), c.tableId, c.token)(_.getLong(1)).headOption)
     catch { case NonFatal(_) => None }
 
   private def lockTable(conn: Jdbc.Conn, tableId: String): Unit = address match {

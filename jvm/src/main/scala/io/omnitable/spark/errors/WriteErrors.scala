@@ -99,19 +99,22 @@ object WriteErrors {
   def dropped(op: String, tableId: String): OmniTableCommitException = new OmniTableCommitException(
     TableDropped,
     s"Cannot commit $op: the table (id $tableId) was dropped by another process; nothing was " +
-      "committed (a table re-created under its name is another table: open it again)")
+      "committed (a table re-created under its name is another table: open it again)"
+  )
 
   def batchExists(name: String): OmniTableCommitException = new OmniTableCommitException(
     BatchExists,
     s"Cannot append batch '$name': it already exists; use INSERT OVERWRITE / mode(\"overwrite\") " +
-      "or Python's mode='replace' to replace it atomically")
+      "or Python's mode='replace' to replace it atomically"
+  )
 
   def outcomeUnknown(op: String, cause: Throwable): OmniTableCommitException = new OmniTableCommitException(
     CommitOutcomeUnknown,
     s"Cannot tell whether $op was committed: the catalog connection failed while committing " +
       s"(${Option(cause.getMessage).getOrElse(cause.toString)}); look at the table's history " +
       "before retrying. Its files were kept (the commit may reference them).",
-    cause)
+    cause
+  )
 
   def failpoint(name: String): RuntimeException =
     new RuntimeException(s"omnitable failpoint '$name' triggered (spark.omnitable.test.failpoint)")

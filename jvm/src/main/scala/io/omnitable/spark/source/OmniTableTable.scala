@@ -46,7 +46,11 @@ final class OmniTableTable(val handle: TableHandle, val marks: OptimizerMarks = 
 
   override def newWriteBuilder(info: LogicalWriteInfo): WriteBuilder = {
     val failpoints = Failpoints(Option(SQLConf.get.getConfString(OmniTableTable.FailpointConf, null)))
-    new OmniTableWriteBuilder(snap, new CatalogWriter(handle.reader.address, failpoints = failpoints), handle.options, info)
+    new OmniTableWriteBuilder(
+      snap,
+      new CatalogWriter(handle.reader.address, failpoints = failpoints),
+      handle.options,
+      info)
   }
 
   override def properties(): util.Map[String, String] = Map(

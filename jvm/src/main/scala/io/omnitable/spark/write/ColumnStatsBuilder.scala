@@ -30,7 +30,7 @@ private[write] final class ColumnStatsBuilder(dataType: DataType) {
   }
 
   /** Add the value at `ordinal` of `row`. */
-  def add(row: InternalRow, ordinal: Int): Unit = {
+  def add(row: InternalRow, ordinal: Int): Unit =
     if (row.isNullAt(ordinal)) nulls += 1
     else ordering.foreach { ord =>
       val v: Any = dataType match {
@@ -52,7 +52,6 @@ private[write] final class ColumnStatsBuilder(dataType: DataType) {
           if (max == null || ord.gt(v, max)) max = v
       }
     }
-  }
 
   def result: FileColumnStats = {
     val keep = min != null && !nan && (dataType != StringType || Seq(min, max).forall(fits))

@@ -9,7 +9,13 @@ import org.apache.hadoop.fs.Path
 import org.apache.hadoop.mapreduce.TaskAttemptID
 import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{BoundReference, Cast, JoinedRow, SpecificInternalRow, UnsafeProjection}
+import org.apache.spark.sql.catalyst.expressions.{
+  BoundReference,
+  Cast,
+  JoinedRow,
+  SpecificInternalRow,
+  UnsafeProjection
+}
 import org.apache.spark.sql.connector.write.{DataWriter, DataWriterFactory, WriterCommitMessage}
 import org.apache.spark.sql.execution.datasources.parquet.{ParquetOutputWriter, ParquetWriteSupport}
 import org.apache.spark.sql.types.{LongType, StructField, StructType}
@@ -77,12 +83,16 @@ private[write] final class FragmentWriter(task: WriteTask, partition: Int) exten
   }
 
   override def abort(): Unit = {
-    open.foreach(f => try f.close() catch { case NonFatal(_) => })
+    open.foreach(f =>
+      try f.close()
+      catch { case NonFatal(_) => })
     open = None
     FragmentWriter.deleteQuietly(task, written.toSeq)
   }
 
-  override def close(): Unit = open.foreach(f => try f.close() catch { case NonFatal(_) => })
+  override def close(): Unit = open.foreach(f =>
+    try f.close()
+    catch { case NonFatal(_) => })
 
   private def closeFragment(): Unit = open.foreach { f =>
     open = None
@@ -103,7 +113,14 @@ private[write] final class FragmentWriter(task: WriteTask, partition: Int) exten
       ParquetWriteSupport.setSchema(schema, conf)
       val ctx = new TaskAttemptContextImpl(conf, new TaskAttemptID())
       val writer = new ParquetOutputWriter(FragmentWriter.uri(task, rel), ctx)
-      OpenFile(fileId, g, rel, cols, proj, writer, cols.map(c => new ColumnStatsBuilder(c.dataType)).toArray,
+      OpenFile(
+        fileId,
+        g,
+        rel,
+        cols,
+        proj,
+        writer,
+        cols.map(c => new ColumnStatsBuilder(c.dataType)).toArray,
         cols.map(_.nullable).toArray)
     }
 
@@ -129,7 +146,15 @@ private[write] final class FragmentWriter(task: WriteTask, partition: Int) exten
         val p = new Path(FragmentWriter.uri(task, f.path))
         val size = p.getFileSystem(task.hadoopConf.value).getFileStatus(p).getLen
         val colStats: Seq[(String, FileColumnStats)] = f.columns.zip(f.stats).map { case (c, s) => c.name -> s.result }
-        WrittenFile(f.fileId, fragmentId, f.group, f.path, rows, size, colStats, f.columns.map(c => c.name -> c.columnId).toMap)
+        WrittenFile(
+          f.fileId,
+          fragmentId,
+          f.group,
+          f.path,
+          rows,
+          size,
+          colStats,
+          f.columns.map(c => c.name -> c.columnId).toMap)
       }
       WrittenFragment(fragmentId, task.batchId, rows, path, { val s = seq; seq += 1; s }, out)
     }

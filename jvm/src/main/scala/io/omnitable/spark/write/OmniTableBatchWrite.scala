@@ -40,8 +40,15 @@ private[write] final class OmniTableBatchWrite(
       fragments = extra
     }
     val ranges = checkReserved(fragments)
-    val commit = AppendCommit(snap.table.tableId, snap.table.name, branch, snap.snapshot.version, batchId,
-      task.batchName, fragments, ranges)
+    val commit = AppendCommit(
+      snap.table.tableId,
+      snap.table.name,
+      branch,
+      snap.snapshot.version,
+      batchId,
+      task.batchName,
+      fragments,
+      ranges)
     catalog.failpoints.hit("append.before_commit")
     try catalog.commitAppend(commit)
     catch {

@@ -47,7 +47,11 @@ final class OmniTableWriteBuilder(
     val job = Job.getInstance(hadoop)
     val baseSchema = org.apache.spark.sql.types.StructType(groups.head._2.map(c =>
       org.apache.spark.sql.types.StructField(c.physicalName, c.dataType)))
-    ParquetUtils.prepareWrite(conf, job, baseSchema, new ParquetOptions(Map("compression" -> settings.compression), conf))
+    ParquetUtils.prepareWrite(
+      conf,
+      job,
+      baseSchema,
+      new ParquetOptions(Map("compression" -> settings.compression), conf))
     val jc = job.getConfiguration
     jc.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     jc.set("spark.sql.parquet.writeLegacyFormat", "false")

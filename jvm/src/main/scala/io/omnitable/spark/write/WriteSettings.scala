@@ -23,7 +23,6 @@ private[write] object WriteSettings {
   /** Session setting naming the batch of INSERT INTO (no write options in SQL). */
   val AppendNameConf = "spark.omnitable.write.appendName"
 
-
   def resolve(
       table: String,
       options: Map[String, String],
@@ -34,7 +33,10 @@ private[write] object WriteSettings {
       opts.get(name).orElse(session(s"spark.omnitable.write.$name")).orElse(properties.get(s"write.$name"))
         .map(_.trim).filter(_.nonEmpty)
     def positive(name: String, default: Long): Long = get(name).map { v =>
-      v.toLongOption.filter(_ > 0).getOrElse(throw OmniTableErrors.invalidOption(name, v, "expected a positive integer"))
+      v.toLongOption.filter(_ > 0).getOrElse(throw OmniTableErrors.invalidOption(
+        name,
+        v,
+        "expected a positive integer"))
     }.getOrElse(default)
     val name = opts.get(AppendNameOption).orElse(session(AppendNameConf))
       .getOrElse(throw WriteErrors.missingAppendName(table, AppendNameOption, AppendNameConf))
@@ -45,6 +47,7 @@ private[write] object WriteSettings {
       name,
       positive("target_fragment_rows", 1048576L),
       positive("row_group_size", 131072L),
-      get("compression").map(_.toLowerCase(Locale.ROOT)).getOrElse("zstd"))
+      get("compression").map(_.toLowerCase(Locale.ROOT)).getOrElse("zstd")
+    )
   }
 }

@@ -6,10 +6,26 @@ import org.scalatest.funsuite.AnyFunSuite
 class CommitSqlSuite extends AnyFunSuite {
 
   test("every statement the JVM committer runs is in the bundled commit.sql") {
-    val used = Seq("schema_version", "lock_table", "table_row", "next_row_id", "set_next_row_id",
-      "visible_columns", "live_batch_by_name", "row_id_stats_since", "next_version", "last_commit_time",
-      "insert_batch", "insert_fragment", "existing_sets", "insert_column_set", "insert_file", "insert_commit",
-      "move_ref", "find_commit")
+    val used = Seq(
+      "schema_version",
+      "lock_table",
+      "table_row",
+      "next_row_id",
+      "set_next_row_id",
+      "visible_columns",
+      "live_batch_by_name",
+      "row_id_stats_since",
+      "next_version",
+      "last_commit_time",
+      "insert_batch",
+      "insert_fragment",
+      "existing_sets",
+      "insert_column_set",
+      "insert_file",
+      "insert_commit",
+      "move_ref",
+      "find_commit"
+    )
     assert(used.filterNot(CommitSql.statements.contains) == Nil)
   }
 

@@ -17,8 +17,16 @@ class ColumnStatsBuilderSuite extends AnyFunSuite {
 
   test("doubles are written as Python's repr writes them") {
     val cases = Seq(
-      1e-05 -> "1e-05", 0.0001 -> "0.0001", 1e16 -> "1e+16", 1e15 -> "1000000000000000.0", 0.1 -> "0.1",
-      -2.5 -> "-2.5", 123456789012345.6 -> "123456789012345.6", 1.5e-300 -> "1.5e-300", 3.0 -> "3.0")
+      1e-05 -> "1e-05",
+      0.0001 -> "0.0001",
+      1e16 -> "1e+16",
+      1e15 -> "1000000000000000.0",
+      0.1 -> "0.1",
+      -2.5 -> "-2.5",
+      123456789012345.6 -> "123456789012345.6",
+      1.5e-300 -> "1.5e-300",
+      3.0 -> "3.0"
+    )
     cases.foreach { case (d, text) => assert(ColumnStatsBuilder.pythonRepr(d) == text, d) }
     assert(ColumnStatsBuilder.pythonRepr(Double.PositiveInfinity) == "Infinity")
     assert(ColumnStatsBuilder.pythonRepr(0.1f.toDouble) == "0.10000000149011612")

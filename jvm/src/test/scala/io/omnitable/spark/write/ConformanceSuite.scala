@@ -52,12 +52,11 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
     assert(scenarios.size >= 6)
   }
 
-  for (backend <- Seq("sqlite", "postgres"); name <- scenarios) {
+  for (backend <- Seq("sqlite", "postgres"); name <- scenarios)
     test(s"$name [$backend]") {
       assume(backend == "sqlite" || postgres.isDefined, "OMNITABLE_TEST_POSTGRES_URL is not set")
       run(backend, name)
     }
-  }
 
   private def run(backend: String, name: String): Unit = {
     val scenario = json.readTree(new File(root, s"tests/conformance/scenarios/$name.json"))
