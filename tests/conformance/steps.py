@@ -8,7 +8,8 @@ concurrent writer's steps, done with the Python API. Both runners use it: the py
     python tests/conformance/steps.py state WAREHOUSE ROOT              # batches and rows
     python tests/conformance/steps.py newdb POSTGRES_URL                # a fresh database URL
 
-A scenario: ``base`` steps, then the committing writer (``commit``) takes its snapshot, the
+A scenario: ``base`` steps, then the committing writer (``commit``: an append, ``mode``
+``replace`` for Python's replace and the JVM's INSERT OVERWRITE) takes its snapshot, the
 ``concurrent`` steps run and commit, then the committing writer commits; ``expect`` is its
 outcome: ``version``, or a message fragment of ``conflict`` / ``not_found`` / ``exists``, and the
 table's ``batches`` (sorted names) and ``rows`` afterwards.

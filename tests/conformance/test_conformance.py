@@ -43,7 +43,8 @@ def run_python(wh: omnitable.Warehouse, scenario: dict[str, Any]) -> dict[str, A
 
     try:
         with hooked("append.before_commit", concurrent):
-            version = table.append(steps.rows(commit["batch"], commit["rows"]), commit["batch"])
+            data = steps.rows(commit["batch"], commit["rows"])
+            version = table.append(data, commit["batch"], mode=commit.get("mode", "error"))
         return {"version": version}
     except (CommitConflict, NotFoundError, AlreadyExistsError) as exc:
         kind = next(k for k, cls in OUTCOMES.items() if isinstance(exc, cls))

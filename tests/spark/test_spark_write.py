@@ -315,3 +315,60 @@ def test_spark_and_python_appends_of_different_names_both_land(
     assert sorted(b.name for b in t.batches()) == ["j", "p"]
     ids = [r[ROW_ID] for r in t.read().to_pylist()]
     assert len(set(ids)) == 4
+
+
+def test_overwrite_replaces_the_named_batch_only(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    t = _table(wh)
+    t.append(pa.table({"url": ["keep"]}), "other")
+    spark.sql("SELECT concat('a', id) AS url FROM range(3)").writeTo(f"{catalog}.web").option(
+        "append_name", "daily"
+    ).append()
+    old_files = _data_files(t)
+    spark.conf.set(APPEND_NAME_CONF, "daily")
+    spark.sql(f"INSERT OVERWRITE {catalog}.web (url) VALUES ('b0'), ('b1')").collect()
+    t = wh.table("web")
+    assert sorted(r["url"] for r in t.read().to_pylist()) == ["b0", "b1", "keep"]
+    assert t.history()[0].summary["replaced"] is True
+    assert old_files <= _data_files(t)  # the replaced files stay for time travel
+    spark.sql("SELECT 'c0' AS url").write.format("omnitable").option("warehouse", wh.uri).option(
+        "table", "web"
+    ).option("append_name", "fresh").mode("overwrite").save()  # no such batch yet: an append
+    urls = sorted(r.url for r in spark.table(f"{catalog}.web").select("url").collect())
+    assert urls == ["b0", "b1", "c0", "keep"]
+    assert sorted(b.name for b in wh.table("web").batches()) == ["daily", "fresh", "other"]
+    old = wh.table("web").read(version=2).to_pylist()
+    assert sorted(r["url"] for r in old) == ["a0", "a1", "a2", "keep"]
+
+
+def test_overwrite_racing_a_replace_of_the_same_batch_conflicts(
+    spark: Any, wh: omnitable.Warehouse, catalog: str, tmp_path: Path
+) -> None:
+    t = _table(wh)
+    t.append(pa.table({"url": ["v1"]}), "daily")
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    spark.conf.set(FAILPOINT_CONF, f"append.before_commit=pause:{gate}")
+    spark.conf.set(APPEND_NAME_CONF, "daily")
+    import threading
+
+    out: dict[str, Any] = {}
+
+    def overwrite() -> None:
+        try:
+            spark.sql(f"INSERT OVERWRITE {catalog}.web (url) VALUES ('jvm')").collect()
+        except Exception as exc:
+            out["error"] = exc
+
+    thread = threading.Thread(target=overwrite)
+    thread.start()
+    while not (gate / "append.before_commit.reached").exists():
+        assert thread.is_alive(), out
+        thread.join(0.05)
+    wh.table("web").append(pa.table({"url": ["py"]}), "daily", mode="replace")
+    (gate / "append.before_commit.go").touch()
+    thread.join(120)
+    spark.conf.unset(FAILPOINT_CONF)
+    assert "the batch it replaces was changed by a concurrent commit" in str(out["error"])
+    assert [r["url"] for r in wh.table("web").read().to_pylist()] == ["py"]

@@ -75,3 +75,11 @@ UPDATE refs SET version = :v WHERE table_id = :t AND name = :b
 -- name: find_commit
 -- (t, k)
 SELECT version FROM commits WHERE table_id = :t AND commit_token = :k
+
+-- name: fragments_of_batches
+-- (t, visibility parameters, batch ids) the fragments of an append's replaced batches
+SELECT f.fragment_id FROM fragments f WHERE f.table_id = :t AND {vis} AND {in}
+
+-- name: end_rows
+-- (v, t, val, b) end a row of table {kind} by column {by}, as of version v on branch b
+UPDATE {kind} SET removed_version = :v WHERE table_id = :t AND {by} = :val AND removed_version IS NULL AND branch = :b

@@ -28,7 +28,8 @@ final case class WrittenFragment(
 /**
  * The commit of one append from Spark: a new batch `name` (id `batchId`) with `fragments`, on
  * `branch`, planned at `baseVersion`; its generated ids lie in `idRanges` (inclusive, checked
- * against the ids of commits after `baseVersion`). `token` finds the commit after a lost connection.
+ * against the ids of commits after `baseVersion`). With `replace`, the batch of that name visible
+ * at `baseVersion` (if any) is replaced atomically (Python's `mode="replace"`; main branch only). `token` finds the commit after a lost connection.
  */
 final case class AppendCommit(
     tableId: String,
@@ -39,5 +40,6 @@ final case class AppendCommit(
     name: String,
     fragments: Seq[WrittenFragment],
     idRanges: Seq[(Long, Long)],
+    replace: Boolean = false,
     token: String = java.util.UUID.randomUUID().toString.replace("-", ""),
     engine: String = "spark-jvm")

@@ -62,25 +62,31 @@ final class CatalogWriter(
     val table = Jdbc.query(conn, CommitSql("table_row"), c.tableId) { rs =>
       TableEntry(rs.getString(1), rs.getString(2), rs.getString(3), Map.empty)
     }.headOption.getOrElse(throw WriteErrors.dropped("append", c.tableId))
-    val snap = new SnapshotResolver(conn, table, display).resolve(SnapshotSpec(branch = Some(c.branch)))
+    val resolver = new SnapshotResolver(conn, table, display)
+    val snap = resolver.resolve(SnapshotSpec(branch = Some(c.branch)))
     val (head, segments) = (snap.version, snap.segments)
     if (c.baseVersion > head) {
       throw WriteErrors.conflict(
         s"Cannot commit on branch '${c.branch}': base version ${c.baseVersion} is newer than its head $head")
     }
+    val replaced =
+      if (c.replace) replacedAt(conn, c, resolver.resolve(SnapshotSpec(version = Some(c.baseVersion))).segments)
+      else Replaced(Nil, Nil)
     val columnIds = checkColumns(conn, c, segments)
-    checkBatchName(conn, c, segments)
+    checkBatchName(conn, c, segments, replaced.batchIds)
+    if (replaced.batchIds.nonEmpty) checkStillVisible(conn, c, segments, replaced)
     if (head != c.baseVersion) checkIdOverlaps(conn, c)
     val version = Jdbc.query(conn, CommitSql("next_version"), c.tableId)(_.getLong(1)).head
     hit("commit.before_insert")
     val now = commitTime(conn, c.tableId)
     insertData(conn, c, version, columnIds, now)
     hit("commit.mid_insert")
+    endRows(conn, c, version, replaced)
     val summary = CatalogWriter.Json.writeValueAsString(new java.util.TreeMap[String, Any](Map[String, Any](
       "batch" -> c.name,
       "rows" -> c.fragments.map(_.rowCount).sum,
       "fragments" -> c.fragments.size,
-      "replaced" -> false,
+      "replaced" -> replaced.batchIds.nonEmpty,
       "engine" -> c.engine).asJava))
     update(
       conn,
@@ -120,18 +126,66 @@ final class CatalogWriter(
     active
   }
 
-  private def checkBatchName(conn: Jdbc.Conn, c: AppendCommit, segments: Seq[Segment]): Unit = {
+  /** (batch id, added version) of the batches named `c.name` visible in `segments`. */
+  private def batchesNamed(conn: Jdbc.Conn, c: AppendCommit, segments: Seq[Segment]): Seq[(String, Long)] = {
     val (vis, params) = Jdbc.visible("b", "batches", segments)
-    val live = Jdbc.query(
+    Jdbc.query(
       conn,
       CommitSql("live_batch_by_name").replace("{vis}", vis),
-      (Seq(c.tableId, c.name) ++ params): _*)(_.getLong(3))
-    live.headOption.foreach { added =>
+      (Seq(c.tableId, c.name) ++ params): _*)(rs => (rs.getString(1), rs.getLong(3)))
+  }
+
+  /** The batch an overwrite replaces and its fragments, as its base version shows them. */
+  private def replacedAt(conn: Jdbc.Conn, c: AppendCommit, base: Seq[Segment]): Replaced = {
+    val ids = batchesNamed(conn, c, base).map(_._1)
+    Replaced(ids, fragmentsOf(conn, c, base, ids).sorted)
+  }
+
+  private def fragmentsOf(conn: Jdbc.Conn, c: AppendCommit, segments: Seq[Segment], ids: Seq[String]): Seq[String] = {
+    val (vis, params) = Jdbc.visible("f", "fragments", segments)
+    val (in, inParams) = Jdbc.in("f.batch_id", ids)
+    val sql = CommitSql("fragments_of_batches").replace("{vis}", vis).replace("{in}", in)
+    Jdbc.query(conn, sql, (Seq(c.tableId) ++ params ++ inParams): _*)(_.getString(1))
+  }
+
+  /**
+   * The batch names the commit creates are free at the head, apart from the batch it replaces,
+   * which must still be live (commit.py `_check_batches`).
+   */
+  private def checkBatchName(conn: Jdbc.Conn, c: AppendCommit, segments: Seq[Segment], replaced: Seq[String]): Unit = {
+    val live = batchesNamed(conn, c, segments)
+    if (replaced.exists(id => !live.exists(_._1 == id))) {
+      throw WriteErrors.conflict(
+        "Cannot commit append: the batch it replaces was changed by a concurrent commit; retry the operation")
+    }
+    live.filterNot(b => replaced.contains(b._1)).headOption.foreach { case (_, added) =>
       if (added > c.baseVersion) {
         throw WriteErrors.conflict(s"Cannot append batch '${c.name}': a concurrent commit created it first")
       }
       throw WriteErrors.batchExists(c.name)
     }
+  }
+
+  /** The fragments an overwrite removes are still visible at the head (commit.py `_check_still_visible`). */
+  private def checkStillVisible(conn: Jdbc.Conn, c: AppendCommit, segments: Seq[Segment], r: Replaced): Unit = {
+    val gone = r.fragmentIds.diff(fragmentsOf(conn, c, segments, r.batchIds))
+    if (gone.nonEmpty) {
+      throw WriteErrors.conflict(
+        s"Cannot commit append: ${gone.size} fragment(s) were removed by a concurrent commit (batch " +
+          s"replaced or compacted), e.g. ${gone.head}; retry the operation")
+    }
+  }
+
+  /** End the replaced batch, its fragments, their files and deletion vectors (commit.py `_apply_removals`). */
+  private def endRows(conn: Jdbc.Conn, c: AppendCommit, version: Long, r: Replaced): Unit = {
+    def end(kind: String, by: String, values: Seq[String]): Unit = batch(
+      conn,
+      CommitSql("end_rows").replace("{kind}", kind).replace("{by}", by),
+      values.map(v => Seq[AnyRef](Long.box(version), c.tableId, v, c.branch)))
+    end("batches", "batch_id", r.batchIds)
+    end("fragments", "fragment_id", r.fragmentIds)
+    end("files", "fragment_id", r.fragmentIds)
+    end("deletion_vectors", "fragment_id", r.fragmentIds)
   }
 
   /**
@@ -285,6 +339,9 @@ final class CatalogWriter(
     }
   }
 }
+
+/** What an overwrite replaces: the batch ids of its name and their fragments (at its base). */
+private[catalog] final case class Replaced(batchIds: Seq[String], fragmentIds: Seq[String])
 
 object CatalogWriter {
 

@@ -42,7 +42,11 @@ final class OmniTableTable(val handle: TableHandle, val marks: OptimizerMarks = 
   override lazy val schema: StructType = ReadColumn.schema(ReadColumn.tableColumns(snap))
 
   override def capabilities(): util.Set[TableCapability] =
-    util.EnumSet.of(TableCapability.BATCH_READ, TableCapability.BATCH_WRITE, TableCapability.ACCEPT_ANY_SCHEMA)
+    util.EnumSet.of(
+      TableCapability.BATCH_READ,
+      TableCapability.BATCH_WRITE,
+      TableCapability.TRUNCATE,
+      TableCapability.ACCEPT_ANY_SCHEMA)
 
   override def newWriteBuilder(info: LogicalWriteInfo): WriteBuilder = {
     val failpoints = Failpoints(Option(SQLConf.get.getConfString(OmniTableTable.FailpointConf, null)))

@@ -15,7 +15,8 @@ private[write] final class OmniTableBatchWrite(
     snap: TableSnapshot,
     branch: String,
     catalog: CatalogWriter,
-    template: WriteTask)
+    template: WriteTask,
+    replace: Boolean)
     extends BatchWrite {
 
   private val batchId = WriteTask.newId()
@@ -48,7 +49,8 @@ private[write] final class OmniTableBatchWrite(
       batchId,
       task.batchName,
       fragments,
-      ranges)
+      ranges,
+      replace)
     catalog.failpoints.hit("append.before_commit")
     try catalog.commitAppend(commit)
     catch {

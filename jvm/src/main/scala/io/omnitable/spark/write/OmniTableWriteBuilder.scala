@@ -7,7 +7,7 @@ import io.omnitable.spark.errors.WriteErrors
 import io.omnitable.spark.read.exec.SerializableHadoopConf
 import org.apache.hadoop.mapreduce.Job
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.connector.write.{BatchWrite, LogicalWriteInfo, Write, WriteBuilder}
+import org.apache.spark.sql.connector.write.{BatchWrite, LogicalWriteInfo, SupportsTruncate, Write, WriteBuilder}
 import org.apache.spark.sql.execution.datasources.parquet.{ParquetOptions, ParquetUtils}
 
 /**
@@ -23,7 +23,19 @@ final class OmniTableWriteBuilder(
     catalog: CatalogWriter,
     readOptions: Map[String, String],
     info: LogicalWriteInfo)
-    extends WriteBuilder {
+    extends WriteBuilder
+    with SupportsTruncate {
+
+  private var replace = false
+
+  /**
+   * `INSERT OVERWRITE` / `mode("overwrite")`: replace the batch of the write's name (Python's
+   * `mode="replace"`), never the rest of the table (docs/spark.md, "Writing from Spark").
+   */
+  override def truncate(): WriteBuilder = {
+    replace = true
+    this
+  }
 
   override def build(): Write = {
     val table = snap.table.name
@@ -58,6 +70,9 @@ final class OmniTableWriteBuilder(
     jc.set("spark.sql.parquet.fieldId.write.enabled", "false")
     jc.setLong("parquet.block.row.count.limit", settings.rowGroupSize)
     val branch = snap.snapshot.segments.head.branch
+    if (replace && branch != SystemColumns.MainBranch) {
+      throw WriteErrors.notWritableSnapshot(table, s"branch '$branch' (an overwrite replaces batches on main only)")
+    }
     val task = WriteTask(
       snap.tableUri,
       settings.appendName,
@@ -69,7 +84,7 @@ final class OmniTableWriteBuilder(
       new SerializableHadoopConf(jc))
     new Write {
       override def description(): String = s"OmniTable append of batch '${settings.appendName}' to $table"
-      override def toBatch: BatchWrite = new OmniTableBatchWrite(snap, branch, catalog, task)
+      override def toBatch: BatchWrite = new OmniTableBatchWrite(snap, branch, catalog, task, replace)
     }
   }
 }

@@ -10,6 +10,7 @@ import io.omnitable.spark.{SharedSparkSession, TestWarehouses}
 import io.omnitable.spark.catalog.{CatalogReader, Failpoints, SnapshotSpec}
 import io.omnitable.spark.errors.{OmniTableCommitException, WriteErrors}
 import io.omnitable.spark.source.OmniTableCatalog
+import org.apache.spark.sql.functions.lit
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
@@ -17,7 +18,8 @@ import org.scalatest.funsuite.AnyFunSuite
  * files the pytest runner tests/conformance/test_conformance.py reads for the Python committer)
  * run against the JVM committer on SQLite, and on PostgreSQL when OMNITABLE_TEST_POSTGRES_URL is
  * set (CI sets it). The base state and the concurrent writer's steps are done by the Python API
- * (tests/conformance/steps.py); the committing append is a Spark `writeTo(...).append()`, and the
+ * (tests/conformance/steps.py); the committing append is a Spark `writeTo(...).append()` (a
+ * replace: `overwrite(lit(true))`, INSERT OVERWRITE's plan), and the
  * concurrent steps run between its snapshot and its commit (failpoint `append.before_commit`).
  */
 class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
@@ -72,7 +74,10 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
     val outcome: Either[OmniTableCommitException, Unit] =
       try Right(Failpoints.hooked("append.before_commit") {
           python("concurrent", warehouse, dataRoot, name, baseNext.toString)
-        }(df.writeTo(s"$catalog.web").option("append_name", batch).append()))
+        } {
+          val writer = df.writeTo(s"$catalog.web").option("append_name", batch)
+          if (commit.path("mode").asText("error") == "replace") writer.overwrite(lit(true)) else writer.append()
+        })
       catch { case e: Exception => Left(commitError(e)) }
     check(scenario.get("expect"), outcome, warehouse)
     val state = json.readTree(python("state", warehouse, dataRoot))
