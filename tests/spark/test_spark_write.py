@@ -372,3 +372,23 @@ def test_overwrite_racing_a_replace_of_the_same_batch_conflicts(
     spark.conf.unset(FAILPOINT_CONF)
     assert "the batch it replaces was changed by a concurrent commit" in str(out["error"])
     assert [r["url"] for r in wh.table("web").read().to_pylist()] == ["py"]
+
+
+def test_drop_table_removes_rows_then_directory(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    t = _table(wh)
+    t.append(pa.table({"url": ["a"]}), "b")
+    directory = Path(t.location.path)
+    assert directory.exists()
+    wh.create_table("other", {"x": "bigint"})
+    spark.sql(f"DROP TABLE {catalog}.web").collect()
+    assert wh.tables() == ["other"]
+    assert not directory.exists()
+    with pytest.raises(Exception, match="web"):
+        spark.sql(f"DROP TABLE {catalog}.web").collect()
+    spark.sql(f"DROP TABLE IF EXISTS {catalog}.web").collect()
+    again = _table(wh)  # the name is free again: a new table, with a new directory
+    again.append(pa.table({"url": ["new"]}), "b")
+    assert [r["url"] for r in wh.table("web").read().to_pylist()] == ["new"]
+    assert spark.table(f"{catalog}.web").count() == 1

@@ -236,7 +236,7 @@ class Catalog:
                 "error_tables",
                 "tables",
             ):
-                conn.execute(text(f"DELETE FROM {t} WHERE table_id = :t"), {"t": table.table_id})
+                conn.execute(text(sql("delete_table_rows", kind=t)), {"t": table.table_id})
         return table
 
     # -- snapshots and commits ----------------------------------------------------------------

@@ -83,3 +83,8 @@ SELECT f.fragment_id FROM fragments f WHERE f.table_id = :t AND {vis} AND {in}
 -- name: end_rows
 -- (v, t, val, b) end a row of table {kind} by column {by}, as of version v on branch b
 UPDATE {kind} SET removed_version = :v WHERE table_id = :t AND {by} = :val AND removed_version IS NULL AND branch = :b
+
+-- name: delete_table_rows
+-- (t) dropping a table: its rows of table {kind}; run for every table of schema.sql that has a
+-- table_id column (`tables` last), in one transaction (Warehouse.drop_table, DROP TABLE)
+DELETE FROM {kind} WHERE table_id = :t

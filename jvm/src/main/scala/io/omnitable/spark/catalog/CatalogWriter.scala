@@ -105,6 +105,21 @@ final class CatalogWriter(
     version
   }
 
+  /**
+   * Delete every catalog row of table `tableId` in one transaction (Python's
+   * `Catalog.drop_table`); false when no such table exists (dropped, or never existed).
+   */
+  def dropTable(tableId: String, name: String): Boolean = withWrite(s"table '$name'") { conn =>
+    lockTable(conn, tableId)
+    val exists = Jdbc.query(conn, CommitSql("table_row"), tableId)(_.getString(1)).nonEmpty
+    if (exists) {
+      hit("drop.before_delete")
+      CatalogWriter.tableKinds.foreach(kind =>
+        update(conn, CommitSql("delete_table_rows").replace("{kind}", kind), tableId))
+    }
+    exists
+  }
+
   /** Name → column id at the head for every column a file carries; conflicts as commit.py `_validate`. */
   private def checkColumns(conn: Jdbc.Conn, c: AppendCommit, segments: Seq[Segment]): Map[String, Int] = {
     val (vis, params) = Jdbc.visible("c", "columns", segments)
@@ -353,6 +368,15 @@ object CatalogWriter {
   private val Time = DateTimeFormatter.ofPattern("yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").withZone(ZoneOffset.UTC)
 
   def utcNow(): String = Time.format(Instant.now())
+
+  private val CreateTable = """(?s)CREATE TABLE IF NOT EXISTS (\w+) \((.*)""".r
+
+  /** The tables of schema.sql that hold rows of one table (a `table_id` column), `tables` last. */
+  lazy val tableKinds: Seq[String] = {
+    val kinds = SchemaFile.statements.map(_.linesIterator.filterNot(_.trim.startsWith("--")).mkString("\n").trim)
+      .collect { case CreateTable(kind, body) if body.contains("table_id") => kind }
+    kinds.filterNot(_ == "tables") :+ "tables"
+  }
 
   /** The columns of a file in ascending column id (raw columns: no feature version). */
   final case class ColumnSet(columnIds: Seq[Int]) {

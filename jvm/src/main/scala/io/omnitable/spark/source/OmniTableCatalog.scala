@@ -3,13 +3,17 @@ package io.omnitable.spark.source
 import java.util
 
 import scala.jdk.CollectionConverters._
+import scala.util.control.NonFatal
 
-import io.omnitable.spark.catalog.{CatalogReader, SnapshotSpec}
+import io.omnitable.spark.catalog.{CatalogReader, CatalogWriter, Failpoints, SnapshotSpec}
 import io.omnitable.spark.conf.{OmniTableConf, SparkVersionCheck}
 import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableErrors}
+import org.apache.hadoop.fs.Path
+import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.analysis.{NoSuchNamespaceException, NoSuchTableException}
 import org.apache.spark.sql.connector.catalog.{Column, Identifier, Table, TableCatalog, TableChange}
 import org.apache.spark.sql.connector.expressions.Transform
+import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
 /**
@@ -18,8 +22,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  * `SHOW TABLES IN omnitable`, `DESCRIBE TABLE omnitable.web`, and time travel with
  * `VERSION AS OF <n>` (a version) or `VERSION AS OF '<ref>'` (a branch or tag) and
  * `TIMESTAMP AS OF`. Branches and tags are also tables of their own, Iceberg's way:
- * `omnitable.web.branch_audit`, `omnitable.web.tag_v1` ([[TableAddress]]). Read-only: tables are
- * written through the Python API.
+ * `omnitable.web.branch_audit`, `omnitable.web.tag_v1` ([[TableAddress]]). Tables take appends
+ * ([[OmniTableTable]]) and `DROP TABLE`; creating and altering tables is the Python API's.
  */
 class OmniTableCatalog extends TableCatalog {
 
@@ -114,7 +118,26 @@ class OmniTableCatalog extends TableCatalog {
   override def alterTable(ident: Identifier, changes: TableChange*): Table =
     throw OmniTableErrors.readOnly(s"alter table $ident")
 
-  override def dropTable(ident: Identifier): Boolean = throw OmniTableErrors.readOnly(s"drop table $ident")
+  /**
+   * `DROP TABLE omnitable.web`: as `Warehouse.drop_table` — every catalog row of the table in one
+   * transaction, then its directory `<name>-<table_id>` (unique to the dropped table, so a table
+   * re-created under the name keeps its files). False (Spark: table not found) for a missing
+   * table; a branch or tag address is refused (drop a ref with the Python API).
+   */
+  override def dropTable(ident: Identifier): Boolean = TableAddress.parse(ident) match {
+    case Some(TableAddress(table, None)) if reader.tableExists(table) =>
+      val snap = reader.loadTable(table, SnapshotSpec.Head)
+      val failpoints = Failpoints(Option(SQLConf.get.getConfString(OmniTableTable.FailpointConf, null)))
+      val dropped = new CatalogWriter(reader.address, failpoints = failpoints).dropTable(snap.table.tableId, table)
+      if (dropped) {
+        val dir = new Path(snap.tableUri)
+        try dir.getFileSystem(SparkSession.active.sessionState.newHadoopConf()).delete(dir, true)
+        catch { case NonFatal(_) => } // the rows are gone: the files are unreferenced
+      }
+      dropped
+    case Some(TableAddress(_, Some(_))) => throw OmniTableErrors.readOnly(s"drop the branch or tag $ident")
+    case _ => false
+  }
 
   override def renameTable(oldIdent: Identifier, newIdent: Identifier): Unit =
     throw OmniTableErrors.readOnly(s"rename table $oldIdent")

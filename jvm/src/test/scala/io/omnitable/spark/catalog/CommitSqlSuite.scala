@@ -41,4 +41,25 @@ class CommitSqlSuite extends AnyFunSuite {
     // hashlib.sha256(b"0:;2:;3:").hexdigest()[:16]
     assert(CatalogWriter.ColumnSet(Seq(0, 2, 3)).setId == "94da5c0d29f22e0e")
   }
+
+  test("dropping a table deletes its rows from every table of schema.sql that has them") {
+    val python = Seq(
+      "lineage",
+      "column_sets",
+      "deletion_vectors",
+      "removals",
+      "files",
+      "fragments",
+      "batches",
+      "columns",
+      "refs",
+      "commits",
+      "features",
+      "runs",
+      "error_tables",
+      "tables"
+    ) // catalog.py drop_table
+    assert(CatalogWriter.tableKinds.sorted == python.sorted)
+    assert(CatalogWriter.tableKinds.last == "tables")
+  }
 }
