@@ -392,3 +392,16 @@ def test_drop_table_removes_rows_then_directory(
     again.append(pa.table({"url": ["new"]}), "b")
     assert [r["url"] for r in wh.table("web").read().to_pylist()] == ["new"]
     assert spark.table(f"{catalog}.web").count() == 1
+
+
+def test_an_append_of_no_rows_creates_its_batch(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    _table(wh)
+    spark.range(0).selectExpr("'x' AS url").writeTo(f"{catalog}.web").option(
+        "append_name", "empty"
+    ).append()
+    t = wh.table("web")
+    (batch,) = t.batches()
+    assert (batch.name, batch.rows, batch.fragments) == ("empty", 0, 1)
+    assert t.read().num_rows == 0 and spark.table(f"{catalog}.web").count() == 0
