@@ -62,15 +62,18 @@ lazy val root = (project in file("."))
       "org.scalatest" %% "scalatest" % scalaTestVersion % Test
     ),
 
-    // The catalog schema is ONE file in the Python package; bundle it (not a copy in the repo)
-    // at /omnitable/schema.sql, next to the jar's version.
+    // The catalog schema and the commit statements are ONE file each in the Python package;
+    // bundle them (not copies in the repo) at /omnitable/schema.sql and /omnitable/commit.sql,
+    // next to the jar's version.
     Compile / resourceGenerators += Def.task {
       val out = (Compile / resourceManaged).value / "omnitable"
       val schema = out / "schema.sql"
       IO.copyFile(baseDirectory.value / "python" / "omnitable" / "catalog" / "schema.sql", schema)
+      val commitSql = out / "commit.sql"
+      IO.copyFile(baseDirectory.value / "python" / "omnitable" / "catalog" / "commit.sql", commitSql)
       val props = out / "version.properties"
       IO.write(props, s"version=${version.value}\nspark=$sparkVersion\n")
-      Seq(schema, props)
+      Seq(schema, commitSql, props)
     }.taskValue,
 
     // Tests run real Spark in one forked JVM, suites one after another.

@@ -28,6 +28,7 @@ from omnitable.catalog.commit import (
     find_commit,
     utcnow,
 )
+from omnitable.catalog.commit_sql import sql
 from omnitable.catalog.features import feature_rows
 from omnitable.catalog.records import ColumnRecord, CommitRecord, TableRecord
 from omnitable.catalog.snapshot import (
@@ -317,7 +318,7 @@ class Catalog:
             "error_tables",
             "tables",
         ):
-            conn.execute(text(f"DELETE FROM {t} WHERE table_id = :t"), {"t": table_id})
+            conn.execute(text(sql("delete_table_rows", kind=t)), {"t": table_id})
 
     # -- snapshots and commits ----------------------------------------------------------------
 
@@ -412,9 +413,7 @@ class Catalog:
             raise ValidationError(f"Cannot reserve {count} row ids")
         with self.store.write() as conn:
             self.store.lock_table(conn, table.table_id)
-            start = conn.execute(
-                text("SELECT next_row_id FROM tables WHERE table_id = :t"), {"t": table.table_id}
-            ).scalar()
+            start = conn.execute(text(sql("next_row_id")), {"t": table.table_id}).scalar()
             if start is None:
                 raise NotFoundError(f"Cannot reserve row ids: table '{table.name}' was dropped")
             if int(start) + count > MAX_ROW_ID:
@@ -424,8 +423,7 @@ class Catalog:
                     "moved it there); supply the ids of new rows instead"
                 )
             conn.execute(
-                text("UPDATE tables SET next_row_id = :n WHERE table_id = :t"),
-                {"n": int(start) + count, "t": table.table_id},
+                text(sql("set_next_row_id")), {"n": int(start) + count, "t": table.table_id}
             )
         return int(start)
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from sqlalchemy import Connection, text
 
 from omnitable._failpoints import failpoint
+from omnitable.catalog.commit_sql import sql
 from omnitable.catalog.features import feature_rows
 from omnitable.catalog.records import TableRecord
 from omnitable.catalog.removals import end_rows
@@ -230,12 +231,7 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
             _check_rollback(conn, table, req, head)
         if req.revert is not None:
             _check_revert(conn, table, req)
-        version = int(
-            conn.execute(
-                text("SELECT COALESCE(MAX(version), -1) + 1 FROM commits WHERE table_id = :t"),
-                {"t": table_id},
-            ).scalar_one()
-        )
+        version = int(conn.execute(text(sql("next_version")), {"t": table_id}).scalar_one())
         failpoint("commit.before_insert")
         now = _commit_time(conn, table_id)
         removed_column_ids = [column_ids[name] for name in req.removed_columns]
@@ -297,18 +293,11 @@ def _record(
     """The commit row, the branch ref moved to it, the table's id counters."""
     t = table.table_id
     conn.execute(
-        text(
-            "INSERT INTO commits (table_id, version, parent_version, branch, op, run_id, "
-            "summary, committed_at, commit_token) VALUES (:t, :v, :p, :b, :op, :r, :s, :now, "
-            ":tok)"
-        ),
+        text(sql("insert_commit")),
         {"t": t, "v": version, "p": head, "b": req.branch, "op": req.op, "r": req.run_id,
          "s": json.dumps(summary, sort_keys=True), "now": now, "tok": req.token},
     )  # fmt: skip
-    conn.execute(
-        text("UPDATE refs SET version = :v WHERE table_id = :t AND name = :b"),
-        {"v": version, "t": t, "b": req.branch},
-    )
+    conn.execute(text(sql("move_ref")), {"v": version, "t": t, "b": req.branch})
     next_row = table.next_row_id
     if req.next_row_id_at_least is not None:
         next_row = max(next_row, req.next_row_id_at_least)
@@ -321,19 +310,14 @@ def _record(
 def _commit_time(conn: Connection, t: str) -> str:
     """Now, but never earlier than the table's latest commit (clocks of writers may differ), so
     ``committed_at`` never decreases with the version."""
-    last = conn.execute(
-        text("SELECT MAX(committed_at) FROM commits WHERE table_id = :t"), {"t": t}
-    ).scalar()
+    last = conn.execute(text(sql("last_commit_time")), {"t": t}).scalar()
     now = utcnow()
     return now if last is None or now >= last else str(last)
 
 
 def find_commit(conn: Connection, table_id: str, token: str) -> int | None:
     """The version of the commit made with ``token``, or None when it did not land."""
-    found = conn.execute(
-        text("SELECT version FROM commits WHERE table_id = :t AND commit_token = :k"),
-        {"t": table_id, "k": token},
-    ).scalar()
+    found = conn.execute(text(sql("find_commit")), {"t": table_id, "k": token}).scalar()
     return None if found is None else int(found)
 
 
@@ -741,12 +725,7 @@ def _check_id_overlaps(conn: Connection, t: str, req: CommitRequest, head: int) 
     if claim is None or claim.checked_version >= head:
         return
     rows = conn.execute(
-        text(
-            "SELECT fi.stats, cs.position FROM files fi JOIN column_sets cs ON "
-            "cs.table_id = fi.table_id AND cs.set_id = fi.set_id "
-            "WHERE fi.table_id = :t AND fi.branch = :b AND fi.added_version > :since "
-            "AND cs.column_id = 0"
-        ),
+        text(sql("row_id_stats_since")),
         {"t": t, "b": req.branch, "since": claim.checked_version},
     )
     for r in rows:
@@ -1032,11 +1011,7 @@ def _insert_data(
             counts[f.batch_id][0] += f.row_count
             counts[f.batch_id][1] += 1
         conn.execute(
-            text(
-                "INSERT INTO batches (table_id, batch_id, name, branch, added_version, "
-                "removed_version, created_at, row_count, fragment_count) "
-                "VALUES (:t, :id, :name, :b, :v, NULL, :now, :rows, :frags)"
-            ),
+            text(sql("insert_batch")),
             [
                 {"t": t, "id": bid, "name": name, "b": b, "v": version, "now": now,
                  "rows": counts[bid][0], "frags": counts[bid][1]}
@@ -1045,11 +1020,7 @@ def _insert_data(
         )  # fmt: skip
     if req.new_fragments:
         conn.execute(
-            text(
-                "INSERT INTO fragments (table_id, fragment_id, batch_id, seq, row_count, path, "
-                "branch, added_version, removed_version) "
-                "VALUES (:t, :id, :bid, :seq, :n, :p, :b, :v, NULL)"
-            ),
+            text(sql("insert_fragment")),
             [
                 {"t": t, "id": f.fragment_id, "bid": f.batch_id, "seq": f.seq,
                  "n": f.row_count, "p": f.path, "b": b, "v": version}
@@ -1082,14 +1053,7 @@ def _insert_files(
              "r": req.run_id, "set": column_set.set_id, "st": encode_stats(column_set, stats)}
         )  # fmt: skip
     insert_missing_sets(conn, t, sets)
-    conn.execute(
-        text(
-            "INSERT INTO files (table_id, file_id, fragment_id, group_name, path, row_count, "
-            "size_bytes, branch, added_version, removed_version, run_id, set_id, stats) VALUES "
-            "(:t, :id, :frag, :g, :p, :n, :s, :b, :v, NULL, :r, :set, :st)"
-        ),
-        rows,
-    )
+    conn.execute(text(sql("insert_file")), rows)
 
 
 def _file_set(

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from omnitable.catalog.commit_sql import sql
 from omnitable.catalog.snapshot import REMOVABLE_ID, Segment, visible_clause
 
 _CHUNK = 500  # ids bound per statement (SQLite's default limit is 32,766 parameters)
@@ -36,10 +37,7 @@ def end_rows(
     if not values:
         return
     conn.execute(
-        text(
-            f"UPDATE {kind} SET removed_version = :v WHERE table_id = :t AND {by} = :val AND "
-            "removed_version IS NULL AND branch = :b"
-        ),
+        text(sql("end_rows", kind=kind, by=by)),
         [{"v": version, "t": t, "val": val, "b": branch} for val in values],
     )
     if len(segments) == 1:  # a main-line commit sees only its branch's own rows

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from omnitable.catalog.commit_sql import sql
 from omnitable.catalog.sql import in_list
 from omnitable.exceptions import CatalogError
 from omnitable.vocabulary.stats import ColumnStats
@@ -101,11 +102,4 @@ def insert_missing_sets(conn: Connection, table_id: str, sets: Iterable[ColumnSe
         for pos, (cid, fv) in enumerate(wanted[sid].members)
     ]
     if rows:
-        conn.execute(
-            text(
-                "INSERT INTO column_sets (table_id, set_id, column_id, position, feature_version) "
-                "VALUES (:t, :s, :c, :p, :fv) "
-                "ON CONFLICT (table_id, set_id, column_id) DO NOTHING"
-            ),
-            rows,
-        )
+        conn.execute(text(sql("insert_column_set")), rows)

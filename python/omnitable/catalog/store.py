@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from omnitable._failpoints import failpoint
 from omnitable.catalog import namespaces
 from omnitable.catalog.address import CatalogAddress
+from omnitable.catalog.commit_sql import sql
 from omnitable.exceptions import CatalogError, CatalogVersionError
 
 SQLITE_BUSY_TIMEOUT_MS = 60_000
@@ -199,9 +200,7 @@ class CatalogStore:
     def lock_table(self, conn: Connection, table_id: str) -> None:
         """Serialize commits on one table (no-op on SQLite, whose writers are serialized)."""
         if not self.is_sqlite:
-            conn.execute(
-                text("SELECT table_id FROM tables WHERE table_id = :t FOR UPDATE"), {"t": table_id}
-            )
+            conn.execute(text(sql("lock_table")), {"t": table_id})
 
     @contextmanager
     def _translate_errors(self, what: str) -> Iterator[None]:

@@ -1,7 +1,12 @@
 package io.omnitable.spark
 
 import io.omnitable.spark.conf.{OmniTableVersion, SparkVersionCheck}
-import io.omnitable.spark.optimizer.{FuseOmniTableScans, FusePythonUDFs, LateMaterializeFilteredColumns}
+import io.omnitable.spark.optimizer.{
+  FuseOmniTableScans,
+  FusePythonUDFs,
+  LateMaterializeFilteredColumns,
+  ResolveOmniTableInsertByPosition
+}
 import org.apache.spark.sql.SparkSessionExtensions
 import org.apache.spark.sql.catalyst.FunctionIdentifier
 import org.apache.spark.sql.catalyst.InternalRow
@@ -26,6 +31,11 @@ class OmniTableSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
     // omnitable_scan_metrics([action]): the scan metrics listener through SQL (no py4j, so
     // Python reads scan metrics on Spark Connect too).
     extensions.injectTableFunction(metrics.ScanMetricsFunction.function)
+
+    // --- analyzer ---------------------------------------------------------------------------
+    // ResolveOmniTableInsertByPosition: INSERT INTO without a column list fills the user columns
+    // in order (OmniTable tables accept any schema and match the written columns by name).
+    extensions.injectResolutionRule(_ => ResolveOmniTableInsertByPosition)
 
     // --- optimizer (operator optimization batch, before Spark pushes filters into scans) ---
     // FuseOmniTableScans: reads of one snapshot joined on _ai_unique_id_ read the files once.

@@ -14,16 +14,18 @@ import org.scalatest.funsuite.AnyFunSuite
  *  1. `io.omnitable.spark`: the session extension, the single injection point into Spark
  *  2. `optimizer`: OmniTable's optimizer rules and planner strategy
  *  3. `source`: the data source, the catalog plugin, the table and its read options
- *  4. `procedures`, `metadata` (siblings): the stored procedures of the catalog plugin
+ *  4. `procedures`, `metadata`, `write` (siblings): the stored procedures of the catalog plugin
  *     (`CALL omnitable.system.…`); the metadata tables (`omnitable.web.history`, ...): their
- *     schemas, rows and local scans, read from the catalog on the driver
+ *     schemas, rows and local scans, read from the catalog on the driver; appends from Spark
+ *     (write builder, batch write, fragment writers, statistics)
  *  5. `read.plan`: driver-side planning (scan builder, scan, planner, predicate conversion,
  *     selectivity, optimizer marks, table handle)
  *  6. `read.exec`: executor-side reading (reader factory, fragment reader, column files, cursors,
  *     vectors) and the serializable descriptions the driver sends (input partitions, filters,
  *     statistics evaluation, late materialization, metrics)
  *  7. `metrics`: scan reports and the scan metrics listener
- *  8. `catalog`: the catalog over JDBC (addresses, reader, models, snapshot resolution, ref writes)
+ *  8. `catalog`: the catalog over JDBC (addresses, reader, committer, ref writes, models, snapshot
+ *     resolution)
  *  9. `org.apache.spark.omnitable`, `org.apache.spark.sql.omnitable`: bridges to Spark internals
  *  10. `conf`: settings, the jar's version and the Spark version check
  *  11. `errors`: OmniTable's errors
@@ -38,7 +40,7 @@ class PackageLayersSuite extends AnyFunSuite {
     Seq("io.omnitable.spark"),
     Seq("io.omnitable.spark.optimizer"),
     Seq("io.omnitable.spark.source"),
-    Seq("io.omnitable.spark.procedures", "io.omnitable.spark.metadata"),
+    Seq("io.omnitable.spark.procedures", "io.omnitable.spark.metadata", "io.omnitable.spark.write"),
     Seq("io.omnitable.spark.read.plan"),
     Seq("io.omnitable.spark.read.exec"),
     Seq("io.omnitable.spark.metrics"),

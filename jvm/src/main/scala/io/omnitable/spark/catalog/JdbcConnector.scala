@@ -6,7 +6,7 @@ import java.util.Properties
 import io.omnitable.spark.errors.OmniTableErrors
 
 /**
- * Opens read-only JDBC connections to a catalog. Drivers are instantiated directly rather than
+ * Opens JDBC connections to a catalog (read-only, and write transactions for the committer). Drivers are instantiated directly rather than
  * looked up through `DriverManager`, which cannot see drivers that Spark loaded from
  * `spark.jars` (a child class loader), and which would be fooled by relocated (shaded) drivers.
  */
@@ -44,10 +44,11 @@ object JdbcConnector {
   }
 
   /**
-   * A connection in a write transaction, for the JVM's only catalog writes (namespace rows:
-   * docs/catalog.md, "Namespaces"): SQLite `BEGIN IMMEDIATE` (the database write lock from the
-   * first statement, as the Python writer takes it), PostgreSQL READ COMMITTED. The caller
-   * commits and closes it.
+   * A connection for one write transaction: the JVM committer ([[CatalogWriter]]) and namespace
+   * rows (docs/catalog.md, "Namespaces"). SQLite takes the database write lock when the
+   * transaction begins (`BEGIN IMMEDIATE`, as the Python writers do); PostgreSQL runs READ
+   * COMMITTED and serializes per table with `SELECT … FOR UPDATE` (the caller). The caller commits
+   * or rolls back and closes it.
    */
   def openForWrite(address: CatalogAddress, env: Env = systemEnv): Connection = address match {
     case a: SqliteAddress => openSqlite(a, write = true)
@@ -63,7 +64,7 @@ object JdbcConnector {
     val props = new Properties()
     props.setProperty("busy_timeout", "30000")
     if (write) props.setProperty("transaction_mode", "IMMEDIATE")
-    else props.setProperty("open_mode", "1") // SQLITE_OPEN_READONLY: reads never write (RefWriter opens its own)
+    else props.setProperty("open_mode", "1") // SQLITE_OPEN_READONLY: readers never write (RefWriter opens its own)
     val conn = connectWith(a.display) {
       new org.sqlite.JDBC().connect("jdbc:sqlite:" + a.dbFile.getPath, props)
     }
@@ -83,13 +84,15 @@ object JdbcConnector {
       case Secret.FromEnv(name) => props.setProperty("password", envPassword(a.display, name, env))
     }
     props.setProperty("ApplicationName", "omnitable-spark")
-    props.setProperty("readOnly", (!write).toString)
+    if (!write) props.setProperty("readOnly", "true")
     val conn = connectWith(a.display)(new org.postgresql.Driver().connect(a.jdbcUrl, props))
     try {
       conn.setAutoCommit(false)
-      conn.setTransactionIsolation(
-        if (write) Connection.TRANSACTION_READ_COMMITTED else Connection.TRANSACTION_REPEATABLE_READ)
-      conn.setReadOnly(!write)
+      if (write) conn.setTransactionIsolation(Connection.TRANSACTION_READ_COMMITTED)
+      else {
+        conn.setTransactionIsolation(Connection.TRANSACTION_REPEATABLE_READ)
+        conn.setReadOnly(true)
+      }
       conn
     } catch {
       case e: SQLException => conn.close(); throw OmniTableErrors.cannotConnect(a.display, e)

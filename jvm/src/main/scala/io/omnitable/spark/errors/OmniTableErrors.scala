@@ -292,8 +292,9 @@ object OmniTableErrors {
 
   def readOnly(operation: String): UnsupportedOperationException =
     new UnsupportedOperationException(
-      s"Cannot $operation: the omnitable Spark catalog is read-only; write through the Python " +
-        "API (omnitable.connect(...).table(...).append / add_columns).")
+      s"Cannot $operation: the omnitable Spark catalog is read-only for this statement (it takes " +
+        "INSERT, writeTo/write appends and DROP TABLE); use the Python API " +
+        "(omnitable.connect(...).create_table / table(...).add_columns).")
 
   def wrongArguments(function: String, expected: Int, got: Int): OmniTableAnalysisException =
     analysis(

@@ -3,12 +3,15 @@ package io.omnitable.spark.source
 import java.util
 
 import scala.jdk.CollectionConverters._
+import scala.util.control.NonFatal
 
-import io.omnitable.spark.catalog.{CatalogReader, SnapshotSpec, TableNames}
+import io.omnitable.spark.catalog.{CatalogReader, CatalogWriter, Failpoints, SnapshotSpec, TableNames}
 import io.omnitable.spark.conf.{OmniTableConf, SparkVersionCheck}
 import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableErrors}
 import io.omnitable.spark.metadata.{MetadataTable, MetadataTables}
 import io.omnitable.spark.procedures.OmniTableProcedures
+import org.apache.hadoop.fs.Path
+import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.analysis.{
   NamespaceAlreadyExistsException,
   NoSuchNamespaceException,
@@ -26,6 +29,7 @@ import org.apache.spark.sql.connector.catalog.{
 }
 import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure
 import org.apache.spark.sql.connector.expressions.Transform
+import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
 /**
@@ -39,8 +43,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  * Namespaces (one level): `CREATE NAMESPACE omnitable.ns`, `SHOW NAMESPACES IN omnitable`,
  * `SHOW TABLES IN omnitable.ns`, `SELECT … FROM omnitable.ns.web`, `DROP NAMESPACE
  * omnitable.ns`; `default` holds the tables named without one. Procedures:
- * `CALL omnitable.system.<name>(...)` ([[OmniTableProcedures]]). Tables are read-only here: they
- * are written through the Python API.
+ * `CALL omnitable.system.<name>(...)` ([[OmniTableProcedures]]). Tables take appends
+ * ([[OmniTableTable]]) and `DROP TABLE`; creating and altering tables is the Python API's.
  */
 class OmniTableCatalog extends TableCatalog with SupportsNamespaces with ProcedureCatalog {
 
@@ -241,7 +245,28 @@ class OmniTableCatalog extends TableCatalog with SupportsNamespaces with Procedu
   override def alterTable(ident: Identifier, changes: TableChange*): Table =
     throw OmniTableErrors.readOnly(s"alter table $ident")
 
-  override def dropTable(ident: Identifier): Boolean = throw OmniTableErrors.readOnly(s"drop table $ident")
+  /**
+   * `DROP TABLE omnitable.web`: as `Warehouse.drop_table` — every catalog row of the table in one
+   * transaction, then its directory `<name>-<table_id>` (unique to the dropped table, so a table
+   * re-created under the name keeps its files). False (Spark: table not found) for a missing
+   * table; a branch or tag address is refused (drop a ref with the Python API).
+   */
+  override def dropTable(ident: Identifier): Boolean = resolve(ident) match {
+    case Some(a @ TableAddress(_, _, None, None)) if reader.tableExists(a.tableAddress) =>
+      val snap = reader.loadTable(a.tableAddress, SnapshotSpec.Head)
+      val failpoints = Failpoints(Option(SQLConf.get.getConfString(OmniTableTable.FailpointConf, null)))
+      val writer = new CatalogWriter(reader.address, failpoints = failpoints)
+      val dropped = writer.dropTable(snap.table.tableId, a.tableAddress)
+      if (dropped) {
+        val dir = new Path(snap.tableUri)
+        try dir.getFileSystem(SparkSession.active.sessionState.newHadoopConf()).delete(dir, true)
+        catch { case NonFatal(_) => } // the rows are gone: the files are unreferenced
+      }
+      dropped
+    case Some(TableAddress(_, _, Some(_), _)) => throw OmniTableErrors.readOnly(s"drop the branch or tag $ident")
+    case Some(TableAddress(_, _, _, Some(_))) => throw OmniTableErrors.readOnly(s"drop the metadata table $ident")
+    case _ => false
+  }
 
   override def renameTable(oldIdent: Identifier, newIdent: Identifier): Unit =
     throw OmniTableErrors.readOnly(s"rename table $oldIdent")

@@ -4,27 +4,35 @@ import java.util
 
 import scala.jdk.CollectionConverters._
 
+import io.omnitable.spark.catalog.{CatalogWriter, Failpoints}
 import io.omnitable.spark.conf.{OmniTableConf, TableProperties}
 import io.omnitable.spark.read.plan.{OmniTableScanBuilder, OptimizerMarks, ReadColumn, TableHandle}
+import io.omnitable.spark.write.OmniTableWriteBuilder
 import org.apache.spark.sql.connector.catalog.{
   MetadataColumn,
   SupportsMetadataColumns,
   SupportsRead,
+  SupportsWrite,
   Table,
   TableCapability
 }
 import org.apache.spark.sql.connector.read.ScanBuilder
+import org.apache.spark.sql.connector.write.{LogicalWriteInfo, WriteBuilder}
+import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types.{DataType, StructType}
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
 /**
  * A logical wide table at one snapshot: `_ai_unique_id_`, `_ai_append_name_`, then its visible
- * columns in position order. Read-only; metadata columns `_ai_fragment_` and `_ai_row_offset_`
- * are available by name.
+ * columns in position order; metadata columns `_ai_fragment_` and `_ai_row_offset_` are
+ * available by name. Appends write a new batch ([[OmniTableWriteBuilder]]); the table checks the
+ * written columns itself (ACCEPT_ANY_SCHEMA: the data names the user columns, never the two system
+ * columns).
  */
 final class OmniTableTable(val handle: TableHandle, val marks: OptimizerMarks = OptimizerMarks.Empty)
     extends Table
     with SupportsRead
+    with SupportsWrite
     with SupportsMetadataColumns {
 
   private val snap = handle.snapshot
@@ -33,7 +41,21 @@ final class OmniTableTable(val handle: TableHandle, val marks: OptimizerMarks = 
 
   override lazy val schema: StructType = ReadColumn.schema(ReadColumn.tableColumns(snap))
 
-  override def capabilities(): util.Set[TableCapability] = util.EnumSet.of(TableCapability.BATCH_READ)
+  override def capabilities(): util.Set[TableCapability] =
+    util.EnumSet.of(
+      TableCapability.BATCH_READ,
+      TableCapability.BATCH_WRITE,
+      TableCapability.TRUNCATE,
+      TableCapability.ACCEPT_ANY_SCHEMA)
+
+  override def newWriteBuilder(info: LogicalWriteInfo): WriteBuilder = {
+    val failpoints = Failpoints(Option(SQLConf.get.getConfString(OmniTableTable.FailpointConf, null)))
+    new OmniTableWriteBuilder(
+      snap,
+      new CatalogWriter(handle.reader.address, failpoints = failpoints),
+      handle.options,
+      info)
+  }
 
   override def properties(): util.Map[String, String] = Map(
     "provider" -> "omnitable",
@@ -100,4 +122,10 @@ final class OmniTableTable(val handle: TableHandle, val marks: OptimizerMarks = 
   private lazy val identity: (Product, OptimizerMarks) = (readIdentity(Map.empty), marks)
 
   override def toString: String = s"OmniTableTable(${snap.table.name}, ${snap.snapshot.label})"
+}
+
+object OmniTableTable {
+
+  /** Fault injection in the JVM committer (tests only; see [[CatalogWriter]]). */
+  val FailpointConf = "spark.omnitable.test.failpoint"
 }

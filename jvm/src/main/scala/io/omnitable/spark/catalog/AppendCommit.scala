@@ -1,0 +1,45 @@
+package io.omnitable.spark.catalog
+
+/**
+ * One written column file (python/omnitable/vocabulary/descriptors.py `FileDescriptor`): `path`
+ * relative to the table location; `stats` by column name, in the catalog's text encoding
+ * (docs/catalog.md, "Statistics encoding"); `columnIds` the column ids the file was written for
+ * (the commit refuses a file whose column was replaced since).
+ */
+final case class WrittenFile(
+    fileId: String,
+    fragmentId: String,
+    groupName: String,
+    path: String,
+    rowCount: Long,
+    sizeBytes: Long,
+    stats: Seq[(String, FileColumnStats)],
+    columnIds: Map[String, Int])
+
+/** One written fragment (`FragmentDescriptor`) and its files; `path` relative to the table location. */
+final case class WrittenFragment(
+    fragmentId: String,
+    batchId: String,
+    rowCount: Long,
+    path: String,
+    seq: Long,
+    files: Seq[WrittenFile])
+
+/**
+ * The commit of one append from Spark: a new batch `name` (id `batchId`) with `fragments`, on
+ * `branch`, planned at `baseVersion`; its generated ids lie in `idRanges` (inclusive, checked
+ * against the ids of commits after `baseVersion`). With `replace`, the batch of that name visible
+ * at `baseVersion` (if any) is replaced atomically (Python's `mode="replace"`; main branch only). `token` finds the commit after a lost connection.
+ */
+final case class AppendCommit(
+    tableId: String,
+    tableName: String,
+    branch: String,
+    baseVersion: Long,
+    batchId: String,
+    name: String,
+    fragments: Seq[WrittenFragment],
+    idRanges: Seq[(Long, Long)],
+    replace: Boolean = false,
+    token: String = java.util.UUID.randomUUID().toString.replace("-", ""),
+    engine: String = "spark-jvm")

@@ -1,0 +1,412 @@
+package io.omnitable.spark.catalog
+
+import java.nio.charset.StandardCharsets
+import java.security.MessageDigest
+import java.sql.SQLException
+import java.time.{Instant, ZoneOffset}
+import java.time.format.DateTimeFormatter
+
+import scala.jdk.CollectionConverters._
+import scala.util.control.NonFatal
+
+import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableErrors, WriteErrors}
+
+/**
+ * The JVM's committer: the same protocol as python/omnitable/catalog/commit.py for appends
+ * (docs/catalog.md, "Commits and concurrency"), one database transaction per call, the table's
+ * commit lock taken first (`BEGIN IMMEDIATE` on SQLite, `SELECT … FOR UPDATE` on PostgreSQL).
+ * The statements both languages run are in commit.sql ([[CommitSql]]).
+ *
+ * @param failpoints fault-injection points (tests only, [[Failpoints]]).
+ */
+final class CatalogWriter(
+    val address: CatalogAddress,
+    env: JdbcConnector.Env = JdbcConnector.systemEnv,
+    val failpoints: Failpoints = Failpoints(None)) {
+
+  private val queries = new QueryCounter
+
+  def display: String = address.display
+
+  /** Reserve `count` fresh `_ai_unique_id_` values of table `tableId` in a short transaction; the first one. */
+  def reserveRowIds(tableId: String, tableName: String, count: Long): Long = withWrite(s"row ids of '$tableName'") {
+    conn =>
+      lockTable(conn, tableId)
+      val start = Jdbc.query(conn, CommitSql("next_row_id"), tableId)(_.getLong(1)).headOption
+        .getOrElse(throw WriteErrors.dropped("the row id reservation", tableId))
+      if (start + count > CatalogWriter.MaxRowId || start + count < start) {
+        throw WriteErrors.conflict(
+          s"Cannot reserve $count row ids on table '$tableName': the _ai_unique_id_ space is " +
+            s"exhausted (next free id $start)")
+      }
+      update(conn, CommitSql("set_next_row_id"), Long.box(start + count), tableId)
+      start
+  }
+
+  /**
+   * Commit `c` atomically; returns the new version.
+   *
+   * @throws io.omnitable.spark.errors.OmniTableCommitException a conflict with a concurrent commit, a dropped table, or a
+   *         batch name already taken (nothing committed); or an unknown outcome (the connection
+   *         failed during the commit and the commit token is not found).
+   */
+  def commitAppend(c: AppendCommit): Long =
+    try withWrite(s"table '${c.tableName}'")(conn => applyAppend(conn, c))
+    catch {
+      case e: OmniTableAnalysisException if e.getCause.isInstanceOf[SQLException] =>
+        findCommit(c).getOrElse(throw WriteErrors.outcomeUnknown(s"the append of batch '${c.name}'", e.getCause))
+    }
+
+  private def applyAppend(conn: Jdbc.Conn, c: AppendCommit): Long = {
+    lockTable(conn, c.tableId)
+    val table = Jdbc.query(conn, CommitSql("table_row"), c.tableId) { rs =>
+      TableEntry(rs.getString(1), rs.getString(2), rs.getString(3), Map.empty)
+    }.headOption.getOrElse(throw WriteErrors.dropped("append", c.tableId))
+    val resolver = new SnapshotResolver(conn, table, display)
+    val snap = resolver.resolve(SnapshotSpec(branch = Some(c.branch)))
+    val (head, segments) = (snap.version, snap.segments)
+    if (c.baseVersion > head) {
+      throw WriteErrors.conflict(
+        s"Cannot commit on branch '${c.branch}': base version ${c.baseVersion} is newer than its head $head")
+    }
+    val replaced =
+      if (c.replace) replacedAt(conn, c, resolver.resolve(SnapshotSpec(version = Some(c.baseVersion))).segments)
+      else Replaced(Nil, Nil)
+    val columnIds = checkColumns(conn, c, segments)
+    checkBatchName(conn, c, segments, replaced.batchIds)
+    if (replaced.batchIds.nonEmpty) checkStillVisible(conn, c, segments, replaced)
+    if (head != c.baseVersion) checkIdOverlaps(conn, c)
+    val version = Jdbc.query(conn, CommitSql("next_version"), c.tableId)(_.getLong(1)).head
+    hit("commit.before_insert")
+    val now = commitTime(conn, c.tableId)
+    insertData(conn, c, version, columnIds, now)
+    hit("commit.mid_insert")
+    endRows(conn, c, version, replaced)
+    val summary = CatalogWriter.Json.writeValueAsString(new java.util.TreeMap[String, Any](Map[String, Any](
+      "batch" -> c.name,
+      "rows" -> c.fragments.map(_.rowCount).sum,
+      "fragments" -> c.fragments.size,
+      "replaced" -> replaced.batchIds.nonEmpty,
+      "engine" -> c.engine).asJava))
+    update(
+      conn,
+      CommitSql("insert_commit"),
+      c.tableId,
+      Long.box(version),
+      Long.box(head),
+      c.branch,
+      "append",
+      null,
+      summary,
+      now,
+      c.token)
+    update(conn, CommitSql("move_ref"), Long.box(version), c.tableId, c.branch)
+    hit("commit.before_end")
+    version
+  }
+
+  /**
+   * Delete every catalog row of table `tableId` in one transaction (Python's
+   * `Catalog.drop_table`); false when no such table exists (dropped, or never existed).
+   */
+  def dropTable(tableId: String, name: String): Boolean = withWrite(s"table '$name'") { conn =>
+    lockTable(conn, tableId)
+    val exists = Jdbc.query(conn, CommitSql("table_row"), tableId)(_.getString(1)).nonEmpty
+    if (exists) {
+      hit("drop.before_delete")
+      CatalogWriter.tableKinds.foreach(kind =>
+        update(conn, CommitSql("delete_table_rows").replace("{kind}", kind), tableId))
+    }
+    exists
+  }
+
+  /** Name → column id at the head for every column a file carries; conflicts as commit.py `_validate`. */
+  private def checkColumns(conn: Jdbc.Conn, c: AppendCommit, segments: Seq[Segment]): Map[String, Int] = {
+    val (vis, params) = Jdbc.visible("c", "columns", segments)
+    val active = Jdbc.query(conn, CommitSql("visible_columns").replace("{vis}", vis), (c.tableId +: params): _*) {
+      rs => (rs.getString(1), rs.getInt(2), rs.getString(4))
+    }.filter(_._3 == "active").map(r => r._1 -> r._2).toMap
+    for (frag <- c.fragments; f <- frag.files; (name, _) <- f.stats) {
+      val head = active.getOrElse(
+        name,
+        throw WriteErrors.conflict(
+          s"Cannot commit append: column '$name' no longer exists (retired, renamed or replaced concurrently?)"))
+      f.columnIds.get(name).filter(_ != head).foreach { bound =>
+        throw WriteErrors.conflict(
+          s"Cannot commit append: column '$name' was replaced by a concurrent commit (its type " +
+            s"changed: column id $bound is now $head) after file ${f.path} was written for it; " +
+            "nothing was committed. Run the write again.")
+      }
+    }
+    active
+  }
+
+  /** (batch id, added version) of the batches named `c.name` visible in `segments`. */
+  private def batchesNamed(conn: Jdbc.Conn, c: AppendCommit, segments: Seq[Segment]): Seq[(String, Long)] = {
+    val (vis, params) = Jdbc.visible("b", "batches", segments)
+    Jdbc.query(
+      conn,
+      CommitSql("live_batch_by_name").replace("{vis}", vis),
+      (Seq(c.tableId, c.name) ++ params): _*)(rs => (rs.getString(1), rs.getLong(3)))
+  }
+
+  /** The batch an overwrite replaces and its fragments, as its base version shows them. */
+  private def replacedAt(conn: Jdbc.Conn, c: AppendCommit, base: Seq[Segment]): Replaced = {
+    val ids = batchesNamed(conn, c, base).map(_._1)
+    Replaced(ids, fragmentsOf(conn, c, base, ids).sorted)
+  }
+
+  private def fragmentsOf(conn: Jdbc.Conn, c: AppendCommit, segments: Seq[Segment], ids: Seq[String]): Seq[String] = {
+    val (vis, params) = Jdbc.visible("f", "fragments", segments)
+    val (in, inParams) = Jdbc.in("f.batch_id", ids)
+    val sql = CommitSql("fragments_of_batches").replace("{vis}", vis).replace("{in}", in)
+    Jdbc.query(conn, sql, (Seq(c.tableId) ++ params ++ inParams): _*)(_.getString(1))
+  }
+
+  /**
+   * The batch names the commit creates are free at the head, apart from the batch it replaces,
+   * which must still be live (commit.py `_check_batches`).
+   */
+  private def checkBatchName(conn: Jdbc.Conn, c: AppendCommit, segments: Seq[Segment], replaced: Seq[String]): Unit = {
+    val live = batchesNamed(conn, c, segments)
+    if (replaced.exists(id => !live.exists(_._1 == id))) {
+      throw WriteErrors.conflict(
+        "Cannot commit append: the batch it replaces was changed by a concurrent commit; retry the operation")
+    }
+    live.filterNot(b => replaced.contains(b._1)).headOption.foreach { case (_, added) =>
+      if (added > c.baseVersion) {
+        throw WriteErrors.conflict(s"Cannot append batch '${c.name}': a concurrent commit created it first")
+      }
+      throw WriteErrors.batchExists(c.name)
+    }
+  }
+
+  /** The fragments an overwrite removes are still visible at the head (commit.py `_check_still_visible`). */
+  private def checkStillVisible(conn: Jdbc.Conn, c: AppendCommit, segments: Seq[Segment], r: Replaced): Unit = {
+    val gone = r.fragmentIds.diff(fragmentsOf(conn, c, segments, r.batchIds))
+    if (gone.nonEmpty) {
+      throw WriteErrors.conflict(
+        s"Cannot commit append: ${gone.size} fragment(s) were removed by a concurrent commit (batch " +
+          s"replaced or compacted), e.g. ${gone.head}; retry the operation")
+    }
+  }
+
+  /** End the replaced batch, its fragments, their files and deletion vectors (commit.py `_apply_removals`). */
+  private def endRows(conn: Jdbc.Conn, c: AppendCommit, version: Long, r: Replaced): Unit = {
+    def end(kind: String, by: String, values: Seq[String]): Unit = batch(
+      conn,
+      CommitSql("end_rows").replace("{kind}", kind).replace("{by}", by),
+      values.map(v => Seq[AnyRef](Long.box(version), c.tableId, v, c.branch)))
+    end("batches", "batch_id", r.batchIds)
+    end("fragments", "fragment_id", r.fragmentIds)
+    end("files", "fragment_id", r.fragmentIds)
+    end("deletion_vectors", "fragment_id", r.fragmentIds)
+  }
+
+  /**
+   * The `_ai_unique_id_` statistics of every file committed on the branch after the base
+   * version against this append's ranges (commit.py `_check_id_overlaps`). Python then reads the
+   * ids of a possible overlap exactly; the JVM refuses it (a conflict: generated ranges of
+   * concurrent appends never overlap, so only supplied ids of a concurrent writer can).
+   */
+  private def checkIdOverlaps(conn: Jdbc.Conn, c: AppendCommit): Unit =
+    Jdbc.foreach(conn, CommitSql("row_id_stats_since"), c.tableId, c.branch, Long.box(c.baseVersion)) { rs =>
+      val st = CatalogWriter.decodeStats(rs.getString(1), rs.getInt(2))
+      val overlap = (st.min.flatMap(_.toLongOption), st.max.flatMap(_.toLongOption)) match {
+        case (Some(lo), Some(hi)) => c.idRanges.exists { case (a, b) => a <= hi && b >= lo }
+        case _ => c.idRanges.nonEmpty
+      }
+      if (overlap) {
+        throw WriteErrors.conflict(
+          s"Cannot commit append to table '${c.tableName}': _ai_unique_id_ values in its ranges " +
+            s"were added by a concurrent commit (after version ${c.baseVersion}, as the files' " +
+            "statistics tell); nothing was committed. Retry the write.")
+      }
+    }
+
+  private def insertData(conn: Jdbc.Conn, c: AppendCommit, version: Long, ids: Map[String, Int], now: String): Unit = {
+    val t = c.tableId
+    update(
+      conn,
+      CommitSql("insert_batch"),
+      t,
+      c.batchId,
+      c.name,
+      c.branch,
+      Long.box(version),
+      now,
+      Long.box(c.fragments.map(_.rowCount).sum),
+      Long.box(c.fragments.size.toLong)
+    )
+    batch(
+      conn,
+      CommitSql("insert_fragment"),
+      c.fragments.map { f =>
+        Seq(t, f.fragmentId, f.batchId, Long.box(f.seq), Long.box(f.rowCount), f.path, c.branch, Long.box(version))
+      }
+    )
+    val files = c.fragments.flatMap(_.files)
+    val sets = files.map(f => f -> CatalogWriter.ColumnSet(f.stats.map { case (n, _) => ids(n) }.sorted))
+    val existing = sets.map(_._2.setId).distinct.grouped(500).flatMap { chunk =>
+      val (in, ps) = Jdbc.in("set_id", chunk)
+      Jdbc.query(conn, CommitSql("existing_sets").replace("{in}", in), (t +: ps): _*)(_.getString(1))
+    }.toSet
+    val newSets = sets.map(_._2).distinct.filterNot(s => existing.contains(s.setId))
+    batch(
+      conn,
+      CommitSql("insert_column_set"),
+      newSets.flatMap { s =>
+        s.columnIds.zipWithIndex.map { case (cid, pos) => Seq[AnyRef](t, s.setId, Int.box(cid), Int.box(pos), null) }
+      }
+    )
+    batch(
+      conn,
+      CommitSql("insert_file"),
+      sets.map { case (f, set) =>
+        val byId = f.stats.map { case (n, st) => ids(n) -> st }.toMap
+        Seq[AnyRef](
+          t,
+          f.fileId,
+          f.fragmentId,
+          f.groupName,
+          f.path,
+          Long.box(f.rowCount),
+          Long.box(f.sizeBytes),
+          c.branch,
+          Long.box(version),
+          null,
+          set.setId,
+          CatalogWriter.encodeStats(set, byId)
+        )
+      }
+    )
+  }
+
+  /** Now, never earlier than the table's latest commit (commit.py `_commit_time`). */
+  private def commitTime(conn: Jdbc.Conn, tableId: String): String = {
+    val last = Jdbc.query(conn, CommitSql("last_commit_time"), tableId)(rs => Option(rs.getString(1))).head
+    val now = CatalogWriter.utcNow()
+    last.filter(_ > now).getOrElse(now)
+  }
+
+  /** The version committed with `c.token`, read in a new connection. */
+  private def findCommit(c: AppendCommit): Option[Long] =
+    try withWrite("the commit token")(conn =>
+        Jdbc.query(conn, CommitSql("find_commit"), c.tableId, c.token)(_.getLong(1)).headOption)
+    catch { case NonFatal(_) => None }
+
+  private def lockTable(conn: Jdbc.Conn, tableId: String): Unit = address match {
+    case _: PostgresAddress => Jdbc.query(conn, CommitSql("lock_table"), tableId)(_.getString(1))
+    case _ => // SQLite: BEGIN IMMEDIATE already holds the write lock
+  }
+
+  private def hit(name: String): Unit = failpoints.hit(name)
+
+  private def update(conn: Jdbc.Conn, sql: String, params: AnyRef*): Int =
+    scala.util.Using.resource(conn.jdbc.prepareStatement(sql)) { st =>
+      params.zipWithIndex.foreach { case (p, i) => st.setObject(i + 1, p) }
+      st.executeUpdate()
+    }
+
+  private def batch(conn: Jdbc.Conn, sql: String, rows: Seq[Seq[AnyRef]]): Unit = if (rows.nonEmpty) {
+    scala.util.Using.resource(conn.jdbc.prepareStatement(sql)) { st =>
+      rows.foreach { r =>
+        r.zipWithIndex.foreach { case (p, i) => st.setObject(i + 1, p) }
+        st.addBatch()
+      }
+      st.executeBatch()
+    }
+  }
+
+  /** One write transaction: schema version checked, committed when `body` returns, rolled back otherwise. */
+  private def withWrite[T](what: String)(body: Jdbc.Conn => T): T = {
+    val jdbc = try JdbcConnector.openForWrite(address, env)
+    catch { case e: SQLException => throw OmniTableErrors.cannotConnect(display, e) }
+    val conn = Jdbc.Conn(jdbc, queries)
+    try {
+      checkSchemaVersion(conn)
+      val out = body(conn)
+      jdbc.commit()
+      hit("commit.after_commit")
+      out
+    } catch {
+      case e: SQLException =>
+        rollbackQuietly(jdbc)
+        throw OmniTableErrors.catalogQueryFailed(display, what, e)
+      case NonFatal(e) =>
+        rollbackQuietly(jdbc)
+        throw e
+    } finally jdbc.close()
+  }
+
+  private def rollbackQuietly(jdbc: java.sql.Connection): Unit =
+    try jdbc.rollback()
+    catch { case NonFatal(_) => }
+
+  /** A writer refuses a catalog schema it does not know (docs/catalog.md, "Schema version"). */
+  private def checkSchemaVersion(conn: Jdbc.Conn): Unit = {
+    val found = Jdbc.query(conn, CommitSql("schema_version"))(_.getString(1)).headOption
+    found match {
+      case None => throw OmniTableErrors.notACatalog(display, "omnitable_meta has no schema_version")
+      case Some(v) if v.trim != SchemaFile.version.toString =>
+        throw OmniTableErrors.schemaVersionMismatch(display, v.trim, SchemaFile.version)
+      case _ =>
+    }
+  }
+}
+
+/** What an overwrite replaces: the batch ids of its name and their fragments (at its base). */
+private[catalog] final case class Replaced(batchIds: Seq[String], fragmentIds: Seq[String])
+
+object CatalogWriter {
+
+  /** The largest `_ai_unique_id_` (python/omnitable/vocabulary/names.py `MAX_ROW_ID`). */
+  val MaxRowId: Long = Long.MaxValue
+
+  private val Json = new com.fasterxml.jackson.databind.ObjectMapper()
+
+  private val Time = DateTimeFormatter.ofPattern("yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").withZone(ZoneOffset.UTC)
+
+  def utcNow(): String = Time.format(Instant.now())
+
+  private val CreateTable = """(?s)CREATE TABLE IF NOT EXISTS (\w+) \((.*)""".r
+
+  /** The tables of schema.sql that hold rows of one table (a `table_id` column), `tables` last. */
+  lazy val tableKinds: Seq[String] = {
+    val kinds = SchemaFile.statements.map(_.linesIterator.filterNot(_.trim.startsWith("--")).mkString("\n").trim)
+      .collect { case CreateTable(kind, body) if body.contains("table_id") => kind }
+    kinds.filterNot(_ == "tables") :+ "tables"
+  }
+
+  /** The columns of a file in ascending column id (raw columns: no feature version). */
+  final case class ColumnSet(columnIds: Seq[Int]) {
+
+    /** The content hash schema.sql specifies (python/omnitable/catalog/sets.py `ColumnSet.set_id`). */
+    lazy val setId: String = {
+      val key = columnIds.map(id => s"$id:").mkString(";")
+      MessageDigest.getInstance("SHA-256").digest(key.getBytes(StandardCharsets.UTF_8))
+        .map(b => f"${b & 0xff}%02x").mkString.take(16)
+    }
+  }
+
+  /** `files.stats`: `[null_count, min, max]` per set position (sets.py `encode_stats`). */
+  def encodeStats(set: ColumnSet, stats: Map[Int, FileColumnStats]): String = {
+    if (stats.isEmpty) return null
+    val entries = set.columnIds.map { cid =>
+      stats.get(cid).map(st => Seq[Any](st.nullCount.map(Long.box).orNull, st.min.orNull, st.max.orNull).asJava).orNull
+    }
+    Json.writeValueAsString(entries.asJava)
+  }
+
+  /** The statistics at `position` of a `files.stats` value (sets.py `decode_stats`). */
+  def decodeStats(raw: String, position: Int): FileColumnStats = {
+    if (raw == null) return FileColumnStats(Some(0L), None, None)
+    val node = Json.readTree(raw)
+    val entry = node.get(position)
+    if (entry == null || entry.isNull) FileColumnStats(Some(0L), None, None)
+    else {
+      def text(i: Int): Option[String] = Option(entry.get(i)).filterNot(_.isNull).map(_.asText())
+      FileColumnStats(text(0).map(_.toLong), text(1), text(2))
+    }
+  }
+}

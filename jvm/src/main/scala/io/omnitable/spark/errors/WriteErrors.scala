@@ -1,0 +1,121 @@
+package io.omnitable.spark.errors
+
+/**
+ * A commit the catalog refused (docs/catalog.md, "Commits and concurrency"): a concurrent commit
+ * changed what this write relied on (`OMNITABLE_COMMIT_CONFLICT`), the table is gone
+ * (`OMNITABLE_TABLE_DROPPED`), or the request does not fit the head (`OMNITABLE_BATCH_EXISTS`).
+ * Raised on the driver while the job commits; nothing was committed.
+ */
+final class OmniTableCommitException(val omniErrorClass: String, val detail: String, cause: Throwable = null)
+    extends RuntimeException(s"[$omniErrorClass] $detail", cause)
+
+/** Errors of writes from Spark (the JVM writer and committer). */
+object WriteErrors {
+
+  val CommitConflict = "OMNITABLE_COMMIT_CONFLICT"
+  val TableDropped = "OMNITABLE_TABLE_DROPPED"
+  val BatchExists = "OMNITABLE_BATCH_EXISTS"
+  val CommitOutcomeUnknown = "OMNITABLE_COMMIT_OUTCOME_UNKNOWN"
+
+  private def analysis(cls: String, msg: String): OmniTableAnalysisException =
+    new OmniTableAnalysisException(cls, msg, None)
+
+  def missingAppendName(table: String, optionKey: String, confKey: String): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_MISSING_APPEND_NAME",
+      s"Cannot append to table '$table': no batch name. Every append is a named batch (as " +
+        s"Table.append(data, append_name) in Python): pass .option(\"$optionKey\", \"<name>\") to " +
+        s"writeTo / write, or SET $confKey = '<name>' before INSERT INTO."
+    )
+
+  def invalidAppendName(table: String, name: String): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_INVALID_APPEND_NAME",
+      s"Cannot append to table '$table': the batch name must be a non-empty string of at most 256 " +
+        s"printable characters (e.g. 'cc/2026-10/v1'), got '$name'."
+    )
+
+  def keyedTable(table: String, key: String): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_KEYED_TABLE",
+      s"Cannot append to table '$table': it is keyed by $key; add rows with upsert() in Python, " +
+        "which keeps the key index and the keys unique."
+    )
+
+  def notWritableSnapshot(table: String, what: String): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_NOT_WRITABLE",
+      s"Cannot write to table '$table' read with $what: writes go to the head of a branch " +
+        "(omnitable.<table> or omnitable.<table>.branch_<name>); drop the option."
+    )
+
+  def unknownColumns(table: String, names: Seq[String]): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_SCHEMA_MISMATCH",
+      s"Cannot append to table '$table': unknown column(s) ${names.mkString(", ")}; add them to the " +
+        "table first (ALTER TABLE … ADD COLUMNS, or add_columns() in Python). An INSERT without a " +
+        "column list matches columns by position only with the OmniTable session extension " +
+        "(spark.sql.extensions)."
+    )
+
+  def systemColumn(table: String, name: String): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_SCHEMA_MISMATCH",
+      s"Cannot append to table '$table': column $name is set by OmniTable (_ai_unique_id_ is " +
+        "generated, _ai_append_name_ is the batch name); drop it from the data. Appends with " +
+        "supplied _ai_unique_id_ values go through the Python API."
+    )
+
+  def missingColumns(table: String, names: Seq[String]): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_SCHEMA_MISMATCH",
+      s"Cannot append to table '$table': non-nullable column(s) ${names.mkString(", ")} are " +
+        "missing from the data."
+    )
+
+  def duplicateColumns(table: String, names: Seq[String]): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_SCHEMA_MISMATCH",
+      s"Cannot append to table '$table': duplicate column name(s) ${names.mkString(", ")}."
+    )
+
+  def mistypedColumn(table: String, name: String, found: String, expected: String): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_SCHEMA_MISMATCH",
+      s"Cannot append column '$name' to table '$table': it has type $found, the table has " +
+        s"$expected, and $found does not convert to it without loss; cast it in the query."
+    )
+
+  def positionMismatch(table: String, found: Int, expected: Int): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_SCHEMA_MISMATCH",
+      s"Cannot insert into table '$table': the query has $found column(s), the table has $expected " +
+        "(its columns without _ai_unique_id_ and _ai_append_name_); name the columns " +
+        "(INSERT INTO t (a, b) …) to write some of them."
+    )
+
+  def conflict(detail: String): OmniTableCommitException = new OmniTableCommitException(CommitConflict, detail)
+
+  def dropped(op: String, tableId: String): OmniTableCommitException = new OmniTableCommitException(
+    TableDropped,
+    s"Cannot commit $op: the table (id $tableId) was dropped by another process; nothing was " +
+      "committed (a table re-created under its name is another table: open it again)"
+  )
+
+  def batchExists(name: String): OmniTableCommitException = new OmniTableCommitException(
+    BatchExists,
+    s"Cannot append batch '$name': it already exists; use INSERT OVERWRITE / mode(\"overwrite\") " +
+      "or Python's mode='replace' to replace it atomically"
+  )
+
+  def outcomeUnknown(op: String, cause: Throwable): OmniTableCommitException = new OmniTableCommitException(
+    CommitOutcomeUnknown,
+    s"Cannot tell whether $op was committed: the catalog connection failed while committing " +
+      s"(${Option(cause.getMessage).getOrElse(cause.toString)}); look at the table's history " +
+      "before retrying. Its files were kept (the commit may reference them).",
+    cause
+  )
+
+  def failpoint(name: String): RuntimeException =
+    new RuntimeException(s"omnitable failpoint '$name' triggered (spark.omnitable.test.failpoint)")
+}

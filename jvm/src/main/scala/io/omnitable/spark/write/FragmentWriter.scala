@@ -1,0 +1,190 @@
+package io.omnitable.spark.write
+
+import scala.collection.mutable
+import scala.util.control.NonFatal
+
+import io.omnitable.spark.catalog.{FileColumnStats, WrittenFile, WrittenFragment}
+import org.apache.hadoop.conf.Configuration
+import org.apache.hadoop.fs.Path
+import org.apache.hadoop.mapreduce.TaskAttemptID
+import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.{
+  BoundReference,
+  Cast,
+  JoinedRow,
+  SpecificInternalRow,
+  UnsafeProjection
+}
+import org.apache.spark.sql.connector.write.{DataWriter, DataWriterFactory, WriterCommitMessage}
+import org.apache.spark.sql.execution.datasources.parquet.{ParquetOutputWriter, ParquetWriteSupport}
+import org.apache.spark.sql.types.{LongType, StructField, StructType}
+
+/** Makes one [[FragmentWriter]] per task (serialized to executors with its [[WriteTask]]). */
+private[write] final class FragmentWriterFactory(task: WriteTask) extends DataWriterFactory {
+  override def createWriter(partitionId: Int, taskId: Long): DataWriter[InternalRow] =
+    new FragmentWriter(task, partitionId)
+}
+
+/**
+ * Writes one task's rows as fragments of the batch, exactly as python/omnitable/format/writer.py
+ * lays them out (docs/format.md): every `targetFragmentRows` rows a new fragment
+ * `data/<slug>-<batch8>/<fragment_id>/` with one Parquet file `<group>-<file_id>.parquet` per
+ * column group, physical column names, `_ai_unique_id_` in the `base` file, numbered
+ * `idBase + (partition << 33)` onwards. Files go straight to their final, unique paths; nothing is
+ * visible until the driver commits. `abort` deletes what this attempt wrote.
+ */
+private[write] final class FragmentWriter(task: WriteTask, partition: Int) extends DataWriter[InternalRow] {
+
+  /** Input row (the id first) → the group's row in file order, cast to the stored types. */
+  private val projections: Seq[(String, Seq[TargetColumn], UnsafeProjection)] = task.groups.map { case (g, cols) =>
+    val exprs = cols.map { c =>
+      if (c.input < 0) BoundReference(0, LongType, nullable = false)
+      else {
+        val f = task.inputSchema(c.input)
+        val ref = BoundReference(c.input + 1, f.dataType, f.nullable)
+        if (f.dataType == c.dataType) ref else Cast(ref, c.dataType, Some("UTC"), ansiEnabled = true)
+      }
+    }
+    (g, cols, UnsafeProjection.create(exprs))
+  }
+
+  private val idRow = new SpecificInternalRow(Seq(LongType))
+  private val joined = new JoinedRow()
+  private var nextId = task.idBase + (partition.toLong << WriteTask.IdShift)
+  private val idLimit = task.idBase + ((partition.toLong + 1) << WriteTask.IdShift)
+  private var seq = partition.toLong << WriteTask.SeqShift
+  private val done = mutable.ArrayBuffer.empty[WrittenFragment]
+  private val written = mutable.ArrayBuffer.empty[String] // fragment directories, for abort
+  private var open: Option[OpenFragment] = None
+
+  override def write(row: InternalRow): Unit = {
+    if (nextId >= idLimit) {
+      throw new IllegalStateException(s"Cannot write partition $partition: more than 2^${WriteTask.IdShift} rows")
+    }
+    val fragment = open.getOrElse { val f = new OpenFragment; open = Some(f); f }
+    idRow.setLong(0, nextId)
+    nextId += 1
+    fragment.add(joined(idRow, row))
+    if (fragment.rows >= task.settings.targetFragmentRows) closeFragment()
+  }
+
+  /** Writes an empty fragment (an append of no rows still creates its batch, as in Python). */
+  def writeEmpty(): WrittenFragment = {
+    val f = new OpenFragment
+    open = Some(f)
+    closeFragment()
+    done.last
+  }
+
+  override def commit(): WriterCommitMessage = {
+    closeFragment()
+    FragmentsWritten(done.toSeq)
+  }
+
+  override def abort(): Unit = {
+    open.foreach(f =>
+      try f.close()
+      catch { case NonFatal(_) => })
+    open = None
+    FragmentWriter.deleteQuietly(task, written.toSeq)
+  }
+
+  override def close(): Unit = open.foreach(f =>
+    try f.close()
+    catch { case NonFatal(_) => })
+
+  private def closeFragment(): Unit = open.foreach { f =>
+    open = None
+    done += f.finish()
+  }
+
+  /** One fragment being written: a Parquet writer and statistics per group. */
+  private final class OpenFragment {
+    val fragmentId: String = WriteTask.newId()
+    val path: String = s"${task.batchDirectory}/$fragmentId"
+    written += path
+    var rows = 0L
+    private val files = projections.map { case (g, cols, proj) =>
+      val fileId = WriteTask.newId()
+      val rel = s"$path/$g-$fileId.parquet"
+      val schema = StructType(cols.map(c => StructField(c.physicalName, c.dataType, nullable = c.input >= 0)))
+      val conf = new Configuration(task.hadoopConf.value)
+      ParquetWriteSupport.setSchema(schema, conf)
+      val ctx = new TaskAttemptContextImpl(conf, new TaskAttemptID())
+      val writer = new ParquetOutputWriter(FragmentWriter.uri(task, rel), ctx)
+      OpenFile(
+        fileId,
+        g,
+        rel,
+        cols,
+        proj,
+        writer,
+        cols.map(c => new ColumnStatsBuilder(c.dataType)).toArray,
+        cols.map(_.nullable).toArray)
+    }
+
+    def add(row: InternalRow): Unit = {
+      files.foreach { f =>
+        val out = f.projection(row)
+        var i = 0
+        while (i < f.stats.length) {
+          if (!f.nullable(i) && out.isNullAt(i)) throw FragmentWriter.nullInColumn(task, f.columns(i).name)
+          f.stats(i).add(out, i)
+          i += 1
+        }
+        f.writer.write(out)
+      }
+      rows += 1
+    }
+
+    def close(): Unit = files.foreach(_.writer.close())
+
+    def finish(): WrittenFragment = {
+      close()
+      val out = files.map { f =>
+        val p = new Path(FragmentWriter.uri(task, f.path))
+        val size = p.getFileSystem(task.hadoopConf.value).getFileStatus(p).getLen
+        val colStats: Seq[(String, FileColumnStats)] = f.columns.zip(f.stats).map { case (c, s) => c.name -> s.result }
+        WrittenFile(
+          f.fileId,
+          fragmentId,
+          f.group,
+          f.path,
+          rows,
+          size,
+          colStats,
+          f.columns.map(c => c.name -> c.columnId).toMap)
+      }
+      WrittenFragment(fragmentId, task.batchId, rows, path, { val s = seq; seq += 1; s }, out)
+    }
+  }
+}
+
+/** One column file being written: its projection from the input row, Parquet writer and statistics. */
+private[write] final case class OpenFile(
+    fileId: String,
+    group: String,
+    path: String,
+    columns: Seq[TargetColumn],
+    projection: UnsafeProjection,
+    writer: ParquetOutputWriter,
+    stats: Array[ColumnStatsBuilder],
+    nullable: Array[Boolean])
+
+private[write] object FragmentWriter {
+
+  def nullInColumn(task: WriteTask, column: String): IllegalArgumentException = new IllegalArgumentException(
+    s"Cannot append batch '${task.batchName}': column '$column' is not nullable but the data has a null " +
+      "value in it; nothing was committed")
+
+  def uri(task: WriteTask, rel: String): String = task.tableUri.stripSuffix("/") + "/" + rel
+
+  /** Delete fragment directories (relative paths) and everything in them; failures are ignored. */
+  def deleteQuietly(task: WriteTask, fragmentPaths: Seq[String]): Unit = fragmentPaths.foreach { rel =>
+    try {
+      val p = new Path(uri(task, rel))
+      p.getFileSystem(task.hadoopConf.value).delete(p, true)
+    } catch { case NonFatal(_) => }
+  }
+}

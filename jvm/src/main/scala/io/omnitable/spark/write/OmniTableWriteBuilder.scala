@@ -1,0 +1,94 @@
+package io.omnitable.spark.write
+
+import scala.jdk.CollectionConverters._
+
+import io.omnitable.spark.catalog.{CatalogWriter, SystemColumns, TableSnapshot}
+import io.omnitable.spark.errors.WriteErrors
+import io.omnitable.spark.read.exec.SerializableHadoopConf
+import org.apache.hadoop.mapreduce.Job
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.connector.write.{BatchWrite, LogicalWriteInfo, SupportsTruncate, Write, WriteBuilder}
+import org.apache.spark.sql.execution.datasources.parquet.{ParquetOptions, ParquetUtils}
+
+/**
+ * An append to the head of a branch (`df.writeTo(...).append()`, `INSERT INTO`,
+ * `df.write.format("omnitable").mode("append")`): checks everything it can before a job runs —
+ * the batch name, a keyed table, the snapshot named, the data's columns and types
+ * ([[WriteSchema]]) — and prepares the Parquet settings the tasks use.
+ *
+ * @param readOptions the options the table was loaded with (a version or tag cannot be written)
+ */
+final class OmniTableWriteBuilder(
+    snap: TableSnapshot,
+    catalog: CatalogWriter,
+    readOptions: Map[String, String],
+    info: LogicalWriteInfo)
+    extends WriteBuilder
+    with SupportsTruncate {
+
+  private var replace = false
+
+  /**
+   * `INSERT OVERWRITE` / `mode("overwrite")`: replace the batch of the write's name (Python's
+   * `mode="replace"`), never the rest of the table (docs/spark.md, "Writing from Spark").
+   */
+  override def truncate(): WriteBuilder = {
+    replace = true
+    this
+  }
+
+  override def build(): Write = {
+    val table = snap.table.name
+    val lowered = readOptions.keySet.map(_.toLowerCase(java.util.Locale.ROOT))
+    Seq("versionasof", "timestampasof", "tag", "batches", "fragments").find(lowered.contains).foreach { k =>
+      throw WriteErrors.notWritableSnapshot(table, s"option '$k'")
+    }
+    if (snap.snapshot.label.startsWith("tag ") || snap.snapshot.label.startsWith("version ")) {
+      throw WriteErrors.notWritableSnapshot(table, snap.snapshot.label)
+    }
+    snap.table.properties.get("table.key").foreach(k => throw WriteErrors.keyedTable(table, k))
+    val spark = SparkSession.active
+    val conf = spark.sessionState.conf
+    val settings = WriteSettings.resolve(
+      table,
+      info.options().asCaseSensitiveMap().asScala.toMap,
+      k => Option(conf.getConfString(k, null)),
+      snap.table.properties)
+    val groups = WriteSchema.targets(snap, info.schema())
+    val hadoop = spark.sessionState.newHadoopConf()
+    val job = Job.getInstance(hadoop)
+    val baseSchema = org.apache.spark.sql.types.StructType(groups.head._2.map(c =>
+      org.apache.spark.sql.types.StructField(c.physicalName, c.dataType)))
+    ParquetUtils.prepareWrite(
+      conf,
+      job,
+      baseSchema,
+      new ParquetOptions(Map("compression" -> settings.compression), conf))
+    val jc = job.getConfiguration
+    jc.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    jc.set("spark.sql.parquet.writeLegacyFormat", "false")
+    jc.set("spark.sql.parquet.fieldId.write.enabled", "false")
+    jc.setLong("parquet.block.row.count.limit", settings.rowGroupSize)
+    val branch = snap.snapshot.segments.head.branch
+    if (replace && branch != SystemColumns.MainBranch) {
+      throw WriteErrors.notWritableSnapshot(table, s"branch '$branch' (an overwrite replaces batches on main only)")
+    }
+    val task = WriteTask(
+      snap.tableUri,
+      settings.appendName,
+      "",
+      info.schema(),
+      groups,
+      0L,
+      settings,
+      new SerializableHadoopConf(jc))
+    new Write {
+      override def description(): String = s"OmniTable append of batch '${settings.appendName}' to $table"
+      override def toBatch: BatchWrite = new OmniTableBatchWrite(snap, branch, catalog, task, replace)
+    }
+  }
+}
+
+private[spark] object OmniTableWriteBuilder {
+  val RowId: String = SystemColumns.RowId
+}

@@ -1,0 +1,49 @@
+package io.omnitable.spark.write
+
+import java.util.Locale
+
+import io.omnitable.spark.catalog.{SystemColumns, TableSnapshot}
+import io.omnitable.spark.errors.WriteErrors
+import org.apache.spark.sql.catalyst.expressions.Cast
+import org.apache.spark.sql.types.{NullType, StructType}
+
+/**
+ * The stored columns an append fills from the rows Spark writes, matched by name (Spark's
+ * case-insensitive resolution), as python/omnitable/ingest/conform.py checks a DataFrame:
+ * unknown columns, the system columns, duplicates, missing non-nullable columns and types that
+ * Spark's INSERT would not store either (ANSI store assignment: numbers to numbers, never text to
+ * numbers) are refused before any file is written; a value that does not fit fails its task
+ * (nothing is committed). Columns the data leaves out get no file (they read NULL).
+ */
+private[write] object WriteSchema {
+
+  /** Columns by group (`base` first, `_ai_unique_id_` first in it), groups in table order. */
+  def targets(snap: TableSnapshot, input: StructType): Seq[(String, Seq[TargetColumn])] = {
+    val table = snap.table.name
+    val key = (s: String) => s.toLowerCase(Locale.ROOT)
+    val dupes = input.fieldNames.groupBy(key).collect { case (_, ns) if ns.length > 1 => ns.head }.toSeq
+    if (dupes.nonEmpty) throw WriteErrors.duplicateColumns(table, dupes.sorted)
+    input.fieldNames.find(n => Set(SystemColumns.RowId, SystemColumns.AppendName).map(key).contains(key(n)))
+      .foreach(n => throw WriteErrors.systemColumn(table, n))
+    val user = snap.userColumns
+    val byName = user.map(c => key(c.name) -> c).toMap
+    val unknown = input.fieldNames.filterNot(n => byName.contains(key(n)))
+    if (unknown.nonEmpty) throw WriteErrors.unknownColumns(table, unknown.toSeq)
+    val inputIndex = input.fieldNames.zipWithIndex.map { case (n, i) => key(n) -> i }.toMap
+    val missing = user.filter(c => !c.nullable && !inputIndex.contains(key(c.name))).map(_.name)
+    if (missing.nonEmpty) throw WriteErrors.missingColumns(table, missing)
+    val present = user.filter(c => inputIndex.contains(key(c.name))).map { c =>
+      val i = inputIndex(key(c.name))
+      val found = input(i).dataType
+      if (found != c.dataType && found != NullType && !Cast.canANSIStoreAssign(found, c.dataType)) {
+        throw WriteErrors.mistypedColumn(table, c.name, found.sql, c.dataType.sql)
+      }
+      TargetColumn(c.name, c.columnId, c.physicalName, c.groupName, c.dataType, i, c.nullable)
+    }
+    val id = snap.rowIdColumn
+    val idCol = TargetColumn(id.name, id.columnId, id.physicalName, id.groupName, id.dataType, -1, nullable = false)
+    val all = idCol +: present
+    val order = all.map(_.group).distinct
+    order.map(g => g -> all.filter(_.group == g))
+  }
+}

@@ -1,0 +1,110 @@
+package io.omnitable.spark.write
+
+import java.io.File
+import java.nio.file.Files
+
+import scala.sys.process._
+
+import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
+import io.omnitable.spark.{SharedSparkSession, TestWarehouses}
+import io.omnitable.spark.catalog.{CatalogReader, Failpoints, SnapshotSpec}
+import io.omnitable.spark.errors.{OmniTableCommitException, WriteErrors}
+import io.omnitable.spark.source.OmniTableCatalog
+import org.apache.spark.sql.functions.lit
+import org.scalatest.funsuite.AnyFunSuite
+
+/**
+ * Commit conformance, JVM implementation: every scenario of tests/conformance/scenarios/ (the
+ * files the pytest runner tests/conformance/test_conformance.py reads for the Python committer)
+ * run against the JVM committer on SQLite, and on PostgreSQL when OMNITABLE_TEST_POSTGRES_URL is
+ * set (CI sets it). The base state and the concurrent writer's steps are done by the Python API
+ * (tests/conformance/steps.py); the committing append is a Spark `writeTo(...).append()` (a
+ * replace: `overwrite(lit(true))`, INSERT OVERWRITE's plan), and the
+ * concurrent steps run between its snapshot and its commit (failpoint `append.before_commit`).
+ */
+class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
+
+  private val json = new ObjectMapper()
+  private val root = TestWarehouses.repoRoot
+  private val stepsScript = new File(root, "tests/conformance/steps.py").getPath
+  private val scenarios: Seq[String] =
+    new File(root, "tests/conformance/scenarios").listFiles().map(_.getName).filter(_.endsWith(".json"))
+      .map(_.stripSuffix(".json")).sorted.toSeq
+  private val postgres: Option[String] = sys.env.get("OMNITABLE_TEST_POSTGRES_URL").filter(_.nonEmpty)
+
+  private def python(args: String*): String = {
+    val out = new StringBuilder
+    val err = new StringBuilder
+    val rc = Process(TestWarehouses.python +: stepsScript +: args, root, "SPARK_LOCAL_IP" -> "127.0.0.1")
+      .!(ProcessLogger(l => out.append(l).append('\n'), l => err.append(l).append('\n')))
+    if (rc != 0) fail(s"steps.py ${args.mkString(" ")} failed ($rc):\n$err")
+    out.toString.trim
+  }
+
+  /** (warehouse, data root) of a fresh catalog on `backend`. */
+  private def freshWarehouse(backend: String): (String, String) = {
+    val dir = Files.createTempDirectory("omnitable-conformance").toFile
+    backend match {
+      case "sqlite" => (new File(dir, "wh").getPath, "")
+      case _ => (python("newdb", postgres.get), new File(dir, "data").getPath)
+    }
+  }
+
+  test("the scenario files are there") {
+    assert(scenarios.size >= 6)
+  }
+
+  for (backend <- Seq("sqlite", "postgres"); name <- scenarios)
+    test(s"$name [$backend]") {
+      assume(backend == "sqlite" || postgres.isDefined, "OMNITABLE_TEST_POSTGRES_URL is not set")
+      run(backend, name)
+    }
+
+  private def run(backend: String, name: String): Unit = {
+    val scenario = json.readTree(new File(root, s"tests/conformance/scenarios/$name.json"))
+    val (warehouse, dataRoot) = freshWarehouse(backend)
+    val baseNext = json.readTree(python("prepare", warehouse, dataRoot, name)).get("next_row_id").asLong()
+    val catalog = s"conf_${java.util.UUID.randomUUID().toString.take(8)}"
+    spark.conf.set(s"spark.sql.catalog.$catalog", classOf[OmniTableCatalog].getName)
+    spark.conf.set(s"spark.sql.catalog.$catalog.warehouse", warehouse)
+    val commit = scenario.get("commit")
+    val batch = commit.get("batch").asText()
+    val rows = (0 until commit.get("rows").asInt()).map(i => (s"$batch-$i", i.toDouble))
+    val df = spark.createDataFrame(rows).toDF("url", "score").coalesce(1)
+    val outcome: Either[OmniTableCommitException, Unit] =
+      try Right(Failpoints.hooked("append.before_commit") {
+          python("concurrent", warehouse, dataRoot, name, baseNext.toString)
+        } {
+          val writer = df.writeTo(s"$catalog.web").option("append_name", batch)
+          if (commit.path("mode").asText("error") == "replace") writer.overwrite(lit(true)) else writer.append()
+        })
+      catch { case e: Exception => Left(commitError(e)) }
+    check(scenario.get("expect"), outcome, warehouse)
+    val state = json.readTree(python("state", warehouse, dataRoot))
+    val expect = scenario.get("expect")
+    assert(state.get("batches") == Option(expect.get("batches")).getOrElse(json.nullNode()))
+    assert(state.get("rows") == Option(expect.get("rows")).getOrElse(json.nullNode()))
+  }
+
+  private def check(expect: JsonNode, outcome: Either[OmniTableCommitException, Unit], warehouse: String): Unit = {
+    val kinds = Map(
+      "conflict" -> WriteErrors.CommitConflict,
+      "not_found" -> WriteErrors.TableDropped,
+      "exists" -> WriteErrors.BatchExists)
+    if (expect.has("version")) {
+      assert(outcome.isRight, outcome)
+      val head = new CatalogReader(warehouse).loadTable("web", SnapshotSpec.Head).snapshot.version
+      assert(head == expect.get("version").asLong())
+    } else {
+      val (kind, errorClass) = kinds.find { case (k, _) => expect.has(k) }.get
+      val error = outcome.swap.getOrElse(fail(s"expected $kind, the append committed"))
+      assert(error.omniErrorClass == errorClass)
+      assert(error.detail.contains(expect.get(kind).asText()), error.detail)
+    }
+  }
+
+  /** The commit error inside what Spark threw (it wraps errors of the job's commit). */
+  private def commitError(e: Throwable): OmniTableCommitException =
+    Iterator.iterate(e)(_.getCause).takeWhile(_ != null).collectFirst { case c: OmniTableCommitException => c }
+      .getOrElse(throw e)
+}

@@ -1,0 +1,90 @@
+-- The statements of an append's commit, shared by the Python committer (catalog/commit.py,
+-- catalog/catalog.py) and the JVM committer (jvm/.../catalog/CatalogWriter.scala, bundled in the
+-- jar by build.sbt). One statement per `-- name: <name>` header, parameters as `:name`; the JVM
+-- binds them by position, so keep each parameter's first occurrence in the order given in the
+-- comment. `{vis}` / `{in}` are filled in by the caller (a visibility clause, an IN list).
+-- docs/catalog.md, "Commits and concurrency", specifies what they do.
+
+-- name: schema_version
+SELECT value FROM omnitable_meta WHERE key = 'schema_version'
+
+-- name: lock_table
+-- (t) PostgreSQL only: serialize commits on one table.
+SELECT table_id FROM tables WHERE table_id = :t FOR UPDATE
+
+-- name: table_row
+-- (t)
+SELECT table_id, name, location FROM tables WHERE table_id = :t
+
+-- name: next_row_id
+-- (t)
+SELECT next_row_id FROM tables WHERE table_id = :t
+
+-- name: set_next_row_id
+-- (n, t)
+UPDATE tables SET next_row_id = :n WHERE table_id = :t
+
+-- name: visible_columns
+-- (t, visibility parameters)
+SELECT name, column_id, added_version, state FROM columns c WHERE c.table_id = :t AND {vis}
+
+-- name: live_batch_by_name
+-- (t, name, visibility parameters)
+SELECT b.batch_id, b.name, b.added_version FROM batches b WHERE b.table_id = :t AND b.name = :name AND {vis}
+
+-- name: row_id_stats_since
+-- (t, b, since) the _ai_unique_id_ statistics (column 0) of the files committed after `since`
+SELECT fi.stats, cs.position FROM files fi JOIN column_sets cs ON cs.table_id = fi.table_id AND cs.set_id = fi.set_id WHERE fi.table_id = :t AND fi.branch = :b AND fi.added_version > :since AND cs.column_id = 0
+
+-- name: next_version
+-- (t)
+SELECT COALESCE(MAX(version), -1) + 1 FROM commits WHERE table_id = :t
+
+-- name: last_commit_time
+-- (t)
+SELECT MAX(committed_at) FROM commits WHERE table_id = :t
+
+-- name: insert_batch
+-- (t, id, name, b, v, now, rows, frags)
+INSERT INTO batches (table_id, batch_id, name, branch, added_version, removed_version, created_at, row_count, fragment_count) VALUES (:t, :id, :name, :b, :v, NULL, :now, :rows, :frags)
+
+-- name: insert_fragment
+-- (t, id, bid, seq, n, p, b, v)
+INSERT INTO fragments (table_id, fragment_id, batch_id, seq, row_count, path, branch, added_version, removed_version) VALUES (:t, :id, :bid, :seq, :n, :p, :b, :v, NULL)
+
+-- name: existing_sets
+-- (t, set ids)
+SELECT DISTINCT set_id FROM column_sets WHERE table_id = :t AND {in}
+
+-- name: insert_column_set
+-- (t, s, c, p, fv)
+INSERT INTO column_sets (table_id, set_id, column_id, position, feature_version) VALUES (:t, :s, :c, :p, :fv) ON CONFLICT (table_id, set_id, column_id) DO NOTHING
+
+-- name: insert_file
+-- (t, id, frag, g, p, n, s, b, v, r, set, st)
+INSERT INTO files (table_id, file_id, fragment_id, group_name, path, row_count, size_bytes, branch, added_version, removed_version, run_id, set_id, stats) VALUES (:t, :id, :frag, :g, :p, :n, :s, :b, :v, NULL, :r, :set, :st)
+
+-- name: insert_commit
+-- (t, v, p, b, op, r, s, now, tok)
+INSERT INTO commits (table_id, version, parent_version, branch, op, run_id, summary, committed_at, commit_token) VALUES (:t, :v, :p, :b, :op, :r, :s, :now, :tok)
+
+-- name: move_ref
+-- (v, t, b)
+UPDATE refs SET version = :v WHERE table_id = :t AND name = :b
+
+-- name: find_commit
+-- (t, k)
+SELECT version FROM commits WHERE table_id = :t AND commit_token = :k
+
+-- name: fragments_of_batches
+-- (t, visibility parameters, batch ids) the fragments of an append's replaced batches
+SELECT f.fragment_id FROM fragments f WHERE f.table_id = :t AND {vis} AND {in}
+
+-- name: end_rows
+-- (v, t, val, b) end a row of table {kind} by column {by}, as of version v on branch b
+UPDATE {kind} SET removed_version = :v WHERE table_id = :t AND {by} = :val AND removed_version IS NULL AND branch = :b
+
+-- name: delete_table_rows
+-- (t) dropping a table: its rows of table {kind}; run for every table of schema.sql that has a
+-- table_id column (`tables` last), in one transaction (Warehouse.drop_table, DROP TABLE)
+DELETE FROM {kind} WHERE table_id = :t

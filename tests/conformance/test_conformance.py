@@ -1,0 +1,73 @@
+"""Commit conformance, Python implementation: every scenario of tests/conformance/scenarios/
+run against the Python committer on SQLite and PostgreSQL (the ScalaTest ConformanceSuite runs
+the same files against the JVM committer). The concurrent writer commits between the committing
+append's snapshot and its commit (failpoint ``append.before_commit``)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import omnitable
+from omnitable._failpoints import hooked
+from omnitable.exceptions import AlreadyExistsError, CommitConflict, NotFoundError
+
+
+def _steps() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "conformance_steps", Path(__file__).with_name("steps.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+steps = _steps()
+OUTCOMES = {"conflict": CommitConflict, "not_found": NotFoundError, "exists": AlreadyExistsError}
+
+
+def run_python(wh: omnitable.Warehouse, scenario: dict[str, Any]) -> dict[str, Any]:
+    """The committing append through the Python API; its outcome as ``expect`` spells it."""
+    base_next = steps.prepare(wh, scenario)
+    commit = scenario["commit"]
+    table = wh.table(steps.TABLE)
+
+    def concurrent() -> None:
+        for step in scenario["concurrent"]:
+            steps.apply_step(wh, step, base_next)
+
+    try:
+        with hooked("append.before_commit", concurrent):
+            data = steps.rows(commit["batch"], commit["rows"])
+            version = table.append(data, commit["batch"], mode=commit.get("mode", "error"))
+        return {"version": version}
+    except (CommitConflict, NotFoundError, AlreadyExistsError) as exc:
+        kind = next(k for k, cls in OUTCOMES.items() if isinstance(exc, cls))
+        return {kind: str(exc)}
+
+
+@pytest.mark.parametrize("name", steps.names())
+def test_scenario(wh: omnitable.Warehouse, name: str) -> None:
+    scenario = steps.load(name)
+    outcome = run_python(wh, scenario)
+    expect = scenario["expect"]
+    if "version" in expect:
+        assert outcome == {"version": expect["version"]}
+    else:
+        (kind,) = [k for k in OUTCOMES if k in expect]
+        assert kind in outcome, outcome
+        assert expect[kind] in outcome[kind]
+    after = steps.state(wh)
+    assert after["batches"] == expect.get("batches")
+    assert after["rows"] == expect.get("rows")
+
+
+def test_every_scenario_says_what_it_expects() -> None:
+    for name in steps.names():
+        expect = steps.load(name)["expect"]
+        assert len([k for k in ("version", *OUTCOMES) if k in expect]) == 1, name
