@@ -21,6 +21,7 @@ BENCHMARKS = [
     "metadata",
     "dataops",
     "branches",
+    "sql_writes",
 ]
 
 

@@ -31,6 +31,7 @@ TINY = {
         "--rows 20000 --update-rows 2000 --upsert-base 20000 --upsert-rows 2000 --repeats 1"
     ),
     "branches": "--sizes 100 300 --real-fragments 4 --merge-fragments 200 --repeats 1",
+    "sql_writes": "--rows 20000 --merge-rows 5000 --repeats 1",
 }
 
 

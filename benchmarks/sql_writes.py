@@ -1,0 +1,202 @@
+"""Spark SQL writes benchmark (issue 14): ``INSERT INTO`` and one-column ``MERGE``.
+
+Data: N rows (default the issue's 5,000,000) of a Spark DataFrame with 8 columns (4 integers, 3
+doubles, a short string), generated and cached once so every variant writes the same rows.
+Prints, measured side by side in one run (``--repeats`` interleaved rounds, medians):
+
+  * (a) ``INSERT INTO omnitable.<t> SELECT * FROM src`` (a new batch per round, committed by the
+    JVM) vs the same DataFrame written as Parquet (``df.write.parquet``) and as Delta
+    (``df.write.format("delta")``); target <= 1.2x Parquet. ``Table.append(df)`` (Spark tasks
+    running Python workers) is reported alongside for reference;
+  * (b) setting one column of every row from a source keyed by ``_ai_unique_id_`` (``--merge-rows``
+    rows, default 1,000,000): OmniTable's column-only write vs Delta's ``MERGE INTO … WHEN
+    MATCHED THEN UPDATE SET quality = s.quality`` of the same statement; bytes written and time
+    (goal: >= 5x fewer bytes, >= 3x faster). OmniTable runs the SQL ``MERGE INTO`` when the
+    connector supports it, else ``Table.update`` (the same column-only write from Python); the
+    report says which ran.
+
+Run: ./dev bench sql_writes [--rows N] [--merge-rows N] [--repeats N] [--only a,b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import BENCH_DIR, fmt_bytes, fmt_ratio, fmt_seconds, report
+from benchmarks.dataops_keyed import tree_size
+
+TARGET_INSERT = 1.2
+SCHEMA = {
+    "a": "bigint", "b": "bigint", "c": "int", "d": "int",
+    "x": "double", "y": "double", "z": "double", "s": "string",
+}  # fmt: skip
+SOURCE_SQL = [
+    "id AS a", "id * 7 % 1000003 AS b", "CAST(id % 1000 AS INT) AS c",
+    "CAST(id % 17 AS INT) AS d", "rand(1) AS x", "rand(2) AS y", "CAST(id AS DOUBLE) / 3 AS z",
+    "concat('row-', CAST(id % 100000 AS STRING)) AS s",
+]  # fmt: skip
+
+
+def _session(wh: Any) -> Any:
+    import omnitable
+
+    spark = omnitable.spark_session(
+        wh, master="local[2]", **{"spark.ui.enabled": "false",
+                                  "spark.ui.showConsoleProgress": "false",
+                                  "spark.driver.memory": "6g",
+                                  "spark.sql.shuffle.partitions": "4"})  # fmt: skip
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _interleaved(variants: dict[str, Any], repeats: int) -> dict[str, float]:
+    """Median seconds per variant; each call gets its round number (a fresh batch or path)."""
+    samples: dict[str, list[float]] = {k: [] for k in variants}
+    for i in range(repeats + 1):  # round 0 warms up
+        for name, fn in variants.items():
+            start = time.perf_counter()
+            fn(i)
+            if i:
+                samples[name].append(time.perf_counter() - start)
+    return {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
+
+
+def insert_part(spark: Any, wh: Any, root: Path, rows: int, repeats: int) -> list[Any]:
+    """(a): INSERT INTO vs Parquet and Delta writes of one cached DataFrame."""
+    src = spark.range(rows, numPartitions=4).selectExpr(*SOURCE_SQL).cache()
+    src.count()
+    src.createOrReplaceTempView("bench_src")
+    table = wh.create_table("ins", SCHEMA)
+
+    def parquet(i: int) -> None:
+        src.write.mode("overwrite").parquet(str(root / "parquet"))
+
+    def delta(i: int) -> None:
+        src.write.format("delta").mode("overwrite").save(str(root / "delta"))
+
+    def insert(i: int) -> None:
+        spark.conf.set("spark.omnitable.write.appendName", f"sql{i}")
+        spark.sql("INSERT INTO omnitable.ins SELECT * FROM bench_src")
+
+    def python_append(i: int) -> None:
+        table.append(src, f"py{i}")
+
+    t = _interleaved(
+        {"parquet": parquet, "delta": delta, "insert": insert, "append": python_append}, repeats
+    )
+    assert table.count() == 2 * (repeats + 1) * rows, "INSERT INTO lost or duplicated rows"
+    src.unpersist()
+    ratio = t["insert"] / t["parquet"]
+    return [
+        ("(a) rows", f"{rows:,}", ""),
+        ("Parquet write", fmt_seconds(t["parquet"]), ""),
+        ("Delta write", fmt_seconds(t["delta"]), ""),
+        ("INSERT INTO omnitable", fmt_seconds(t["insert"]), ""),
+        ("Table.append(df) (Python workers)", fmt_seconds(t["append"]), "reference"),
+        ("INSERT INTO / Parquet", fmt_ratio(ratio), f"target <= {TARGET_INSERT}x"),
+        ("INSERT INTO / Delta", fmt_ratio(t["insert"] / t["delta"]), ""),
+    ]
+
+
+def _sql_merge_supported(spark: Any) -> bool:
+    """Whether the connector runs ``MERGE INTO`` (issue 14's row-level DML)."""
+    spark.sparkContext.setLogLevel("OFF")  # a refusal is an answer here, not an error to log
+    try:
+        spark.sql(
+            "MERGE INTO omnitable.mrg t USING (SELECT CAST(-1 AS BIGINT) AS _ai_unique_id_, "
+            "0.0D AS quality) s ON t._ai_unique_id_ = s._ai_unique_id_ "
+            "WHEN MATCHED THEN UPDATE SET quality = s.quality"
+        )
+    except Exception:  # any refusal means: not supported
+        return False
+    finally:
+        spark.sparkContext.setLogLevel("ERROR")
+    return True
+
+
+def merge_part(spark: Any, wh: Any, root: Path, rows: int) -> list[Any]:
+    """(b): one column of every row, OmniTable column-only write vs Delta MERGE."""
+    src = spark.range(rows, numPartitions=4).selectExpr(*SOURCE_SQL, "rand(3) AS quality")
+    table = wh.create_table("mrg", {**SCHEMA, "quality": "double"}, groups={"q": ["quality"]})
+    table.append(src, "base")
+    ids = table.to_spark(spark).select("_ai_unique_id_")
+    scores = ids.selectExpr("_ai_unique_id_", "rand(4) AS quality").cache()
+    scores.count()
+    scores.createOrReplaceTempView("scores")
+    delta_path = root / "delta_mrg"
+    table.to_spark(spark).write.format("delta").save(str(delta_path))
+    omni_dir = root / "wh"
+    sql_merge = _sql_merge_supported(spark)
+
+    def omni(source: str) -> float:
+        start = time.perf_counter()
+        if sql_merge:
+            spark.sql(
+                f"MERGE INTO omnitable.mrg t USING {source} s "
+                "ON t._ai_unique_id_ = s._ai_unique_id_ WHEN MATCHED THEN UPDATE SET quality = s.quality"
+            )
+        else:
+            table.update(spark.table(source).toArrow(), columns=["quality"])
+        return time.perf_counter() - start
+
+    def delta(source: str) -> float:
+        start = time.perf_counter()
+        spark.sql(
+            f"MERGE INTO delta.`{delta_path}` t USING {source} s "
+            "ON t._ai_unique_id_ = s._ai_unique_id_ WHEN MATCHED THEN UPDATE SET quality = s.quality"
+        )
+        return time.perf_counter() - start
+
+    scores.limit(100).createOrReplaceTempView("warm_scores")
+    omni("warm_scores"), delta("warm_scores")  # JIT and first-use costs of both, not measured
+    delta_before = tree_size(delta_path)
+    omni_before = tree_size(omni_dir)
+    omni_t, delta_t = omni("scores"), delta("scores")
+    omni_bytes = tree_size(omni_dir) - omni_before
+    delta_bytes = tree_size(delta_path) - delta_before
+    scores.unpersist()
+    how = "SQL MERGE INTO" if sql_merge else "Table.update (SQL MERGE not available)"
+    return [
+        ("(b) rows", f"{rows:,}", ""),
+        ("OmniTable runs", how, ""),
+        ("OmniTable bytes written", fmt_bytes(omni_bytes), ""),
+        ("Delta MERGE bytes written", fmt_bytes(delta_bytes), ""),
+        ("bytes Delta / OmniTable", fmt_ratio(delta_bytes / max(omni_bytes, 1)), "goal >= 5x"),
+        ("OmniTable time", fmt_seconds(omni_t), ""),
+        ("Delta MERGE time", fmt_seconds(delta_t), ""),
+        ("speed-up vs Delta", fmt_ratio(delta_t / omni_t), "goal >= 3x"),
+    ]
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    parser = argparse.ArgumentParser(prog="bench sql_writes")
+    parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--merge-rows", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", default="a,b", help="parts to run: a, b or a,b")
+    args = parser.parse_args(argv)
+    parts = {p.strip() for p in args.only.split(",") if p.strip()}
+    if not parts or parts - {"a", "b"}:
+        parser.error(f"--only takes a, b or a,b; got {args.only!r}")
+    import omnitable
+
+    root = BENCH_DIR / "sql_writes"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    wh = omnitable.connect(str(root / "wh"))
+    spark = _session(wh)
+    try:
+        if "a" in parts:
+            report("sql_writes (a): INSERT INTO vs Parquet / Delta", insert_part(
+                spark, wh, root, args.rows, args.repeats))  # fmt: skip
+        if "b" in parts:
+            report("sql_writes (b): one column of every row vs Delta MERGE", merge_part(
+                spark, wh, root, args.merge_rows))  # fmt: skip
+    finally:
+        spark.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    return {}
