@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 import omnitable
 from omnitable import ROW_ID
@@ -51,7 +52,9 @@ def rows(batch: str, n: int) -> pa.Table:
 
 def apply_step(wh: omnitable.Warehouse, step: dict[str, Any], base_next: int) -> None:
     """One writer step: ``append`` (optionally ``mode`` replace, ``ids_after_base``: supplied ids
-    relative to the table's next free id after the base), ``drop_table``, ``add_columns``."""
+    relative to the table's next free id after the base), ``drop_table``, ``add_columns``,
+    ``delete`` (the row whose ``url`` is given), ``update`` (its ``score``), ``register`` (a SQL
+    feature ``name`` over ``score``), ``retire`` (``column``)."""
     op = step["op"]
     if op == "drop_table":
         wh.drop_table(TABLE)
@@ -66,6 +69,18 @@ def apply_step(wh: omnitable.Warehouse, step: dict[str, Any], base_next: int) ->
     elif op == "add_columns":
         ids = pa.array(range(step["rows"]), pa.int64())
         table.add_columns(pa.table({ROW_ID: ids, step["column"]: ["x"] * step["rows"]}))
+    elif op == "delete":
+        assert table.delete(pc.field("url") == step["url"]).rows == 1
+    elif op == "update":
+        (row_id,) = table.read(columns=[ROW_ID], where=pc.field("url") == step["url"])[ROW_ID]
+        update = pa.table(
+            {ROW_ID: pa.array([row_id.as_py()], pa.int64()), "score": [step["score"]]}
+        )
+        table.update(update, columns=["score"])
+    elif op == "register":
+        table.register(omnitable.sql_feature(step["name"], "score * 2", "double", "1"))
+    elif op == "retire":
+        table.retire(step["column"])
     else:
         raise ValueError(f"unknown step {op!r}")
 
