@@ -19,7 +19,8 @@ def main(warehouse: str) -> None:
     wh = omnitable.connect(warehouse)
     wh.create_namespace("crawl")
     wh.create_table("crawl.web", {"url": "string", "lang": "string", "score": "double"})
-    spark = omnitable.spark_session(wh, master="local[2]", **{"spark.ui.enabled": "false"})
+    settings = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    spark = omnitable.spark_session(wh, master="local[2]", **settings)
     spark.sparkContext.setLogLevel("ERROR")
     sql = spark.sql
     try:
