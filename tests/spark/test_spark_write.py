@@ -5,6 +5,7 @@ input, failed jobs and conflicts leave nothing visible."""
 from __future__ import annotations
 
 import datetime as dt
+import time
 import uuid
 from decimal import Decimal
 from pathlib import Path
@@ -224,6 +225,11 @@ def test_failed_task_leaves_nothing(spark: Any, wh: omnitable.Warehouse, catalog
     with pytest.raises(Exception, match="id < 15"):
         df.writeTo(f"{catalog}.web").option("append_name", "boom").append()
     assert len(wh.table("web").history()) == before
+    # The job fails as soon as one task does; a task still running then is killed afterwards and
+    # deletes its own files as it aborts, so wait (bounded) for those tasks to finish.
+    deadline = time.monotonic() + 60
+    while _data_files(t) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert _data_files(t) == set()
 
 
