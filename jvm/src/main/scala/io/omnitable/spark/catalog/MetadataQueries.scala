@@ -15,16 +15,6 @@ final case class CommitRow(
 /** A visible batch with its live rows (stored rows less its visible deletion vectors' deletes). */
 final case class BatchRow(batchId: String, name: String, rows: Long, fragments: Long, createdAt: String)
 
-/** A row of `refs`. */
-final case class RefEntry(
-    name: String,
-    kind: String,
-    version: Long,
-    parentBranch: Option[String],
-    forkVersion: Option[Long],
-    createdAt: String,
-    maxAgeS: Option[Long])
-
 /** A row of `runs` (the status as stored: `running` may be an abandoned run). */
 final case class RunRow(
     runId: String,
@@ -150,21 +140,9 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
   }
 
   /** The table's branches then its tags, each by name (`Table.branches()`, `Table.tags()`). */
-  def refs(table: TableEntry): Seq[RefEntry] = Jdbc.query(
-    conn,
-    "SELECT name, kind, version, parent_branch, fork_version, created_at, max_age_s FROM refs " +
-      "WHERE table_id = ? ORDER BY kind, name",
-    table.tableId
-  ) { rs =>
-    RefEntry(
-      rs.getString(1),
-      rs.getString(2),
-      rs.getLong(3),
-      Option(rs.getString(4)),
-      Jdbc.optLong(rs, 5),
-      rs.getString(6),
-      Jdbc.optLong(rs, 7))
-  }
+  def refs(table: TableEntry): Seq[RefRecord] =
+    Jdbc.query(conn, s"SELECT ${RefRecord.Columns} FROM refs WHERE table_id = ? ORDER BY kind, name", table.tableId)(
+      RefRecord.fromRow)
 
   /** The table's runs, newest first (`Table.runs()`). */
   def runs(table: TableEntry): Seq[RunRow] = Jdbc.query(

@@ -30,6 +30,22 @@ final case class RefRecord(
   }
 }
 
+object RefRecord {
+
+  /** The `refs` columns [[fromRow]] decodes, in its order. */
+  val Columns: String = "name, kind, version, parent_branch, fork_version, created_at, max_age_s"
+
+  /** The record of the current row of a query selecting [[Columns]]. */
+  def fromRow(rs: java.sql.ResultSet): RefRecord = RefRecord(
+    rs.getString(1),
+    rs.getString(2),
+    rs.getLong(3),
+    Option(rs.getString(4)),
+    Jdbc.optLong(rs, 5),
+    rs.getString(6),
+    Jdbc.optLong(rs, 7))
+}
+
 /**
  * Writes `refs` rows, the JVM twin of python/omnitable/catalog/refs.py and `Catalog.create_ref` /
  * `delete_ref`: the same validation, the same rows, under the table's commit lock (docs/catalog.md,
@@ -162,20 +178,10 @@ final class RefWriter(reader: CatalogReader) {
   private def getRef(conn: Jdbc.Conn, entry: TableEntry, name: String, kind: String): RefRecord = {
     val found = Jdbc.query(
       conn,
-      "SELECT name, kind, version, parent_branch, fork_version, created_at, max_age_s FROM refs " +
-        "WHERE table_id = ? AND name = ?",
+      s"SELECT ${RefRecord.Columns} FROM refs WHERE table_id = ? AND name = ?",
       entry.tableId,
       name
-    ) { rs =>
-      RefRecord(
-        rs.getString(1),
-        rs.getString(2),
-        rs.getLong(3),
-        Option(rs.getString(4)),
-        Jdbc.optLong(rs, 5),
-        rs.getString(6),
-        Jdbc.optLong(rs, 7))
-    }.headOption
+    )(RefRecord.fromRow).headOption
     found.filter(_.kind == kind).getOrElse {
       val names = Jdbc.query(
         conn,

@@ -78,7 +78,7 @@ private[metadata] final class MetadataRows(reader: CatalogReader, snap: TableSna
           r.name,
           r.kind,
           r.version,
-          r.parentBranch.orNull,
+          r.parent.orNull,
           opt(r.forkVersion),
           created,
           opt(r.maxAgeS),
