@@ -8,11 +8,23 @@ concurrent writer's steps, done with the Python API. Both runners use it: the py
     python tests/conformance/steps.py state WAREHOUSE ROOT              # batches and rows
     python tests/conformance/steps.py newdb POSTGRES_URL                # a fresh database URL
 
+    python tests/conformance/steps.py around WAREHOUSE ROOT SCENARIO BASE_NEXT_ROW_ID
+
 A scenario: ``base`` steps, then the committing writer (``commit``: an append, ``mode``
 ``replace`` for Python's replace and the JVM's INSERT OVERWRITE) takes its snapshot, the
 ``concurrent`` steps run and commit, then the committing writer commits; ``expect`` is its
 outcome: ``version``, or a message fragment of ``conflict`` / ``not_found`` / ``exists``, and the
-table's ``batches`` (sorted names) and ``rows`` afterwards.
+table's ``batches`` (sorted names) and ``rows`` afterwards, and when given its ``status``
+(derived column -> batch -> done / stale / missing / partial).
+
+``around`` (optional) are steps that start before the committing writer and commit after it: a
+backfill planned (and computed) on the base state that reaches its commit (failpoint
+``backfill.before_commit``) before the committing writer starts, and commits once it is done.
+The runners hold it there: in-process with a hook, across processes with the failpoint's
+``pause:DIR`` action (the ``around`` command).
+
+Upserts race no append: both implementations refuse appends to keyed tables, and an upsert needs
+one. Python has no maintenance operations (compaction, expiry) yet.
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ from __future__ import annotations
 import json
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,35 +67,72 @@ def apply_step(wh: omnitable.Warehouse, step: dict[str, Any], base_next: int) ->
     """One writer step: ``append`` (optionally ``mode`` replace, ``ids_after_base``: supplied ids
     relative to the table's next free id after the base), ``drop_table``, ``add_columns``,
     ``delete`` (the row whose ``url`` is given), ``update`` (its ``score``), ``register`` (a SQL
-    feature ``name`` over ``score``), ``retire`` (``column``)."""
+    feature ``name`` over ``score``), ``retire`` (``column``), ``backfill`` (``feature``, on
+    Spark), ``rollback`` / ``revert`` (``version``), ``create_branch`` (``name``), ``merge``
+    (branch ``source`` into main). ``branch``: the step writes to that branch (default main)."""
     op = step["op"]
     if op == "drop_table":
         wh.drop_table(TABLE)
         return
     table = wh.table(TABLE)
+    if "branch" in step:
+        table = table.branch(step["branch"])
     if op == "append":
         data = rows(step["batch"], step["rows"])
         if "ids_after_base" in step:
             ids = pa.array([base_next + i for i in step["ids_after_base"]], pa.int64())
             data = data.add_column(0, ROW_ID, ids)
         table.append(data, step["batch"], mode=step.get("mode", "error"))
-    elif op == "add_columns":
-        ids = pa.array(range(step["rows"]), pa.int64())
-        table.add_columns(pa.table({ROW_ID: ids, step["column"]: ["x"] * step["rows"]}))
-    elif op == "delete":
-        assert table.delete(pc.field("url") == step["url"]).rows == 1
-    elif op == "update":
-        (row_id,) = table.read(columns=[ROW_ID], where=pc.field("url") == step["url"])[ROW_ID]
-        update = pa.table(
-            {ROW_ID: pa.array([row_id.as_py()], pa.int64()), "score": [step["score"]]}
-        )
-        table.update(update, columns=["score"])
-    elif op == "register":
-        table.register(omnitable.sql_feature(step["name"], "score * 2", "double", "1"))
-    elif op == "retire":
-        table.retire(step["column"])
+    elif op in _DATA_OPS:
+        _DATA_OPS[op](table, step)
+    elif op in _HISTORY_OPS:
+        _HISTORY_OPS[op](table, step)
     else:
         raise ValueError(f"unknown step {op!r}")
+
+
+def _add_columns(table: omnitable.Table, step: dict[str, Any]) -> None:
+    ids = pa.array(range(step["rows"]), pa.int64())
+    table.add_columns(pa.table({ROW_ID: ids, step["column"]: ["x"] * step["rows"]}))
+
+
+def _delete(table: omnitable.Table, step: dict[str, Any]) -> None:
+    assert table.delete(pc.field("url") == step["url"]).rows == 1
+
+
+def _update(table: omnitable.Table, step: dict[str, Any]) -> None:
+    (row_id,) = table.read(columns=[ROW_ID], where=pc.field("url") == step["url"])[ROW_ID]
+    update = pa.table({ROW_ID: pa.array([row_id.as_py()], pa.int64()), "score": [step["score"]]})
+    table.update(update, columns=["score"])
+
+
+def _backfill(table: omnitable.Table, step: dict[str, Any]) -> None:
+    from pyspark.sql import SparkSession
+
+    # the test process's session (pytest), else a small local one (the JVM runner's subprocess)
+    quiet: dict[str, Any] = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    spark = SparkSession.getActiveSession() or omnitable.spark_session(
+        table.warehouse, master="local[1]", **quiet
+    )
+    table.backfill(step["feature"]).run(spark)
+
+
+_DATA_OPS: dict[str, Callable[[omnitable.Table, dict[str, Any]], Any]] = {
+    "add_columns": _add_columns,
+    "delete": _delete,
+    "update": _update,
+    "register": lambda t, s: t.register(
+        omnitable.sql_feature(s["name"], "score * 2", "double", "1")
+    ),
+    "retire": lambda t, s: t.retire(s["column"]),
+    "backfill": _backfill,
+}
+_HISTORY_OPS: dict[str, Callable[[omnitable.Table, dict[str, Any]], Any]] = {
+    "rollback": lambda t, s: t.rollback(s["version"]),
+    "revert": lambda t, s: t.revert(s["version"]),
+    "create_branch": lambda t, s: t.create_branch(s["name"]),
+    "merge": lambda t, s: t.merge(s["source"]),
+}
 
 
 def prepare(wh: omnitable.Warehouse, scenario: dict[str, Any]) -> int:
@@ -100,9 +150,15 @@ def next_row_id(wh: omnitable.Warehouse) -> int:
 def state(wh: omnitable.Warehouse) -> dict[str, Any]:
     """What ``expect`` checks after the commit: sorted batch names and the row count."""
     if TABLE not in wh.tables():
-        return {"batches": None, "rows": None}
+        return {"batches": None, "rows": None, "status": None}
     table = wh.table(TABLE)
-    return {"batches": sorted(b.name for b in table.batches()), "rows": table.read().num_rows}
+    grid = table.status()
+    status = {c: {b: grid.state(b, c) for b in grid.batches} for c in grid.columns}
+    return {
+        "batches": sorted(b.name for b in table.batches()),
+        "rows": table.read().num_rows,
+        "status": status,
+    }
 
 
 def _new_database(base_url: str) -> str:
@@ -129,6 +185,9 @@ def main(argv: list[str]) -> None:
             print(json.dumps({"next_row_id": prepare(wh, load(argv[3]))}))
         elif cmd == "concurrent":
             for step in load(argv[3])["concurrent"]:
+                apply_step(wh, step, int(argv[4]))
+        elif cmd == "around":
+            for step in load(argv[3]).get("around", []):
                 apply_step(wh, step, int(argv[4]))
         elif cmd == "state":
             print(json.dumps(state(wh)))

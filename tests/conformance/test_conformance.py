@@ -32,8 +32,25 @@ OUTCOMES = {"conflict": CommitConflict, "not_found": NotFoundError, "exists": Al
 
 
 def run_python(wh: omnitable.Warehouse, scenario: dict[str, Any]) -> dict[str, Any]:
-    """The committing append through the Python API; its outcome as ``expect`` spells it."""
+    """The committing append through the Python API; its outcome as ``expect`` spells it. The
+    ``around`` steps (a backfill) start first and commit after it: the append runs when the
+    backfill reaches its commit (failpoint ``backfill.before_commit``)."""
     base_next = steps.prepare(wh, scenario)
+    outcome: dict[str, Any] = {}
+
+    def commit_now() -> None:
+        outcome.update(_commit(wh, scenario, base_next))
+
+    if "around" not in scenario:
+        return _commit(wh, scenario, base_next)
+    with hooked("backfill.before_commit", commit_now):
+        for step in scenario["around"]:
+            steps.apply_step(wh, step, base_next)
+    assert outcome, "the around steps never reached backfill.before_commit"
+    return outcome
+
+
+def _commit(wh: omnitable.Warehouse, scenario: dict[str, Any], base_next: int) -> dict[str, Any]:
     commit = scenario["commit"]
     table = wh.table(steps.TABLE)
 
@@ -51,9 +68,16 @@ def run_python(wh: omnitable.Warehouse, scenario: dict[str, Any]) -> dict[str, A
         return {kind: str(exc)}
 
 
+def _uses_spark(scenario: dict[str, Any]) -> bool:
+    phases = ("base", "concurrent", "around")
+    return any(s["op"] == "backfill" for p in phases for s in scenario.get(p, []))
+
+
 @pytest.mark.parametrize("name", steps.names())
-def test_scenario(wh: omnitable.Warehouse, name: str) -> None:
+def test_scenario(wh: omnitable.Warehouse, name: str, request: pytest.FixtureRequest) -> None:
     scenario = steps.load(name)
+    if _uses_spark(scenario):
+        request.getfixturevalue("spark")  # the backfill steps run on the shared session
     outcome = run_python(wh, scenario)
     expect = scenario["expect"]
     if "version" in expect:
@@ -65,6 +89,8 @@ def test_scenario(wh: omnitable.Warehouse, name: str) -> None:
     after = steps.state(wh)
     assert after["batches"] == expect.get("batches")
     assert after["rows"] == expect.get("rows")
+    if "status" in expect:
+        assert after["status"] == expect["status"]
 
 
 def test_every_scenario_says_what_it_expects() -> None:

@@ -21,6 +21,8 @@ import org.scalatest.funsuite.AnyFunSuite
  * (tests/conformance/steps.py); the committing append is a Spark `writeTo(...).append()` (a
  * replace: `overwrite(lit(true))`, INSERT OVERWRITE's plan), and the
  * concurrent steps run between its snapshot and its commit (failpoint `append.before_commit`).
+ * A scenario's `around` steps (a Python backfill) start first in a process of their own, held at
+ * their commit (failpoint `backfill.before_commit=pause:DIR`) while the append runs, then let go.
  */
 class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
 
@@ -39,6 +41,34 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
       .!(ProcessLogger(l => out.append(l).append('\n'), l => err.append(l).append('\n')))
     if (rc != 0) fail(s"steps.py ${args.mkString(" ")} failed ($rc):\n$err")
     out.toString.trim
+  }
+
+  /** The `around` steps running in their own process, held at `backfill.before_commit`. */
+  private final class Around(warehouse: String, dataRoot: String, name: String, baseNext: Long) {
+    private val dir = Files.createTempDirectory("omnitable-around").toFile
+    private val reached = new File(dir, "backfill.before_commit.reached")
+    private val err = new StringBuilder
+    private val process = Process(
+      Seq(TestWarehouses.python, stepsScript, "around", warehouse, dataRoot, name, baseNext.toString),
+      root,
+      "SPARK_LOCAL_IP" -> "127.0.0.1",
+      "OMNITABLE_FAILPOINTS" -> s"backfill.before_commit=pause:${dir.getPath}")
+      .run(ProcessLogger(_ => (), l => err.synchronized(err.append(l).append('\n'))))
+
+    /** Blocks until the steps reached their commit (they plan and compute first). */
+    def awaitCommitPoint(): Unit = {
+      while (!reached.exists()) {
+        if (!process.isAlive()) fail(s"the around steps ended (${process.exitValue()}) before their commit:\n$err")
+        Thread.sleep(100)
+      }
+    }
+
+    /** Lets them commit and waits for the process. */
+    def release(): Unit = {
+      assert(new File(dir, "backfill.before_commit.go").createNewFile())
+      val rc = process.exitValue()
+      if (rc != 0) fail(s"the around steps failed ($rc):\n$err")
+    }
   }
 
   /** (warehouse, data root) of a fresh catalog on `backend`. */
@@ -71,6 +101,8 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
     val batch = commit.get("batch").asText()
     val rows = (0 until commit.get("rows").asInt()).map(i => (s"$batch-$i", i.toDouble))
     val df = spark.createDataFrame(rows).toDF("url", "score").coalesce(1)
+    val around = Option(scenario.get("around")).filter(_.size > 0).map(_ => new Around(warehouse, dataRoot, name, baseNext))
+    around.foreach(_.awaitCommitPoint())
     val outcome: Either[OmniTableCommitException, Unit] =
       try Right(Failpoints.hooked("append.before_commit") {
           python("concurrent", warehouse, dataRoot, name, baseNext.toString)
@@ -80,10 +112,12 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
         })
       catch { case e: Exception => Left(commitError(e)) }
     check(scenario.get("expect"), outcome, warehouse)
+    around.foreach(_.release())
     val state = json.readTree(python("state", warehouse, dataRoot))
     val expect = scenario.get("expect")
     assert(state.get("batches") == Option(expect.get("batches")).getOrElse(json.nullNode()))
     assert(state.get("rows") == Option(expect.get("rows")).getOrElse(json.nullNode()))
+    if (expect.has("status")) assert(state.get("status") == expect.get("status"), state)
   }
 
   private def check(expect: JsonNode, outcome: Either[OmniTableCommitException, Unit], warehouse: String): Unit = {
