@@ -52,16 +52,16 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
       Seq(TestWarehouses.python, stepsScript, "around", warehouse, dataRoot, name, baseNext.toString),
       root,
       "SPARK_LOCAL_IP" -> "127.0.0.1",
-      "OMNITABLE_FAILPOINTS" -> s"backfill.before_commit=pause:${dir.getPath}")
+      "OMNITABLE_FAILPOINTS" -> s"backfill.before_commit=pause:${dir.getPath}"
+    )
       .run(ProcessLogger(_ => (), l => err.synchronized(err.append(l).append('\n'))))
 
     /** Blocks until the steps reached their commit (they plan and compute first). */
-    def awaitCommitPoint(): Unit = {
+    def awaitCommitPoint(): Unit =
       while (!reached.exists()) {
         if (!process.isAlive()) fail(s"the around steps ended (${process.exitValue()}) before their commit:\n$err")
         Thread.sleep(100)
       }
-    }
 
     /** Lets them commit and waits for the process. */
     def release(): Unit = {
@@ -101,7 +101,8 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
     val batch = commit.get("batch").asText()
     val rows = (0 until commit.get("rows").asInt()).map(i => (s"$batch-$i", i.toDouble))
     val df = spark.createDataFrame(rows).toDF("url", "score").coalesce(1)
-    val around = Option(scenario.get("around")).filter(_.size > 0).map(_ => new Around(warehouse, dataRoot, name, baseNext))
+    val around =
+      Option(scenario.get("around")).filter(_.size > 0).map(_ => new Around(warehouse, dataRoot, name, baseNext))
     around.foreach(_.awaitCommitPoint())
     val outcome: Either[OmniTableCommitException, Unit] =
       try Right(Failpoints.hooked("append.before_commit") {
