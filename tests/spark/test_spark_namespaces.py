@@ -5,6 +5,7 @@ default namespace, and the ``table`` read option ``ns.web``; on SQLite and Postg
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -14,6 +15,7 @@ import omnitable
 from omnitable.spark.session import CATALOG_CLASS
 
 pytestmark = pytest.mark.spark
+FAILPOINT_CONF = "spark.omnitable.test.failpoint"
 
 
 @pytest.fixture
@@ -57,8 +59,7 @@ def test_namespaces_in_spark_sql(spark: Any, wh: omnitable.Warehouse, catalog: s
     assert (
         "Cannot find table 'nope.web'" in missing and "Namespace 'nope' does not exist" in missing
     )
-    assert "holds tables (ns.web)" in _error(spark, f"DROP NAMESPACE {catalog}.ns")
-    assert "cascade=True" in _error(spark, f"DROP NAMESPACE {catalog}.ns CASCADE")
+    assert "SCHEMA_NOT_EMPTY" in _error(spark, f"DROP NAMESPACE {catalog}.ns")
     assert wh.table("ns.web").count() == 3
     wh.drop_table("ns.web")
     spark.sql(f"DROP NAMESPACE {catalog}.ns")
@@ -86,3 +87,50 @@ def test_branch_of_a_namespaced_table_and_dataframe_reads(
     assert _xs(read.option("branch", "exp").load("ns.web")) == [1, 2, 7]
     assert _xs(t.to_spark(spark)) == [1, 2] and _xs(exp.to_spark(spark)) == [1, 2, 7]
     assert _xs(wh.table("default.web").to_spark(spark)) == [5]
+
+
+def test_drop_namespace_cascade_drops_every_table_in_it(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    wh.create_namespace("ns")
+    web = wh.create_table("ns.web", {"x": "bigint"})
+    web.append(pa.table({"x": [1, 2]}), "a")
+    web.create_branch("dev").append(pa.table({"x": [3]}), "b")
+    logs = wh.create_table("ns.logs", {"x": "bigint"})
+    logs.append(pa.table({"x": [4]}), "a")
+    kept = wh.create_table("web", {"x": "bigint"})  # default.web: same name, other namespace
+    kept.append(pa.table({"x": [5]}), "a")
+    dirs = [Path(t.location.path) for t in (web, logs)]
+    assert all(d.exists() for d in dirs)
+    spark.sql(f"DROP NAMESPACE {catalog}.ns CASCADE").collect()
+    assert wh.namespaces() == ["default"]
+    assert wh.tables() == ["web"]
+    assert not any(d.exists() for d in dirs)
+    assert _xs(spark.table(f"{catalog}.web")) == [5] and Path(kept.location.path).exists()
+    assert "SCHEMA_NOT_FOUND" in _error(spark, f"DROP NAMESPACE {catalog}.ns CASCADE")
+    spark.sql(f"DROP NAMESPACE IF EXISTS {catalog}.ns CASCADE").collect()
+    refused = _error(spark, f"DROP NAMESPACE {catalog}.default CASCADE")
+    assert "Cannot drop namespace 'default'" in refused
+    assert wh.tables() == ["web"]
+    wh.create_namespace("ns")  # the name is free again, and empty
+    assert wh.tables("ns") == []
+
+
+def test_drop_namespace_cascade_failing_mid_commit_drops_nothing(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    wh.create_namespace("ns")
+    for name in ("a", "b"):
+        wh.create_table(f"ns.{name}", {"x": "bigint"}).append(pa.table({"x": [1]}), "a")
+    dirs = [Path(wh.table(f"ns.{n}").location.path) for n in ("a", "b")]
+    spark.conf.set(FAILPOINT_CONF, "drop.before_delete=raise")
+    try:
+        assert "failpoint 'drop.before_delete'" in _error(
+            spark, f"DROP NAMESPACE {catalog}.ns CASCADE"
+        )
+    finally:
+        spark.conf.unset(FAILPOINT_CONF)
+    assert wh.namespaces() == ["default", "ns"]
+    assert wh.tables("ns") == ["ns.a", "ns.b"]
+    assert all(d.exists() for d in dirs)
+    assert wh.table("ns.b").count() == 1

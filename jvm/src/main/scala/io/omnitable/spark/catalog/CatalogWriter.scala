@@ -120,6 +120,39 @@ final class CatalogWriter(
     exists
   }
 
+  /**
+   * Drop namespace `namespace` and every table in it in one transaction (Python's
+   * `Catalog.drop_namespace(name, cascade=True)`): the namespace row first (a concurrent
+   * create_table in it either committed before and is dropped here, or finds no namespace), then
+   * each table in name order, locked and deleted as [[dropTable]] does. Returns the dropped
+   * tables' addresses and data directories (URIs, for the caller to purge), or None when no such
+   * namespace exists. Refusing `default` is the caller's.
+   */
+  def dropNamespaceCascade(namespace: String): Option[Seq[(String, String)]] =
+    withWrite(s"namespace '$namespace'") { conn =>
+      if (update(conn, "DELETE FROM namespaces WHERE name = ?", namespace) == 0) None
+      else {
+        val held = Jdbc.query(
+          conn,
+          "SELECT table_id, name, location FROM tables WHERE namespace = ? ORDER BY name",
+          namespace)(rs => (rs.getString(1), rs.getString(2), rs.getString(3)))
+        val root = Jdbc.query(conn, "SELECT value FROM omnitable_meta WHERE key = 'root'")(_.getString(1)).headOption
+        val rootUri = DataPaths.rootUri(
+          root.getOrElse(throw OmniTableErrors.corruptCatalog(display, "omnitable_meta has no 'root' entry")),
+          address,
+          display)
+        held.foreach { case (tableId, _, _) =>
+          lockTable(conn, tableId)
+          hit("drop.before_delete")
+          CatalogWriter.tableKinds.foreach(kind =>
+            update(conn, CommitSql("delete_table_rows").replace("{kind}", kind), tableId))
+        }
+        Some(held.map { case (_, name, location) =>
+          (TableNames.address(namespace, name), DataPaths.join(rootUri, location))
+        })
+      }
+    }
+
   /** Name → column id at the head for every column a file carries; conflicts as commit.py `_validate`. */
   private def checkColumns(conn: Jdbc.Conn, c: AppendCommit, segments: Seq[Segment]): Map[String, Int] = {
     val (vis, params) = Jdbc.visible("c", "columns", segments)

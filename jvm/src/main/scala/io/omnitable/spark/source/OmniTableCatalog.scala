@@ -14,6 +14,7 @@ import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.analysis.{
   NamespaceAlreadyExistsException,
+  NonEmptyNamespaceException,
   NoSuchNamespaceException,
   NoSuchTableException
 }
@@ -128,20 +129,37 @@ class OmniTableCatalog extends TableCatalog with SupportsNamespaces with Procedu
    * With CASCADE it is refused too while it holds tables: dropping tables (and deleting their
    * files) is the Python API's (`Warehouse.drop_namespace(name, cascade=True)`).
    */
+  /**
+   * DROP NAMESPACE: an empty namespace is dropped; one holding tables fails with Spark's
+   * NON_EMPTY_NAMESPACE error unless CASCADE, which drops it and every table in it in one catalog
+   * transaction (tables in name order, as DROP TABLE: their rows, then their directories).
+   * `default` is never dropped.
+   */
   override def dropNamespace(namespace: Array[String], cascade: Boolean): Boolean = {
     val name = oneLevel(namespace)
-    reader.dropNamespace(name) match {
+    if (name == TableNames.DefaultNamespace)
+      throw OmniTableErrors.cannotDropNamespace(name, "it holds the tables named without a namespace")
+    if (cascade) dropCascade(namespace, name)
+    else reader.dropNamespace(name) match {
       case CatalogReader.Dropped => true
       case CatalogReader.NoSuchNamespace => throw new NoSuchNamespaceException(namespace)
       case CatalogReader.IsDefault =>
         throw OmniTableErrors.cannotDropNamespace(name, "it holds the tables named without a namespace")
-      case CatalogReader.NotEmpty(tables) =>
-        val how =
-          if (cascade) "dropping tables is the Python API's: omnitable.connect(...).drop_namespace" +
-            s"('$name', cascade=True) or `omnitable namespace drop $name --cascade`"
-          else "drop them first (Spark's rule without CASCADE)"
-        throw OmniTableErrors.cannotDropNamespace(name, s"it holds tables (${tables.mkString(", ")}); $how")
+      case CatalogReader.NotEmpty(_) => throw new NonEmptyNamespaceException(namespace)
     }
+  }
+
+  private def dropCascade(namespace: Array[String], name: String): Boolean = {
+    val failpoints = Failpoints(Option(SQLConf.get.getConfString(OmniTableTable.FailpointConf, null)))
+    val writer = new CatalogWriter(reader.address, failpoints = failpoints)
+    val dropped = writer.dropNamespaceCascade(name).getOrElse(throw new NoSuchNamespaceException(namespace))
+    val conf = SparkSession.active.sessionState.newHadoopConf()
+    dropped.foreach { case (_, uri) =>
+      val dir = new Path(uri)
+      try dir.getFileSystem(conf).delete(dir, true)
+      catch { case NonFatal(_) => } // the rows are gone: the files are unreferenced
+    }
+    true
   }
 
   private def oneLevel(namespace: Array[String]): String = namespace match {
