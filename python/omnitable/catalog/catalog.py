@@ -581,11 +581,7 @@ class Catalog:
         now = utcnow()
         with self.store.write() as conn:
             conn.execute(
-                text(
-                    "INSERT INTO runs (run_id, table_id, kind, status, plan, metrics, message, "
-                    "started_at, finished_at, host, pid, heartbeat_at) VALUES (:r, :t, :k, "
-                    "'running', :p, NULL, NULL, :now, NULL, :host, :pid, :now)"
-                ),
+                text(sql("start_run")),  # the statement JVM appends run too (commit.sql)
                 {
                     "r": run_id,
                     "t": table.table_id,
@@ -594,6 +590,7 @@ class Catalog:
                     "now": now,
                     "host": socket.gethostname(),
                     "pid": os.getpid(),
+                    "now2": now,
                 },
             )
         beat = _Heartbeat(self.store, run_id)
@@ -614,10 +611,7 @@ class Catalog:
         with self.store.write() as conn:
             failpoint("run.finish")
             conn.execute(
-                text(
-                    "UPDATE runs SET status = :s, metrics = :m, message = :msg, "
-                    "finished_at = :now WHERE run_id = :r"
-                ),
+                text(sql("finish_run")),
                 {
                     "s": status,
                     "m": json.dumps(metrics or {}, sort_keys=True, default=str),
@@ -677,13 +671,7 @@ class _Heartbeat:
         while not self._stopped.wait(HEARTBEAT_S):
             try:
                 with self.store.write() as conn:
-                    conn.execute(
-                        text(
-                            "UPDATE runs SET heartbeat_at = :now WHERE run_id = :r "
-                            "AND status = 'running'"
-                        ),
-                        {"now": utcnow(), "r": self.run_id},
-                    )
+                    conn.execute(text(sql("heartbeat_run")), {"now": utcnow(), "r": self.run_id})
             except CatalogError:  # the catalog is away for a while; the next beat retries
                 continue
 

@@ -88,3 +88,15 @@ UPDATE {kind} SET removed_version = :v WHERE table_id = :t AND {by} = :val AND r
 -- (t) dropping a table: its rows of table {kind}; run for every table of schema.sql that has a
 -- table_id column (`tables` last), in one transaction (Warehouse.drop_table, DROP TABLE)
 DELETE FROM {kind} WHERE table_id = :t
+
+-- name: start_run
+-- (r, t, k, p, now, host, pid, now2) a run starts: ingest (Python and JVM appends) or backfill
+INSERT INTO runs (run_id, table_id, kind, status, plan, metrics, message, started_at, finished_at, host, pid, heartbeat_at) VALUES (:r, :t, :k, 'running', :p, NULL, NULL, :now, NULL, :host, :pid, :now2)
+
+-- name: finish_run
+-- (s, m, msg, now, r) a run ends: succeeded, failed or aborted
+UPDATE runs SET status = :s, metrics = :m, message = :msg, finished_at = :now WHERE run_id = :r
+
+-- name: heartbeat_run
+-- (now, r) a running run's driver is alive
+UPDATE runs SET heartbeat_at = :now WHERE run_id = :r AND status = 'running'

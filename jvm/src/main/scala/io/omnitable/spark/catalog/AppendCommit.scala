@@ -30,6 +30,7 @@ final case class WrittenFragment(
  * `branch`, planned at `baseVersion`; its generated ids lie in `idRanges` (inclusive, checked
  * against the ids of commits after `baseVersion`). With `replace`, the batch of that name visible
  * at `baseVersion` (if any) is replaced atomically (Python's `mode="replace"`; main branch only). `token` finds the commit after a lost connection.
+ * `runId`: the run recording the write (the commit row's `run_id`).
  */
 final case class AppendCommit(
     tableId: String,
@@ -42,4 +43,5 @@ final case class AppendCommit(
     idRanges: Seq[(Long, Long)],
     replace: Boolean = false,
     token: String = java.util.UUID.randomUUID().toString.replace("-", ""),
-    engine: String = "spark-jvm")
+    engine: String = "spark-jvm",
+    runId: Option[String] = None)

@@ -96,7 +96,7 @@ final class CatalogWriter(
       Long.box(head),
       c.branch,
       "append",
-      null,
+      c.runId.orNull,
       summary,
       now,
       c.token)
@@ -151,6 +151,46 @@ final class CatalogWriter(
           (TableNames.address(namespace, name), DataPaths.join(rootUri, location))
         })
       }
+    }
+
+  /**
+   * Record a running run of this driver (Python's `Catalog.start_run`, the same statement):
+   * `plan` as JSON, this JVM's host and pid, a heartbeat now. Returns the run's id.
+   */
+  def startRun(tableId: String, kind: String, plan: Map[String, Any]): String = {
+    val runId = s"$kind-${java.util.UUID.randomUUID().toString.replace("-", "").take(16)}"
+    val now = CatalogWriter.utcNow()
+    withWrite(s"run '$runId'") { conn =>
+      update(
+        conn,
+        CommitSql("start_run"),
+        runId,
+        tableId,
+        kind,
+        CatalogWriter.json(plan),
+        now,
+        CatalogWriter.host,
+        Int.box(CatalogWriter.pid),
+        now)
+    }
+    runId
+  }
+
+  /** Refresh a running run's heartbeat (Python's `_Heartbeat`). */
+  def heartbeatRun(runId: String): Unit =
+    withWrite(s"run '$runId'")(conn => update(conn, CommitSql("heartbeat_run"), CatalogWriter.utcNow(), runId))
+
+  /** End a run: `succeeded`, `failed` or `aborted`, with its metrics and message (`Catalog.finish_run`). */
+  def finishRun(runId: String, status: String, metrics: Map[String, Any], message: Option[String]): Unit =
+    withWrite(s"run '$runId'") { conn =>
+      update(
+        conn,
+        CommitSql("finish_run"),
+        status,
+        CatalogWriter.json(metrics),
+        message.map(_.take(2000)).orNull,
+        CatalogWriter.utcNow(),
+        runId)
     }
 
   /** Name → column id at the head for every column a file carries; conflicts as commit.py `_validate`. */
@@ -401,6 +441,14 @@ object CatalogWriter {
   private val Time = DateTimeFormatter.ofPattern("yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").withZone(ZoneOffset.UTC)
 
   def utcNow(): String = Time.format(Instant.now())
+
+  /** This driver as a run records it (Python: `socket.gethostname()`, `os.getpid()`). */
+  lazy val host: String = java.net.InetAddress.getLocalHost.getHostName
+  lazy val pid: Int = ProcessHandle.current().pid().toInt
+
+  /** JSON of a run's plan or metrics, keys sorted (Python's `json.dumps(sort_keys=True)`). */
+  def json(values: Map[String, Any]): String =
+    Json.writeValueAsString(new java.util.TreeMap[String, Any](values.asJava))
 
   private val CreateTable = """(?s)CREATE TABLE IF NOT EXISTS (\w+) \((.*)""".r
 

@@ -1,7 +1,11 @@
 package io.omnitable.spark.write
 
+import scala.util.Try
+import scala.util.control.NonFatal
+
 import io.omnitable.spark.catalog.{AppendCommit, CatalogWriter, TableSnapshot, WrittenFragment}
 import io.omnitable.spark.errors.{OmniTableCommitException, WriteErrors}
+import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.connector.write.{BatchWrite, DataWriterFactory, PhysicalWriteInfo, WriterCommitMessage}
 
 /**
@@ -25,9 +29,15 @@ private[write] final class OmniTableBatchWrite(
   @volatile private var keepFiles = false
   @volatile private var extra: Seq[WrittenFragment] = Nil
 
+  @volatile private var run: Option[AppendRun] = None
+
   override def createBatchWriterFactory(info: PhysicalWriteInfo): DataWriterFactory = {
     partitions = math.max(1, info.numPartitions())
-    val base = catalog.reserveRowIds(snap.table.tableId, snap.table.name, partitions.toLong << WriteTask.IdShift)
+    val started = AppendRun.start(catalog, snap.table.tableId, task.batchName, OmniTableBatchWrite.appId, partitions)
+    run = Some(started)
+    val base =
+      try catalog.reserveRowIds(snap.table.tableId, snap.table.name, partitions.toLong << WriteTask.IdShift)
+      catch { case NonFatal(e) => started.failed(String.valueOf(e.getMessage)); throw e }
     task = task.copy(idBase = base)
     new FragmentWriterFactory(task)
   }
@@ -50,18 +60,27 @@ private[write] final class OmniTableBatchWrite(
       task.batchName,
       fragments,
       ranges,
-      replace)
-    catalog.failpoints.hit("append.before_commit")
-    try catalog.commitAppend(commit)
-    catch {
-      case e: OmniTableCommitException if e.omniErrorClass == WriteErrors.CommitOutcomeUnknown =>
-        keepFiles = true
-        throw e
-    }
+      replace,
+      runId = run.map(_.runId))
+    val version =
+      try {
+        catalog.failpoints.hit("append.before_commit")
+        catalog.commitAppend(commit)
+      } catch {
+        case e: OmniTableCommitException if e.omniErrorClass == WriteErrors.CommitOutcomeUnknown =>
+          keepFiles = true
+          run.foreach(_.failed(e.getMessage))
+          throw e
+        case NonFatal(e) =>
+          run.foreach(_.failed(String.valueOf(e.getMessage)))
+          throw e
+      }
+    run.foreach(_.succeeded(fragments.map(_.rowCount).sum, version))
   }
 
-  override def abort(messages: Array[WriterCommitMessage]): Unit = if (!keepFiles) {
-    FragmentWriter.deleteQuietly(task, (written(messages) ++ extra).map(_.path))
+  override def abort(messages: Array[WriterCommitMessage]): Unit = {
+    run.foreach(_.failed("the Spark job failed before its commit; nothing was committed"))
+    if (!keepFiles) FragmentWriter.deleteQuietly(task, (written(messages) ++ extra).map(_.path))
   }
 
   private def written(messages: Array[WriterCommitMessage]): Seq[WrittenFragment] =
@@ -95,4 +114,10 @@ private[write] final class OmniTableBatchWrite(
     }
     ranges.map { case (_, a, b) => (a, b) }.sortBy(_._1)
   }
+}
+
+private object OmniTableBatchWrite {
+
+  /** The Spark application's id, recorded in the run's plan. */
+  def appId: Option[String] = SparkSession.getActiveSession.flatMap(s => Try(s.sparkContext.applicationId).toOption)
 }

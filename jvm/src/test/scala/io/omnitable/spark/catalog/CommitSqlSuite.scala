@@ -24,7 +24,10 @@ class CommitSqlSuite extends AnyFunSuite {
       "insert_file",
       "insert_commit",
       "move_ref",
-      "find_commit"
+      "find_commit",
+      "start_run",
+      "heartbeat_run",
+      "finish_run"
     )
     assert(used.filterNot(CommitSql.statements.contains) == Nil)
   }
