@@ -37,10 +37,8 @@ final class DdlWriter(writer: CatalogWriter) {
       }
       if (Jdbc.query(conn, s"SELECT 1 FROM namespaces WHERE name = ?$lock", namespace)(_.getInt(1)).isEmpty) {
         NamespaceMissing
-      } else if (
-        Jdbc.query(conn, "SELECT 1 FROM tables WHERE namespace = ? AND name = ?", namespace, name)(_.getInt(1))
-          .nonEmpty
-      ) TableExists
+      } else if (Jdbc.query(conn, "SELECT 1 FROM tables WHERE namespace = ? AND name = ?", namespace, name)(_.getInt(1))
+          .nonEmpty) TableExists
       else {
         writer.hit("create.before_insert")
         val tableId = UUID.randomUUID().toString.replace("-", "")
@@ -95,7 +93,8 @@ final class DdlWriter(writer: CatalogWriter) {
       "INSERT INTO refs (table_id, name, kind, version, parent_branch, fork_version, created_at) " +
         "VALUES (?, 'main', 'branch', 0, NULL, NULL, ?)",
       tableId,
-      now)
+      now
+    )
   }
 
   /**
@@ -210,7 +209,8 @@ final class DdlWriter(writer: CatalogWriter) {
       conn,
       s"SELECT name, group_name, feature, added_version FROM columns c WHERE c.table_id = ? AND $vis " +
         "AND c.state <> 'dropped'",
-      (tableId +: params): _*) { rs =>
+      (tableId +: params): _*
+    ) { rs =>
       held.getOrElseUpdate(rs.getString(2), mutable.ArrayBuffer.empty) +=
         ((rs.getString(1), Option(rs.getString(3)), rs.getLong(4)))
     }

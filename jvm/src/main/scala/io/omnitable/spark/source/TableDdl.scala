@@ -20,8 +20,8 @@ import org.apache.spark.sql.connector.catalog.{
   TableCapability,
   TableChange
 }
-import org.apache.spark.sql.connector.write.{LogicalWriteInfo, WriteBuilder}
 import org.apache.spark.sql.connector.expressions.Transform
+import org.apache.spark.sql.connector.write.{LogicalWriteInfo, WriteBuilder}
 
 /**
  * CREATE TABLE (and the create of a CTAS) and ALTER TABLE … ADD COLUMNS of the omnitable
@@ -90,7 +90,8 @@ private[source] final class TableDdl(reader: CatalogReader, failpoints: Failpoin
     val name = a.fieldNames().mkString(".")
     def no(clause: String, instead: String) =
       throw DdlErrors.unsupported(s"add column '$name' to table '$table' with $clause", instead)
-    if (a.fieldNames().length != 1) no("a nested field name", "add a top-level column (nested fields are part of its type)")
+    if (a.fieldNames().length != 1)
+      no("a nested field name", "add a top-level column (nested fields are part of its type)")
     if (!a.isNullable) {
       no("NOT NULL", "the rows the table already has read NULL in a new column; add it nullable")
     }
@@ -140,7 +141,8 @@ private[source] object TableDdl {
   def refuseReplace(ident: Identifier): Exception = DdlErrors.unsupported(
     s"replace table $ident",
     "REPLACE TABLE and CREATE OR REPLACE TABLE are not atomic here; to replace a batch use INSERT OVERWRITE " +
-      "(or mode(\"overwrite\")), to start over DROP TABLE then CREATE TABLE")
+      "(or mode(\"overwrite\")), to start over DROP TABLE then CREATE TABLE"
+  )
 
   def refuseRef(ident: Identifier): Exception = OmniTableErrors.readOnly(s"alter the branch or tag $ident")
 }

@@ -60,13 +60,16 @@ private[source] object TableDefinition {
   private def refuseClauses(address: String, partitions: Seq[Transform], properties: Map[String, String]): Unit = {
     val what = s"create table '$address'"
     properties.get(TableCatalog.PROP_PROVIDER).filterNot(_.equalsIgnoreCase(Provider)).foreach { p =>
-      throw DdlErrors.unsupported(what, s"USING $p: the omnitable catalog holds OmniTable tables only (USING omnitable)")
+      throw DdlErrors.unsupported(
+        what,
+        s"USING $p: the omnitable catalog holds OmniTable tables only (USING omnitable)")
     }
     if (partitions.nonEmpty) {
       throw DdlErrors.unsupported(
         what,
         "PARTITIONED BY: OmniTable tables are not partitioned (rows are laid out in fragments of append " +
-          "batches; filters prune by file statistics); drop the clause")
+          "batches; filters prune by file statistics); drop the clause"
+      )
     }
     Seq(TableCatalog.PROP_LOCATION, TableCatalog.PROP_EXTERNAL, TableCatalog.PROP_IS_MANAGED_LOCATION)
       .filter(properties.contains).foreach { _ =>
@@ -82,7 +85,8 @@ private[source] object TableDefinition {
       throw DdlErrors.unsupported(
         what,
         s"OPTIONS (${k.stripPrefix(TableCatalog.OPTION_PREFIX)}): settings are TBLPROPERTIES; a CTAS names its " +
-          "batch with SET spark.omnitable.write.appendName = '<name>' (or writeTo(...).option(\"append_name\", ...))")
+          "batch with SET spark.omnitable.write.appendName = '<name>' (or writeTo(...).option(\"append_name\", ...))"
+      )
     }
   }
 
@@ -136,13 +140,15 @@ private[source] object TableDefinition {
   /** keys.py `check_key`: the key columns, in order. */
   private def checkKey(spec: String, columns: Seq[(String, DataType)], what: String): Seq[String] = {
     val names = spec.split(",", -1).map(_.trim).toSeq
-    if (spec.trim.isEmpty) throw DdlErrors.invalidDefinition(s"Cannot $what: key must be a column name or a non-empty list")
+    if (spec.trim.isEmpty)
+      throw DdlErrors.invalidDefinition(s"Cannot $what: key must be a column name or a non-empty list")
     val types = columns.toMap
     names.foldLeft(Vector.empty[String]) { (out, name) =>
       val t = types.getOrElse(
         name,
         throw DdlErrors.invalidDefinition(
-          s"Cannot $what: key column ${Names.repr(name)} is not a column of the schema (${columns.map(_._1).mkString(", ")})"))
+          s"Cannot $what: key column ${Names.repr(name)} is not a column of the schema (${columns.map(_._1).mkString(", ")})")
+      )
       if (!keyTypeOk(t)) {
         throw DdlErrors.invalidDefinition(
           s"Cannot $what: key column '$name' has type ${DdlTypes.arrowName(t)}; keys are strings, integers or dates")
@@ -218,7 +224,10 @@ private[source] object DdlTypes {
     case ArrayType(e, _) => s"array<${ddl(e, column, action)}>"
     case MapType(k, v, _) => s"map<${ddl(k, column, action)},${ddl(v, column, action)}>"
     case StructType(fields) =>
-      fields.map(f => s"${quote(f.name)}:${ddl(f.dataType, s"$column.${f.name}", action)}").mkString("struct<", ",", ">")
+      fields.map(f => s"${quote(f.name)}:${ddl(f.dataType, s"$column.${f.name}", action)}").mkString(
+        "struct<",
+        ",",
+        ">")
     case other => throw DdlErrors.unsupportedType(action, column, other.sql.toLowerCase(Locale.ROOT))
   }
 
