@@ -459,7 +459,15 @@ def test_alter_races_python_commits(
     wh.table("web").append(pa.table({"url": ["b"]}), "b2")
     _release(spark, gate, thread)
     assert "error" not in out, out
-    assert list(_columns(wh, "web")) == ["_ai_unique_id_", "url", "lang", "other", "views"]
+    # a feature registered in between with the same output column (and group): a conflict
+    sql = f"ALTER TABLE {catalog}.web ADD COLUMNS (n_len INT)"
+    thread, out = _alter_paused(spark, catalog, gate, sql)
+    wh.table("web").register(omnitable.sql_feature("n_len", "length(url)", "int", "1"))
+    _release(spark, gate, thread)
+    assert "column 'n_len' was added by a concurrent commit" in str(out["error"])
+    cols = ["_ai_unique_id_", "url", "lang", "other", "views", "n_len"]
+    assert list(_columns(wh, "web")) == cols
+    assert _columns(wh, "web")["n_len"] == ("int", "n_len")
     assert {r["url"]: r["views"] for r in wh.table("web").read().to_pylist()} == {
         "a": None,
         "b": None,
