@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import text
 
 import omnitable
-from omnitable.catalog.commit import CommitRequest, NewColumn
 from omnitable.exceptions import OmniTableError
 from omnitable.spark.session import CATALOG_CLASS
+from omnitable.vocabulary.types import to_arrow
 
 pytestmark = pytest.mark.spark
 
@@ -113,16 +113,10 @@ def _columns(wh: omnitable.Warehouse, table: str) -> dict[str, tuple[str, str]]:
 def _schema_only_add(
     wh: omnitable.Warehouse, table: str, columns: dict[str, str], group: str
 ) -> int:
-    """The commit Python's add_columns makes for ``columns`` in ``group`` when no row gets a
-    value (Table.add_columns itself needs at least one row: Python has no schema-only path)."""
-    ctx = wh.table(table)._ctx
-    req = CommitRequest(
-        op="add_columns",
-        base_version=ctx.head_version(),
-        summary={"columns": list(columns), "group": group, "rows": 0, "files": 0},
-        new_columns=[NewColumn(n, t, True, group) for n, t in columns.items()],
-    )
-    return ctx.commit(req)
+    """Python's add_columns of no rows: the columns only, in ``group``."""
+    data = {"_ai_unique_id_": pa.array([], pa.int64())}
+    data.update({n: pa.array([], to_arrow(t)) for n, t in columns.items()})
+    return wh.table(table).add_columns(pa.table(data), group=group)
 
 
 def _error(spark: Any, sql: str) -> str:
