@@ -183,3 +183,13 @@ def test_cli_writes_the_docs_table(tmp_path: Path, capsys: pytest.CaptureFixture
     assert capsys.readouterr().out == settings.markdown()
     page.write_text("no markers")
     assert cli_main(["settings", "--markdown", str(page)]) == 2
+
+
+def test_the_jvm_create_table_check_knows_every_python_setting() -> None:
+    """CREATE TABLE from Spark checks table properties with a copy of Python's rules
+    (TableDefinition.scala, PropertyCheck): the same keys."""
+    (source,) = ROOT.glob("jvm/src/main/scala/**/TableDefinition.scala")
+    declared = re.findall(
+        r'^\s*"((?:read|write|backfill|table)\.[a-z_]+)" -> ', source.read_text(), re.M
+    )
+    assert sorted(declared) == sorted(settings.SETTINGS)

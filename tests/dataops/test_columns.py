@@ -128,3 +128,18 @@ def test_a_change_validates_the_column_row_it_read(wh: omnitable.Warehouse) -> N
     with pytest.raises(omnitable.CommitConflict, match="renamed, retired or restored"):
         wh.catalog.commit(t.record, req)
     assert t.retired() == ["x"]
+
+
+def test_add_columns_of_no_rows_adds_only_the_columns(wh: omnitable.Warehouse) -> None:
+    """An empty table with the id column adds the columns (NULL in every row), no file: the
+    commit ALTER TABLE … ADD COLUMNS from Spark makes (was refused: "needs a _ai_unique_id_
+    column", an empty table yielding no batches)."""
+    t = _table(wh)
+    empty = pa.table({ROW_ID: pa.array([], pa.int64()), "lang": pa.array([], pa.string())})
+    v = t.add_columns(empty)
+    assert t.history()[0].summary == {"columns": ["lang"], "group": "lang", "rows": 0, "files": 0}
+    assert t.history()[0].version == v
+    assert t.read(columns=["x", "lang"]).to_pylist() == [
+        {"x": x, "lang": None} for x in t.read(columns=["x"]).column("x").to_pylist()
+    ]
+    assert t.schema.field("lang").type == pa.string()

@@ -94,7 +94,10 @@ def rows_by_id(data: Any, what: str) -> tuple[pa.Table, np.ndarray]:
     if is_spark_dataframe(data):
         data = data.toArrow()
     batches = list(record_batches(data))
-    incoming = pa.Table.from_batches(batches) if batches else None
+    if batches:
+        incoming: pa.Table | None = pa.Table.from_batches(batches)
+    else:  # an empty Arrow table has no batches but still its columns (a schema-only add)
+        incoming = data if isinstance(data, pa.Table) else None
     if incoming is None or ROW_ID not in incoming.column_names:
         raise ValidationError(
             f"Cannot {what}: the data needs a {ROW_ID} column saying which row each value "

@@ -356,7 +356,7 @@ final class CatalogWriter(
   }
 
   /** Now, never earlier than the table's latest commit (commit.py `_commit_time`). */
-  private def commitTime(conn: Jdbc.Conn, tableId: String): String = {
+  private[catalog] def commitTime(conn: Jdbc.Conn, tableId: String): String = {
     val last = Jdbc.query(conn, CommitSql("last_commit_time"), tableId)(rs => Option(rs.getString(1))).head
     val now = CatalogWriter.utcNow()
     last.filter(_ > now).getOrElse(now)
@@ -368,20 +368,20 @@ final class CatalogWriter(
         Jdbc.query(conn, CommitSql("find_commit"), c.tableId, c.token)(_.getLong(1)).headOption)
     catch { case NonFatal(_) => None }
 
-  private def lockTable(conn: Jdbc.Conn, tableId: String): Unit = address match {
+  private[catalog] def lockTable(conn: Jdbc.Conn, tableId: String): Unit = address match {
     case _: PostgresAddress => Jdbc.query(conn, CommitSql("lock_table"), tableId)(_.getString(1))
     case _ => // SQLite: BEGIN IMMEDIATE already holds the write lock
   }
 
-  private def hit(name: String): Unit = failpoints.hit(name)
+  private[catalog] def hit(name: String): Unit = failpoints.hit(name)
 
-  private def update(conn: Jdbc.Conn, sql: String, params: AnyRef*): Int =
+  private[catalog] def update(conn: Jdbc.Conn, sql: String, params: AnyRef*): Int =
     scala.util.Using.resource(conn.jdbc.prepareStatement(sql)) { st =>
       params.zipWithIndex.foreach { case (p, i) => st.setObject(i + 1, p) }
       st.executeUpdate()
     }
 
-  private def batch(conn: Jdbc.Conn, sql: String, rows: Seq[Seq[AnyRef]]): Unit = if (rows.nonEmpty) {
+  private[catalog] def batch(conn: Jdbc.Conn, sql: String, rows: Seq[Seq[AnyRef]]): Unit = if (rows.nonEmpty) {
     scala.util.Using.resource(conn.jdbc.prepareStatement(sql)) { st =>
       rows.foreach { r =>
         r.zipWithIndex.foreach { case (p, i) => st.setObject(i + 1, p) }
@@ -392,7 +392,7 @@ final class CatalogWriter(
   }
 
   /** One write transaction: schema version checked, committed when `body` returns, rolled back otherwise. */
-  private def withWrite[T](what: String)(body: Jdbc.Conn => T): T = {
+  private[catalog] def withWrite[T](what: String)(body: Jdbc.Conn => T): T = {
     val jdbc = try JdbcConnector.openForWrite(address, env)
     catch { case e: SQLException => throw OmniTableErrors.cannotConnect(display, e) }
     val conn = Jdbc.Conn(jdbc, queries)

@@ -10,7 +10,9 @@ import io.omnitable.spark.errors.WriteErrors
  * `<point>=raise` fails there; `<point>=pause:DIR` creates `DIR/<point>.reached` and waits (up
  * to 120 s) for `DIR/<point>.go`, so a test can interleave another writer. Entries separated by
  * commas. Points: `append.before_commit` (driver, tasks done), `commit.before_insert`,
- * `commit.mid_insert`, `commit.before_end` (inside the transaction), `commit.after_commit`.
+ * `commit.mid_insert`, `commit.before_end` (inside the transaction), `commit.after_commit`;
+ * DDL ([[DdlWriter]]): `create.before_insert`, `create.before_end` (inside CREATE TABLE's
+ * transaction), `add_columns.before_commit` (driver, ALTER TABLE … ADD COLUMNS validated).
  * In-process tests can also run a callback once at a point ([[Failpoints.hooked]]).
  */
 final case class Failpoints(spec: Option[String]) {

@@ -293,8 +293,8 @@ object OmniTableErrors {
   def readOnly(operation: String): UnsupportedOperationException =
     new UnsupportedOperationException(
       s"Cannot $operation: the omnitable Spark catalog is read-only for this statement (it takes " +
-        "INSERT, writeTo/write appends and DROP TABLE); use the Python API " +
-        "(omnitable.connect(...).create_table / table(...).add_columns).")
+        "INSERT, writeTo/write appends, CREATE TABLE, ALTER TABLE … ADD COLUMNS and DROP TABLE); use the " +
+        "Python API (omnitable.connect(...)).")
 
   def wrongArguments(function: String, expected: Int, got: Int): OmniTableAnalysisException =
     analysis(

@@ -23,9 +23,10 @@ import org.apache.spark.sql.connector.catalog.{
   Identifier,
   NamespaceChange,
   ProcedureCatalog,
+  StagedTable,
+  StagingTableCatalog,
   SupportsNamespaces,
   Table,
-  TableCatalog,
   TableChange
 }
 import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure
@@ -45,9 +46,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  * `SHOW TABLES IN omnitable.ns`, `SELECT … FROM omnitable.ns.web`, `DROP NAMESPACE
  * omnitable.ns`; `default` holds the tables named without one. Procedures:
  * `CALL omnitable.system.<name>(...)` ([[OmniTableProcedures]]). Tables take appends
- * ([[OmniTableTable]]) and `DROP TABLE`; creating and altering tables is the Python API's.
+ * ([[OmniTableTable]]), `CREATE TABLE` (also `AS SELECT`), `ALTER TABLE … ADD COLUMNS` ([[TableDdl]])
+ * and `DROP TABLE`.
  */
-class OmniTableCatalog extends TableCatalog with SupportsNamespaces with ProcedureCatalog {
+class OmniTableCatalog extends StagingTableCatalog with SupportsNamespaces with ProcedureCatalog {
 
   private var catalogName: String = "omnitable"
   private var catalogOptions: Map[String, String] = Map.empty
@@ -254,14 +256,59 @@ class OmniTableCatalog extends TableCatalog with SupportsNamespaces with Procedu
     case a @ TableAddress(_, _, Some((kind, name)), _) => reader.refNames(a.tableAddress, kind).contains(name)
   }
 
+  private def failpoints: Failpoints = Failpoints(Option(SQLConf.get.getConfString(OmniTableTable.FailpointConf, null)))
+
+  /**
+   * `CREATE TABLE omnitable.web (...) USING omnitable TBLPROPERTIES (...)` and the create of a
+   * CTAS: Python's `create_table` ([[TableDdl]]). Spark drops the table again when the query of
+   * a CTAS fails (its non-atomic path), which deletes the rows and the directory.
+   */
   override def createTable(
       ident: Identifier,
       columns: Array[Column],
       partitions: Array[Transform],
-      properties: util.Map[String, String]): Table = throw OmniTableErrors.readOnly(s"create table $ident")
+      properties: util.Map[String, String]): Table = {
+    new TableDdl(reader, failpoints).create(ident, columns.toSeq, partitions.toSeq, properties.asScala.toMap)
+    loadTable(ident)
+  }
 
-  override def alterTable(ident: Identifier, changes: TableChange*): Table =
-    throw OmniTableErrors.readOnly(s"alter table $ident")
+  /**
+   * The create of a CTAS (`CREATE TABLE … AS SELECT`, `writeTo(...).create()`): the table is
+   * created first (its rows committed), then the query appends one batch; when the job fails,
+   * Spark aborts the staged table, which drops it (rows, then directory) as a failed CTAS of a
+   * non-staging catalog would. The stage exists so REPLACE TABLE can be refused: Spark's
+   * non-atomic REPLACE drops the table before its query runs.
+   */
+  override def stageCreate(
+      ident: Identifier,
+      columns: Array[Column],
+      partitions: Array[Transform],
+      properties: util.Map[String, String]): StagedTable = {
+    val table = createTable(ident, columns, partitions, properties)
+    new StagedOmniTable(table.asInstanceOf[OmniTableTable], () => dropTable(ident))
+  }
+
+  override def stageReplace(
+      ident: Identifier,
+      columns: Array[Column],
+      partitions: Array[Transform],
+      properties: util.Map[String, String]): StagedTable = throw TableDdl.refuseReplace(ident)
+
+  override def stageCreateOrReplace(
+      ident: Identifier,
+      columns: Array[Column],
+      partitions: Array[Transform],
+      properties: util.Map[String, String]): StagedTable = throw TableDdl.refuseReplace(ident)
+
+  /** `ALTER TABLE omnitable.web ADD COLUMNS (...)`: Python's `add_columns` of no data ([[TableDdl]]). */
+  override def alterTable(ident: Identifier, changes: TableChange*): Table = resolve(ident) match {
+    case Some(a @ TableAddress(_, _, None, None)) if reader.tableExists(a.tableAddress) =>
+      new TableDdl(reader, failpoints).alter(a, changes)
+      loadTable(ident)
+    case Some(TableAddress(_, _, Some(_), _)) => throw TableDdl.refuseRef(ident)
+    case Some(TableAddress(_, _, _, Some(_))) => throw OmniTableErrors.readOnly(s"alter the metadata table $ident")
+    case _ => throw new NoSuchTableException(ident)
+  }
 
   /**
    * `DROP TABLE omnitable.web`: as `Warehouse.drop_table` — every catalog row of the table in one
@@ -272,7 +319,6 @@ class OmniTableCatalog extends TableCatalog with SupportsNamespaces with Procedu
   override def dropTable(ident: Identifier): Boolean = resolve(ident) match {
     case Some(a @ TableAddress(_, _, None, None)) if reader.tableExists(a.tableAddress) =>
       val snap = reader.loadTable(a.tableAddress, SnapshotSpec.Head)
-      val failpoints = Failpoints(Option(SQLConf.get.getConfString(OmniTableTable.FailpointConf, null)))
       val writer = new CatalogWriter(reader.address, failpoints = failpoints)
       val dropped = writer.dropTable(snap.table.tableId, a.tableAddress)
       if (dropped) {

@@ -104,7 +104,7 @@ class OmniTableCatalogSuite extends AnyFunSuite with SharedSparkSession {
     assert(msg("SELECT * FROM omnitable.nope").contains("Cannot find table 'nope'"))
     assert(msg("SELECT * FROM omnitable.refs VERSION AS OF 'nope'").contains("Cannot find branch or tag 'nope'"))
     assert(msg("SELECT * FROM omnitable.refs VERSION AS OF 42").contains("Cannot read version 42"))
-    val e = intercept[Exception](spark.sql("CREATE TABLE omnitable.t2 (x int)").collect())
+    val e = intercept[Exception](spark.sql("ALTER TABLE omnitable.refs RENAME TO omnitable.r2").collect())
     assert(e.getMessage.contains("read-only"))
     assert(!spark.catalog.tableExists("omnitable.nope"))
     assert(spark.catalog.tableExists("omnitable.refs"))
