@@ -1,7 +1,8 @@
 """Commit conformance, Python implementation: every scenario of tests/conformance/scenarios/
 run against the Python committer on SQLite and PostgreSQL (the ScalaTest ConformanceSuite runs
 the same files against the JVM committer). The concurrent writer commits between the committing
-append's snapshot and its commit (failpoint ``append.before_commit``)."""
+append's (or delete's) snapshot and its commit (failpoint ``append.before_commit`` or
+``delete.before_commit``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 import omnitable
 from omnitable._failpoints import hooked
+from omnitable.dataops.delete import delete_rows
 from omnitable.exceptions import AlreadyExistsError, CommitConflict, NotFoundError
 
 
@@ -32,9 +34,9 @@ OUTCOMES = {"conflict": CommitConflict, "not_found": NotFoundError, "exists": Al
 
 
 def run_python(wh: omnitable.Warehouse, scenario: dict[str, Any]) -> dict[str, Any]:
-    """The committing append through the Python API; its outcome as ``expect`` spells it. The
-    ``around`` steps (a backfill) start first and commit after it: the append runs when the
-    backfill reaches its commit (failpoint ``backfill.before_commit``)."""
+    """The committing append or delete through the Python API; its outcome as ``expect`` spells
+    it. The ``around`` steps (a backfill) start first and commit after it: the append runs when
+    the backfill reaches its commit (failpoint ``backfill.before_commit``)."""
     base_next = steps.prepare(wh, scenario)
     outcome: dict[str, Any] = {}
 
@@ -59,6 +61,11 @@ def _commit(wh: omnitable.Warehouse, scenario: dict[str, Any], base_next: int) -
             steps.apply_step(wh, step, base_next)
 
     try:
+        if commit.get("op", "append") == "delete":
+            # one attempt, as a Spark SQL DELETE (Table.delete retries on a conflict)
+            with hooked("delete.before_commit", concurrent):
+                result = delete_rows(table._ctx, steps.delete_where(commit), None, attempts=1)
+            return {"version": result.version}
         with hooked("append.before_commit", concurrent):
             data = steps.rows(commit["batch"], commit["rows"])
             version = table.append(data, commit["batch"], mode=commit.get("mode", "error"))

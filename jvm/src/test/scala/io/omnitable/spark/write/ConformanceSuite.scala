@@ -19,10 +19,11 @@ import org.scalatest.funsuite.AnyFunSuite
  * run against the JVM committer on SQLite, and on PostgreSQL when OMNITABLE_TEST_POSTGRES_URL is
  * set (CI sets it). The base state and the concurrent writer's steps are done by the Python API
  * (tests/conformance/steps.py); the committing append is a Spark `writeTo(...).append()` (a
- * replace: `overwrite(lit(true))`, INSERT OVERWRITE's plan), and the
- * concurrent steps run between its snapshot and its commit (failpoint `append.before_commit`).
- * A scenario's `around` steps (a Python backfill) start first in a process of their own, held at
- * their commit (failpoint `backfill.before_commit=pause:DIR`) while the append runs, then let go.
+ * replace: `overwrite(lit(true))`, INSERT OVERWRITE's plan) or a `DELETE FROM`, and the concurrent
+ * steps run between its snapshot and its commit (failpoint `append.before_commit` or
+ * `delete.before_commit`). A scenario's `around` steps (a Python backfill) start first in a
+ * process of their own, held at their commit (failpoint `backfill.before_commit=pause:DIR`) while
+ * the append runs, then let go.
  */
 class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
 
@@ -98,18 +99,22 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
     spark.conf.set(s"spark.sql.catalog.$catalog", classOf[OmniTableCatalog].getName)
     spark.conf.set(s"spark.sql.catalog.$catalog.warehouse", warehouse)
     val commit = scenario.get("commit")
-    val batch = commit.get("batch").asText()
-    val rows = (0 until commit.get("rows").asInt()).map(i => (s"$batch-$i", i.toDouble))
-    val df = spark.createDataFrame(rows).toDF("url", "score").coalesce(1)
+    val isDelete = commit.path("op").asText("append") == "delete"
     val around =
       Option(scenario.get("around")).filter(_.size > 0).map(_ => new Around(warehouse, dataRoot, name, baseNext))
     around.foreach(_.awaitCommitPoint())
     val outcome: Either[OmniTableCommitException, Unit] =
-      try Right(Failpoints.hooked("append.before_commit") {
+      try Right(Failpoints.hooked(if (isDelete) "delete.before_commit" else "append.before_commit") {
           python("concurrent", warehouse, dataRoot, name, baseNext.toString)
         } {
-          val writer = df.writeTo(s"$catalog.web").option("append_name", batch)
-          if (commit.path("mode").asText("error") == "replace") writer.overwrite(lit(true)) else writer.append()
+          if (isDelete) spark.sql(s"DELETE FROM $catalog.web WHERE ${deleteWhere(commit)}").collect()
+          else {
+            val batch = commit.get("batch").asText()
+            val rows = (0 until commit.get("rows").asInt()).map(i => (s"$batch-$i", i.toDouble))
+            val df = spark.createDataFrame(rows).toDF("url", "score").coalesce(1)
+            val writer = df.writeTo(s"$catalog.web").option("append_name", batch)
+            if (commit.path("mode").asText("error") == "replace") writer.overwrite(lit(true)) else writer.append()
+          }
         })
       catch { case e: Exception => Left(commitError(e)) }
     check(scenario.get("expect"), outcome, warehouse)
@@ -120,6 +125,11 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
     assert(state.get("rows") == Option(expect.get("rows")).getOrElse(json.nullNode()))
     if (expect.has("status")) assert(state.get("status") == expect.get("status"), state)
   }
+
+  /** A committing delete's filter as SQL (steps.py `delete_where`: `url` or `score` equal to a value). */
+  private def deleteWhere(commit: JsonNode): String =
+    if (commit.has("url")) s"url = '${commit.get("url").asText()}'"
+    else s"score = ${commit.get("score").asDouble()}"
 
   private def check(expect: JsonNode, outcome: Either[OmniTableCommitException, Unit], warehouse: String): Unit = {
     val kinds = Map(
