@@ -6,8 +6,11 @@ Prints, measured side by side in one run (``--repeats`` interleaved rounds, medi
 
   * (a) ``INSERT INTO omnitable.<t> SELECT * FROM src`` (a new batch per round, committed by the
     JVM) vs the same DataFrame written as Parquet (``df.write.parquet``) and as Delta
-    (``df.write.format("delta")``); target <= 1.2x Parquet. ``Table.append(df)`` (Spark tasks
-    running Python workers) is reported alongside for reference;
+    (``df.write.format("delta")``); target <= 1.2x Parquet. Codecs compared like with like:
+    OmniTable's default ``zstd`` against Parquet written with ``zstd``, and OmniTable with
+    ``spark.omnitable.write.compression=snappy`` against Spark's default (``snappy``); both ratios
+    are printed. ``Table.append(df)`` (Spark tasks running Python workers) is reported alongside
+    for reference;
   * (b) setting one column of every row from a source keyed by ``_ai_unique_id_`` (``--merge-rows``
     rows, default 1,000,000): OmniTable's column-only write vs Delta's ``MERGE INTO … WHEN
     MATCHED THEN UPDATE SET quality = s.quality`` of the same statement; bytes written and time
@@ -21,8 +24,12 @@ Run: ./dev bench sql_writes [--rows N] [--merge-rows N] [--repeats N] [--only a,
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import shutil
+import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,16 +60,38 @@ def _session(wh: Any) -> Any:
     return spark
 
 
-def _interleaved(variants: dict[str, Any], repeats: int) -> dict[str, float]:
-    """Median seconds per variant; each call gets its round number (a fresh batch or path)."""
-    samples: dict[str, list[float]] = {k: [] for k in variants}
+def _jvm_cpu_seconds(spark: Any) -> Callable[[], float]:
+    """CPU seconds used so far by the Spark JVM (driver and, in local mode, every task); NaN off
+    Linux. On a shared machine a write's CPU time varies far less than its wall time."""
+    stat = Path(f"/proc/{spark._jvm.java.lang.ProcessHandle.current().pid()}/stat")
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def read() -> float:
+        if not stat.exists():
+            return math.nan
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+
+    return read
+
+
+def _interleaved(
+    variants: dict[str, Any], repeats: int, cpu: Callable[[], float]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Median wall and JVM CPU seconds per variant; each call gets its round number (a fresh
+    batch or path)."""
+    wall: dict[str, list[float]] = {k: [] for k in variants}
+    used: dict[str, list[float]] = {k: [] for k in variants}
     for i in range(repeats + 1):  # round 0 warms up
         for name, fn in variants.items():
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), cpu()
             fn(i)
             if i:
-                samples[name].append(time.perf_counter() - start)
-    return {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
+                wall[name].append(time.perf_counter() - start)
+                used[name].append(cpu() - cpu_start)
+    return {k: statistics.median(v) for k, v in wall.items()}, {
+        k: statistics.median(v) for k, v in used.items()
+    }
 
 
 def insert_part(spark: Any, wh: Any, root: Path, rows: int, repeats: int) -> list[Any]:
@@ -72,33 +101,58 @@ def insert_part(spark: Any, wh: Any, root: Path, rows: int, repeats: int) -> lis
     src.createOrReplaceTempView("bench_src")
     table = wh.create_table("ins", SCHEMA)
 
-    def parquet(i: int) -> None:
+    def parquet(i: int) -> None:  # Spark's default codec, snappy
         src.write.mode("overwrite").parquet(str(root / "parquet"))
+
+    def parquet_zstd(i: int) -> None:
+        src.write.mode("overwrite").option("compression", "zstd").parquet(str(root / "parquet_z"))
 
     def delta(i: int) -> None:
         src.write.format("delta").mode("overwrite").save(str(root / "delta"))
 
-    def insert(i: int) -> None:
+    def insert(i: int) -> None:  # OmniTable's default codec, zstd
         spark.conf.set("spark.omnitable.write.appendName", f"sql{i}")
         spark.sql("INSERT INTO omnitable.ins SELECT * FROM bench_src")
+
+    def insert_snappy(i: int) -> None:
+        spark.conf.set("spark.omnitable.write.appendName", f"sqls{i}")
+        spark.conf.set("spark.omnitable.write.compression", "snappy")
+        try:
+            spark.sql("INSERT INTO omnitable.ins SELECT * FROM bench_src")
+        finally:
+            spark.conf.unset("spark.omnitable.write.compression")
 
     def python_append(i: int) -> None:
         table.append(src, f"py{i}")
 
-    t = _interleaved(
-        {"parquet": parquet, "delta": delta, "insert": insert, "append": python_append}, repeats
-    )
-    assert table.count() == 2 * (repeats + 1) * rows, "INSERT INTO lost or duplicated rows"
+    variants = {"parquet": parquet, "parquet_zstd": parquet_zstd, "delta": delta, "insert": insert,
+                "insert_snappy": insert_snappy, "append": python_append}  # fmt: skip
+    t, cpu = _interleaved(variants, repeats, _jvm_cpu_seconds(spark))
+    assert table.count() == 3 * (repeats + 1) * rows, "INSERT INTO lost or duplicated rows"
     src.unpersist()
-    ratio = t["insert"] / t["parquet"]
+    return _insert_report(rows, t, cpu)
+
+
+def _insert_report(rows: int, t: dict[str, float], cpu: dict[str, float]) -> list[Any]:
+    def both(k: str) -> str:
+        return f"{fmt_seconds(t[k])} (JVM CPU {fmt_seconds(cpu[k])})"
+
+    def ratio(a: str, b: str) -> str:
+        return f"{fmt_ratio(t[a] / t[b])} (JVM CPU {fmt_ratio(cpu[a] / cpu[b])})"
+
+    target = f"target <= {TARGET_INSERT}x"
     return [
         ("(a) rows", f"{rows:,}", ""),
-        ("Parquet write", fmt_seconds(t["parquet"]), ""),
-        ("Delta write", fmt_seconds(t["delta"]), ""),
-        ("INSERT INTO omnitable", fmt_seconds(t["insert"]), ""),
-        ("Table.append(df) (Python workers)", fmt_seconds(t["append"]), "reference"),
-        ("INSERT INTO / Parquet", fmt_ratio(ratio), f"target <= {TARGET_INSERT}x"),
-        ("INSERT INTO / Delta", fmt_ratio(t["insert"] / t["delta"]), ""),
+        ("Parquet write (snappy, Spark's default)", both("parquet"), ""),
+        ("Parquet write (zstd)", both("parquet_zstd"), ""),
+        ("Delta write (snappy)", both("delta"), ""),
+        ("INSERT INTO omnitable (zstd, the default)", both("insert"), ""),
+        ("INSERT INTO omnitable (snappy)", both("insert_snappy"), ""),
+        ("Table.append(df) (Python workers, zstd)", fmt_seconds(t["append"]), "reference"),
+        ("INSERT INTO / Parquet, both zstd", ratio("insert", "parquet_zstd"), target),
+        ("INSERT INTO / Parquet, both snappy", ratio("insert_snappy", "parquet"), target),
+        ("INSERT INTO (zstd) / Parquet (snappy)", ratio("insert", "parquet"), ""),
+        ("INSERT INTO / Delta, both snappy", ratio("insert_snappy", "delta"), ""),
     ]
 
 

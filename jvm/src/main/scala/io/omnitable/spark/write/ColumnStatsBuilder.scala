@@ -2,6 +2,8 @@ package io.omnitable.spark.write
 
 import java.math.{BigDecimal => JBigDecimal}
 
+import scala.annotation.switch
+
 import io.omnitable.spark.catalog.FileColumnStats
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.types._
@@ -12,68 +14,104 @@ import org.apache.spark.unsafe.types.UTF8String
  * (docs/catalog.md, "Statistics encoding"; python/omnitable/vocabulary/stats.py is the other
  * implementation): null count always; min/max for orderable primitive types, not for floats
  * holding NaN, not for strings whose min or max is longer than 64 characters.
+ *
+ * Called once per value of every written row, so each kind of column keeps its bounds unboxed
+ * (integers and dates as `Long`, floats as `Double` in total order, so -0.0 < 0.0) and a string or
+ * decimal is copied only when it becomes a new bound. Strings compare by `binaryCompare` (UTF-8
+ * bytes, what `compareTo` does outside Spark's own tests, minus its per-call environment lookup).
  */
 private[write] final class ColumnStatsBuilder(dataType: DataType) {
+  import ColumnStatsBuilder._
+
+  private val kind: Int = dataType match {
+    case BooleanType => KBoolean
+    case ByteType => KByte
+    case ShortType => KShort
+    case IntegerType | DateType => KInt
+    case LongType | TimestampType | TimestampNTZType => KLong
+    case FloatType => KFloat
+    case DoubleType => KDouble
+    case _: DecimalType => KDecimal
+    case StringType => KString
+    case _ => KNone
+  }
+  private val precision = dataType match { case d: DecimalType => d.precision; case _ => 0 }
+  private val scale = dataType match { case d: DecimalType => d.scale; case _ => 0 }
   private var nulls = 0L
   private var nan = false
-  private var min: Any = _
-  private var max: Any = _
-
-  private val ordering: Option[Ordering[Any]] = dataType match {
-    case BooleanType => Some(Ordering.Boolean.asInstanceOf[Ordering[Any]])
-    case ByteType | ShortType | IntegerType | DateType | LongType | TimestampType | TimestampNTZType =>
-      Some(Ordering.Long.asInstanceOf[Ordering[Any]])
-    case FloatType | DoubleType => Some(Ordering.Double.TotalOrdering.asInstanceOf[Ordering[Any]])
-    case _: DecimalType => Some(Ordering.by[JBigDecimal, JBigDecimal](identity).asInstanceOf[Ordering[Any]])
-    case StringType => Some(Ordering.by[UTF8String, UTF8String](identity)(_ compareTo _).asInstanceOf[Ordering[Any]])
-    case _ => None
-  }
+  private var seen = false // a non-null, non-NaN value was added (the bounds below are set)
+  private var minLong, maxLong = 0L
+  private var minDouble, maxDouble = 0.0
+  private var minRef, maxRef: AnyRef = _ // UTF8String or Decimal copies
 
   /** Add the value at `ordinal` of `row`. */
   def add(row: InternalRow, ordinal: Int): Unit =
     if (row.isNullAt(ordinal)) nulls += 1
-    else ordering.foreach { ord =>
-      val v: Any = dataType match {
-        case BooleanType => row.getBoolean(ordinal)
-        case ByteType => row.getByte(ordinal).toLong
-        case ShortType => row.getShort(ordinal).toLong
-        case IntegerType | DateType => row.getInt(ordinal).toLong
-        case LongType | TimestampType | TimestampNTZType => row.getLong(ordinal)
-        case FloatType => row.getFloat(ordinal).toDouble
-        case DoubleType => row.getDouble(ordinal)
-        case d: DecimalType => row.getDecimal(ordinal, d.precision, d.scale).toJavaBigDecimal
-        case StringType => row.getUTF8String(ordinal).clone()
-        case _ => None // no ordering: never reached
+    else
+      (kind: @switch) match {
+        case KLong => addLong(row.getLong(ordinal))
+        case KInt => addLong(row.getInt(ordinal).toLong)
+        case KDouble => addDouble(row.getDouble(ordinal))
+        case KString => addString(row.getUTF8String(ordinal))
+        case KFloat => addDouble(row.getFloat(ordinal).toDouble)
+        case KShort => addLong(row.getShort(ordinal).toLong)
+        case KByte => addLong(row.getByte(ordinal).toLong)
+        case KBoolean => addLong(if (row.getBoolean(ordinal)) 1L else 0L)
+        case KDecimal => addDecimal(row.getDecimal(ordinal, precision, scale))
+        case _ => ()
       }
-      v match {
-        case d: Double if d.isNaN => nan = true
-        case _ =>
-          if (min == null || ord.lt(v, min)) min = v
-          if (max == null || ord.gt(v, max)) max = v
-      }
-    }
+
+  private def addLong(v: Long): Unit =
+    if (!seen) { minLong = v; maxLong = v; seen = true }
+    else if (v < minLong) minLong = v
+    else if (v > maxLong) maxLong = v
+
+  private def addDouble(v: Double): Unit =
+    if (v.isNaN) nan = true
+    else if (!seen) { minDouble = v; maxDouble = v; seen = true }
+    else if (java.lang.Double.compare(v, minDouble) < 0) minDouble = v
+    else if (java.lang.Double.compare(v, maxDouble) > 0) maxDouble = v
+
+  private def addString(v: UTF8String): Unit =
+    if (!seen) { minRef = v.clone(); maxRef = minRef; seen = true }
+    else if (v.binaryCompare(minRef.asInstanceOf[UTF8String]) < 0) minRef = v.clone()
+    else if (v.binaryCompare(maxRef.asInstanceOf[UTF8String]) > 0) maxRef = v.clone()
+
+  private def addDecimal(v: Decimal): Unit =
+    if (!seen) { minRef = v.clone(); maxRef = minRef; seen = true }
+    else if (v.compare(minRef.asInstanceOf[Decimal]) < 0) minRef = v.clone()
+    else if (v.compare(maxRef.asInstanceOf[Decimal]) > 0) maxRef = v.clone()
 
   def result: FileColumnStats = {
-    val keep = min != null && !nan && (dataType != StringType || Seq(min, max).forall(fits))
+    val keep = kind != KNone && seen && !nan &&
+      (kind != KString || Seq(minRef, maxRef).forall(_.asInstanceOf[UTF8String].numChars <= MaxStringChars))
     if (!keep) FileColumnStats(Some(nulls), None, None)
-    else FileColumnStats(Some(nulls), Some(encode(min)), Some(encode(max)))
+    else FileColumnStats(Some(nulls), Some(encode(isMin = true)), Some(encode(isMin = false)))
   }
 
-  private def fits(v: Any): Boolean = {
-    val s = v.toString
-    s.codePointCount(0, s.length) <= ColumnStatsBuilder.MaxStringChars
-  }
-
-  private def encode(v: Any): String = v match {
-    case b: Boolean => if (b) "true" else "false"
-    case d: Double => ColumnStatsBuilder.pythonRepr(d)
-    case d: JBigDecimal => d.toPlainString
-    case other => other.toString
+  private def encode(isMin: Boolean): String = kind match {
+    case KBoolean => if ((if (isMin) minLong else maxLong) == 1L) "true" else "false"
+    case KFloat | KDouble => pythonRepr(if (isMin) minDouble else maxDouble)
+    case KDecimal => (if (isMin) minRef else maxRef).asInstanceOf[Decimal].toJavaBigDecimal.toPlainString
+    case KString => (if (isMin) minRef else maxRef).toString
+    case _ => (if (isMin) minLong else maxLong).toString
   }
 }
 
 private[write] object ColumnStatsBuilder {
   val MaxStringChars = 64
+
+  // Kinds of column (a switch in the per-value path instead of a match on the DataType).
+  private final val KNone = 0
+  private final val KBoolean = 1
+  private final val KByte = 2
+  private final val KShort = 3
+  private final val KInt = 4
+  private final val KLong = 5
+  private final val KFloat = 6
+  private final val KDouble = 7
+  private final val KDecimal = 8
+  private final val KString = 9
 
   /**
    * A double as Python's `repr` writes it (the shortest round-trip digits; positional notation

@@ -36,21 +36,11 @@ private[write] final class FragmentWriterFactory(task: WriteTask) extends DataWr
  */
 private[write] final class FragmentWriter(task: WriteTask, partition: Int) extends DataWriter[InternalRow] {
 
-  /** Input row (the id first) → the group's row in file order, cast to the stored types. */
-  private val projections: Seq[(String, Seq[TargetColumn], UnsafeProjection)] = task.groups.map { case (g, cols) =>
-    val exprs = cols.map { c =>
-      if (c.input < 0) BoundReference(0, LongType, nullable = false)
-      else {
-        val f = task.inputSchema(c.input)
-        val ref = BoundReference(c.input + 1, f.dataType, f.nullable)
-        if (f.dataType == c.dataType) ref else Cast(ref, c.dataType, Some("UTC"), ansiEnabled = true)
-      }
-    }
-    (g, cols, UnsafeProjection.create(exprs))
+  /** Each group's row in file order, from the id and the input row (cast to the stored types where needed). */
+  private val projections: Seq[(String, Seq[TargetColumn], GroupRows)] = task.groups.map { case (g, cols) =>
+    (g, cols, GroupRows(task.inputSchema, cols))
   }
 
-  private val idRow = new SpecificInternalRow(Seq(LongType))
-  private val joined = new JoinedRow()
   private var nextId = task.idBase + (partition.toLong << WriteTask.IdShift)
   private val idLimit = task.idBase + ((partition.toLong + 1) << WriteTask.IdShift)
   private var seq = partition.toLong << WriteTask.SeqShift
@@ -63,9 +53,8 @@ private[write] final class FragmentWriter(task: WriteTask, partition: Int) exten
       throw new IllegalStateException(s"Cannot write partition $partition: more than 2^${WriteTask.IdShift} rows")
     }
     val fragment = open.getOrElse { val f = new OpenFragment; open = Some(f); f }
-    idRow.setLong(0, nextId)
+    fragment.add(nextId, row)
     nextId += 1
-    fragment.add(joined(idRow, row))
     if (fragment.rows >= task.settings.targetFragmentRows) closeFragment()
   }
 
@@ -124,9 +113,9 @@ private[write] final class FragmentWriter(task: WriteTask, partition: Int) exten
         cols.map(_.nullable).toArray)
     }
 
-    def add(row: InternalRow): Unit = {
+    def add(id: Long, row: InternalRow): Unit = {
       files.foreach { f =>
-        val out = f.projection(row)
+        val out = f.projection(id, row)
         var i = 0
         while (i < f.stats.length) {
           if (!f.nullable(i) && out.isNullAt(i)) throw FragmentWriter.nullInColumn(task, f.columns(i).name)
@@ -161,13 +150,51 @@ private[write] final class FragmentWriter(task: WriteTask, partition: Int) exten
   }
 }
 
+/** Makes one column group's row (in file order, stored types) from the generated id and the input row. */
+private[write] sealed abstract class GroupRows {
+  def apply(id: Long, row: InternalRow): InternalRow
+}
+
+private[write] object GroupRows {
+
+  /** A view of the input row where no column needs a cast, else a projection (a copy) that casts. */
+  def apply(input: StructType, cols: Seq[TargetColumn]): GroupRows =
+    if (cols.forall(c => c.input < 0 || input(c.input).dataType == c.dataType)) {
+      new View(new ColumnsRow(cols.map(_.input).toArray, cols.map(_.dataType).toArray))
+    } else {
+      val exprs = cols.map { c =>
+        if (c.input < 0) BoundReference(0, LongType, nullable = false)
+        else {
+          val f = input(c.input)
+          val ref = BoundReference(c.input + 1, f.dataType, f.nullable)
+          if (f.dataType == c.dataType) ref else Cast(ref, c.dataType, Some("UTC"), ansiEnabled = true)
+        }
+      }
+      new Projected(UnsafeProjection.create(exprs))
+    }
+
+  private final class View(row: ColumnsRow) extends GroupRows {
+    override def apply(id: Long, input: InternalRow): InternalRow = row.set(id, input)
+  }
+
+  /** The id and the input row joined (the id first), then projected to the group's columns. */
+  private final class Projected(projection: UnsafeProjection) extends GroupRows {
+    private val idRow = new SpecificInternalRow(Seq(LongType))
+    private val joined = new JoinedRow()
+    override def apply(id: Long, input: InternalRow): InternalRow = {
+      idRow.setLong(0, id)
+      projection(joined(idRow, input))
+    }
+  }
+}
+
 /** One column file being written: its projection from the input row, Parquet writer and statistics. */
 private[write] final case class OpenFile(
     fileId: String,
     group: String,
     path: String,
     columns: Seq[TargetColumn],
-    projection: UnsafeProjection,
+    projection: GroupRows,
     writer: ParquetOutputWriter,
     stats: Array[ColumnStatsBuilder],
     nullable: Array[Boolean])

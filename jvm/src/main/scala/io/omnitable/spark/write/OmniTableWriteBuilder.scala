@@ -63,6 +63,9 @@ final class OmniTableWriteBuilder(
     jc.set("spark.sql.parquet.writeLegacyFormat", "false")
     jc.set("spark.sql.parquet.fieldId.write.enabled", "false")
     jc.setLong("parquet.block.row.count.limit", settings.rowGroupSize)
+    // Every `_ai_unique_id_` of a file is distinct: a dictionary for it is built for nothing, then
+    // re-encoded as plain at each row group's first page (docs/benchmarks.md, sql_writes).
+    jc.setBoolean(s"parquet.enable.dictionary#${snap.rowIdColumn.physicalName}", false)
     val branch = snap.snapshot.segments.head.branch
     if (replace && branch != SystemColumns.MainBranch) {
       throw WriteErrors.notWritableSnapshot(table, s"branch '$branch' (an overwrite replaces batches on main only)")
