@@ -1,7 +1,8 @@
 """Commit conformance, Python implementation: every scenario of tests/conformance/scenarios/
 run against the Python committer on SQLite and PostgreSQL (the ScalaTest ConformanceSuite runs
 the same files against the JVM committer). The concurrent writer commits between the committing
-append's snapshot and its commit (failpoint ``append.before_commit``)."""
+writer's snapshot and its commit (failpoint ``append.before_commit``, or
+``rollback.before_commit`` / ``revert.before_commit`` for a rollback / revert)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,12 @@ import pytest
 
 import omnitable
 from omnitable._failpoints import hooked
-from omnitable.exceptions import AlreadyExistsError, CommitConflict, NotFoundError
+from omnitable.exceptions import (
+    AlreadyExistsError,
+    CommitConflict,
+    NotFoundError,
+    ValidationError,
+)
 
 
 def _steps() -> ModuleType:
@@ -28,11 +34,16 @@ def _steps() -> ModuleType:
 
 
 steps = _steps()
-OUTCOMES = {"conflict": CommitConflict, "not_found": NotFoundError, "exists": AlreadyExistsError}
+OUTCOMES = {
+    "conflict": CommitConflict,
+    "not_found": NotFoundError,
+    "exists": AlreadyExistsError,
+    "invalid": ValidationError,
+}
 
 
 def run_python(wh: omnitable.Warehouse, scenario: dict[str, Any]) -> dict[str, Any]:
-    """The committing append through the Python API; its outcome as ``expect`` spells it."""
+    """The committing writer through the Python API; its outcome as ``expect`` spells it."""
     base_next = steps.prepare(wh, scenario)
     commit = scenario["commit"]
     table = wh.table(steps.TABLE)
@@ -42,11 +53,20 @@ def run_python(wh: omnitable.Warehouse, scenario: dict[str, Any]) -> dict[str, A
             steps.apply_step(wh, step, base_next)
 
     try:
-        with hooked("append.before_commit", concurrent):
-            data = steps.rows(commit["batch"], commit["rows"])
-            version = table.append(data, commit["batch"], mode=commit.get("mode", "error"))
+        if commit.get("op", "append") == "rollback":
+            with hooked("rollback.before_commit", concurrent):
+                version = table.rollback(commit["to"])
+        elif commit["op"] == "revert":
+            with hooked("revert.before_commit", concurrent):
+                version = table.revert(
+                    commit["version"], dependents=commit.get("dependents", "fail")
+                )
+        else:
+            with hooked("append.before_commit", concurrent):
+                data = steps.rows(commit["batch"], commit["rows"])
+                version = table.append(data, commit["batch"], mode=commit.get("mode", "error"))
         return {"version": version}
-    except (CommitConflict, NotFoundError, AlreadyExistsError) as exc:
+    except (CommitConflict, NotFoundError, AlreadyExistsError, ValidationError) as exc:
         kind = next(k for k, cls in OUTCOMES.items() if isinstance(exc, cls))
         return {kind: str(exc)}
 
@@ -65,6 +85,8 @@ def test_scenario(wh: omnitable.Warehouse, name: str) -> None:
     after = steps.state(wh)
     assert after["batches"] == expect.get("batches")
     assert after["rows"] == expect.get("rows")
+    if "columns" in expect:
+        assert after["columns"] == expect["columns"]
 
 
 def test_every_scenario_says_what_it_expects() -> None:
