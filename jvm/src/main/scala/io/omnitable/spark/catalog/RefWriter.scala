@@ -206,7 +206,7 @@ final class RefWriter(reader: CatalogReader) {
    * Opens a write connection, checks the schema version, finds `table`, takes its commit lock and
    * runs `body`; commits when it returns, rolls back on any error.
    */
-  private[catalog] def withTableLock[T](table: String, what: String)(body: (Jdbc.Conn, TableEntry) => T): T = {
+  private def withTableLock[T](table: String, what: String)(body: (Jdbc.Conn, TableEntry) => T): T = {
     val sqlite = reader.address.isInstanceOf[SqliteAddress]
     val jdbc = RefWriter.openForWrite(reader.address, reader.env)
     val conn = Jdbc.Conn(jdbc, reader.queries)
