@@ -202,9 +202,10 @@ def test_refused_calls_change_nothing(spark: Any, wh: omnitable.Warehouse) -> No
         (f"CALL {p}.create_tag('nosuch', 'nt')", "Cannot find table 'nosuch'"),
         (f"CALL {p}.create_tag(table => 't', name => 'nt')", "name"),
         (f"CALL {p}.drop_branch('t', 'base')", "create_branch, create_tag, delete_branch"),
-        (f"CALL {p}.rollback('t', 0)", "Table.rollback"),
-        (f"CALL {p}.revert('t', 1)", "Table.revert"),
-        (f"CALL {p}.merge_branch('t', 'base')", "Table.merge"),
+        (f"CALL {p}.rollback('t', 999)", "give an earlier version"),
+        (f"CALL {p}.revert('t', 0)", "it created the table"),
+        (f"CALL {p}.merge_branch('t', 'base', 'base')", "Cannot merge branch 'base' into itself"),
+        (f"CALL {p}.rebase_branch('t', 'base')", "Table.rebase"),
     ]:
         with pytest.raises(Exception) as err:
             spark.sql(sql).collect()

@@ -5,19 +5,27 @@ concurrent writer's steps, done with the Python API. Both runners use it: the py
 
     python tests/conformance/steps.py prepare WAREHOUSE ROOT SCENARIO   # prints the base state
     python tests/conformance/steps.py concurrent WAREHOUSE ROOT SCENARIO BASE_NEXT_ROW_ID
-    python tests/conformance/steps.py state WAREHOUSE ROOT              # batches and rows
+    python tests/conformance/steps.py state WAREHOUSE ROOT              # batches, rows, columns
     python tests/conformance/steps.py newdb POSTGRES_URL                # a fresh database URL
+    python tests/conformance/steps.py history WAREHOUSE ROOT SEED       # a random small history
+    python tests/conformance/steps.py rollback WAREHOUSE ROOT VERSION   # Table.rollback
+    python tests/conformance/steps.py revert WAREHOUSE ROOT VERSION     # Table.revert (or its error)
+    python tests/conformance/steps.py dump WAREHOUSE ROOT [BRANCH]      # rows and history
+    python tests/conformance/steps.py run WAREHOUSE ROOT STEPS_JSON     # a list of steps
+    python tests/conformance/steps.py merge WAREHOUSE ROOT SOURCE       # Table.merge into main
 
     python tests/conformance/steps.py around WAREHOUSE ROOT SCENARIO BASE_NEXT_ROW_ID
 
 A scenario: ``base`` steps, then the committing writer (``commit``: an append, ``mode``
 ``replace`` for Python's replace and the JVM's INSERT OVERWRITE; or ``"op": "delete"`` of the
 rows whose ``url`` or ``score`` is given, Table.delete in one attempt and the JVM's DELETE FROM,
-:func:`delete_where`) takes its snapshot, the
-``concurrent`` steps run and commit, then the committing writer commits; ``expect`` is its
-outcome: ``version``, or a message fragment of ``conflict`` / ``not_found`` / ``exists``, and the
-table's ``batches`` (sorted names) and ``rows`` afterwards, and when given its ``status``
-(derived column -> batch -> done / stale / missing / partial).
+:func:`delete_where`; or ``{"op": "rollback", "to": N}``: Table.rollback / CALL system.rollback;
+or ``{"op": "revert", "version": N}``, optionally with ``dependents``: Table.revert / CALL
+system.revert) takes its snapshot, the ``concurrent`` steps run and commit, then the committing
+writer commits; ``expect`` is its outcome: ``version``, or a message fragment of ``conflict`` /
+``not_found`` / ``exists`` / ``invalid``, and the table's ``batches`` (sorted names) and ``rows``
+afterwards, and when given its ``columns`` (sorted) and ``status`` (derived column -> batch ->
+done / stale / missing / partial).
 
 ``around`` (optional) are steps that start before the committing writer and commit after it: a
 backfill planned (and computed) on the base state that reaches its commit (failpoint
@@ -32,6 +40,7 @@ one. Python has no maintenance operations (compaction, expiry) yet.
 from __future__ import annotations
 
 import json
+import random
 import sys
 import uuid
 from collections.abc import Callable
@@ -43,6 +52,7 @@ import pyarrow.compute as pc
 
 import omnitable
 from omnitable import ROW_ID
+from omnitable.exceptions import OmniTableError
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 TABLE = "web"
@@ -78,10 +88,14 @@ def apply_step(wh: omnitable.Warehouse, step: dict[str, Any], base_next: int) ->
     ``delete`` (the row whose ``url`` is given), ``update`` (its ``score``), ``register`` (a SQL
     feature ``name`` over ``score``), ``retire`` (``column``), ``backfill`` (``feature``, on
     Spark), ``rollback`` / ``revert`` (``version``), ``create_branch`` (``name``), ``merge``
-    (branch ``source`` into main). ``branch``: the step writes to that branch (default main)."""
+    (branch ``source`` into main), ``create_table`` (another table ``name`` keyed by ``key``).
+    ``branch``: the step writes to that branch (default main)."""
     op = step["op"]
     if op == "drop_table":
         wh.drop_table(TABLE)
+        return
+    if op == "create_table":  # another table, keyed by ``key``
+        wh.create_table(step["name"], SCHEMA, key=step["key"])
         return
     table = wh.table(TABLE)
     if "branch" in step:
@@ -159,15 +173,67 @@ def next_row_id(wh: omnitable.Warehouse) -> int:
 def state(wh: omnitable.Warehouse) -> dict[str, Any]:
     """What ``expect`` checks after the commit: sorted batch names and the row count."""
     if TABLE not in wh.tables():
-        return {"batches": None, "rows": None, "status": None}
+        return {"batches": None, "rows": None, "columns": None, "status": None}
     table = wh.table(TABLE)
+    data = table.read()
     grid = table.status()
     status = {c: {b: grid.state(b, c) for b in grid.batches} for c in grid.columns}
     return {
         "batches": sorted(b.name for b in table.batches()),
-        "rows": table.read().num_rows,
+        "rows": data.num_rows,
+        "columns": sorted(c for c in data.column_names if not c.startswith("_ai_")),
         "status": status,
     }
+
+
+def random_history(wh: omnitable.Warehouse, seed: int) -> None:
+    """A small random history of appends, replaces, deletes, updates, added columns and
+    registered features (the same for a seed), for rollback parity tests."""
+    rng = random.Random(seed)
+    wh.create_table(TABLE, SCHEMA)
+    apply_step(wh, {"op": "append", "batch": "b0", "rows": 4}, 0)
+    batches, added, registered = ["b0"], 0, False
+    for i in range(rng.randint(3, 6)):
+        table = wh.table(TABLE)
+        live = [str(u) for u in table.read(columns=["url"])["url"].to_pylist()]
+        kind = rng.choice(
+            ["append", "append", "replace", "delete", "update", "add_columns", "register"]
+        )
+        if kind == "append" or not live:
+            batches.append(f"b{i + 1}")
+            apply_step(wh, {"op": "append", "batch": batches[-1], "rows": rng.randint(1, 4)}, 0)
+        elif kind == "replace":
+            name = rng.choice(batches)
+            apply_step(
+                wh, {"op": "append", "batch": name, "rows": rng.randint(1, 3), "mode": "replace"}, 0
+            )
+        elif kind == "delete":
+            apply_step(wh, {"op": "delete", "url": rng.choice(live)}, 0)
+        elif kind == "update":
+            apply_step(wh, {"op": "update", "url": rng.choice(live), "score": rng.random()}, 0)
+        elif kind == "add_columns" and added < 2:
+            ids = table.read(columns=[ROW_ID])[ROW_ID]
+            table.add_columns(pa.table({ROW_ID: ids, f"extra{added}": [f"x{i}"] * len(ids)}))
+            added += 1
+        elif kind == "register" and not registered:
+            apply_step(wh, {"op": "register", "name": "double"}, 0)
+            registered = True
+        else:
+            apply_step(wh, {"op": "delete", "url": rng.choice(live)}, 0)
+
+
+def dump(wh: omnitable.Warehouse, branch: str = "main") -> dict[str, Any]:
+    """The table's rows on ``branch`` (sorted by row id, every column) and its history without
+    times and ids: what a rollback or a merge must leave the same in both implementations."""
+    table = wh.table(TABLE).branch(branch)
+    data = table.read().sort_by(ROW_ID)
+    history = [
+        {"version": c.version, "parent": c.parent_version, "op": c.op, "summary": c.summary_json,
+         "branch": c.branch}
+        for c in table.history()
+    ]  # fmt: skip
+    return {"rows": data.to_pylist(), "columns": data.column_names, "history": history,
+            "batches": sorted((b.name, b.rows) for b in table.batches())}  # fmt: skip
 
 
 def _new_database(base_url: str) -> str:
@@ -200,6 +266,24 @@ def main(argv: list[str]) -> None:
                 apply_step(wh, step, int(argv[4]))
         elif cmd == "state":
             print(json.dumps(state(wh)))
+        elif cmd == "history":
+            random_history(wh, int(argv[3]))
+            print(json.dumps({"head": wh.table(TABLE).history(limit=1)[0].version}))
+        elif cmd == "rollback":
+            print(json.dumps({"version": wh.table(TABLE).rollback(int(argv[3]))}))
+        elif cmd == "revert":
+            try:
+                print(json.dumps({"version": wh.table(TABLE).revert(int(argv[3]))}))
+            except OmniTableError as exc:
+                print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
+        elif cmd == "dump":
+            print(json.dumps(dump(wh, *argv[3:4]), sort_keys=True, default=str))
+        elif cmd == "run":
+            for step in json.loads(argv[3]):
+                apply_step(wh, step, 0)
+        elif cmd == "merge":
+            result = wh.table(TABLE).merge(argv[3])
+            print(json.dumps({"version": result.version, "fast_forward": result.fast_forward}))
         else:
             raise SystemExit(f"unknown command {cmd!r}")
     finally:

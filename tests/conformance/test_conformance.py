@@ -1,8 +1,8 @@
 """Commit conformance, Python implementation: every scenario of tests/conformance/scenarios/
 run against the Python committer on SQLite and PostgreSQL (the ScalaTest ConformanceSuite runs
 the same files against the JVM committer). The concurrent writer commits between the committing
-append's (or delete's) snapshot and its commit (failpoint ``append.before_commit`` or
-``delete.before_commit``)."""
+writer's snapshot and its commit (failpoint ``append.before_commit``, ``delete.before_commit``,
+or ``rollback.before_commit`` / ``revert.before_commit`` for a rollback / revert)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,12 @@ import pytest
 import omnitable
 from omnitable._failpoints import hooked
 from omnitable.dataops.delete import delete_rows
-from omnitable.exceptions import AlreadyExistsError, CommitConflict, NotFoundError
+from omnitable.exceptions import (
+    AlreadyExistsError,
+    CommitConflict,
+    NotFoundError,
+    ValidationError,
+)
 
 
 def _steps() -> ModuleType:
@@ -30,13 +35,18 @@ def _steps() -> ModuleType:
 
 
 steps = _steps()
-OUTCOMES = {"conflict": CommitConflict, "not_found": NotFoundError, "exists": AlreadyExistsError}
+OUTCOMES = {
+    "conflict": CommitConflict,
+    "not_found": NotFoundError,
+    "exists": AlreadyExistsError,
+    "invalid": ValidationError,
+}
 
 
 def run_python(wh: omnitable.Warehouse, scenario: dict[str, Any]) -> dict[str, Any]:
-    """The committing append or delete through the Python API; its outcome as ``expect`` spells
-    it. The ``around`` steps (a backfill) start first and commit after it: the append runs when
-    the backfill reaches its commit (failpoint ``backfill.before_commit``)."""
+    """The committing writer through the Python API; its outcome as ``expect`` spells it. The
+    ``around`` steps (a backfill) start first and commit after it: the committing writer runs
+    when the backfill reaches its commit (failpoint ``backfill.before_commit``)."""
     base_next = steps.prepare(wh, scenario)
     outcome: dict[str, Any] = {}
 
@@ -61,16 +71,26 @@ def _commit(wh: omnitable.Warehouse, scenario: dict[str, Any], base_next: int) -
             steps.apply_step(wh, step, base_next)
 
     try:
-        if commit.get("op", "append") == "delete":
+        op = commit.get("op", "append")
+        if op == "delete":
             # one attempt, as a Spark SQL DELETE (Table.delete retries on a conflict)
             with hooked("delete.before_commit", concurrent):
                 result = delete_rows(table._ctx, steps.delete_where(commit), None, attempts=1)
             return {"version": result.version}
-        with hooked("append.before_commit", concurrent):
-            data = steps.rows(commit["batch"], commit["rows"])
-            version = table.append(data, commit["batch"], mode=commit.get("mode", "error"))
+        if op == "rollback":
+            with hooked("rollback.before_commit", concurrent):
+                version = table.rollback(commit["to"])
+        elif op == "revert":
+            with hooked("revert.before_commit", concurrent):
+                version = table.revert(
+                    commit["version"], dependents=commit.get("dependents", "fail")
+                )
+        else:
+            with hooked("append.before_commit", concurrent):
+                data = steps.rows(commit["batch"], commit["rows"])
+                version = table.append(data, commit["batch"], mode=commit.get("mode", "error"))
         return {"version": version}
-    except (CommitConflict, NotFoundError, AlreadyExistsError) as exc:
+    except (CommitConflict, NotFoundError, AlreadyExistsError, ValidationError) as exc:
         kind = next(k for k, cls in OUTCOMES.items() if isinstance(exc, cls))
         return {kind: str(exc)}
 
@@ -98,6 +118,8 @@ def test_scenario(wh: omnitable.Warehouse, name: str, request: pytest.FixtureReq
     assert after["rows"] == expect.get("rows")
     if "status" in expect:
         assert after["status"] == expect["status"]
+    if "columns" in expect:
+        assert after["columns"] == expect["columns"]
 
 
 def test_every_scenario_says_what_it_expects() -> None:

@@ -306,7 +306,7 @@ final class CatalogReader(warehouse: String, private[catalog] val env: JdbcConne
   }
 
   /** Opens a checked connection, runs `body` in one read transaction, translates driver errors. */
-  private def withConnection[T](what: String)(body: Jdbc.Conn => T): T = {
+  private[catalog] def withConnection[T](what: String)(body: Jdbc.Conn => T): T = {
     val jdbc = JdbcConnector.open(address, env)
     val conn = Jdbc.Conn(jdbc, queries)
     try {

@@ -43,6 +43,9 @@ final case class Failpoints(spec: Option[String]) {
 
 object Failpoints {
 
+  /** The SQL conf that sets the failpoints of a session (`OmniTableTable.FailpointConf`). */
+  val ConfKey = "spark.omnitable.test.failpoint"
+
   private val hooks = new java.util.concurrent.ConcurrentHashMap[String, () => Unit]()
 
   /** Runs `fn` the first time any thread reaches point `name` while `body` runs (tests only). */

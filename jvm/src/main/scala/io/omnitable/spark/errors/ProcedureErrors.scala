@@ -97,4 +97,28 @@ object ProcedureErrors {
         "nothing was changed.",
       cause
     )
+
+  /** An operation Python refuses with a ValidationError; `message`: Python's message. */
+  def invalidOperation(message: String): OmniTableAnalysisException = analysis("OMNITABLE_INVALID_OPERATION", message)
+
+  /** Something Python reports with a NotFoundError (a version, a branch); `message`: Python's message. */
+  def notFound(message: String): OmniTableAnalysisException = analysis("OMNITABLE_NOT_FOUND", message)
+
+  /** A merge only the Python engine performs (a three-way merge that may need conflict resolution). */
+  def mergeNeedsPython(source: String, target: String): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_PROCEDURE_NEEDS_PYTHON",
+      s"Cannot merge branch '$source' into '$target' in Spark SQL: '$target' moved since '$source' forked, so " +
+        "the merge is a three-way merge (conflicts resolved cell by cell), which needs OmniTable's Python " +
+        s"engine. Use Table.merge('$source', into='$target', strategy=...) or `omnitable branch merge`."
+    )
+
+  /** A revert of a keyed table: the keys of the rows it brings back are checked in the data files (Python). */
+  def keyedRevert(table: String, version: Long): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_PROCEDURE_NEEDS_PYTHON",
+      s"Cannot revert version $version of table '$table' in Spark SQL: the table has a key, and the rows a " +
+        "revert brings back are checked against it in the data, which needs OmniTable's Python engine. Use " +
+        s"Table.revert($version, dependents=...) or `omnitable revert $table $version`."
+    )
 }

@@ -7,14 +7,16 @@ import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure
 
 /**
  * OmniTable's stored procedures, `CALL <catalog>.system.<name>(...)` (docs/spark.md,
- * "Procedures"): the branch and tag procedures run in the JVM ([[RefProcedures]]); the
+ * "Procedures"): the branch and tag procedures ([[RefProcedures]]), rollback and fast-forward
+ * merges ([[UndoProcedures]]) run in the JVM; the
  * operations only the Python engine performs are listed too, and calling one fails with the
  * Python API and CLI command to use instead.
  */
 final class OmniTableProcedures(reader: () => CatalogReader) {
   import OmniTableProcedures._
 
-  private lazy val native: Map[String, OmniTableProcedure] = RefProcedures.all(reader).map(p => p.name() -> p).toMap
+  private lazy val native: Map[String, OmniTableProcedure] =
+    (RefProcedures.all(reader) ++ UndoProcedures.all(reader)).map(p => p.name() -> p).toMap
 
   /** Every procedure name, sorted. */
   def names: Seq[String] = (native.keys ++ PythonOnly.keys).toSeq.sorted
@@ -40,11 +42,6 @@ object OmniTableProcedures {
 
   /** The operations that need OmniTable's Python engine, with the API and CLI that perform them. */
   val PythonOnly: Map[String, String] = Map(
-    "rollback" -> "Table.rollback(version) or `omnitable rollback TABLE VERSION`",
-    "revert" -> "Table.revert(version, dependents=...) or `omnitable revert TABLE VERSION`",
-    "merge_branch" ->
-      "Table.merge(source_branch, into, strategy=...) or `omnitable branch merge` (it fast-forwards when it can)",
-    "fast_forward" -> "Table.merge(source_branch, into), which fast-forwards when the target has not moved",
     "rebase_branch" -> "Table.rebase(branch, onto, strategy=...) or `omnitable branch rebase`",
     "register_feature" -> "Table.register(feature, ...) from Python (features are Python objects)",
     "backfill" -> "Table.backfill(features).run(spark) or `omnitable backfill`",

@@ -234,10 +234,13 @@ class OmniTableProceduresSuite extends AnyFunSuite with SharedSparkSession {
 
   test("procedures of the Python engine fail naming the Python API and CLI to use") {
     catalogs.foreach { c =>
-      val m =
-        refused(c, s"CALL $c.system.rollback('refs', 1)", "system.rollback", "Table.rollback", "omnitable rollback")
+      val m = refused(
+        c,
+        s"CALL $c.system.rebase_branch('refs', 'dev')",
+        "system.rebase_branch",
+        "Table.rebase",
+        "omnitable branch rebase")
       assert(m.contains("OMNITABLE_PROCEDURE_NEEDS_PYTHON"))
-      refused(c, s"CALL $c.system.merge_branch('refs', 'dev')", "Table.merge", "omnitable branch merge")
       refused(c, s"CALL $c.system.backfill('refs')", "Table.backfill", "omnitable backfill")
       refused(c, s"CALL $c.system.register_feature('refs', 'f')", "Table.register")
     }

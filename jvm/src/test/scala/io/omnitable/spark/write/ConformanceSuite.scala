@@ -8,7 +8,7 @@ import scala.sys.process._
 import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 import io.omnitable.spark.{SharedSparkSession, TestWarehouses}
 import io.omnitable.spark.catalog.{CatalogReader, Failpoints, SnapshotSpec}
-import io.omnitable.spark.errors.{OmniTableCommitException, WriteErrors}
+import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableCommitException, WriteErrors}
 import io.omnitable.spark.source.OmniTableCatalog
 import org.apache.spark.sql.functions.lit
 import org.scalatest.funsuite.AnyFunSuite
@@ -19,11 +19,13 @@ import org.scalatest.funsuite.AnyFunSuite
  * run against the JVM committer on SQLite, and on PostgreSQL when OMNITABLE_TEST_POSTGRES_URL is
  * set (CI sets it). The base state and the concurrent writer's steps are done by the Python API
  * (tests/conformance/steps.py); the committing append is a Spark `writeTo(...).append()` (a
- * replace: `overwrite(lit(true))`, INSERT OVERWRITE's plan) or a `DELETE FROM`, and the concurrent
- * steps run between its snapshot and its commit (failpoint `append.before_commit` or
- * `delete.before_commit`). A scenario's `around` steps (a Python backfill) start first in a
+ * replace: `overwrite(lit(true))`, INSERT OVERWRITE's plan), a `DELETE FROM`, a rollback
+ * `CALL <catalog>.system.rollback('web', N)` or a revert `CALL <catalog>.system.revert('web', N)`,
+ * and the concurrent steps run between its snapshot and its commit (failpoint
+ * `append.before_commit` / `delete.before_commit` / `rollback.before_commit` /
+ * `revert.before_commit`). A scenario's `around` steps (a Python backfill) start first in a
  * process of their own, held at their commit (failpoint `backfill.before_commit=pause:DIR`) while
- * the append runs, then let go.
+ * the committing writer runs, then let go.
  */
 class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
 
@@ -99,22 +101,27 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
     spark.conf.set(s"spark.sql.catalog.$catalog", classOf[OmniTableCatalog].getName)
     spark.conf.set(s"spark.sql.catalog.$catalog.warehouse", warehouse)
     val commit = scenario.get("commit")
-    val isDelete = commit.path("op").asText("append") == "delete"
+    def concurrent(): Unit = python("concurrent", warehouse, dataRoot, name, baseNext.toString)
     val around =
       Option(scenario.get("around")).filter(_.size > 0).map(_ => new Around(warehouse, dataRoot, name, baseNext))
     around.foreach(_.awaitCommitPoint())
-    val outcome: Either[OmniTableCommitException, Unit] =
-      try Right(Failpoints.hooked(if (isDelete) "delete.before_commit" else "append.before_commit") {
-          python("concurrent", warehouse, dataRoot, name, baseNext.toString)
-        } {
-          if (isDelete) spark.sql(s"DELETE FROM $catalog.web WHERE ${deleteWhere(commit)}").collect()
-          else {
-            val batch = commit.get("batch").asText()
-            val rows = (0 until commit.get("rows").asInt()).map(i => (s"$batch-$i", i.toDouble))
-            val df = spark.createDataFrame(rows).toDF("url", "score").coalesce(1)
-            val writer = df.writeTo(s"$catalog.web").option("append_name", batch)
-            if (commit.path("mode").asText("error") == "replace") writer.overwrite(lit(true)) else writer.append()
-          }
+    val outcome: Either[(String, String), Unit] =
+      try Right(commit.path("op").asText("append") match {
+          case "delete" =>
+            Failpoints.hooked("delete.before_commit")(concurrent()) {
+              spark.sql(s"DELETE FROM $catalog.web WHERE ${deleteWhere(commit)}").collect()
+            }
+          case "rollback" =>
+            Failpoints.hooked("rollback.before_commit")(concurrent()) {
+              spark.sql(s"CALL $catalog.system.rollback('web', ${commit.get("to").asLong()})").collect()
+            }
+          case "revert" =>
+            Failpoints.hooked("revert.before_commit")(concurrent()) {
+              val dependents = commit.path("dependents").asText("fail")
+              spark.sql(
+                s"CALL $catalog.system.revert('web', ${commit.get("version").asLong()}, '$dependents')").collect()
+            }
+          case _ => Failpoints.hooked("append.before_commit")(concurrent())(append(catalog, commit))
         })
       catch { case e: Exception => Left(commitError(e)) }
     check(scenario.get("expect"), outcome, warehouse)
@@ -124,6 +131,7 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
     assert(state.get("batches") == Option(expect.get("batches")).getOrElse(json.nullNode()))
     assert(state.get("rows") == Option(expect.get("rows")).getOrElse(json.nullNode()))
     if (expect.has("status")) assert(state.get("status") == expect.get("status"), state)
+    if (expect.has("columns")) assert(state.get("columns") == expect.get("columns"))
   }
 
   /** A committing delete's filter as SQL (steps.py `delete_where`: `url` or `score` equal to a value). */
@@ -131,25 +139,38 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
     if (commit.has("url")) s"url = '${commit.get("url").asText()}'"
     else s"score = ${commit.get("score").asDouble()}"
 
-  private def check(expect: JsonNode, outcome: Either[OmniTableCommitException, Unit], warehouse: String): Unit = {
+  private def append(catalog: String, commit: JsonNode): Unit = {
+    val batch = commit.get("batch").asText()
+    val rows = (0 until commit.get("rows").asInt()).map(i => (s"$batch-$i", i.toDouble))
+    val df = spark.createDataFrame(rows).toDF("url", "score").coalesce(1)
+    val writer = df.writeTo(s"$catalog.web").option("append_name", batch)
+    if (commit.path("mode").asText("error") == "replace") writer.overwrite(lit(true)) else writer.append()
+  }
+
+  /** `outcome`: Right (committed) or the error's (class, message). */
+  private def check(expect: JsonNode, outcome: Either[(String, String), Unit], warehouse: String): Unit = {
     val kinds = Map(
-      "conflict" -> WriteErrors.CommitConflict,
-      "not_found" -> WriteErrors.TableDropped,
-      "exists" -> WriteErrors.BatchExists)
+      "conflict" -> Set(WriteErrors.CommitConflict),
+      "not_found" -> Set(WriteErrors.TableDropped, "OMNITABLE_NOT_FOUND"),
+      "exists" -> Set(WriteErrors.BatchExists),
+      "invalid" -> Set("OMNITABLE_INVALID_OPERATION")
+    )
     if (expect.has("version")) {
       assert(outcome.isRight, outcome)
       val head = new CatalogReader(warehouse).loadTable("web", SnapshotSpec.Head).snapshot.version
       assert(head == expect.get("version").asLong())
     } else {
-      val (kind, errorClass) = kinds.find { case (k, _) => expect.has(k) }.get
-      val error = outcome.swap.getOrElse(fail(s"expected $kind, the append committed"))
-      assert(error.omniErrorClass == errorClass)
-      assert(error.detail.contains(expect.get(kind).asText()), error.detail)
+      val (kind, errorClasses) = kinds.find { case (k, _) => expect.has(k) }.get
+      val (errorClass, detail) = outcome.swap.getOrElse(fail(s"expected $kind, the writer committed"))
+      assert(errorClasses.contains(errorClass), detail)
+      assert(detail.contains(expect.get(kind).asText()), detail)
     }
   }
 
-  /** The commit error inside what Spark threw (it wraps errors of the job's commit). */
-  private def commitError(e: Throwable): OmniTableCommitException =
-    Iterator.iterate(e)(_.getCause).takeWhile(_ != null).collectFirst { case c: OmniTableCommitException => c }
-      .getOrElse(throw e)
+  /** The commit or procedure error inside what Spark threw (it wraps errors of the job's commit). */
+  private def commitError(e: Throwable): (String, String) =
+    Iterator.iterate(e)(_.getCause).takeWhile(_ != null).collectFirst {
+      case c: OmniTableCommitException => (c.omniErrorClass, c.detail)
+      case a: OmniTableAnalysisException => (a.omniErrorClass, a.getMessage)
+    }.getOrElse(throw e)
 }
