@@ -9,7 +9,9 @@ concurrent writer's steps, done with the Python API. Both runners use it: the py
     python tests/conformance/steps.py newdb POSTGRES_URL                # a fresh database URL
 
 A scenario: ``base`` steps, then the committing writer (``commit``: an append, ``mode``
-``replace`` for Python's replace and the JVM's INSERT OVERWRITE) takes its snapshot, the
+``replace`` for Python's replace and the JVM's INSERT OVERWRITE; or ``"op": "update"`` of the
+``score`` of the row whose ``url`` is given, Python's ``Table.update`` and the JVM's
+``ColumnUpdate``, failpoint ``update.before_commit``) takes its snapshot, the
 ``concurrent`` steps run and commit, then the committing writer commits; ``expect`` is its
 outcome: ``version``, or a message fragment of ``conflict`` / ``not_found`` / ``exists``, and the
 table's ``batches`` (sorted names) and ``rows`` afterwards.
@@ -72,17 +74,20 @@ def apply_step(wh: omnitable.Warehouse, step: dict[str, Any], base_next: int) ->
     elif op == "delete":
         assert table.delete(pc.field("url") == step["url"]).rows == 1
     elif op == "update":
-        (row_id,) = table.read(columns=[ROW_ID], where=pc.field("url") == step["url"])[ROW_ID]
-        update = pa.table(
-            {ROW_ID: pa.array([row_id.as_py()], pa.int64()), "score": [step["score"]]}
-        )
-        table.update(update, columns=["score"])
+        table.update(update_data(table, step), columns=["score"])
     elif op == "register":
         table.register(omnitable.sql_feature(step["name"], "score * 2", "double", "1"))
     elif op == "retire":
         table.retire(step["column"])
     else:
         raise ValueError(f"unknown step {op!r}")
+
+
+def update_data(table: omnitable.Table, step: dict[str, Any]) -> pa.Table:
+    """The data of an ``update`` step: the id of the row whose ``url`` is given, its new
+    ``score``."""
+    (row_id,) = table.read(columns=[ROW_ID], where=pc.field("url") == step["url"])[ROW_ID]
+    return pa.table({ROW_ID: pa.array([row_id.as_py()], pa.int64()), "score": [step["score"]]})
 
 
 def prepare(wh: omnitable.Warehouse, scenario: dict[str, Any]) -> int:

@@ -1,7 +1,8 @@
 """Commit conformance, Python implementation: every scenario of tests/conformance/scenarios/
 run against the Python committer on SQLite and PostgreSQL (the ScalaTest ConformanceSuite runs
 the same files against the JVM committer). The concurrent writer commits between the committing
-append's snapshot and its commit (failpoint ``append.before_commit``)."""
+append's (or update's) snapshot and its commit (failpoint ``append.before_commit`` /
+``update.before_commit``)."""
 
 from __future__ import annotations
 
@@ -42,9 +43,14 @@ def run_python(wh: omnitable.Warehouse, scenario: dict[str, Any]) -> dict[str, A
             steps.apply_step(wh, step, base_next)
 
     try:
-        with hooked("append.before_commit", concurrent):
-            data = steps.rows(commit["batch"], commit["rows"])
-            version = table.append(data, commit["batch"], mode=commit.get("mode", "error"))
+        if commit.get("op", "append") == "update":
+            data = steps.update_data(table, commit)
+            with hooked("update.before_commit", concurrent):
+                version = table.update(data, columns=["score"]).version
+        else:
+            with hooked("append.before_commit", concurrent):
+                data = steps.rows(commit["batch"], commit["rows"])
+                version = table.append(data, commit["batch"], mode=commit.get("mode", "error"))
         return {"version": version}
     except (CommitConflict, NotFoundError, AlreadyExistsError) as exc:
         kind = next(k for k, cls in OUTCOMES.items() if isinstance(exc, cls))

@@ -106,6 +106,13 @@ final class CatalogWriter(
   }
 
   /**
+   * Commit an update (rewritten column files of existing fragments) atomically; returns the new version.
+   *
+   * @throws io.omnitable.spark.errors.OmniTableCommitException as [[commitAppend]].
+   */
+  def commitUpdate(c: UpdateCommit): Long = new UpdateCommitter(this).commit(c)
+
+  /**
    * Delete every catalog row of table `tableId` in one transaction (Python's
    * `Catalog.drop_table`); false when no such table exists (dropped, or never existed).
    */
@@ -246,7 +253,23 @@ final class CatalogWriter(
       }
     )
     val files = c.fragments.flatMap(_.files)
-    val sets = files.map(f => f -> CatalogWriter.ColumnSet(f.stats.map { case (n, _) => ids(n) }.sorted))
+    insertFiles(
+      conn,
+      t,
+      c.branch,
+      version,
+      files.map(f => f -> CatalogWriter.ColumnSet(f.stats.map { case (n, _) => ids(n) }.sorted)),
+      ids)
+  }
+
+  /** One `files` row per file (its column set and statistics), and the sets not stored yet (commit.py `_insert_files`). */
+  private[catalog] def insertFiles(
+      conn: Jdbc.Conn,
+      t: String,
+      branch: String,
+      version: Long,
+      sets: Seq[(WrittenFile, CatalogWriter.ColumnSet)],
+      ids: Map[String, Int]): Unit = {
     val existing = sets.map(_._2.setId).distinct.grouped(500).flatMap { chunk =>
       val (in, ps) = Jdbc.in("set_id", chunk)
       Jdbc.query(conn, CommitSql("existing_sets").replace("{in}", in), (t +: ps): _*)(_.getString(1))
@@ -256,7 +279,9 @@ final class CatalogWriter(
       conn,
       CommitSql("insert_column_set"),
       newSets.flatMap { s =>
-        s.columnIds.zipWithIndex.map { case (cid, pos) => Seq[AnyRef](t, s.setId, Int.box(cid), Int.box(pos), null) }
+        s.columnIds.zipWithIndex.map { case (cid, pos) =>
+          Seq[AnyRef](t, s.setId, Int.box(cid), Int.box(pos), s.featureVersions.get(cid).orNull)
+        }
       }
     )
     batch(
@@ -272,7 +297,7 @@ final class CatalogWriter(
           f.path,
           Long.box(f.rowCount),
           Long.box(f.sizeBytes),
-          c.branch,
+          branch,
           Long.box(version),
           null,
           set.setId,
@@ -283,7 +308,7 @@ final class CatalogWriter(
   }
 
   /** Now, never earlier than the table's latest commit (commit.py `_commit_time`). */
-  private def commitTime(conn: Jdbc.Conn, tableId: String): String = {
+  private[catalog] def commitTime(conn: Jdbc.Conn, tableId: String): String = {
     val last = Jdbc.query(conn, CommitSql("last_commit_time"), tableId)(rs => Option(rs.getString(1))).head
     val now = CatalogWriter.utcNow()
     last.filter(_ > now).getOrElse(now)
@@ -295,20 +320,20 @@ final class CatalogWriter(
         Jdbc.query(conn, CommitSql("find_commit"), c.tableId, c.token)(_.getLong(1)).headOption)
     catch { case NonFatal(_) => None }
 
-  private def lockTable(conn: Jdbc.Conn, tableId: String): Unit = address match {
+  private[catalog] def lockTable(conn: Jdbc.Conn, tableId: String): Unit = address match {
     case _: PostgresAddress => Jdbc.query(conn, CommitSql("lock_table"), tableId)(_.getString(1))
     case _ => // SQLite: BEGIN IMMEDIATE already holds the write lock
   }
 
-  private def hit(name: String): Unit = failpoints.hit(name)
+  private[catalog] def hit(name: String): Unit = failpoints.hit(name)
 
-  private def update(conn: Jdbc.Conn, sql: String, params: AnyRef*): Int =
+  private[catalog] def update(conn: Jdbc.Conn, sql: String, params: AnyRef*): Int =
     scala.util.Using.resource(conn.jdbc.prepareStatement(sql)) { st =>
       params.zipWithIndex.foreach { case (p, i) => st.setObject(i + 1, p) }
       st.executeUpdate()
     }
 
-  private def batch(conn: Jdbc.Conn, sql: String, rows: Seq[Seq[AnyRef]]): Unit = if (rows.nonEmpty) {
+  private[catalog] def batch(conn: Jdbc.Conn, sql: String, rows: Seq[Seq[AnyRef]]): Unit = if (rows.nonEmpty) {
     scala.util.Using.resource(conn.jdbc.prepareStatement(sql)) { st =>
       rows.foreach { r =>
         r.zipWithIndex.foreach { case (p, i) => st.setObject(i + 1, p) }
@@ -319,7 +344,7 @@ final class CatalogWriter(
   }
 
   /** One write transaction: schema version checked, committed when `body` returns, rolled back otherwise. */
-  private def withWrite[T](what: String)(body: Jdbc.Conn => T): T = {
+  private[catalog] def withWrite[T](what: String)(body: Jdbc.Conn => T): T = {
     val jdbc = try JdbcConnector.openForWrite(address, env)
     catch { case e: SQLException => throw OmniTableErrors.cannotConnect(display, e) }
     val conn = Jdbc.Conn(jdbc, queries)
@@ -363,7 +388,7 @@ object CatalogWriter {
   /** The largest `_ai_unique_id_` (python/omnitable/vocabulary/names.py `MAX_ROW_ID`). */
   val MaxRowId: Long = Long.MaxValue
 
-  private val Json = new com.fasterxml.jackson.databind.ObjectMapper()
+  private[catalog] val Json = new com.fasterxml.jackson.databind.ObjectMapper()
 
   private val Time = DateTimeFormatter.ofPattern("yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").withZone(ZoneOffset.UTC)
 
@@ -378,12 +403,12 @@ object CatalogWriter {
     kinds.filterNot(_ == "tables") :+ "tables"
   }
 
-  /** The columns of a file in ascending column id (raw columns: no feature version). */
-  final case class ColumnSet(columnIds: Seq[Int]) {
+  /** The columns of a file in ascending column id, with the feature versions of feature outputs. */
+  final case class ColumnSet(columnIds: Seq[Int], featureVersions: Map[Int, String] = Map.empty) {
 
     /** The content hash schema.sql specifies (python/omnitable/catalog/sets.py `ColumnSet.set_id`). */
     lazy val setId: String = {
-      val key = columnIds.map(id => s"$id:").mkString(";")
+      val key = columnIds.map(id => s"$id:${featureVersions.getOrElse(id, "")}").mkString(";")
       MessageDigest.getInstance("SHA-256").digest(key.getBytes(StandardCharsets.UTF_8))
         .map(b => f"${b & 0xff}%02x").mkString.take(16)
     }

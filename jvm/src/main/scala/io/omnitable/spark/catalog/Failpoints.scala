@@ -41,6 +41,9 @@ final case class Failpoints(spec: Option[String]) {
 
 object Failpoints {
 
+  /** The session setting holding the spec (`OmniTableTable.FailpointConf`). */
+  val SessionConf = "spark.omnitable.test.failpoint"
+
   private val hooks = new java.util.concurrent.ConcurrentHashMap[String, () => Unit]()
 
   /** Runs `fn` the first time any thread reaches point `name` while `body` runs (tests only). */

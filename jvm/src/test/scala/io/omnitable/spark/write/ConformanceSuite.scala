@@ -19,8 +19,9 @@ import org.scalatest.funsuite.AnyFunSuite
  * run against the JVM committer on SQLite, and on PostgreSQL when OMNITABLE_TEST_POSTGRES_URL is
  * set (CI sets it). The base state and the concurrent writer's steps are done by the Python API
  * (tests/conformance/steps.py); the committing append is a Spark `writeTo(...).append()` (a
- * replace: `overwrite(lit(true))`, INSERT OVERWRITE's plan), and the
- * concurrent steps run between its snapshot and its commit (failpoint `append.before_commit`).
+ * replace: `overwrite(lit(true))`, INSERT OVERWRITE's plan), the committing update a
+ * [[ColumnUpdate]], and the concurrent steps run between its snapshot and its commit (failpoint
+ * `append.before_commit` / `update.before_commit`).
  */
 class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
 
@@ -68,15 +69,11 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
     spark.conf.set(s"spark.sql.catalog.$catalog", classOf[OmniTableCatalog].getName)
     spark.conf.set(s"spark.sql.catalog.$catalog.warehouse", warehouse)
     val commit = scenario.get("commit")
-    val batch = commit.get("batch").asText()
-    val rows = (0 until commit.get("rows").asInt()).map(i => (s"$batch-$i", i.toDouble))
-    val df = spark.createDataFrame(rows).toDF("url", "score").coalesce(1)
+    def concurrent(): Unit = python("concurrent", warehouse, dataRoot, name, baseNext.toString)
     val outcome: Either[OmniTableCommitException, Unit] =
-      try Right(Failpoints.hooked("append.before_commit") {
-          python("concurrent", warehouse, dataRoot, name, baseNext.toString)
-        } {
-          val writer = df.writeTo(s"$catalog.web").option("append_name", batch)
-          if (commit.path("mode").asText("error") == "replace") writer.overwrite(lit(true)) else writer.append()
+      try Right(commit.path("op").asText("append") match {
+          case "update" => update(catalog, warehouse, commit, () => concurrent())
+          case _ => append(catalog, commit, () => concurrent())
         })
       catch { case e: Exception => Left(commitError(e)) }
     check(scenario.get("expect"), outcome, warehouse)
@@ -84,6 +81,27 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
     val expect = scenario.get("expect")
     assert(state.get("batches") == Option(expect.get("batches")).getOrElse(json.nullNode()))
     assert(state.get("rows") == Option(expect.get("rows")).getOrElse(json.nullNode()))
+  }
+
+  /** The committing append (a replace: `overwrite(lit(true))`, INSERT OVERWRITE's plan). */
+  private def append(catalog: String, commit: JsonNode, concurrent: () => Unit): Unit = {
+    val batch = commit.get("batch").asText()
+    val rows = (0 until commit.get("rows").asInt()).map(i => (s"$batch-$i", i.toDouble))
+    val df = spark.createDataFrame(rows).toDF("url", "score").coalesce(1)
+    Failpoints.hooked("append.before_commit")(concurrent()) {
+      val writer = df.writeTo(s"$catalog.web").option("append_name", batch)
+      if (commit.path("mode").asText("error") == "replace") writer.overwrite(lit(true)) else writer.append()
+    }
+  }
+
+  /** The committing update of the `score` of the row whose `url` is given ([[ColumnUpdate]]). */
+  private def update(catalog: String, warehouse: String, commit: JsonNode, concurrent: () => Unit): Unit = {
+    val url = commit.get("url").asText()
+    val id = spark.sql(s"SELECT _ai_unique_id_ FROM $catalog.web WHERE url = '$url'").head().getLong(0)
+    val df = spark.createDataFrame(Seq((id, commit.get("score").asDouble()))).toDF("_ai_unique_id_", "score")
+    Failpoints.hooked("update.before_commit")(concurrent()) {
+      ColumnUpdate.run(spark, warehouse, "web", df, Seq("score"), "main")
+    }
   }
 
   private def check(expect: JsonNode, outcome: Either[OmniTableCommitException, Unit], warehouse: String): Unit = {
@@ -97,7 +115,7 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
       assert(head == expect.get("version").asLong())
     } else {
       val (kind, errorClass) = kinds.find { case (k, _) => expect.has(k) }.get
-      val error = outcome.swap.getOrElse(fail(s"expected $kind, the append committed"))
+      val error = outcome.swap.getOrElse(fail(s"expected $kind, the commit landed"))
       assert(error.omniErrorClass == errorClass)
       assert(error.detail.contains(expect.get(kind).asText()), error.detail)
     }
