@@ -305,3 +305,46 @@ def test_jvm_updates_of_random_tables_equal_a_pandas_model(
         assert [None if pd.isna(v) else v for v in read[c]] == [
             None if pd.isna(v) else v for v in expect[c]
         ], c
+
+
+def test_a_jvm_update_of_a_feature_output_records_lineage_and_stales_its_readers(
+    spark: Any, wh: omnitable.Warehouse
+) -> None:
+    """As Python's update (tests/dataops/test_dataops_spark.py): the rewritten file keeps the
+    feature version, lineage says engine ``update``, the features reading it become stale."""
+    tables = []
+    for _ in range(2):
+        t = wh.create_table(f"f{next(_names)}", {"x": "bigint"})
+        t.append(pa.table({"x": [1, 2, 3, 4]}), "a", target_fragment_rows=2)
+        t.register(
+            omnitable.sql_feature("twice", "x * 2", "bigint", "1"),
+            omnitable.sql_feature("plus", "twice + 1", "bigint", "1"),
+        )
+        t.backfill("plus").run(spark)
+        tables.append(t)
+    py, jv = tables
+    ids = py.read([ROW_ID, "x"]).sort_by("x")[ROW_ID].to_pylist()
+    data = pa.table({ROW_ID: [ids[0]], "twice": [100]})
+    py.update(data)
+    jvm_update(spark, wh, jv, data, ["twice"])
+    assert jv.status().state("a", "twice") == "done"
+    assert jv.status().state("a", "plus") == "partial"  # stale where its input changed
+    assert jv.status().to_pandas().equals(py.status().to_pandas())
+    (fixed,) = [r for r in jv.lineage("twice") if r.engine == "update"]
+    (pyfixed,) = [r for r in py.lineage("twice") if r.engine == "update"]
+    assert (fixed.inputs, fixed.feature, fixed.feature_version) == (
+        pyfixed.inputs,
+        pyfixed.feature,
+        pyfixed.feature_version,
+    )
+    snap, pysnap = jv.snapshot(), py.snapshot()
+    twice = snap.column("twice").column_id
+    for frag, pyfrag in zip(snap.fragments, pysnap.fragments, strict=True):
+        f = snap.resolve(frag.fragment_id, [twice])[twice]
+        g = pysnap.resolve(pyfrag.fragment_id, [twice])[twice]
+        assert f is not None and g is not None
+        assert f.columns[twice].feature_version == g.columns[twice].feature_version == "1"
+    assert [s.features[0].name for s in jv.backfill("plus").steps] == ["plus"]
+    jv.backfill("plus").run(spark)
+    got = jv.read(["x", "twice", "plus"]).sort_by("x").to_pydict()
+    assert got == {"x": [1, 2, 3, 4], "twice": [100, 4, 6, 8], "plus": [101, 5, 7, 9]}
