@@ -592,10 +592,7 @@ def _check_deletions(conn: Connection, t: str, req: CommitRequest, segments: lis
         vis = visible_clause("d", "deletion_vectors", segments, params)
         marks = _bind_ids(params, ids[i : i + _CHUNK])
         for fid, vid in conn.execute(
-            text(
-                f"SELECT d.fragment_id, d.vector_id FROM deletion_vectors d WHERE d.table_id = :t "
-                f"AND {vis} AND d.fragment_id IN ({marks})"
-            ),
+            text(sql("head_deletion_vectors", vis=vis, **{"in": f"d.fragment_id IN ({marks})"})),
             params,
         ):
             head[fid] = vid
@@ -928,11 +925,7 @@ def _head_providers(
         vis = visible_clause("fi", "files", segments, params)
         marks = _bind_ids(params, fragment_ids[i : i + _CHUNK])
         rows = conn.execute(
-            text(
-                "SELECT fi.fragment_id, cs.column_id, fi.file_id, fi.added_version FROM files fi "
-                "JOIN column_sets cs ON cs.table_id = fi.table_id AND cs.set_id = fi.set_id "
-                f"WHERE fi.table_id = :t AND {vis} AND fi.fragment_id IN ({marks})"
-            ),
+            text(sql("column_providers", vis=vis, **{"in": f"fi.fragment_id IN ({marks})"})),
             params,
         )
         for r in rows:
@@ -1115,11 +1108,7 @@ def _apply_deletions(
     end_rows(conn, t, "deletion_vectors", "vector_id", replaced, req.branch, version, segments)
     if req.deletions:
         conn.execute(
-            text(
-                "INSERT INTO deletion_vectors (table_id, vector_id, fragment_id, batch_id, "
-                "deleted_count, vector, branch, added_version, removed_version) VALUES "
-                "(:t, :id, :f, :b, :n, :vec, :br, :v, NULL)"
-            ),
+            text(sql("insert_deletion_vector")),
             [_deletion_row(t, d, req.branch, version) for d in req.deletions],
         )
 

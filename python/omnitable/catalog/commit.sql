@@ -77,12 +77,33 @@ UPDATE refs SET version = :v WHERE table_id = :t AND name = :b
 SELECT version FROM commits WHERE table_id = :t AND commit_token = :k
 
 -- name: fragments_of_batches
--- (t, visibility parameters, batch ids) the fragments of an append's replaced batches
+-- (t, visibility parameters, batch or fragment ids) the visible fragments of an append's replaced
+-- batches ({in} on f.batch_id), or the visible fragments among some ids ({in} on f.fragment_id)
 SELECT f.fragment_id FROM fragments f WHERE f.table_id = :t AND {vis} AND {in}
 
 -- name: end_rows
 -- (v, t, val, b) end a row of table {kind} by column {by}, as of version v on branch b
 UPDATE {kind} SET removed_version = :v WHERE table_id = :t AND {by} = :val AND removed_version IS NULL AND branch = :b
+
+-- name: insert_removals
+-- (k, b, v, t, b, visibility parameters, values, k, b) ending, on branch b as of version v, rows of
+-- table {kind} it inherits (owned by another branch; removals.py `end_rows`): {row_id} is the
+-- row's id in `removals` (e.g. x.vector_id), {in} selects the rows by value
+INSERT INTO removals (table_id, kind, row_id, row_version, branch, version) SELECT x.table_id, :k, {row_id}, x.added_version, :b, :v FROM {kind} x WHERE x.table_id = :t AND x.branch <> :b AND {vis} AND {in} AND NOT EXISTS (SELECT 1 FROM removals y WHERE y.table_id = x.table_id AND y.kind = :k AND y.row_id = {row_id} AND y.row_version = x.added_version AND y.branch = :b)
+
+-- name: head_deletion_vectors
+-- (t, visibility parameters, fragment ids) the visible deletion vector of each named fragment
+-- (commit.py `_check_deletions`: a delete replaces exactly the vector it saw)
+SELECT d.fragment_id, d.vector_id FROM deletion_vectors d WHERE d.table_id = :t AND {vis} AND {in}
+
+-- name: insert_deletion_vector
+-- (t, id, f, b, n, vec, br, v) a fragment's new cumulative deletion vector (commit.py `_apply_deletions`)
+INSERT INTO deletion_vectors (table_id, vector_id, fragment_id, batch_id, deleted_count, vector, branch, added_version, removed_version) VALUES (:t, :id, :f, :b, :n, :vec, :br, :v, NULL)
+
+-- name: column_providers
+-- (t, visibility parameters, fragment ids) the visible files of the named fragments and the
+-- columns they carry; the newest file providing a column provides it (commit.py `_head_providers`)
+SELECT fi.fragment_id, cs.column_id, fi.file_id, fi.added_version FROM files fi JOIN column_sets cs ON cs.table_id = fi.table_id AND cs.set_id = fi.set_id WHERE fi.table_id = :t AND {vis} AND {in}
 
 -- name: delete_table_rows
 -- (t) dropping a table: its rows of table {kind}; run for every table of schema.sql that has a

@@ -49,17 +49,10 @@ def end_rows(
         row_id = REMOVABLE_ID[kind].format(a="x")
         marks = ", ".join(f":val{j}" for j in range(len(chunk)))
         params.update({f"val{j}": val for j, val in enumerate(chunk)})
-        conn.execute(
-            text(
-                "INSERT INTO removals (table_id, kind, row_id, row_version, branch, version) "
-                f"SELECT x.table_id, :k, {row_id}, x.added_version, :b, :v "
-                f"FROM {kind} x WHERE x.table_id = :t AND x.branch <> :b AND {vis} "
-                f"AND x.{by} IN ({marks}) AND NOT EXISTS (SELECT 1 FROM removals y WHERE "
-                f"y.table_id = x.table_id AND y.kind = :k AND y.row_id = {row_id} AND "
-                "y.row_version = x.added_version AND y.branch = :b)"
-            ),
-            params,
+        statement = sql(
+            "insert_removals", kind=kind, row_id=row_id, vis=vis, **{"in": f"x.{by} IN ({marks})"}
         )
+        conn.execute(text(statement), params)
 
 
 def removed_since(

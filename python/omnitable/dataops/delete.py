@@ -50,6 +50,7 @@ def delete_rows(
     ids: Iterable[int] | None,
     *,
     why: str | None = None,
+    attempts: int = MAX_ATTEMPTS,
 ) -> DeleteResult:
     """Delete the live rows where ``where`` is true (NULL is not true), or the rows of ``ids``.
 
@@ -57,10 +58,11 @@ def delete_rows(
         ValidationError: neither or both of ``where`` and ``ids``, or a malformed one.
         UnknownColumnError: ``where`` names a column the table does not have.
         NotFoundError: some ``ids`` are not live rows of the table (nothing is deleted).
-        CommitConflict: concurrent deletes of the same fragments won every attempt.
+        CommitConflict: concurrent deletes of the same fragments won every attempt (``attempts``
+            commits; 1: fail on the first conflict, as a Spark SQL DELETE does).
     """
     condition, wanted = _condition(ctx.name, where, ids)
-    for attempt in range(1, MAX_ATTEMPTS + 1):
+    for attempt in range(1, attempts + 1):
         snap = ctx.snapshot(scope=SnapshotScope.of(None, [], condition))
         deletions, rows = _deletions(ctx, snap, condition, wanted)
         if not deletions:
@@ -83,7 +85,7 @@ def delete_rows(
         try:
             return DeleteResult(ctx.commit(req), rows, len(deletions))
         except CommitConflict as exc:
-            if attempt == MAX_ATTEMPTS:
+            if attempt == attempts:
                 raise
             log.info("delete from %s: %s; re-reading (attempt %d)", ctx.name, exc, attempt + 1)
     raise AssertionError("unreachable")  # pragma: no cover

@@ -54,7 +54,8 @@ final class CatalogWriter(
     try withWrite(s"table '${c.tableName}'")(conn => applyAppend(conn, c))
     catch {
       case e: OmniTableAnalysisException if e.getCause.isInstanceOf[SQLException] =>
-        findCommit(c).getOrElse(throw WriteErrors.outcomeUnknown(s"the append of batch '${c.name}'", e.getCause))
+        findCommit(c.tableId, c.token)
+          .getOrElse(throw WriteErrors.outcomeUnknown(s"the append of batch '${c.name}'", e.getCause))
     }
 
   private def applyAppend(conn: Jdbc.Conn, c: AppendCommit): Long = {
@@ -111,6 +112,17 @@ final class CatalogWriter(
    * @throws io.omnitable.spark.errors.OmniTableCommitException as [[commitAppend]].
    */
   def commitUpdate(c: UpdateCommit): Long = new UpdateCommitter(this).commit(c)
+
+  /**
+   * Commit the row-level statement `c` (DELETE FROM; docs/spark.md, "Row-level DML") atomically;
+   * returns the new version. Refusals as [[commitAppend]] ([[RowLevelCommitter]] has the rules).
+   */
+  def commitRowLevel(c: RowLevelCommit): Long =
+    try withWrite(s"table '${c.tableName}'")(conn => new RowLevelCommitter(this, conn, c).apply())
+    catch {
+      case e: OmniTableAnalysisException if e.getCause.isInstanceOf[SQLException] =>
+        findCommit(c.tableId, c.token).getOrElse(throw WriteErrors.outcomeUnknown(s"the ${c.op}", e.getCause))
+    }
 
   /**
    * Delete every catalog row of table `tableId` in one transaction (Python's
@@ -314,10 +326,10 @@ final class CatalogWriter(
     last.filter(_ > now).getOrElse(now)
   }
 
-  /** The version committed with `c.token`, read in a new connection. */
-  private def findCommit(c: AppendCommit): Option[Long] =
+  /** The version committed with `token`, read in a new connection. */
+  private def findCommit(tableId: String, token: String): Option[Long] =
     try withWrite("the commit token")(conn =>
-        Jdbc.query(conn, CommitSql("find_commit"), c.tableId, c.token)(_.getLong(1)).headOption)
+        Jdbc.query(conn, CommitSql("find_commit"), tableId, token)(_.getLong(1)).headOption)
     catch { case NonFatal(_) => None }
 
   private[catalog] def lockTable(conn: Jdbc.Conn, tableId: String): Unit = address match {

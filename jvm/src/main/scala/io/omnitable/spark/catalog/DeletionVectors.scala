@@ -1,7 +1,7 @@
 package io.omnitable.spark.catalog
 
 import java.util.{Base64, BitSet}
-import java.util.zip.{DataFormatException, Inflater}
+import java.util.zip.{DataFormatException, Deflater, Inflater}
 
 import io.omnitable.spark.errors.OmniTableErrors
 
@@ -36,6 +36,24 @@ object DeletionVectors {
     if (bits.cardinality() != vector.deletedCount)
       throw fail(s"it marks ${bits.cardinality()} rows, the catalog's deleted_count says ${vector.deletedCount}")
     bits
+  }
+
+  /**
+   * The stored text of the deleted offsets `deleted` of a fragment of `rowCount` rows, as
+   * deletions.py `encode_vector` writes it (zlib level 6 of the `ceil(rowCount / 8)`-byte bitmap).
+   */
+  def encode(deleted: BitSet, rowCount: Long): String = {
+    require(deleted.length() <= rowCount, s"offset ${deleted.length() - 1} past a fragment of $rowCount rows")
+    val bitmap = java.util.Arrays.copyOf(deleted.toByteArray, ((rowCount + 7) / 8).toInt)
+    val deflater = new Deflater(6)
+    try {
+      deflater.setInput(bitmap)
+      deflater.finish()
+      val out = new java.io.ByteArrayOutputStream()
+      val buf = new Array[Byte](64 * 1024)
+      while (!deflater.finished()) out.write(buf, 0, deflater.deflate(buf))
+      Base64.getEncoder.encodeToString(out.toByteArray)
+    } finally deflater.end()
   }
 
   /** The zlib stream `data`, inflated; reads at most `limit + 1` bytes (enough to tell a longer bitmap). */

@@ -65,7 +65,7 @@ private[catalog] object Jdbc {
   }
 
   /** The id of a row of each versioned table as `removals.row_id` holds it (`%s`: the alias). */
-  private val RemovableId = Map(
+  private[catalog] val RemovableId = Map(
     "batches" -> "%s.batch_id",
     "fragments" -> "%s.fragment_id",
     "files" -> "%s.file_id",

@@ -94,6 +94,16 @@ object WriteErrors {
         "(INSERT INTO t (a, b) …) to write some of them."
     )
 
+  /**
+   * A row-level statement (or part of one) OmniTable does not run from SQL yet (docs/spark.md,
+   * "Row-level DML"); `what` names it, `instead` says what to use.
+   */
+  def unsupportedDml(table: String, what: String, instead: String): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_UNSUPPORTED_DML",
+      s"Cannot run $what on table '$table' from Spark SQL yet; $instead."
+    )
+
   def conflict(detail: String): OmniTableCommitException = new OmniTableCommitException(CommitConflict, detail)
 
   def dropped(op: String, tableId: String): OmniTableCommitException = new OmniTableCommitException(

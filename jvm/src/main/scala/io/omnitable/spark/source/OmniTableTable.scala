@@ -7,17 +7,23 @@ import scala.jdk.CollectionConverters._
 import io.omnitable.spark.catalog.{CatalogWriter, Failpoints}
 import io.omnitable.spark.conf.{OmniTableConf, TableProperties}
 import io.omnitable.spark.read.plan.{OmniTableScanBuilder, OptimizerMarks, ReadColumn, TableHandle}
-import io.omnitable.spark.write.OmniTableWriteBuilder
+import io.omnitable.spark.write.{OmniTableDeltaOperation, OmniTableWriteBuilder, RowChanges}
 import org.apache.spark.sql.connector.catalog.{
   MetadataColumn,
   SupportsMetadataColumns,
   SupportsRead,
+  SupportsRowLevelOperations,
   SupportsWrite,
   Table,
   TableCapability
 }
 import org.apache.spark.sql.connector.read.ScanBuilder
-import org.apache.spark.sql.connector.write.{LogicalWriteInfo, WriteBuilder}
+import org.apache.spark.sql.connector.write.{
+  LogicalWriteInfo,
+  RowLevelOperationBuilder,
+  RowLevelOperationInfo,
+  WriteBuilder
+}
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types.{DataType, StructType}
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
@@ -33,6 +39,7 @@ final class OmniTableTable(val handle: TableHandle, val marks: OptimizerMarks = 
     extends Table
     with SupportsRead
     with SupportsWrite
+    with SupportsRowLevelOperations
     with SupportsMetadataColumns {
 
   private val snap = handle.snapshot
@@ -48,13 +55,23 @@ final class OmniTableTable(val handle: TableHandle, val marks: OptimizerMarks = 
       TableCapability.TRUNCATE,
       TableCapability.ACCEPT_ANY_SCHEMA)
 
-  override def newWriteBuilder(info: LogicalWriteInfo): WriteBuilder = {
+  override def newWriteBuilder(info: LogicalWriteInfo): WriteBuilder =
+    new OmniTableWriteBuilder(snap, catalogWriter(), handle.options, info)
+
+  private def catalogWriter(): CatalogWriter = {
     val failpoints = Failpoints(Option(SQLConf.get.getConfString(OmniTableTable.FailpointConf, null)))
-    new OmniTableWriteBuilder(
-      snap,
-      new CatalogWriter(handle.reader.address, failpoints = failpoints),
-      handle.options,
-      info)
+    new CatalogWriter(handle.reader.address, failpoints = failpoints)
+  }
+
+  /**
+   * `DELETE FROM` (and, through [[RowChanges]], UPDATE and MERGE): a delta-based operation on
+   * this snapshot, which must be a branch head (docs/spark.md, "Row-level DML").
+   */
+  override def newRowLevelOperationBuilder(info: RowLevelOperationInfo): RowLevelOperationBuilder = {
+    OmniTableWriteBuilder.checkWritable(snap, handle.options)
+    RowChanges.check(info.command(), snap.table.name)
+    val writer = catalogWriter()
+    () => new OmniTableDeltaOperation(handle, writer, info.command())
   }
 
   override def properties(): util.Map[String, String] = Map(

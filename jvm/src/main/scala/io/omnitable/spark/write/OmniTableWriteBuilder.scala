@@ -39,13 +39,7 @@ final class OmniTableWriteBuilder(
 
   override def build(): Write = {
     val table = snap.table.name
-    val lowered = readOptions.keySet.map(_.toLowerCase(java.util.Locale.ROOT))
-    Seq("versionasof", "timestampasof", "tag", "batches", "fragments").find(lowered.contains).foreach { k =>
-      throw WriteErrors.notWritableSnapshot(table, s"option '$k'")
-    }
-    if (snap.snapshot.label.startsWith("tag ") || snap.snapshot.label.startsWith("version ")) {
-      throw WriteErrors.notWritableSnapshot(table, snap.snapshot.label)
-    }
+    OmniTableWriteBuilder.checkWritable(snap, readOptions)
     snap.table.properties.get("table.key").foreach(k => throw WriteErrors.keyedTable(table, k))
     val spark = SparkSession.active
     val conf = spark.sessionState.conf
@@ -93,5 +87,17 @@ private[spark] object OmniTableWriteBuilder {
     jc.set("spark.sql.parquet.fieldId.write.enabled", "false")
     jc.setLong("parquet.block.row.count.limit", settings.rowGroupSize)
     jc
+  }
+
+  /** Writes go to the head of a branch: refuse a table read at a version, tag, batches or fragments. */
+  def checkWritable(snap: TableSnapshot, readOptions: Map[String, String]): Unit = {
+    val table = snap.table.name
+    val lowered = readOptions.keySet.map(_.toLowerCase(java.util.Locale.ROOT))
+    Seq("versionasof", "timestampasof", "tag", "batches", "fragments").find(lowered.contains).foreach { k =>
+      throw WriteErrors.notWritableSnapshot(table, s"option '$k'")
+    }
+    if (snap.snapshot.label.startsWith("tag ") || snap.snapshot.label.startsWith("version ")) {
+      throw WriteErrors.notWritableSnapshot(table, snap.snapshot.label)
+    }
   }
 }

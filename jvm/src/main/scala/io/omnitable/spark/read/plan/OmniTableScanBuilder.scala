@@ -69,6 +69,9 @@ final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf, marks
 
   override def pruneColumns(requiredSchema: StructType): Unit = required = requiredSchema
 
+  /** The columns the scan reads (after Spark pruned them): a row-level statement's read set. */
+  def requiredColumns: StructType = required
+
   override def pushLimit(n: Int): Boolean = {
     limit = Some(n)
     true

@@ -1,0 +1,157 @@
+package io.omnitable.spark.write
+
+import java.util.BitSet
+
+import scala.jdk.CollectionConverters._
+
+import io.omnitable.spark.catalog.{
+  CatalogWriter,
+  DeletionVectors,
+  FragmentScope,
+  NewDeletion,
+  RowLevelCommit,
+  SystemColumns
+}
+import io.omnitable.spark.conf.{OmniTableConf, TableProperties}
+import io.omnitable.spark.errors.{OmniTableCommitException, WriteErrors}
+import io.omnitable.spark.read.plan.{OmniTableScanBuilder, TableHandle}
+import org.apache.spark.sql.connector.expressions.{Expressions, NamedReference}
+import org.apache.spark.sql.connector.read.ScanBuilder
+import org.apache.spark.sql.connector.write._
+import org.apache.spark.sql.util.CaseInsensitiveStringMap
+
+/**
+ * A row-level statement on one table snapshot (DSv2 `SupportsDelta`: delta-based, as OmniTable is
+ * merge-on-read): the scan reads the rows with their `_ai_unique_id_` (the row id) and the
+ * metadata columns `_ai_fragment_` and `_ai_row_offset_`; the tasks ([[OmniTableDeltaWriter]])
+ * record deleted offsets and hand row changes to [[RowChanges]]; the driver
+ * ([[OmniTableDeltaBatchWrite]]) commits once. docs/spark.md, "Row-level DML".
+ */
+final class OmniTableDeltaOperation(
+    handle: TableHandle,
+    catalog: CatalogWriter,
+    val command: RowLevelOperation.Command)
+    extends SupportsDelta {
+
+  private val snap = handle.snapshot
+  @volatile private var scanBuilder: Option[OmniTableScanBuilder] = None
+
+  override def description(): String = s"OmniTable ${command.toString.toLowerCase} on ${snap.table.name}"
+
+  override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = {
+    val merged = handle.options ++ options.asCaseSensitiveMap().asScala
+    val builder =
+      new OmniTableScanBuilder(handle, OmniTableConf(merged, TableProperties(snap.table.name, snap.table.properties)))
+    scanBuilder = Some(builder)
+    builder
+  }
+
+  override def requiredMetadataAttributes(): Array[NamedReference] =
+    Array(Expressions.column(SystemColumns.Fragment), Expressions.column(SystemColumns.RowOffset))
+
+  override def rowId(): Array[NamedReference] = Array(Expressions.column(SystemColumns.RowId))
+
+  override def newWriteBuilder(info: LogicalWriteInfo): DeltaWriteBuilder = new DeltaWriteBuilder {
+    override def build(): DeltaWrite = {
+      val changes = RowChanges.factory(command, snap.table.name, info)
+      val metadata = info.metadataSchema().orElseThrow(() =>
+        new IllegalStateException(s"Spark gave no metadata schema for a ${command.toString} on ${snap.table.name}"))
+      new DeltaWrite {
+        override def description(): String = OmniTableDeltaOperation.this.description()
+        override def toBatch: DeltaBatchWrite =
+          new OmniTableDeltaBatchWrite(handle, catalog, command, readColumns, metadata, changes)
+      }
+    }
+  }
+
+  /** The data columns the statement's scan read (name → id), its read set; none before a scan. */
+  private def readColumns: Map[String, Int] = {
+    val names = scanBuilder.map(_.requiredColumns.fieldNames.toSeq).getOrElse(Nil)
+    snap.columns.filter(c => c.name != SystemColumns.RowId && names.exists(_.equalsIgnoreCase(c.name)))
+      .map(c => c.name -> c.columnId).toMap
+  }
+}
+
+/**
+ * The driver side of a row-level statement: unions the offsets the tasks deleted per fragment
+ * (a split fragment is read by several tasks) with the vector the fragment had at the snapshot,
+ * and commits the new cumulative vectors ([[CatalogWriter.commitRowLevel]], op `delete` with
+ * Python's summary). A statement that changes nothing commits nothing. A conflict with a
+ * concurrent commit fails it with `OMNITABLE_COMMIT_CONFLICT` (Spark cannot re-plan it; re-run
+ * the statement).
+ */
+private[write] final class OmniTableDeltaBatchWrite(
+    handle: TableHandle,
+    catalog: CatalogWriter,
+    command: RowLevelOperation.Command,
+    readColumns: => Map[String, Int],
+    metadata: org.apache.spark.sql.types.StructType,
+    changes: RowChangesFactory)
+    extends DeltaBatchWrite {
+
+  private val snap = handle.snapshot
+  @volatile private var keepFiles = false
+
+  override def createBatchWriterFactory(info: PhysicalWriteInfo): DeltaWriterFactory =
+    new DeltaWriterFactoryImpl(metadata, changes)
+
+  override def useCommitCoordinator(): Boolean = true
+
+  override def commit(messages: Array[WriterCommitMessage]): Unit = {
+    val results = messages.toSeq.collect { case m: RowsChanged => m }
+    val written = results.flatMap(_.changes)
+    val deleted = results.flatMap(_.deleted).groupMapReduce(_._1)(_._2) { (a, b) =>
+      val out = a.clone().asInstanceOf[BitSet]
+      out.or(b)
+      out
+    }
+    val base = RowLevelCommit(
+      snap.table.tableId,
+      snap.table.name,
+      snap.snapshot.segments.head.branch,
+      snap.snapshot.version,
+      "delete",
+      Map.empty,
+      Nil,
+      readColumns)
+    val (deletions, rows) = newVectors(deleted)
+    val commit = changes.toCommit(
+      written,
+      base.copy(deletions = deletions, summary = Map("rows" -> rows, "fragments" -> deletions.size)))
+    if (commit.deletions.isEmpty && written.isEmpty) return // nothing matched: nothing to commit
+    catalog.failpoints.hit("delete.before_commit")
+    try catalog.commitRowLevel(commit)
+    catch {
+      case e: OmniTableCommitException if e.omniErrorClass == WriteErrors.CommitOutcomeUnknown =>
+        keepFiles = true
+        throw e
+    }
+  }
+
+  override def abort(messages: Array[WriterCommitMessage]): Unit = if (!keepFiles) {
+    changes.abort(messages.toSeq.collect { case RowsChanged(_, Some(w)) => w })
+  }
+
+  /** The new cumulative vector of every fragment with deleted rows, and how many rows are newly deleted. */
+  private def newVectors(deleted: Map[String, BitSet]): (Seq[NewDeletion], Long) = {
+    if (deleted.isEmpty) return (Nil, 0L)
+    val scope = FragmentScope(fragments = Some(deleted.keys.toSeq.sorted), columns = Some(Set.empty))
+    val listing = handle.reader.listFragments(snap, scope)
+    val byId = listing.fragments.map(f => f.fragmentId -> f).toMap
+    var rows = 0L
+    val out = deleted.toSeq.sortBy(_._1).map { case (id, bits) =>
+      val frag = byId.getOrElse(id, throw new IllegalStateException(s"fragment $id is not in ${snap.snapshot.label}"))
+      val all = frag.deletes.fold(new BitSet)(v => DeletionVectors.decode(v, frag.rowCount, snap.table.name, id))
+      val before = all.cardinality()
+      all.or(bits)
+      rows += all.cardinality() - before
+      NewDeletion(
+        id,
+        frag.batchId,
+        all.cardinality().toLong,
+        DeletionVectors.encode(all, frag.rowCount),
+        frag.deletes.map(_.vectorId))
+    }
+    (out, rows)
+  }
+}
