@@ -57,20 +57,11 @@ private[catalog] final class UpdateCommitter(w: CatalogWriter) {
       throw WriteErrors.conflict(
         s"Cannot commit on branch '${c.branch}': base version ${c.baseVersion} is newer than its head $head")
     }
-    val columns = activeColumns(conn, c, segments)
-    checkFragmentsVisible(conn, c, segments)
-    if (head != c.baseVersion) checkCells(conn, c)
-    val versions = featureVersions(conn, c, segments, columns)
+    val prepared = prepare(conn, c, segments, head)
     val version = Jdbc.query(conn, CommitSql("next_version"), c.tableId)(_.getLong(1)).head
     w.hit("commit.before_insert")
     val now = w.commitTime(conn, c.tableId)
-    val sets = c.files.map { f =>
-      val ids = f.stats.map { case (n, _) => columns(n)._1 }
-      f -> CatalogWriter.ColumnSet(ids.sorted, ids.flatMap(id => versions.get((f.fragmentId, id)).map(id -> _)).toMap)
-    }
-    w.insertFiles(conn, c.tableId, c.branch, version, sets, columns.map { case (n, (id, _)) => n -> id })
-    w.hit("commit.mid_insert")
-    insertLineage(conn, c, sets, columns)
+    insert(conn, c, version, prepared)
     val summary = CatalogWriter.Json.writeValueAsString(new java.util.TreeMap[String, Any](Map[String, Any](
       "columns" -> c.columns.asJava,
       "rows" -> c.rows,
@@ -94,6 +85,28 @@ private[catalog] final class UpdateCommitter(w: CatalogWriter) {
     w.update(conn, CommitSql("move_ref"), Long.box(version), c.tableId, c.branch)
     w.hit("commit.before_end")
     version
+  }
+
+  /**
+   * Checks `c`'s files against the head (in the commit's transaction); what [[insert]] needs:
+   * name → (column id, feature) of the active columns, and the feature versions the files keep.
+   */
+  def prepare(conn: Jdbc.Conn, c: UpdateCommit, segments: Seq[Segment], head: Long): UpdateCommitter.Prepared = {
+    val columns = activeColumns(conn, c, segments)
+    checkFragmentsVisible(conn, c, segments)
+    if (head != c.baseVersion) checkCells(conn, c)
+    UpdateCommitter.Prepared(columns, featureVersions(conn, c, segments, columns))
+  }
+
+  /** Inserts `c`'s files (their column sets) and the lineage of rewritten feature outputs as of `version`. */
+  def insert(conn: Jdbc.Conn, c: UpdateCommit, version: Long, p: UpdateCommitter.Prepared): Unit = {
+    val sets = c.files.map { f =>
+      val ids = f.stats.map { case (n, _) => p.columns(n)._1 }
+      f -> CatalogWriter.ColumnSet(ids.sorted, ids.flatMap(id => p.versions.get((f.fragmentId, id)).map(id -> _)).toMap)
+    }
+    w.insertFiles(conn, c.tableId, c.branch, version, sets, p.columns.map { case (n, (id, _)) => n -> id })
+    w.hit("commit.mid_insert")
+    insertLineage(conn, c, sets, p.columns)
   }
 
   /** Name → (column id, feature) of the active columns at the head; the files' columns must be among them. */
@@ -207,4 +220,10 @@ private[catalog] final class UpdateCommitter(w: CatalogWriter) {
       "update",
       Int.box(0))
   )
+}
+
+private[catalog] object UpdateCommitter {
+
+  /** What the checks found: the active columns (name → (id, feature)) and the kept feature versions. */
+  final case class Prepared(columns: Map[String, (Int, Option[String])], versions: Map[(String, Int), String])
 }
