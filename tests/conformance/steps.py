@@ -9,9 +9,11 @@ concurrent writer's steps, done with the Python API. Both runners use it: the py
     python tests/conformance/steps.py newdb POSTGRES_URL                # a fresh database URL
 
 A scenario: ``base`` steps, then the committing writer (``commit``: an append, ``mode``
-``replace`` for Python's replace and the JVM's INSERT OVERWRITE; or ``"op": "update"`` of the
-``score`` of the row whose ``url`` is given, Python's ``Table.update`` and the JVM's
-``ColumnUpdate``, failpoint ``update.before_commit``) takes its snapshot, the
+``replace`` for Python's replace and the JVM's INSERT OVERWRITE; or ``"op": "delete"`` of the
+rows whose ``url`` or ``score`` is given, Table.delete in one attempt and the JVM's DELETE FROM,
+:func:`delete_where`; or ``"op": "update"`` of the ``score`` of the row whose ``url`` is given,
+Python's ``Table.update`` and the JVM's ``ColumnUpdate``, failpoint ``update.before_commit``)
+takes its snapshot, the
 ``concurrent`` steps run and commit, then the committing writer commits; ``expect`` is its
 outcome: ``version``, or a message fragment of ``conflict`` / ``not_found`` / ``exists``, and the
 table's ``batches`` (sorted names) and ``rows`` afterwards.
@@ -50,6 +52,13 @@ def rows(batch: str, n: int) -> pa.Table:
     return pa.table(
         {"url": [f"{batch}-{i}" for i in range(n)], "score": [float(i) for i in range(n)]}
     )
+
+
+def delete_where(commit: dict[str, Any]) -> pc.Expression:
+    """The filter of a committing delete: ``url`` or ``score`` equal to the value given (the JVM
+    runner writes the same as SQL: ``WHERE url = '…'`` / ``WHERE score = …``)."""
+    (column,) = [c for c in ("url", "score") if c in commit]
+    return pc.field(column) == commit[column]
 
 
 def apply_step(wh: omnitable.Warehouse, step: dict[str, Any], base_next: int) -> None:

@@ -1,8 +1,8 @@
 """Commit conformance, Python implementation: every scenario of tests/conformance/scenarios/
 run against the Python committer on SQLite and PostgreSQL (the ScalaTest ConformanceSuite runs
 the same files against the JVM committer). The concurrent writer commits between the committing
-append's (or update's) snapshot and its commit (failpoint ``append.before_commit`` /
-``update.before_commit``)."""
+append's (or delete's, or update's) snapshot and its commit (failpoint ``append.before_commit``,
+``delete.before_commit`` or ``update.before_commit``)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 
 import omnitable
 from omnitable._failpoints import hooked
+from omnitable.dataops.delete import delete_rows
 from omnitable.exceptions import AlreadyExistsError, CommitConflict, NotFoundError
 
 
@@ -33,7 +34,8 @@ OUTCOMES = {"conflict": CommitConflict, "not_found": NotFoundError, "exists": Al
 
 
 def run_python(wh: omnitable.Warehouse, scenario: dict[str, Any]) -> dict[str, Any]:
-    """The committing append through the Python API; its outcome as ``expect`` spells it."""
+    """The committing append or delete through the Python API; its outcome as ``expect`` spells
+    it."""
     base_next = steps.prepare(wh, scenario)
     commit = scenario["commit"]
     table = wh.table(steps.TABLE)
@@ -43,14 +45,18 @@ def run_python(wh: omnitable.Warehouse, scenario: dict[str, Any]) -> dict[str, A
             steps.apply_step(wh, step, base_next)
 
     try:
+        if commit.get("op", "append") == "delete":
+            # one attempt, as a Spark SQL DELETE (Table.delete retries on a conflict)
+            with hooked("delete.before_commit", concurrent):
+                result = delete_rows(table._ctx, steps.delete_where(commit), None, attempts=1)
+            return {"version": result.version}
         if commit.get("op", "append") == "update":
             data = steps.update_data(table, commit)
             with hooked("update.before_commit", concurrent):
-                version = table.update(data, columns=["score"]).version
-        else:
-            with hooked("append.before_commit", concurrent):
-                data = steps.rows(commit["batch"], commit["rows"])
-                version = table.append(data, commit["batch"], mode=commit.get("mode", "error"))
+                return {"version": table.update(data, columns=["score"]).version}
+        with hooked("append.before_commit", concurrent):
+            data = steps.rows(commit["batch"], commit["rows"])
+            version = table.append(data, commit["batch"], mode=commit.get("mode", "error"))
         return {"version": version}
     except (CommitConflict, NotFoundError, AlreadyExistsError) as exc:
         kind = next(k for k, cls in OUTCOMES.items() if isinstance(exc, cls))

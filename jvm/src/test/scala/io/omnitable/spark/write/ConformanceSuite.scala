@@ -19,9 +19,9 @@ import org.scalatest.funsuite.AnyFunSuite
  * run against the JVM committer on SQLite, and on PostgreSQL when OMNITABLE_TEST_POSTGRES_URL is
  * set (CI sets it). The base state and the concurrent writer's steps are done by the Python API
  * (tests/conformance/steps.py); the committing append is a Spark `writeTo(...).append()` (a
- * replace: `overwrite(lit(true))`, INSERT OVERWRITE's plan), the committing update a
- * [[ColumnUpdate]], and the concurrent steps run between its snapshot and its commit (failpoint
- * `append.before_commit` / `update.before_commit`).
+ * replace: `overwrite(lit(true))`, INSERT OVERWRITE's plan), a `DELETE FROM` or an update
+ * ([[ColumnUpdate]]), and the concurrent steps run between its snapshot and its commit (failpoint
+ * `append.before_commit`, `delete.before_commit` or `update.before_commit`).
  */
 class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
 
@@ -73,6 +73,10 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
     val outcome: Either[OmniTableCommitException, Unit] =
       try Right(commit.path("op").asText("append") match {
           case "update" => update(catalog, warehouse, commit, () => concurrent())
+          case "delete" =>
+            Failpoints.hooked("delete.before_commit")(concurrent()) {
+              spark.sql(s"DELETE FROM $catalog.web WHERE ${deleteWhere(commit)}").collect()
+            }
           case _ => append(catalog, commit, () => concurrent())
         })
       catch { case e: Exception => Left(commitError(e)) }
@@ -103,6 +107,11 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
       ColumnUpdate.run(spark, warehouse, "web", df, Seq("score"), "main")
     }
   }
+
+  /** A committing delete's filter as SQL (steps.py `delete_where`: `url` or `score` equal to a value). */
+  private def deleteWhere(commit: JsonNode): String =
+    if (commit.has("url")) s"url = '${commit.get("url").asText()}'"
+    else s"score = ${commit.get("score").asDouble()}"
 
   private def check(expect: JsonNode, outcome: Either[OmniTableCommitException, Unit], warehouse: String): Unit = {
     val kinds = Map(
