@@ -19,13 +19,15 @@ concurrent writer's steps, done with the Python API. Both runners use it: the py
 A scenario: ``base`` steps, then the committing writer (``commit``: an append, ``mode``
 ``replace`` for Python's replace and the JVM's INSERT OVERWRITE; or ``"op": "delete"`` of the
 rows whose ``url`` or ``score`` is given, Table.delete in one attempt and the JVM's DELETE FROM,
-:func:`delete_where`; or ``{"op": "rollback", "to": N}``: Table.rollback / CALL system.rollback;
-or ``{"op": "revert", "version": N}``, optionally with ``dependents``: Table.revert / CALL
-system.revert) takes its snapshot, the ``concurrent`` steps run and commit, then the committing
-writer commits; ``expect`` is its outcome: ``version``, or a message fragment of ``conflict`` /
-``not_found`` / ``exists`` / ``invalid``, and the table's ``batches`` (sorted names) and ``rows``
-afterwards, and when given its ``columns`` (sorted) and ``status`` (derived column -> batch ->
-done / stale / missing / partial).
+:func:`delete_where`; or ``"op": "update"`` of the ``score`` of the row whose ``url`` is given,
+Python's ``Table.update`` and the JVM's ``ColumnUpdate``, failpoint ``update.before_commit``; or
+``{"op": "rollback", "to": N}``: Table.rollback / CALL system.rollback; or ``{"op": "revert",
+"version": N}``, optionally with ``dependents``: Table.revert / CALL system.revert) takes its
+snapshot, the ``concurrent`` steps run and commit, then the committing writer commits;
+``expect`` is its outcome: ``version``, or a message fragment of ``conflict`` / ``not_found`` /
+``exists`` / ``invalid``, and the table's ``batches`` (sorted names) and ``rows`` afterwards, and
+when given its ``columns`` (sorted) and ``status`` (derived column -> batch -> done / stale /
+missing / partial).
 
 ``around`` (optional) are steps that start before the committing writer and commit after it: a
 backfill planned (and computed) on the base state that reaches its commit (failpoint
@@ -123,10 +125,15 @@ def _delete(table: omnitable.Table, step: dict[str, Any]) -> None:
     assert table.delete(pc.field("url") == step["url"]).rows == 1
 
 
-def _update(table: omnitable.Table, step: dict[str, Any]) -> None:
+def update_data(table: omnitable.Table, step: dict[str, Any]) -> pa.Table:
+    """The data of an ``update`` step: the id of the row whose ``url`` is given, its new
+    ``score``."""
     (row_id,) = table.read(columns=[ROW_ID], where=pc.field("url") == step["url"])[ROW_ID]
-    update = pa.table({ROW_ID: pa.array([row_id.as_py()], pa.int64()), "score": [step["score"]]})
-    table.update(update, columns=["score"])
+    return pa.table({ROW_ID: pa.array([row_id.as_py()], pa.int64()), "score": [step["score"]]})
+
+
+def _update(table: omnitable.Table, step: dict[str, Any]) -> None:
+    table.update(update_data(table, step), columns=["score"])
 
 
 def _backfill(table: omnitable.Table, step: dict[str, Any]) -> None:

@@ -2,7 +2,8 @@
 run against the Python committer on SQLite and PostgreSQL (the ScalaTest ConformanceSuite runs
 the same files against the JVM committer). The concurrent writer commits between the committing
 writer's snapshot and its commit (failpoint ``append.before_commit``, ``delete.before_commit``,
-or ``rollback.before_commit`` / ``revert.before_commit`` for a rollback / revert)."""
+``update.before_commit``, or ``rollback.before_commit`` / ``revert.before_commit`` for a rollback
+/ revert)."""
 
 from __future__ import annotations
 
@@ -77,6 +78,10 @@ def _commit(wh: omnitable.Warehouse, scenario: dict[str, Any], base_next: int) -
             with hooked("delete.before_commit", concurrent):
                 result = delete_rows(table._ctx, steps.delete_where(commit), None, attempts=1)
             return {"version": result.version}
+        if op == "update":
+            data = steps.update_data(table, commit)
+            with hooked("update.before_commit", concurrent):
+                return {"version": table.update(data, columns=["score"]).version}
         if op == "rollback":
             with hooked("rollback.before_commit", concurrent):
                 version = table.rollback(commit["to"])

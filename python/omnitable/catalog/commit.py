@@ -687,18 +687,7 @@ def _check_cell_conflicts(conn: Connection, t: str, req: CommitRequest, head: in
         params: dict[str, Any] = {"t": t, "b": req.branch, "base": req.base_version}
         marks = _bind_ids(params, chunk)
         rows = conn.execute(
-            text(
-                "SELECT fi.fragment_id, c.name FROM files fi JOIN column_sets cs ON "
-                "cs.table_id = fi.table_id AND cs.set_id = fi.set_id JOIN columns c ON "
-                "c.table_id = cs.table_id AND c.column_id = cs.column_id "
-                "WHERE fi.table_id = :t AND ((fi.branch = :b AND "
-                "(fi.added_version > :base OR (fi.removed_version IS NOT NULL AND "
-                "fi.removed_version > :base))) OR EXISTS (SELECT 1 FROM removals x WHERE "
-                "x.table_id = fi.table_id AND x.kind = 'files' AND x.row_id = fi.file_id AND "
-                "x.row_version = fi.added_version AND x.branch = :b AND x.version > :base)) "
-                f"AND fi.fragment_id IN ({marks})"
-            ),
-            params,
+            text(sql("cell_writes_since", **{"in": f"fi.fragment_id IN ({marks})"})), params
         )
         for r in rows:
             if r.name in ours[r.fragment_id]:
@@ -1068,10 +1057,7 @@ def _insert_lineage(
     conn: Connection, t: str, req: CommitRequest, column_ids: dict[str, int]
 ) -> None:
     conn.execute(
-        text(
-            "INSERT INTO lineage (table_id, file_id, column_id, feature, feature_version, "
-            "inputs, run_id, engine, error_count) VALUES (:t, :f, :c, :feat, :fv, :inp, :r, :e, :n)"
-        ),
+        text(sql("insert_lineage")),
         [
             {"t": t, "f": e.file_id, "c": column_ids[e.column], "feat": e.feature,
              "fv": e.feature_version, "inp": json.dumps(e.inputs, sort_keys=True),

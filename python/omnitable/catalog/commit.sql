@@ -121,3 +121,22 @@ UPDATE runs SET status = :s, metrics = :m, message = :msg, finished_at = :now WH
 -- name: heartbeat_run
 -- (now, r) a running run's driver is alive
 UPDATE runs SET heartbeat_at = :now WHERE run_id = :r AND status = 'running'
+
+-- name: cell_writes_since
+-- (t, b, base, base, b, base, fragment ids) the (fragment, column name) cells of the given
+-- fragments whose files were added or removed on branch b after version base (commit.py
+-- `_check_cell_conflicts`: a concurrent write of a cell an update or backfill also writes)
+SELECT fi.fragment_id, c.name FROM files fi JOIN column_sets cs ON cs.table_id = fi.table_id AND cs.set_id = fi.set_id JOIN columns c ON c.table_id = cs.table_id AND c.column_id = cs.column_id WHERE fi.table_id = :t AND ((fi.branch = :b AND (fi.added_version > :base OR (fi.removed_version IS NOT NULL AND fi.removed_version > :base))) OR EXISTS (SELECT 1 FROM removals x WHERE x.table_id = fi.table_id AND x.kind = 'files' AND x.row_id = fi.file_id AND x.row_version = fi.added_version AND x.branch = :b AND x.version > :base)) AND {in}
+
+-- name: insert_lineage
+-- (t, f, c, feat, fv, inp, r, e, n) the lineage of one derived column in one new file
+INSERT INTO lineage (table_id, file_id, column_id, feature, feature_version, inputs, run_id, engine, error_count) VALUES (:t, :f, :c, :feat, :fv, :inp, :r, :e, :n)
+
+-- name: visible_fragments
+-- (t, visibility parameters, fragment ids) which of the given fragments are visible
+SELECT f.fragment_id FROM fragments f WHERE f.table_id = :t AND {vis} AND {in}
+
+-- name: file_feature_versions
+-- (t, visibility parameters, fragment ids) the visible files of the given fragments, with the
+-- feature version of each column they carry (an update keeps the version of the file it rewrites)
+SELECT fi.fragment_id, cs.column_id, cs.feature_version, fi.added_version, fi.file_id FROM files fi JOIN column_sets cs ON cs.table_id = fi.table_id AND cs.set_id = fi.set_id WHERE fi.table_id = :t AND {vis} AND {in}

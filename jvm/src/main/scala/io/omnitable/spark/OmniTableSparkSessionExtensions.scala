@@ -2,9 +2,11 @@ package io.omnitable.spark
 
 import io.omnitable.spark.conf.{OmniTableVersion, SparkVersionCheck}
 import io.omnitable.spark.optimizer.{
+  AlignOmniTableUpdateAssignments,
   FuseOmniTableScans,
   FusePythonUDFs,
   LateMaterializeFilteredColumns,
+  RefuseOmniTableMerge,
   ResolveOmniTableInsertByPosition
 }
 import org.apache.spark.sql.SparkSessionExtensions
@@ -36,6 +38,12 @@ class OmniTableSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
     // ResolveOmniTableInsertByPosition: INSERT INTO without a column list fills the user columns
     // in order (OmniTable tables accept any schema and match the written columns by name).
     extensions.injectResolutionRule(_ => ResolveOmniTableInsertByPosition)
+    // AlignOmniTableUpdateAssignments: UPDATE of an OmniTable table gets one assignment per column
+    // (Spark skips that for tables accepting any schema, and would then refuse the UPDATE).
+    extensions.injectResolutionRule(_ => AlignOmniTableUpdateAssignments)
+    // RefuseOmniTableMerge: MERGE INTO an OmniTable table fails with OMNITABLE_UNSUPPORTED_DML
+    // (Spark leaves MERGE unresolved for tables accepting any schema: a misleading error otherwise).
+    extensions.injectResolutionRule(_ => RefuseOmniTableMerge)
 
     // --- optimizer (operator optimization batch, before Spark pushes filters into scans) ---
     // FuseOmniTableScans: reads of one snapshot joined on _ai_unique_id_ read the files once.

@@ -107,6 +107,13 @@ final class CatalogWriter(
   }
 
   /**
+   * Commit an update (rewritten column files of existing fragments) atomically; returns the new version.
+   *
+   * @throws io.omnitable.spark.errors.OmniTableCommitException as [[commitAppend]].
+   */
+  def commitUpdate(c: UpdateCommit): Long = new UpdateCommitter(this).commit(c)
+
+  /**
    * Commit the row-level statement `c` (DELETE FROM; docs/spark.md, "Row-level DML") atomically;
    * returns the new version. Refusals as [[commitAppend]] ([[RowLevelCommitter]] has the rules).
    */
@@ -331,7 +338,23 @@ final class CatalogWriter(
       }
     )
     val files = c.fragments.flatMap(_.files)
-    val sets = files.map(f => f -> CatalogWriter.ColumnSet(f.stats.map { case (n, _) => ids(n) }.sorted))
+    insertFiles(
+      conn,
+      t,
+      c.branch,
+      version,
+      files.map(f => f -> CatalogWriter.ColumnSet(f.stats.map { case (n, _) => ids(n) }.sorted)),
+      ids)
+  }
+
+  /** One `files` row per file (its column set and statistics), and the sets not stored yet (commit.py `_insert_files`). */
+  private[catalog] def insertFiles(
+      conn: Jdbc.Conn,
+      t: String,
+      branch: String,
+      version: Long,
+      sets: Seq[(WrittenFile, CatalogWriter.ColumnSet)],
+      ids: Map[String, Int]): Unit = {
     val existing = sets.map(_._2.setId).distinct.grouped(500).flatMap { chunk =>
       val (in, ps) = Jdbc.in("set_id", chunk)
       Jdbc.query(conn, CommitSql("existing_sets").replace("{in}", in), (t +: ps): _*)(_.getString(1))
@@ -341,7 +364,9 @@ final class CatalogWriter(
       conn,
       CommitSql("insert_column_set"),
       newSets.flatMap { s =>
-        s.columnIds.zipWithIndex.map { case (cid, pos) => Seq[AnyRef](t, s.setId, Int.box(cid), Int.box(pos), null) }
+        s.columnIds.zipWithIndex.map { case (cid, pos) =>
+          Seq[AnyRef](t, s.setId, Int.box(cid), Int.box(pos), s.featureVersions.get(cid).orNull)
+        }
       }
     )
     batch(
@@ -357,7 +382,7 @@ final class CatalogWriter(
           f.path,
           Long.box(f.rowCount),
           Long.box(f.sizeBytes),
-          c.branch,
+          branch,
           Long.box(version),
           null,
           set.setId,
@@ -471,12 +496,12 @@ object CatalogWriter {
     kinds.filterNot(_ == "tables") :+ "tables"
   }
 
-  /** The columns of a file in ascending column id (raw columns: no feature version). */
-  final case class ColumnSet(columnIds: Seq[Int]) {
+  /** The columns of a file in ascending column id, with the feature versions of feature outputs. */
+  final case class ColumnSet(columnIds: Seq[Int], featureVersions: Map[Int, String] = Map.empty) {
 
     /** The content hash schema.sql specifies (python/omnitable/catalog/sets.py `ColumnSet.set_id`). */
     lazy val setId: String = {
-      val key = columnIds.map(id => s"$id:").mkString(";")
+      val key = columnIds.map(id => s"$id:${featureVersions.getOrElse(id, "")}").mkString(";")
       MessageDigest.getInstance("SHA-256").digest(key.getBytes(StandardCharsets.UTF_8))
         .map(b => f"${b & 0xff}%02x").mkString.take(16)
     }

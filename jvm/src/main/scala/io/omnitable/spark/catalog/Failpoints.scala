@@ -43,8 +43,8 @@ final case class Failpoints(spec: Option[String]) {
 
 object Failpoints {
 
-  /** The SQL conf that sets the failpoints of a session (`OmniTableTable.FailpointConf`). */
-  val ConfKey = "spark.omnitable.test.failpoint"
+  /** The session setting holding the spec (`OmniTableTable.FailpointConf`). */
+  val SessionConf = "spark.omnitable.test.failpoint"
 
   private val hooks = new java.util.concurrent.ConcurrentHashMap[String, () => Unit]()
 

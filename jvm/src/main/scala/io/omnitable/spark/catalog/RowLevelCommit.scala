@@ -30,4 +30,6 @@ final case class RowLevelCommit(
     deletions: Seq[NewDeletion],
     readColumns: Map[String, Int],
     token: String = java.util.UUID.randomUUID().toString.replace("-", ""),
-    engine: String = "spark-jvm")
+    engine: String = "spark-jvm",
+    files: Seq[WrittenFile] = Nil,
+    updatedColumns: Seq[String] = Nil)

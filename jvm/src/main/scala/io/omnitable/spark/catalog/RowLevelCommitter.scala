@@ -39,9 +39,13 @@ private[catalog] final class RowLevelCommitter(w: CatalogWriter, conn: Jdbc.Conn
         segments)
     }
     checkDeletions(segments)
+    val updates = new UpdateCommitter(w)
+    val updated = UpdateCommit(c.tableId, c.tableName, c.branch, c.baseVersion, c.updatedColumns, 0L, c.files)
+    val prepared = if (c.files.nonEmpty) Some(updates.prepare(conn, updated, segments, head)) else None
     val version = Jdbc.query(conn, CommitSql("next_version"), c.tableId)(_.getLong(1)).head
     w.hit("commit.before_insert")
     val now = w.commitTime(conn, c.tableId)
+    prepared.foreach(p => updates.insert(conn, updated, version, p))
     endVectors(version, segments)
     w.hit("commit.mid_insert")
     w.batch(

@@ -40,7 +40,7 @@ object UndoProcedures {
     MergeOutput,
     Seq(InternalRow(o.version.map(Long.box).orNull, o.fastForward, o.baseVersion, o.sourceVersion)))
 
-  private def failpoints: Failpoints = Failpoints(Option(SQLConf.get.getConfString(Failpoints.ConfKey, null)))
+  private def failpoints: Failpoints = Failpoints(Option(SQLConf.get.getConfString(Failpoints.SessionConf, null)))
 
   private val Table = required("table", StringType, "the table's name")
 

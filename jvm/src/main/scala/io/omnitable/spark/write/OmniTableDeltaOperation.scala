@@ -15,7 +15,8 @@ import io.omnitable.spark.catalog.{
 import io.omnitable.spark.conf.{OmniTableConf, TableProperties}
 import io.omnitable.spark.errors.{OmniTableCommitException, WriteErrors}
 import io.omnitable.spark.read.plan.{OmniTableScanBuilder, TableHandle}
-import org.apache.spark.sql.connector.expressions.{Expressions, NamedReference}
+import org.apache.spark.sql.connector.distributions.{Distribution, Distributions}
+import org.apache.spark.sql.connector.expressions.{Expression, Expressions, NamedReference, SortDirection, SortOrder}
 import org.apache.spark.sql.connector.read.ScanBuilder
 import org.apache.spark.sql.connector.write._
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
@@ -53,14 +54,27 @@ final class OmniTableDeltaOperation(
 
   override def newWriteBuilder(info: LogicalWriteInfo): DeltaWriteBuilder = new DeltaWriteBuilder {
     override def build(): DeltaWrite = {
-      val changes = RowChanges.factory(command, snap.table.name, info)
+      val changes = RowChanges.factory(command, handle, info)
       val metadata = info.metadataSchema().orElseThrow(() =>
         new IllegalStateException(s"Spark gave no metadata schema for a ${command.toString} on ${snap.table.name}"))
-      new DeltaWrite {
+      if (command == RowLevelOperation.Command.DELETE) new DeltaWrite {
         override def description(): String = OmniTableDeltaOperation.this.description()
         override def toBatch: DeltaBatchWrite =
           new OmniTableDeltaBatchWrite(handle, catalog, command, readColumns, metadata, changes)
       }
+      else
+        new DeltaWrite with RequiresDistributionAndOrdering {
+          override def description(): String = OmniTableDeltaOperation.this.description()
+          override def toBatch: DeltaBatchWrite =
+            new OmniTableDeltaBatchWrite(handle, catalog, command, readColumns, metadata, changes)
+          // an updated fragment is rewritten by one task: rows clustered by fragment, in row order
+          override def requiredDistribution(): Distribution =
+            Distributions.clustered(Array[Expression](Expressions.column(SystemColumns.Fragment)))
+          override def requiredOrdering(): Array[SortOrder] = Array(
+            Expressions.sort(Expressions.column(SystemColumns.Fragment), SortDirection.ASCENDING),
+            Expressions.sort(Expressions.column(SystemColumns.RowOffset), SortDirection.ASCENDING)
+          )
+        }
     }
   }
 
@@ -119,7 +133,7 @@ private[write] final class OmniTableDeltaBatchWrite(
       written,
       base.copy(deletions = deletions, summary = Map("rows" -> rows, "fragments" -> deletions.size)))
     if (commit.deletions.isEmpty && written.isEmpty) return // nothing matched: nothing to commit
-    catalog.failpoints.hit("delete.before_commit")
+    catalog.failpoints.hit(if (commit.files.nonEmpty) "update.before_commit" else "delete.before_commit")
     try catalog.commitRowLevel(commit)
     catch {
       case e: OmniTableCommitException if e.omniErrorClass == WriteErrors.CommitOutcomeUnknown =>

@@ -49,20 +49,9 @@ final class OmniTableWriteBuilder(
       k => Option(conf.getConfString(k, null)),
       snap.table.properties)
     val groups = WriteSchema.targets(snap, info.schema())
-    val hadoop = spark.sessionState.newHadoopConf()
-    val job = Job.getInstance(hadoop)
     val baseSchema = org.apache.spark.sql.types.StructType(groups.head._2.map(c =>
       org.apache.spark.sql.types.StructField(c.physicalName, c.dataType)))
-    ParquetUtils.prepareWrite(
-      conf,
-      job,
-      baseSchema,
-      new ParquetOptions(Map("compression" -> settings.compression), conf))
-    val jc = job.getConfiguration
-    jc.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-    jc.set("spark.sql.parquet.writeLegacyFormat", "false")
-    jc.set("spark.sql.parquet.fieldId.write.enabled", "false")
-    jc.setLong("parquet.block.row.count.limit", settings.rowGroupSize)
+    val jc = OmniTableWriteBuilder.parquetConf(spark, baseSchema, settings)
     // Every `_ai_unique_id_` of a file is distinct: a dictionary for it is built for nothing, then
     // re-encoded as plain at each row group's first page (docs/benchmarks.md, sql_writes).
     jc.setBoolean(s"parquet.enable.dictionary#${snap.rowIdColumn.physicalName}", false)
@@ -88,6 +77,20 @@ final class OmniTableWriteBuilder(
 
 private[spark] object OmniTableWriteBuilder {
   val RowId: String = SystemColumns.RowId
+
+  /** The Hadoop configuration tasks write Parquet column files with (compression, row groups, types). */
+  def parquetConf(spark: SparkSession, schema: org.apache.spark.sql.types.StructType, settings: WriteSettings)
+      : org.apache.hadoop.conf.Configuration = {
+    val conf = spark.sessionState.conf
+    val job = Job.getInstance(spark.sessionState.newHadoopConf())
+    ParquetUtils.prepareWrite(conf, job, schema, new ParquetOptions(Map("compression" -> settings.compression), conf))
+    val jc = job.getConfiguration
+    jc.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    jc.set("spark.sql.parquet.writeLegacyFormat", "false")
+    jc.set("spark.sql.parquet.fieldId.write.enabled", "false")
+    jc.setLong("parquet.block.row.count.limit", settings.rowGroupSize)
+    jc
+  }
 
   /** Writes go to the head of a branch: refuse a table read at a version, tag, batches or fragments. */
   def checkWritable(snap: TableSnapshot, readOptions: Map[String, String]): Unit = {

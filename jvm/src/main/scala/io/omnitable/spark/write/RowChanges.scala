@@ -1,9 +1,15 @@
 package io.omnitable.spark.write
 
-import io.omnitable.spark.catalog.RowLevelCommit
+import scala.jdk.CollectionConverters._
+
+import io.omnitable.spark.catalog.{RowLevelCommit, SystemColumns}
 import io.omnitable.spark.errors.WriteErrors
+import io.omnitable.spark.read.exec.SerializableHadoopConf
+import io.omnitable.spark.read.plan.{OmniTableBatch, TableHandle}
+import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.connector.write.{LogicalWriteInfo, RowLevelOperation}
+import org.apache.spark.sql.types.{StructField, StructType}
 
 /**
  * What a row-level statement writes besides deletions (docs/spark.md, "Row-level DML"): the new
@@ -41,17 +47,63 @@ trait RowChangesFactory extends Serializable {
 object RowChanges {
 
   /**
-   * Refuse, before a job runs, a statement whose row changes are not supported: today UPDATE and
-   * MERGE (`OMNITABLE_UNSUPPORTED_DML`); DELETE needs none.
+   * Refuse, before a job runs, a statement whose row changes are not supported: MERGE
+   * (`OMNITABLE_UNSUPPORTED_DML`; the session extension refuses it at analysis already). UPDATE
+   * is a column rewrite ([[ColumnChanges]]); DELETE needs no row changes.
    */
   def check(command: RowLevelOperation.Command, table: String): Unit = command match {
-    case RowLevelOperation.Command.DELETE =>
+    case RowLevelOperation.Command.DELETE | RowLevelOperation.Command.UPDATE =>
     case other => throw unsupported(table, other.toString)
   }
 
-  /** The row changes of a statement `command` on `table` whose written rows are `info.schema`. */
-  def factory(command: RowLevelOperation.Command, table: String, info: LogicalWriteInfo): RowChangesFactory =
-    Unsupported(table, command.toString)
+  /** The row changes of a statement `command` on `handle`'s table whose written rows are `info.schema`. */
+  def factory(command: RowLevelOperation.Command, handle: TableHandle, info: LogicalWriteInfo): RowChangesFactory =
+    command match {
+      case RowLevelOperation.Command.DELETE => Unsupported(handle.snapshot.table.name, command.toString)
+      case _ => columnChanges(command, handle, info)
+    }
+
+  /**
+   * [[ColumnChanges]] writing every non-system column of Spark's rows (an update rewrites the
+   * files of those columns in the touched fragments).
+   */
+  private def columnChanges(command: RowLevelOperation.Command, handle: TableHandle, info: LogicalWriteInfo)
+      : RowChangesFactory = {
+    val snap = handle.snapshot
+    val rowSchema = info.schema()
+    val written = rowSchema.fields.zipWithIndex.filterNot { case (f, _) =>
+      f.name == SystemColumns.RowId || f.name == SystemColumns.AppendName
+    }.flatMap { case (f, i) =>
+      snap.userColumns.find(_.name.equalsIgnoreCase(f.name)).map { c =>
+        UpdateColumn(c.name, c.columnId, c.physicalName, c.groupName, c.dataType) -> i
+      }
+    }
+    val spark = SparkSession.active
+    val conf = spark.sessionState.conf
+    val settings = WriteSettings.resolve(
+      snap.table.name,
+      info.options().asCaseSensitiveMap().asScala.toMap,
+      k => Option(conf.getConfString(k, null)),
+      snap.table.properties,
+      named = false)
+    val schema = StructType(written.map { case (c, _) => StructField(c.physicalName, c.dataType) })
+    val hadoop = OmniTableBatch.readerSettings(spark, OmniTableWriteBuilder.parquetConf(spark, schema, settings))
+    val task = RewriteTask(snap.tableUri, written.map(_._1).toSeq, new SerializableHadoopConf(hadoop))
+    val fragments = handle.reader.loadFragments(snap).map { f =>
+      val providers = task.columns.flatMap(c => f.fileFor(c.columnId).map(c.columnId -> _.path)).toMap
+      f.fragmentId -> (FragmentRewrite(f.fragmentId, f.path, f.rowCount, providers), f.batchName)
+    }.toMap
+    val metadata = info.metadataSchema().orElseThrow(() =>
+      new IllegalStateException(s"Spark gave no metadata schema for a $command on ${snap.table.name}"))
+    ColumnChangesFactory(
+      snap.table.name,
+      command.toString,
+      task,
+      written.map(_._2).toSeq,
+      rowSchema,
+      metadata,
+      fragments)
+  }
 
   private def unsupported(table: String, what: String) = WriteErrors.unsupportedDml(
     table,

@@ -23,11 +23,13 @@ private[write] object WriteSettings {
   /** Session setting naming the batch of INSERT INTO (no write options in SQL). */
   val AppendNameConf = "spark.omnitable.write.appendName"
 
+  /** The settings of a write; `named = false` (an update: no new batch) leaves the append name empty. */
   def resolve(
       table: String,
       options: Map[String, String],
       session: String => Option[String],
-      properties: Map[String, String]): WriteSettings = {
+      properties: Map[String, String],
+      named: Boolean = true): WriteSettings = {
     val opts = options.map { case (k, v) => k.toLowerCase(Locale.ROOT) -> v }
     def get(name: String): Option[String] =
       opts.get(name).orElse(session(s"spark.omnitable.write.$name")).orElse(properties.get(s"write.$name"))
@@ -38,9 +40,11 @@ private[write] object WriteSettings {
         v,
         "expected a positive integer"))
     }.getOrElse(default)
-    val name = opts.get(AppendNameOption).orElse(session(AppendNameConf))
-      .getOrElse(throw WriteErrors.missingAppendName(table, AppendNameOption, AppendNameConf))
-    if (name.trim.isEmpty || name.length > 256 || name.exists(ch => ch < 0x20 || ch == 0x7f)) {
+    val name =
+      if (!named) ""
+      else opts.get(AppendNameOption).orElse(session(AppendNameConf))
+        .getOrElse(throw WriteErrors.missingAppendName(table, AppendNameOption, AppendNameConf))
+    if (named && (name.trim.isEmpty || name.length > 256 || name.exists(ch => ch < 0x20 || ch == 0x7f))) {
       throw WriteErrors.invalidAppendName(table, name)
     }
     WriteSettings(

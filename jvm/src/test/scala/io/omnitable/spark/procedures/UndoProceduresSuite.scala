@@ -165,11 +165,11 @@ class UndoProceduresSuite extends AnyFunSuite with SharedSparkSession {
       python("history", wh.getPath, "", "7")
       val before = dump(wh)
       val c = catalogFor(wh)
-      spark.conf.set(Failpoints.ConfKey, s"$point=raise")
+      spark.conf.set(Failpoints.SessionConf, s"$point=raise")
       try {
         val e = intercept[Exception](spark.sql(s"CALL $c.system.rollback('web', 1)").collect())
         assert(Iterator.iterate[Throwable](e)(_.getCause).takeWhile(_ != null).exists(_.getMessage.contains(point)))
-      } finally spark.conf.unset(Failpoints.ConfKey)
+      } finally spark.conf.unset(Failpoints.SessionConf)
       assert(dump(wh) == before, point)
       assert(call(s"CALL $c.system.rollback('web', 1)").getString(2) == "rollback", "it runs afterwards")
     }
@@ -267,9 +267,9 @@ class UndoProceduresSuite extends AnyFunSuite with SharedSparkSession {
       """[{"op": "create_branch", "name": "dev"}, {"op": "append", "batch": "d1", "rows": 2, "branch": "dev"}]""")
     val (main, dev) = (dump(wh), dump(wh, "dev"))
     val c = catalogFor(wh)
-    spark.conf.set(Failpoints.ConfKey, "fast_forward.mid_update=raise")
+    spark.conf.set(Failpoints.SessionConf, "fast_forward.mid_update=raise")
     try intercept[Exception](spark.sql(s"CALL $c.system.merge_branch('web', 'dev')").collect())
-    finally spark.conf.unset(Failpoints.ConfKey)
+    finally spark.conf.unset(Failpoints.SessionConf)
     assert(dump(wh) == main && dump(wh, "dev") == dev)
   }
 }

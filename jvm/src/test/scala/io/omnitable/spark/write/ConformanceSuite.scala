@@ -19,13 +19,13 @@ import org.scalatest.funsuite.AnyFunSuite
  * run against the JVM committer on SQLite, and on PostgreSQL when OMNITABLE_TEST_POSTGRES_URL is
  * set (CI sets it). The base state and the concurrent writer's steps are done by the Python API
  * (tests/conformance/steps.py); the committing append is a Spark `writeTo(...).append()` (a
- * replace: `overwrite(lit(true))`, INSERT OVERWRITE's plan), a `DELETE FROM`, a rollback
- * `CALL <catalog>.system.rollback('web', N)` or a revert `CALL <catalog>.system.revert('web', N)`,
- * and the concurrent steps run between its snapshot and its commit (failpoint
- * `append.before_commit` / `delete.before_commit` / `rollback.before_commit` /
- * `revert.before_commit`). A scenario's `around` steps (a Python backfill) start first in a
- * process of their own, held at their commit (failpoint `backfill.before_commit=pause:DIR`) while
- * the committing writer runs, then let go.
+ * replace: `overwrite(lit(true))`, INSERT OVERWRITE's plan), a `DELETE FROM`, an update
+ * ([[ColumnUpdate]]), a rollback `CALL <catalog>.system.rollback('web', N)` or a revert
+ * `CALL <catalog>.system.revert('web', N)`, and the concurrent steps run between its snapshot and
+ * its commit (failpoint `append.before_commit` / `delete.before_commit` / `update.before_commit` /
+ * `rollback.before_commit` / `revert.before_commit`). A scenario's `around` steps (a Python
+ * backfill) start first in a process of their own, held at their commit (failpoint
+ * `backfill.before_commit=pause:DIR`) while the committing writer runs, then let go.
  */
 class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
 
@@ -107,6 +107,7 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
     around.foreach(_.awaitCommitPoint())
     val outcome: Either[(String, String), Unit] =
       try Right(commit.path("op").asText("append") match {
+          case "update" => update(catalog, warehouse, commit, () => concurrent())
           case "delete" =>
             Failpoints.hooked("delete.before_commit")(concurrent()) {
               spark.sql(s"DELETE FROM $catalog.web WHERE ${deleteWhere(commit)}").collect()
@@ -121,7 +122,7 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
               spark.sql(
                 s"CALL $catalog.system.revert('web', ${commit.get("version").asLong()}, '$dependents')").collect()
             }
-          case _ => Failpoints.hooked("append.before_commit")(concurrent())(append(catalog, commit))
+          case _ => append(catalog, commit, () => concurrent())
         })
       catch { case e: Exception => Left(commitError(e)) }
     check(scenario.get("expect"), outcome, warehouse)
@@ -134,18 +135,31 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
     if (expect.has("columns")) assert(state.get("columns") == expect.get("columns"))
   }
 
+  /** The committing append (a replace: `overwrite(lit(true))`, INSERT OVERWRITE's plan). */
+  private def append(catalog: String, commit: JsonNode, concurrent: () => Unit): Unit = {
+    val batch = commit.get("batch").asText()
+    val rows = (0 until commit.get("rows").asInt()).map(i => (s"$batch-$i", i.toDouble))
+    val df = spark.createDataFrame(rows).toDF("url", "score").coalesce(1)
+    Failpoints.hooked("append.before_commit")(concurrent()) {
+      val writer = df.writeTo(s"$catalog.web").option("append_name", batch)
+      if (commit.path("mode").asText("error") == "replace") writer.overwrite(lit(true)) else writer.append()
+    }
+  }
+
+  /** The committing update of the `score` of the row whose `url` is given ([[ColumnUpdate]]). */
+  private def update(catalog: String, warehouse: String, commit: JsonNode, concurrent: () => Unit): Unit = {
+    val url = commit.get("url").asText()
+    val id = spark.sql(s"SELECT _ai_unique_id_ FROM $catalog.web WHERE url = '$url'").head().getLong(0)
+    val df = spark.createDataFrame(Seq((id, commit.get("score").asDouble()))).toDF("_ai_unique_id_", "score")
+    Failpoints.hooked("update.before_commit")(concurrent()) {
+      ColumnUpdate.run(spark, warehouse, "web", df, Seq("score"), "main")
+    }
+  }
+
   /** A committing delete's filter as SQL (steps.py `delete_where`: `url` or `score` equal to a value). */
   private def deleteWhere(commit: JsonNode): String =
     if (commit.has("url")) s"url = '${commit.get("url").asText()}'"
     else s"score = ${commit.get("score").asDouble()}"
-
-  private def append(catalog: String, commit: JsonNode): Unit = {
-    val batch = commit.get("batch").asText()
-    val rows = (0 until commit.get("rows").asInt()).map(i => (s"$batch-$i", i.toDouble))
-    val df = spark.createDataFrame(rows).toDF("url", "score").coalesce(1)
-    val writer = df.writeTo(s"$catalog.web").option("append_name", batch)
-    if (commit.path("mode").asText("error") == "replace") writer.overwrite(lit(true)) else writer.append()
-  }
 
   /** `outcome`: Right (committed) or the error's (class, message). */
   private def check(expect: JsonNode, outcome: Either[(String, String), Unit], warehouse: String): Unit = {

@@ -55,7 +55,7 @@ final class OmniTableBatch(
   }
 }
 
-private[plan] object OmniTableBatch {
+private[spark] object OmniTableBatch {
 
   /**
    * What a batch reads and how: the partitions (their fragments' files, row ranges, column sources,
@@ -101,6 +101,11 @@ private[plan] object OmniTableBatch {
   def hadoopConf(spark: SparkSession): Configuration = {
     val conf = new Configuration(spark.sparkContext.hadoopConfiguration)
     spark.conf.getAll.foreach { case (k, v) => if (v != null) conf.set(k, v) }
+    readerSettings(spark, conf)
+  }
+
+  /** `conf` with the settings Spark's Parquet reader reads from it set to the session's values. */
+  def readerSettings(spark: SparkSession, conf: Configuration): Configuration = {
     ParquetSettings.foreach { case (k, default) => conf.set(k, spark.conf.get(k, default)) }
     conf
   }

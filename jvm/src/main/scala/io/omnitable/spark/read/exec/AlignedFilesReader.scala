@@ -1,0 +1,50 @@
+package io.omnitable.spark.read.exec
+
+import scala.util.control.NonFatal
+
+import org.apache.hadoop.conf.Configuration
+import org.apache.spark.sql.vectorized.{ColumnarBatch, ColumnVector}
+
+/**
+ * Every row of one fragment from some of its column files, in order, batch by batch: for each
+ * batch, one [[ColumnarBatch]] per file (its requested fields, aligned: row `i` of every batch is
+ * the same fragment row). What an update reads to carry a fragment's current values into the
+ * file it rewrites (the files are checked to hold exactly the fragment's rows first).
+ */
+final class AlignedFilesReader(files: Seq[FileSlice], fragmentRows: Long, conf: Configuration, batchSize: Int = 4096)
+    extends AutoCloseable {
+
+  private val cursors: Seq[RowCursor] = {
+    val opened = scala.collection.mutable.ArrayBuffer.empty[RowCursor]
+    try {
+      files.foreach { s =>
+        val f = new ColumnFile(s, conf, batchSize)
+        f.validate(fragmentRows)
+        if (fragmentRows > 0) opened += f.open(0, fragmentRows)
+      }
+      opened.toSeq
+    } catch {
+      case NonFatal(e) =>
+        opened.foreach(c => scala.util.Try(c.close()))
+        throw e
+    }
+  }
+
+  /** Calls `fn(firstRow, rows, batches)` for consecutive batches covering rows `[0, fragmentRows)`. */
+  def foreachBatch(fn: (Long, Int, Seq[ColumnarBatch]) => Unit): Unit = {
+    var row = 0L
+    while (row < fragmentRows) {
+      val n = cursors.map(_.available()).foldLeft(math.min(batchSize.toLong, fragmentRows - row).toInt)(math.min)
+      val batches = cursors.zip(files).map { case (c, s) =>
+        new ColumnarBatch(s.requestedSchema.indices.map(i => c.column(i, n)).toArray[ColumnVector], n)
+      }
+      fn(row, n, batches)
+      cursors.foreach(_.advance(n))
+      row += n
+    }
+  }
+
+  override def close(): Unit = cursors.foreach(c =>
+    try c.close()
+    catch { case NonFatal(_) => })
+}

@@ -1,0 +1,211 @@
+"""``UPDATE`` from Spark SQL (DSv2 row-level operations, jvm/.../write/ColumnChanges.scala) on
+SQLite and PostgreSQL: the rows equal Python's ``Table.update`` of the same rows, one commit (op
+``update``), system columns refused, ``MERGE INTO`` refused clearly, a failed commit leaving
+nothing, races with Python commits."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import omnitable
+from omnitable import ROW_ID
+from omnitable.spark.session import CATALOG_CLASS
+
+pytest.importorskip("pyspark")
+
+pytestmark = pytest.mark.spark
+
+FAILPOINT_CONF = "spark.omnitable.test.failpoint"
+_names = itertools.count()
+
+
+@pytest.fixture
+def catalog(spark: Any, wh: omnitable.Warehouse) -> Any:
+    name = f"oms_{uuid.uuid4().hex[:8]}"
+    spark.conf.set(f"spark.sql.catalog.{name}", CATALOG_CLASS)
+    spark.conf.set(f"spark.sql.catalog.{name}.warehouse", wh.uri)
+    yield name
+    spark.conf.unset(FAILPOINT_CONF)
+
+
+def _table(wh: omnitable.Warehouse) -> omnitable.Table:
+    t = wh.create_table(
+        f"s{next(_names)}",
+        {"x": "bigint", "label": "string", "quality": "double", "text": "string"},
+        groups={"meta": ["label", "quality"], "payload": ["text"]},
+    )
+    t.append(
+        pa.table({"x": list(range(12)), "label": ["a"] * 12,
+                  "quality": [float(i) for i in range(12)], "text": [f"t{i}" for i in range(12)]}),
+        "b1", target_fragment_rows=4,
+    )  # fmt: skip
+    return t
+
+
+def _rows(t: omnitable.Table) -> list[dict[str, Any]]:
+    return t.read([ROW_ID, "x", "label", "quality", "text"]).sort_by("x").to_pylist()
+
+
+def _parquet(t: omnitable.Table) -> set[str]:
+    return {str(p) for p in Path(t.location.path).rglob("*.parquet")}
+
+
+def test_update_equals_python_update(spark: Any, wh: omnitable.Warehouse, catalog: str) -> None:
+    sql, py = _table(wh), _table(wh)
+    spark.sql(f"UPDATE {catalog}.{sql.name} SET quality = quality * 2 WHERE x % 5 = 1")
+    before = {r[ROW_ID]: r for r in _rows(py)}
+    ids = [r[ROW_ID] for r in before.values() if r["x"] % 5 == 1]
+    py.update(pa.table({ROW_ID: ids, "quality": [before[i]["quality"] * 2 for i in ids]}),
+              columns=["quality"])  # fmt: skip
+    assert _rows(sql) == _rows(py)
+    head = sql.history(1)[0]
+    assert head.op == "update" and head.summary["rows"] == 3 and head.summary["fragments"] == 3
+    rows = spark.sql(f"SELECT x, quality FROM {catalog}.{sql.name} ORDER BY x").collect()
+    assert [(r.x, r.quality) for r in rows] == [(r["x"], r["quality"]) for r in _rows(py)]
+
+
+def test_update_matching_nothing_commits_nothing(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    t = _table(wh)
+    v = t.version
+    spark.sql(f"UPDATE {catalog}.{t.name} SET quality = 0 WHERE x > 100")
+    assert t.version == v
+
+
+@pytest.mark.parametrize(
+    "assignment",
+    ["_ai_unique_id_ = _ai_unique_id_ + 1000", "_ai_append_name_ = 'other'"],
+)
+def test_dml_on_system_columns_fails_and_commits_nothing(
+    spark: Any, wh: omnitable.Warehouse, catalog: str, assignment: str
+) -> None:
+    t = _table(wh)
+    v, files = t.version, _parquet(t)
+    with pytest.raises(Exception, match="a system column"):
+        spark.sql(f"UPDATE {catalog}.{t.name} SET {assignment} WHERE x = 1")
+    assert t.version == v and _parquet(t) == files
+
+
+def test_merge_is_refused_and_commits_nothing(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    t = _table(wh)
+    v, files = t.version, _parquet(t)
+    ids = [r[ROW_ID] for r in _rows(t)]
+    src = pa.table({ROW_ID: ids[:2], "quality": [1.0, 2.0]})
+    spark.createDataFrame(src.to_pandas()).createOrReplaceTempView("scores")
+    with pytest.raises(Exception, match=r"OMNITABLE_UNSUPPORTED_DML.*MERGE INTO"):
+        spark.sql(
+            f"MERGE INTO {catalog}.{t.name} t USING scores s "
+            "ON t._ai_unique_id_ = s._ai_unique_id_ WHEN MATCHED THEN UPDATE SET quality = s.quality"
+        )
+    assert t.version == v and _parquet(t) == files
+
+
+def test_an_update_killed_mid_commit_leaves_nothing(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    t = _table(wh)
+    v, files = t.version, _parquet(t)
+    spark.conf.set(FAILPOINT_CONF, "commit.mid_insert=raise")
+    try:
+        with pytest.raises(Exception, match="commit.mid_insert"):
+            spark.sql(f"UPDATE {catalog}.{t.name} SET label = 'z' WHERE x < 6")
+    finally:
+        spark.conf.unset(FAILPOINT_CONF)
+    assert t.version == v and wh.table(t.name).read(["label"])["label"].to_pylist() == ["a"] * 12
+    assert _parquet(t) == files
+
+
+@pytest.mark.parametrize("concurrent", ["update", "append"])
+def test_update_racing_a_python_commit(
+    spark: Any, wh: omnitable.Warehouse, catalog: str, tmp_path: Path, concurrent: str
+) -> None:
+    """A Python commit landing while the SQL UPDATE of row x=1's quality waits at its commit: an
+    update of the same cells (quality, same fragment) conflicts; an append of a new batch
+    lands. (The UPDATE's read set is what its scan read, every column of every fragment
+    without the column-only rule, so any concurrent change of those conflicts too.)"""
+    t = _table(wh)
+    ids = [r[ROW_ID] for r in _rows(t)]
+    spark.conf.set(FAILPOINT_CONF, f"update.before_commit=pause:{tmp_path}")
+    out: dict[str, Any] = {}
+
+    def job() -> None:
+        try:
+            spark.sql(f"UPDATE {catalog}.{t.name} SET quality = -1 WHERE x = 1")
+        except Exception as exc:
+            out["error"] = exc
+
+    th = threading.Thread(target=job)
+    th.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "update.before_commit.reached").exists() and "error" not in out:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        other = wh.table(t.name)
+        if concurrent == "update":
+            other.update(pa.table({ROW_ID: [ids[0]], "quality": [9.0]}))
+        else:
+            other.append(pa.table({"x": [100], "quality": [5.0]}), "b2")
+    finally:
+        (tmp_path / "update.before_commit.go").touch()
+        th.join()
+        spark.conf.unset(FAILPOINT_CONF)
+    got = t.read(["x", "quality"]).sort_by("x").to_pydict()
+    if concurrent == "append":
+        assert "error" not in out, out
+        assert got["quality"][:2] == [0.0, -1.0] and got["x"][-1] == 100
+    else:
+        assert "OMNITABLE_COMMIT_CONFLICT" in str(out.get("error"))
+        assert got["quality"][:2] == [9.0, 1.0]
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    mod=st.integers(2, 5),
+    rem=st.integers(0, 4),
+    factor=st.integers(-3, 3),
+    deleted=st.sets(st.integers(0, 11), max_size=3),
+)
+def test_random_updates_equal_table_update(
+    spark: Any,
+    wh: omnitable.Warehouse,
+    catalog: str,
+    mod: int,
+    rem: int,
+    factor: int,
+    deleted: set[int],
+) -> None:
+    """``UPDATE t SET quality = quality * f, label = 'u' WHERE x % m = r`` leaves exactly what
+    ``Table.update`` of the same rows leaves (a pandas model of the rows decides which)."""
+    sql, py = _table(wh), _table(wh)
+    for t in (sql, py):
+        if deleted:
+            t.delete(pc.field("x").isin(sorted(deleted)))
+    spark.sql(
+        f"UPDATE {catalog}.{sql.name} SET quality = quality * {factor}, label = 'u' "
+        f"WHERE x % {mod} = {rem}"
+    )
+    model = py.read([ROW_ID, "x", "quality"]).to_pandas()
+    hit = model[model.x % mod == rem]
+    if len(hit):
+        py.update(
+            pa.table({ROW_ID: hit[ROW_ID].tolist(), "quality": (hit.quality * factor).tolist(),
+                      "label": ["u"] * len(hit)}),
+            columns=["quality", "label"],
+        )  # fmt: skip
+    assert _rows(sql) == _rows(py)
+    assert sql.version == py.version
