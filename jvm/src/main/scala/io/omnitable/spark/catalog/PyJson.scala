@@ -4,7 +4,7 @@ package io.omnitable.spark.catalog
  * JSON text exactly as Python's `json.dumps(value, sort_keys=True)` writes it (", " and ": "
  * separators, non-ASCII escaped as `\uXXXX`), so catalog rows the JVM writes (table properties,
  * commit summaries) are byte-for-byte those Python writes. Values: String, Long, Int, Boolean,
- * null, Seq of values, Map[String, value].
+ * null (or None), Some(value), Seq of values, Map[String, value].
  */
 object PyJson {
 
@@ -16,6 +16,7 @@ object PyJson {
 
   private def write(sb: StringBuilder, value: Any): Unit = value match {
     case null | None => sb.append("null")
+    case Some(x) => write(sb, x)
     case s: String => string(sb, s)
     case b: Boolean => sb.append(if (b) "true" else "false")
     case n: Int => sb.append(n)

@@ -303,35 +303,6 @@ object UndoWriter {
   /** What a revert does when later backfills read what the commit wrote (revert.py `DEPENDENTS`). */
   val Dependents: Seq[String] = Seq("fail", "stale")
 
-  /** `json.dumps(value, sort_keys=True)` of a flat map of numbers, strings, booleans and NULLs (a commit summary). */
-  def pythonJson(value: Map[String, Any]): String =
-    value.toSeq.sortBy(_._1).map { case (k, v) => s"${pyString(k)}: ${pyValue(v)}" }.mkString("{", ", ", "}")
-
-  private def pyValue(v: Any): String = v match {
-    case null | None => "null"
-    case Some(x) => pyValue(x)
-    case b: Boolean => if (b) "true" else "false"
-    case n: Int => n.toString
-    case n: Long => n.toString
-    case s: String => pyString(s)
-    case xs: Seq[_] => xs.map(pyValue).mkString("[", ", ", "]")
-    case other => pyString(other.toString)
-  }
-
-  /** A JSON string as Python's `json.dumps` writes it (ASCII only, `\\uXXXX` escapes). */
-  private def pyString(s: String): String = {
-    val sb = new StringBuilder("\"")
-    s.foreach {
-      case '"' => sb.append("\\\"")
-      case '\\' => sb.append("\\\\")
-      case '\n' => sb.append("\\n")
-      case '\r' => sb.append("\\r")
-      case '\t' => sb.append("\\t")
-      case '\b' => sb.append("\\b")
-      case '\f' => sb.append("\\f")
-      case c if c < 0x20 || c > 0x7e => sb.append(f"\\u${c.toInt}%04x")
-      case c => sb.append(c)
-    }
-    sb.append('"').toString
-  }
+  /** `json.dumps(value, sort_keys=True)` of a commit summary ([[PyJson]]). */
+  def pythonJson(value: Map[String, Any]): String = PyJson.dumps(value)
 }
