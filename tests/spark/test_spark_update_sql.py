@@ -75,6 +75,41 @@ def test_update_equals_python_update(spark: Any, wh: omnitable.Warehouse, catalo
     assert [(r.x, r.quality) for r in rows] == [(r["x"], r["quality"]) for r in _rows(py)]
 
 
+def _file_columns(t: omnitable.Table, version: int) -> list[set[str]]:
+    """The column names of each file that ``version`` of ``t`` added."""
+    snap = t.snapshot()
+    names = {c.column_id: c.name for c in snap.columns}
+    files = [f for fs in snap.files_by_fragment.values() for f in fs if f.added_version == version]
+    return [{names[c] for c in f.columns} for f in files]
+
+
+@pytest.mark.parametrize(
+    ("assignment", "written"),
+    [("quality = quality * 2", {"quality"}), ("label = 'u', quality = 0", {"label", "quality"}),
+     ("text = upper(text)", {"text"})],
+)  # fmt: skip
+def test_update_writes_only_the_assigned_columns(
+    spark: Any, wh: omnitable.Warehouse, catalog: str, assignment: str, written: set[str]
+) -> None:
+    """The session extension's WriteOnlyAssignedColumns: the new files carry exactly the assigned
+    columns (``label`` and ``quality`` share group ``meta``: one file per fragment), nothing else
+    is rewritten, and the rows equal a full-row update's."""
+    t = _table(wh)
+    before, rows = _parquet(t), _rows(t)
+    spark.sql(f"UPDATE {catalog}.{t.name} SET {assignment} WHERE x < 6")
+    head = t.history(1)[0]
+    files = _file_columns(t, head.version)
+    assert len(files) == 2 and all(cols == written for cols in files), files  # fragments 0-3, 4-7
+    assert len(_parquet(t) - before) == 2
+    got = _rows(t)
+    assert [r["x"] for r in got] == [r["x"] for r in rows]
+    for old, new in zip(rows, got, strict=True):
+        for col in ("label", "quality", "text"):
+            if col not in written or old["x"] >= 6:
+                assert new[col] == old[col], (col, old, new)
+    assert set(head.summary["columns"]) == written
+
+
 def test_update_matching_nothing_commits_nothing(
     spark: Any, wh: omnitable.Warehouse, catalog: str
 ) -> None:
@@ -129,14 +164,14 @@ def test_an_update_killed_mid_commit_leaves_nothing(
     assert _parquet(t) == files
 
 
-@pytest.mark.parametrize("concurrent", ["update", "append"])
+@pytest.mark.parametrize("concurrent", ["update", "update_other_column", "append"])
 def test_update_racing_a_python_commit(
     spark: Any, wh: omnitable.Warehouse, catalog: str, tmp_path: Path, concurrent: str
 ) -> None:
     """A Python commit landing while the SQL UPDATE of row x=1's quality waits at its commit: an
-    update of the same cells (quality, same fragment) conflicts; an append of a new batch
-    lands. (The UPDATE's read set is what its scan read, every column of every fragment
-    without the column-only rule, so any concurrent change of those conflicts too.)"""
+    update of the same cells (quality, same fragment) conflicts; an update of another column
+    (text) of the same row and an append of a new batch land: the UPDATE's read set is what its
+    scan read, the assigned and filtered columns only (WriteOnlyAssignedColumns)."""
     t = _table(wh)
     ids = [r[ROW_ID] for r in _rows(t)]
     spark.conf.set(FAILPOINT_CONF, f"update.before_commit=pause:{tmp_path}")
@@ -158,6 +193,8 @@ def test_update_racing_a_python_commit(
         other = wh.table(t.name)
         if concurrent == "update":
             other.update(pa.table({ROW_ID: [ids[0]], "quality": [9.0]}))
+        elif concurrent == "update_other_column":
+            other.update(pa.table({ROW_ID: [ids[1]], "text": ["new"]}))
         else:
             other.append(pa.table({"x": [100], "quality": [5.0]}), "b2")
     finally:
@@ -168,6 +205,10 @@ def test_update_racing_a_python_commit(
     if concurrent == "append":
         assert "error" not in out, out
         assert got["quality"][:2] == [0.0, -1.0] and got["x"][-1] == 100
+    elif concurrent == "update_other_column":
+        assert "error" not in out, out
+        assert got["quality"][:2] == [0.0, -1.0]
+        assert t.read(["text"])["text"].to_pylist()[1] == "new"
     else:
         assert "OMNITABLE_COMMIT_CONFLICT" in str(out.get("error"))
         assert got["quality"][:2] == [9.0, 1.0]

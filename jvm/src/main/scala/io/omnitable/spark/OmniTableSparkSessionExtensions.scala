@@ -7,7 +7,8 @@ import io.omnitable.spark.optimizer.{
   FusePythonUDFs,
   LateMaterializeFilteredColumns,
   RefuseOmniTableMerge,
-  ResolveOmniTableInsertByPosition
+  ResolveOmniTableInsertByPosition,
+  WriteOnlyAssignedColumns
 }
 import org.apache.spark.sql.SparkSessionExtensions
 import org.apache.spark.sql.catalyst.FunctionIdentifier
@@ -51,6 +52,8 @@ class OmniTableSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
     // LateMaterializeFilteredColumns: a selective filter's columns are read first, payload only
     // for the rows that pass (runs after fusion so a fused scan is marked as a whole).
     extensions.injectOptimizerRule(_ => LateMaterializeFilteredColumns)
+    // WriteOnlyAssignedColumns: an UPDATE writes (and reads) only the columns it assigns.
+    extensions.injectOptimizerRule(_ => WriteOnlyAssignedColumns)
 
     // --- planner (Python UDFs are only extracted into evaluation nodes after the optimizer) --
     // FusePythonUDFs: a UDF Spark evaluates again above the filter that needed it runs once

@@ -36,6 +36,16 @@ final class OmniTableDeltaOperation(
 
   private val snap = handle.snapshot
   @volatile private var scanBuilder: Option[OmniTableScanBuilder] = None
+  @volatile private var assigned: Option[Set[String]] = None
+
+  /**
+   * The user columns an UPDATE assigns, when the session extension found them in the rewritten
+   * plan (`optimizer.WriteOnlyAssignedColumns`); None: unknown, every user column is written.
+   */
+  def assignedColumns: Option[Set[String]] = assigned
+
+  /** Set once, before the write is built, by `optimizer.WriteOnlyAssignedColumns`. */
+  def assignColumns(names: Set[String]): Unit = assigned = Some(names)
 
   override def description(): String = s"OmniTable ${command.toString.toLowerCase} on ${snap.table.name}"
 
@@ -54,7 +64,7 @@ final class OmniTableDeltaOperation(
 
   override def newWriteBuilder(info: LogicalWriteInfo): DeltaWriteBuilder = new DeltaWriteBuilder {
     override def build(): DeltaWrite = {
-      val changes = RowChanges.factory(command, handle, info)
+      val changes = RowChanges.factory(command, handle, info, assigned)
       val metadata = info.metadataSchema().orElseThrow(() =>
         new IllegalStateException(s"Spark gave no metadata schema for a ${command.toString} on ${snap.table.name}"))
       if (command == RowLevelOperation.Command.DELETE) new DeltaWrite {

@@ -56,23 +56,36 @@ object RowChanges {
     case other => throw unsupported(table, other.toString)
   }
 
-  /** The row changes of a statement `command` on `handle`'s table whose written rows are `info.schema`. */
-  def factory(command: RowLevelOperation.Command, handle: TableHandle, info: LogicalWriteInfo): RowChangesFactory =
+  /**
+   * The row changes of a statement `command` on `handle`'s table whose written rows are
+   * `info.schema`; `assigned`: the user columns it assigns, when known (see [[columnChanges]]).
+   */
+  def factory(
+      command: RowLevelOperation.Command,
+      handle: TableHandle,
+      info: LogicalWriteInfo,
+      assigned: Option[Set[String]] = None): RowChangesFactory =
     command match {
       case RowLevelOperation.Command.DELETE => Unsupported(handle.snapshot.table.name, command.toString)
-      case _ => columnChanges(command, handle, info)
+      case _ => columnChanges(command, handle, info, assigned.filter(_.nonEmpty))
     }
 
   /**
-   * [[ColumnChanges]] writing every non-system column of Spark's rows (an update rewrites the
-   * files of those columns in the touched fragments).
+   * [[ColumnChanges]] writing the `assigned` columns of Spark's rows, or (unknown) every
+   * non-system column of them: an update rewrites the files of those columns in the touched
+   * fragments, so knowing the assigned ones makes it column-only.
    */
-  private def columnChanges(command: RowLevelOperation.Command, handle: TableHandle, info: LogicalWriteInfo)
-      : RowChangesFactory = {
+  private def columnChanges(
+      command: RowLevelOperation.Command,
+      handle: TableHandle,
+      info: LogicalWriteInfo,
+      assigned: Option[Set[String]]): RowChangesFactory = {
     val snap = handle.snapshot
     val rowSchema = info.schema()
+    val lowered = assigned.map(_.map(_.toLowerCase(java.util.Locale.ROOT)))
     val written = rowSchema.fields.zipWithIndex.filterNot { case (f, _) =>
-      f.name == SystemColumns.RowId || f.name == SystemColumns.AppendName
+      f.name == SystemColumns.RowId || f.name == SystemColumns.AppendName ||
+      lowered.exists(!_.contains(f.name.toLowerCase(java.util.Locale.ROOT)))
     }.flatMap { case (f, i) =>
       snap.userColumns.find(_.name.equalsIgnoreCase(f.name)).map { c =>
         UpdateColumn(c.name, c.columnId, c.physicalName, c.groupName, c.dataType) -> i

@@ -128,17 +128,13 @@ class RowLevelDeleteSuite extends AnyFunSuite with SharedSparkSession {
     assert(rows.toString == """[["a",10.0],["b",20.0],["c",3.0]]""")
   }
 
-  backends("a table read at a tag, and UPDATE, are refused before any job") { w =>
+  backends("a DELETE or UPDATE of a table read at a tag is refused before any job") { w =>
     w.steps("tag", "t0")
     val v = w.history.get("version").asLong()
     val tagged = intercept[OmniTableAnalysisException](w.sql(s"DELETE FROM ${w.catalog}.web.tag_t0 WHERE score > 1"))
     assert(tagged.omniErrorClass == "OMNITABLE_NOT_WRITABLE", tagged.getMessage)
-    // Spark refuses UPDATE itself today (the table accepts any schema, so Spark never aligns its
-    // assignments); OmniTable's own refusal (RowChanges.check) is behind it
-    val upd = intercept[Exception](w.sql("UPDATE $t SET score = 0 WHERE url = 'b0-1'"))
-    assert(
-      upd.getMessage.contains("OMNITABLE_UNSUPPORTED_DML") || upd.getMessage.contains("not supported"),
-      upd.getMessage)
+    val upd = intercept[Exception](w.sql(s"UPDATE ${w.catalog}.web.tag_t0 SET score = 0 WHERE url = 'b0-1'"))
+    assert(upd.getMessage.contains("OMNITABLE_NOT_WRITABLE"), upd.getMessage)
     assert(w.history.get("version").asLong() == v)
     assert(w.urls() == all)
   }

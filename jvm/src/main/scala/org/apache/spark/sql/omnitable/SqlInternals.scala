@@ -1,7 +1,9 @@
 package org.apache.spark.sql.omnitable
 
 import org.apache.spark.sql.catalyst.expressions.Expression
+import org.apache.spark.sql.connector.catalog.Table
 import org.apache.spark.sql.connector.expressions.filter.Predicate
+import org.apache.spark.sql.connector.write.{RowLevelOperation, RowLevelOperationTable}
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Strategy
 
 /**
@@ -13,4 +15,10 @@ object SqlInternals {
 
   /** The V2 predicate Spark pushes into a scan for the filter conjunct `e`, if it pushes one. */
   def translateFilterV2(e: Expression): Option[Predicate] = DataSourceV2Strategy.translateFilterV2(e)
+
+  /** The operation of a row-level statement's target table (`RowLevelOperationTable`), if `t` is one. */
+  def rowLevelOperation(t: Table): Option[RowLevelOperation] = t match {
+    case RowLevelOperationTable(_, op) => Some(op)
+    case _ => None
+  }
 }
