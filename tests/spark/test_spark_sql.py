@@ -62,6 +62,12 @@ def test_explain_shows_the_plan(spark: Any, wh: omnitable.Warehouse, catalog: st
     assert "pushed=[" in plan
 
 
-def test_catalog_is_read_only(spark: Any, wh: omnitable.Warehouse, catalog: str) -> None:
+def test_catalog_refuses_statements_it_does_not_take(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    """RENAME has no SQL form here (CREATE TABLE does: tests/spark/test_spark_ddl.py): it fails
+    saying the catalog is read-only for it, and changes nothing."""
+    wh.create_table("kept", {"x": "bigint"})
     with pytest.raises(Exception, match="read-only"):
-        spark.sql(f"CREATE TABLE {catalog}.t (x int)").collect()
+        spark.sql(f"ALTER TABLE {catalog}.kept RENAME TO {catalog}.renamed").collect()
+    assert "kept" in wh.tables() and "renamed" not in wh.tables()
