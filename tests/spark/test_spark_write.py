@@ -225,8 +225,9 @@ def test_failed_task_leaves_nothing(spark: Any, wh: omnitable.Warehouse, catalog
     with pytest.raises(Exception, match="id < 15"):
         df.writeTo(f"{catalog}.web").option("append_name", "boom").append()
     assert len(wh.table("web").history()) == before
-    # The job fails as soon as one task does; a task still running then is killed afterwards and
-    # deletes its own files as it aborts, so wait (bounded) for those tasks to finish.
+    # The job fails as soon as one task does. A task still running then is killed and deletes its
+    # own files as it aborts; one already allowed to commit finishes without reporting to the
+    # driver, whose abort deletes the batch directory again 5 s and 30 s later. Wait (bounded).
     deadline = time.monotonic() + 60
     while _data_files(t) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -1,10 +1,13 @@
 package io.omnitable.spark.write
 
+import java.util.concurrent.{Executors, ScheduledExecutorService, TimeUnit}
+
 import scala.util.Try
 import scala.util.control.NonFatal
 
 import io.omnitable.spark.catalog.{AppendCommit, CatalogWriter, TableSnapshot, WrittenFragment}
 import io.omnitable.spark.errors.{OmniTableCommitException, WriteErrors}
+import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.connector.write.{BatchWrite, DataWriterFactory, PhysicalWriteInfo, WriterCommitMessage}
 
@@ -23,7 +26,7 @@ private[write] final class OmniTableBatchWrite(
     replace: Boolean)
     extends BatchWrite {
 
-  private val batchId = WriteTask.newId()
+  @volatile private var batchId = WriteTask.newId()
   @volatile private var task: WriteTask = template.copy(batchId = batchId)
   @volatile private var partitions = 1
   @volatile private var keepFiles = false
@@ -38,7 +41,8 @@ private[write] final class OmniTableBatchWrite(
     val base =
       try catalog.reserveRowIds(snap.table.tableId, snap.table.name, partitions.toLong << WriteTask.IdShift)
       catch { case NonFatal(e) => started.failed(String.valueOf(e.getMessage)); throw e }
-    task = task.copy(idBase = base)
+    batchId = OmniTableBatchWrite.unusedBatchId(task)
+    task = task.copy(idBase = base, batchId = batchId)
     new FragmentWriterFactory(task)
   }
 
@@ -80,7 +84,7 @@ private[write] final class OmniTableBatchWrite(
 
   override def abort(messages: Array[WriterCommitMessage]): Unit = {
     run.foreach(_.failed("the Spark job failed before its commit; nothing was committed"))
-    if (!keepFiles) FragmentWriter.deleteQuietly(task, (written(messages) ++ extra).map(_.path))
+    if (!keepFiles) OmniTableBatchWrite.deleteBatch(task, (written(messages) ++ extra).map(_.path))
   }
 
   private def written(messages: Array[WriterCommitMessage]): Seq[WrittenFragment] =
@@ -120,4 +124,42 @@ private object OmniTableBatchWrite {
 
   /** The Spark application's id, recorded in the run's plan. */
   def appId: Option[String] = SparkSession.getActiveSession.flatMap(s => Try(s.sparkContext.applicationId).toOption)
+
+  /** Seconds after an abort at which the batch directory is deleted again (see [[deleteBatch]]). */
+  private val SweepDelaysSeconds = Seq(5L, 30L)
+
+  private lazy val sweeper: ScheduledExecutorService = Executors.newSingleThreadScheduledExecutor { r =>
+    val t = new Thread(r, "omnitable-abort-sweeper")
+    t.setDaemon(true)
+    t
+  }
+
+  /**
+   * A batch id whose directory does not exist yet, so that the directory belongs to this write
+   * alone and [[deleteBatch]] may remove it whole (ids are random; this rules out a prefix clash).
+   */
+  def unusedBatchId(task: WriteTask, candidates: Iterator[String] = Iterator.continually(WriteTask.newId())): String = {
+    def taken(id: String): Boolean = Try {
+      val p = new Path(FragmentWriter.uri(task, task.copy(batchId = id).batchDirectory))
+      p.getFileSystem(task.hadoopConf.value).exists(p)
+    }.getOrElse(false)
+    candidates.find(id => !taken(id)).get
+  }
+
+  /**
+   * Deletes what an aborted append wrote: the fragments of the tasks that reported, then the whole
+   * batch directory (it holds only this write's files). A task the scheduler had already allowed to
+   * commit may still be closing its files when the job fails; its message never reaches the driver,
+   * so the directory is deleted again a few seconds later, and once more after that.
+   */
+  def deleteBatch(task: WriteTask, fragmentPaths: Seq[String]): Unit = {
+    val all = fragmentPaths :+ task.batchDirectory
+    FragmentWriter.deleteQuietly(task, all)
+    SweepDelaysSeconds.foreach { s =>
+      sweeper.schedule(
+        (() => FragmentWriter.deleteQuietly(task, Seq(task.batchDirectory))): Runnable,
+        s,
+        TimeUnit.SECONDS)
+    }
+  }
 }
