@@ -197,6 +197,41 @@ def test_merge_delete_only(spark: Any, wh: omnitable.Warehouse, catalog: str) ->
     assert head.op == "delete" and head.summary["rows"] == 2
 
 
+def test_a_delete_only_merge_racing_an_update_of_another_column_lands(
+    spark: Any, wh: omnitable.Warehouse, catalog: str, tmp_path: Path
+) -> None:
+    """A MERGE that only deletes reads the joined and filtered columns only (its read set, as a
+    DELETE's): a Python update of ``text`` landing while it waits at its commit does not conflict
+    (the statement's condition reads ``quality``, which nothing changed)."""
+    t = _table(wh)
+    ids = _ids(t)
+    src = _scores(spark, [ids[1], ids[2]], [0.0, 0.0])
+    spark.conf.set(FAILPOINT_CONF, f"delete.before_commit=pause:{tmp_path}")
+    out: dict[str, Any] = {}
+
+    def job() -> None:
+        try:
+            spark.sql(_merge(catalog, t, src, "WHEN MATCHED AND t.quality > 1.5 THEN DELETE"))
+        except Exception as exc:
+            out["error"] = exc
+
+    th = threading.Thread(target=job)
+    th.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "delete.before_commit.reached").exists() and "error" not in out:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        wh.table(t.name).update(pa.table({ROW_ID: [ids[1]], "text": ["new"]}))
+    finally:
+        (tmp_path / "delete.before_commit.go").touch()
+        th.join()
+        spark.conf.unset(FAILPOINT_CONF)
+    assert "error" not in out, out
+    got = {r["x"]: r["text"] for r in _rows(t)}
+    assert 2 not in got and got[1] == "new" and len(got) == 11
+
+
 def test_merge_matching_nothing_commits_nothing(
     spark: Any, wh: omnitable.Warehouse, catalog: str
 ) -> None:

@@ -47,7 +47,8 @@ object WriteOnlyAssignedColumns extends Rule[LogicalPlan] {
   /**
    * The MERGE form (`MergeRows` under the write, one instruction per WHEN MATCHED clause): a user
    * column is unchanged when its output is the target row's own value in every UPDATE
-   * instruction (DELETE instructions write no values). Backs off when an instruction inserts or
+   * instruction (DELETE instructions write no values; a MERGE that only deletes writes none).
+   * Backs off when an instruction inserts or
    * re-inserts rows (`WHEN NOT MATCHED`, an assigned row id: Spark splits the row). The unchanged
    * columns are NULLed in the UPDATE instructions and a projection of what `MergeRows` references
    * goes under it, so the target scan no longer reads them.
@@ -62,13 +63,13 @@ object WriteOnlyAssignedColumns extends Rule[LogicalPlan] {
     if (keeps.size != m.matchedInstructions.size || m.notMatchedInstructions.nonEmpty ||
       m.notMatchedBySourceInstructions.nonEmpty) return wd
     val updates = keeps.filter(_.context == MergeRows.Update)
-    if (updates.isEmpty || keeps.exists(k => k.context != MergeRows.Update && k.context != MergeRows.Delete)) return wd
+    if (keeps.exists(k => k.context != MergeRows.Update && k.context != MergeRows.Delete)) return wd
     val user = userColumns(rows)
     val (unchanged, assigned) = user.partition { case (name, at) =>
       updates.forall(k => isOwn(k.output(at), name, targetIds))
     }
-    if (assigned.isEmpty) return wd
-    op.assignColumns(assigned.map(_._1).toSet)
+    if (updates.nonEmpty && assigned.isEmpty) return wd
+    op.assignColumns(assigned.map(_._1).toSet) // empty for a MERGE that only deletes: nothing to write
     val nulled = unchanged.map(_._2).toSet
     val instructions = keeps.map { k =>
       if (k.context != MergeRows.Update) k
