@@ -15,9 +15,9 @@ Prints, measured side by side in one run (``--repeats`` interleaved rounds, medi
     rows, default 1,000,000): OmniTable's column-only write vs Delta's ``MERGE INTO … WHEN
     MATCHED THEN UPDATE SET quality = s.quality`` of the same statement; bytes written and time
     (goal: >= 5x fewer bytes, >= 3x faster); then the same in SQL on both sides, ``UPDATE … SET
-    quality = quality + 1`` of every row. OmniTable runs the SQL ``MERGE INTO`` when the
-    connector supports it, else ``Table.update`` (the same column-only write from Python); the
-    report says which ran.
+    quality = quality + 1`` of every row. OmniTable runs the same SQL ``MERGE INTO`` (column-only
+    through the session extension, docs/spark.md "MERGE INTO"); with a jar that refuses it,
+    ``Table.update`` (the same column-only write from Python); the report says which ran.
 
 Run: ./dev bench sql_writes [--rows N] [--merge-rows N] [--repeats N] [--only a,b]
 """

@@ -73,6 +73,9 @@ def _commit(wh: omnitable.Warehouse, scenario: dict[str, Any], base_next: int) -
 
     try:
         op = commit.get("op", "append")
+        if op == "merge":  # Python's reference for the JVM's MERGE INTO: delete or update
+            op = "delete" if "url" not in commit else "update"
+            commit = {"url": commit["delete_url"]} if op == "delete" else commit
         if op == "delete":
             # one attempt, as a Spark SQL DELETE (Table.delete retries on a conflict)
             with hooked("delete.before_commit", concurrent):

@@ -1,6 +1,6 @@
 """``UPDATE`` from Spark SQL (DSv2 row-level operations, jvm/.../write/ColumnChanges.scala) on
 SQLite and PostgreSQL: the rows equal Python's ``Table.update`` of the same rows, one commit (op
-``update``), system columns refused, ``MERGE INTO`` refused clearly, a failed commit leaving
+``update``), system columns refused, a failed commit leaving
 nothing, races with Python commits."""
 
 from __future__ import annotations
@@ -130,22 +130,6 @@ def test_dml_on_system_columns_fails_and_commits_nothing(
     v, files = t.version, _parquet(t)
     with pytest.raises(Exception, match="a system column"):
         spark.sql(f"UPDATE {catalog}.{t.name} SET {assignment} WHERE x = 1")
-    assert t.version == v and _parquet(t) == files
-
-
-def test_merge_is_refused_and_commits_nothing(
-    spark: Any, wh: omnitable.Warehouse, catalog: str
-) -> None:
-    t = _table(wh)
-    v, files = t.version, _parquet(t)
-    ids = [r[ROW_ID] for r in _rows(t)]
-    src = pa.table({ROW_ID: ids[:2], "quality": [1.0, 2.0]})
-    spark.createDataFrame(src.to_pandas()).createOrReplaceTempView("scores")
-    with pytest.raises(Exception, match=r"OMNITABLE_UNSUPPORTED_DML.*MERGE INTO"):
-        spark.sql(
-            f"MERGE INTO {catalog}.{t.name} t USING scores s "
-            "ON t._ai_unique_id_ = s._ai_unique_id_ WHEN MATCHED THEN UPDATE SET quality = s.quality"
-        )
     assert t.version == v and _parquet(t) == files
 
 

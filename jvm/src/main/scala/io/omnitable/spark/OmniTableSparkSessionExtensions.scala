@@ -8,6 +8,7 @@ import io.omnitable.spark.optimizer.{
   LateMaterializeFilteredColumns,
   RefuseOmniTableMerge,
   ResolveOmniTableInsertByPosition,
+  ResolveOmniTableMerge,
   WriteOnlyAssignedColumns
 }
 import org.apache.spark.sql.SparkSessionExtensions
@@ -42,8 +43,12 @@ class OmniTableSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
     // AlignOmniTableUpdateAssignments: UPDATE of an OmniTable table gets one assignment per column
     // (Spark skips that for tables accepting any schema, and would then refuse the UPDATE).
     extensions.injectResolutionRule(_ => AlignOmniTableUpdateAssignments)
-    // RefuseOmniTableMerge: MERGE INTO an OmniTable table fails with OMNITABLE_UNSUPPORTED_DML
-    // (Spark leaves MERGE unresolved for tables accepting any schema: a misleading error otherwise).
+    // ResolveOmniTableMerge: MERGE INTO an OmniTable table (WHEN MATCHED UPDATE / DELETE clauses)
+    // gets its names resolved and its assignments aligned (Spark skips both for tables accepting
+    // any schema), so Spark rewrites it into a row-level operation.
+    extensions.injectResolutionRule(_ => ResolveOmniTableMerge)
+    // RefuseOmniTableMerge: the other MERGE forms fail with OMNITABLE_UNSUPPORTED_DML naming the
+    // supported ones (an unresolved-column error naming a column that exists otherwise).
     extensions.injectResolutionRule(_ => RefuseOmniTableMerge)
 
     // --- optimizer (operator optimization batch, before Spark pushes filters into scans) ---

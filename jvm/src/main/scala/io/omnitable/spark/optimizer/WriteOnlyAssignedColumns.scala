@@ -4,14 +4,16 @@ import io.omnitable.spark.catalog.SystemColumns
 import io.omnitable.spark.write.OmniTableDeltaOperation
 import org.apache.spark.sql.catalyst.ProjectingInternalRow
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, ExprId, Literal, NamedExpression}
-import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project, WriteDelta}
+import org.apache.spark.sql.catalyst.expressions.Expression
+import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, MergeRows, Project, WriteDelta}
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.connector.write.RowLevelOperation
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation
 import org.apache.spark.sql.omnitable.SqlInternals
 
 /**
- * Makes an `UPDATE` of an OmniTable table column-only. Spark rewrites `UPDATE t SET quality = …`
+ * Makes an `UPDATE` (and a `MERGE … WHEN MATCHED THEN UPDATE`, see `pruneMerge`) of an
+ * OmniTable table column-only. Spark rewrites `UPDATE t SET quality = …`
  * into a `WriteDelta` whose rows carry every column: the assigned ones computed, the others the
  * row's own values (the target's attributes, unchanged). This rule, run before Spark pushes
  * projections into scans and builds the write, finds the user columns whose value is not the
@@ -33,6 +35,61 @@ object WriteOnlyAssignedColumns extends Rule[LogicalPlan] {
           prune(wd, p, op, rows, original.output.map(_.exprId).toSet)
         case _ => wd
       }
+    case wd @ WriteDelta(r: DataSourceV2Relation, _, m: MergeRows, original, projections, None) =>
+      (SqlInternals.rowLevelOperation(r.table), projections.rowProjection) match {
+        case (Some(op: OmniTableDeltaOperation), Some(rows))
+            if op.command == RowLevelOperation.Command.MERGE && op.assignedColumns.isEmpty =>
+          pruneMerge(wd, m, op, rows, original.output.map(_.exprId).toSet)
+        case _ => wd
+      }
+  }
+
+  /**
+   * The MERGE form (`MergeRows` under the write, one instruction per WHEN MATCHED clause): a user
+   * column is unchanged when its output is the target row's own value in every UPDATE
+   * instruction (DELETE instructions write no values; a MERGE that only deletes writes none).
+   * Backs off when an instruction inserts or
+   * re-inserts rows (`WHEN NOT MATCHED`, an assigned row id: Spark splits the row). The unchanged
+   * columns are NULLed in the UPDATE instructions and a projection of what `MergeRows` references
+   * goes under it, so the target scan no longer reads them.
+   */
+  private def pruneMerge(
+      wd: WriteDelta,
+      m: MergeRows,
+      op: OmniTableDeltaOperation,
+      rows: ProjectingInternalRow,
+      targetIds: Set[ExprId]): LogicalPlan = {
+    val keeps = m.matchedInstructions.collect { case k: MergeRows.Keep => k }
+    if (keeps.size != m.matchedInstructions.size || m.notMatchedInstructions.nonEmpty ||
+      m.notMatchedBySourceInstructions.nonEmpty) return wd
+    val updates = keeps.filter(_.context == MergeRows.Update)
+    if (keeps.exists(k => k.context != MergeRows.Update && k.context != MergeRows.Delete)) return wd
+    val user = userColumns(rows)
+    val (unchanged, assigned) = user.partition { case (name, at) =>
+      updates.forall(k => isOwn(k.output(at), name, targetIds))
+    }
+    if (updates.nonEmpty && assigned.isEmpty) return wd
+    op.assignColumns(assigned.map(_._1).toSet) // empty for a MERGE that only deletes: nothing to write
+    val nulled = unchanged.map(_._2).toSet
+    val instructions = keeps.map { k =>
+      if (k.context != MergeRows.Update) k
+      else k.copy(output = k.output.zipWithIndex.map { case (e, i) =>
+        if (nulled.contains(i)) Literal(null, e.dataType) else e
+      })
+    }
+    val merged = m.copy(matchedInstructions = instructions)
+    val needed = m.child.output.filter(merged.references.contains)
+    wd.copy(query = merged.copy(child = Project(needed, m.child)))
+  }
+
+  /** (name, ordinal in the written rows) of the user columns Spark's row projection writes. */
+  private def userColumns(rows: ProjectingInternalRow): Seq[(String, Int)] =
+    rows.schema.fieldNames.toSeq.zip(rows.colOrdinals.map(_.asInstanceOf[Int]))
+      .filterNot { case (name, _) => name == SystemColumns.RowId || name == SystemColumns.AppendName }
+
+  private def isOwn(e: Expression, name: String, targetIds: Set[ExprId]): Boolean = e match {
+    case n: NamedExpression => isOwnValue(n, name, targetIds)
+    case _ => false
   }
 
   private def prune(
@@ -41,8 +98,7 @@ object WriteOnlyAssignedColumns extends Rule[LogicalPlan] {
       op: OmniTableDeltaOperation,
       rows: ProjectingInternalRow,
       targetIds: Set[ExprId]): LogicalPlan = {
-    val user = rows.schema.fieldNames.toSeq.zip(rows.colOrdinals.map(_.asInstanceOf[Int]))
-      .filterNot { case (name, _) => name == SystemColumns.RowId || name == SystemColumns.AppendName }
+    val user = userColumns(rows)
     val (unchanged, assigned) = user.partition { case (name, at) => isOwnValue(p.projectList(at), name, targetIds) }
     if (assigned.isEmpty) return wd
     op.assignColumns(assigned.map(_._1).toSet)

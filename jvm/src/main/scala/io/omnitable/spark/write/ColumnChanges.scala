@@ -97,7 +97,7 @@ private[write] final class ColumnChanges(f: ColumnChangesFactory) extends RowCha
   private def unsupported(what: String) = WriteErrors.unsupportedDml(
     f.table,
     what,
-    "MERGE INTO from Spark updates and deletes matched rows; add new rows with INSERT INTO (a named batch)")
+    RowChanges.MergeForms)
 
   override def commit(): Option[Serializable] = {
     pending.foreach { case (fragment, changes) =>

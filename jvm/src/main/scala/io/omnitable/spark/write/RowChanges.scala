@@ -46,13 +46,20 @@ trait RowChangesFactory extends Serializable {
 
 object RowChanges {
 
+  /** The forms of MERGE INTO an OmniTable table that Spark runs, for errors refusing the others. */
+  val MergeForms: String =
+    "MERGE INTO supports WHEN MATCHED [AND cond] THEN UPDATE SET col = expr, ... and WHEN MATCHED " +
+      "[AND cond] THEN DELETE clauses; add new rows with INSERT INTO (a named batch), or use " +
+      "Table.upsert in Python"
+
   /**
-   * Refuse, before a job runs, a statement whose row changes are not supported: MERGE
-   * (`OMNITABLE_UNSUPPORTED_DML`; the session extension refuses it at analysis already). UPDATE
-   * is a column rewrite ([[ColumnChanges]]); DELETE needs no row changes.
+   * Refuse, before a job runs, a statement whose row changes are not supported
+   * (`OMNITABLE_UNSUPPORTED_DML`). UPDATE and MERGE are column rewrites ([[ColumnChanges]]: a MERGE
+   * inserting rows fails its tasks; the session extension refuses that form at analysis already);
+   * DELETE needs no row changes.
    */
   def check(command: RowLevelOperation.Command, table: String): Unit = command match {
-    case RowLevelOperation.Command.DELETE | RowLevelOperation.Command.UPDATE =>
+    case RowLevelOperation.Command.DELETE | RowLevelOperation.Command.UPDATE | RowLevelOperation.Command.MERGE =>
     case other => throw unsupported(table, other.toString)
   }
 
@@ -121,7 +128,7 @@ object RowChanges {
   private def unsupported(table: String, what: String) = WriteErrors.unsupportedDml(
     table,
     what,
-    "DELETE FROM runs in Spark; for UPDATE and MERGE use Table.update / Table.upsert in Python")
+    "DELETE FROM, UPDATE and MERGE INTO … WHEN MATCHED run in Spark; use Table.update / Table.upsert in Python")
 
   /** Row changes of statements that have none to write: any change fails the task. */
   final case class Unsupported(table: String, command: String) extends RowChangesFactory with RowChanges {

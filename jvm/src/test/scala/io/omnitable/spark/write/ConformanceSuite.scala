@@ -108,6 +108,7 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
     val outcome: Either[(String, String), Unit] =
       try Right(commit.path("op").asText("append") match {
           case "update" => update(catalog, warehouse, commit, () => concurrent())
+          case "merge" => merge(catalog, commit, () => concurrent())
           case "delete" =>
             Failpoints.hooked("delete.before_commit")(concurrent()) {
               spark.sql(s"DELETE FROM $catalog.web WHERE ${deleteWhere(commit)}").collect()
@@ -153,6 +154,24 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
     val df = spark.createDataFrame(Seq((id, commit.get("score").asDouble()))).toDF("_ai_unique_id_", "score")
     Failpoints.hooked("update.before_commit")(concurrent()) {
       ColumnUpdate.run(spark, warehouse, "web", df, Seq("score"), "main")
+    }
+  }
+
+  /**
+   * The committing `MERGE INTO` of the row whose `url` is given (its `score`: WHEN MATCHED THEN
+   * UPDATE), or whose `delete_url` is given (WHEN MATCHED THEN DELETE), matched by `_ai_unique_id_`.
+   */
+  private def merge(catalog: String, commit: JsonNode, concurrent: () => Unit): Unit = {
+    val deletes = commit.has("delete_url")
+    val url = commit.get(if (deletes) "delete_url" else "url").asText()
+    val id = spark.sql(s"SELECT _ai_unique_id_ FROM $catalog.web WHERE url = '$url'").head().getLong(0)
+    val score = if (deletes) 0.0 else commit.get("score").asDouble()
+    spark.createDataFrame(Seq((id, score))).toDF("_ai_unique_id_", "score").createOrReplaceTempView("merge_src")
+    val action = if (deletes) "DELETE" else "UPDATE SET score = s.score"
+    Failpoints.hooked(if (deletes) "delete.before_commit" else "update.before_commit")(concurrent()) {
+      spark.sql(
+        s"MERGE INTO $catalog.web t USING merge_src s ON t._ai_unique_id_ = s._ai_unique_id_ " +
+          s"WHEN MATCHED THEN $action").collect()
     }
   }
 
