@@ -16,6 +16,15 @@ concurrent writer's steps, done with the Python API. Both runners use it: the py
 
     python tests/conformance/steps.py around WAREHOUSE ROOT SCENARIO BASE_NEXT_ROW_ID
 
+    python tests/conformance/steps.py serve    # every command above, in one long-lived process
+
+``serve`` reads one JSON request a line on stdin, ``{"args": [COMMAND, ARG, ...]}`` (the command
+line above without the script), runs it in this process and answers one JSON line on stdout:
+``{"out": "..."}`` (what the command prints) or ``{"error": "..."}`` (its traceback; the process
+goes on). Anything else written to stdout (by the library, Spark, child processes) goes to stderr.
+The JVM suites use it (jvm/.../PythonSteps.scala), so the imports, and Spark for backfill steps,
+start once per suite, not once per step.
+
 A scenario: ``base`` steps, then the committing writer (``commit``: an append, ``mode``
 ``replace`` for Python's replace and the JVM's INSERT OVERWRITE; or ``"op": "delete"`` of the
 rows whose ``url`` or ``score`` is given, Table.delete in one attempt and the JVM's DELETE FROM,
@@ -43,9 +52,13 @@ one. Python has no maintenance operations (compaction, expiry) yet.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 import random
 import sys
+import traceback
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -141,10 +154,14 @@ def _update(table: omnitable.Table, step: dict[str, Any]) -> None:
 def _backfill(table: omnitable.Table, step: dict[str, Any]) -> None:
     from pyspark.sql import SparkSession
 
-    # the test process's session (pytest), else a small local one (the JVM runner's subprocess)
-    quiet: dict[str, Any] = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    # the test process's session (pytest), else a small local one (the JVM runner's subprocess,
+    # one for all its steps: the PostgreSQL test server is in its static configuration, as in
+    # tests/conftest.py, so that an env: password is read for any database on it)
+    conf: dict[str, Any] = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    if pg := os.environ.get("OMNITABLE_TEST_POSTGRES_URL"):
+        conf["spark.omnitable.warehouses.test_postgres"] = pg
     spark = SparkSession.getActiveSession() or omnitable.spark_session(
-        table.warehouse, master="local[1]", **quiet
+        table.warehouse, master="local[1]", **conf
     )
     table.backfill(step["feature"]).run(spark)
 
@@ -258,8 +275,36 @@ def _new_database(base_url: str) -> str:
     return base_url.rsplit("/", 1)[0] + "/" + name
 
 
+def serve(run: Callable[[list[str]], None]) -> None:
+    """Answer requests (``{"args": [...]}``, one JSON line each) on stdin until it closes, each by
+    ``run(args)`` (a script's ``main``) here; stdout carries only the answers (fd 1 is pointed at
+    stderr). tests/spark/fixtures/dml_steps.py serves its commands with it too."""
+    answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)  # prints of the library, Spark's JVM and any child processes go to stderr
+    sys.stdout = sys.stderr
+    for line in sys.stdin:
+        if line.strip():
+            answers.write(json.dumps(answer(line, run)) + "\n")
+            answers.flush()
+
+
+def answer(line: str, run: Callable[[list[str]], None]) -> dict[str, str]:
+    """One request's answer: ``out`` (what the command printed) or ``error`` (its traceback)."""
+    out = io.StringIO()
+    try:
+        args = json.loads(line)["args"]
+        with contextlib.redirect_stdout(out):
+            run([str(a) for a in args])
+    except (Exception, SystemExit):  # a failed step is an answer; the server keeps serving
+        return {"error": traceback.format_exc()}
+    return {"out": out.getvalue()}
+
+
 def main(argv: list[str]) -> None:
     cmd = argv[0]
+    if cmd == "serve":
+        serve(main)
+        return
     if cmd == "newdb":
         print(_new_database(argv[1]))
         return

@@ -8,6 +8,9 @@ writer's snapshot and its commit (failpoint ``append.before_commit``, ``delete.b
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -134,3 +137,28 @@ def test_every_scenario_says_what_it_expects() -> None:
     for name in steps.names():
         expect = steps.load(name)["expect"]
         assert len([k for k in ("version", *OUTCOMES) if k in expect]) == 1, name
+
+
+def test_serve_answers_each_request_on_one_line_and_survives_errors(tmp_path: Path) -> None:
+    """``steps.py serve`` (the JVM runners' one Python process): one JSON answer a line, a failed
+    step answered with its traceback, and the process serves on."""
+    wh = str(tmp_path / "wh")
+    requests = [
+        {"args": ["prepare", wh, "", "append_same_name"]},
+        {"args": ["run", wh, "", json.dumps([{"op": "no_such_step"}])]},
+        {"args": ["state", wh, ""]},
+    ]
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("steps.py")), "serve"],
+        input="".join(json.dumps(r) + "\n" for r in requests),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    answers = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(answers) == 3, proc.stdout
+    with omnitable.connect(wh) as warehouse:
+        assert json.loads(answers[0]["out"]) == {"next_row_id": steps.next_row_id(warehouse)}
+    assert "unknown step 'no_such_step'" in answers[1]["error"]
+    assert json.loads(answers[2]["out"])["batches"] == ["b0"]

@@ -3,11 +3,10 @@ package io.omnitable.spark.procedures
 import java.io.File
 import java.nio.file.{Files, StandardCopyOption}
 
-import scala.sys.process._
 import scala.util.Random
 
 import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
-import io.omnitable.spark.{SharedSparkSession, TestWarehouses}
+import io.omnitable.spark.{PythonSteps, SharedSparkSession}
 import io.omnitable.spark.catalog.Failpoints
 import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableCommitException}
 import io.omnitable.spark.source.OmniTableCatalog
@@ -16,26 +15,31 @@ import org.scalatest.funsuite.AnyFunSuite
 
 /**
  * `CALL <catalog>.system.rollback / merge_branch / fast_forward` against Python: for random small
- * histories (tests/conformance/steps.py `history`), a JVM rollback and a Python rollback of
- * copies of one SQLite catalog leave the same rows and the same history rows (summaries
- * byte-identical); a fast-forward merge the same; a JVM rollback killed mid-commit leaves nothing
+ * histories (tests/conformance/steps.py `history`, in one `serve` process for the suite:
+ * [[PythonSteps]]), a JVM rollback and a Python rollback of copies of one SQLite catalog leave
+ * the same rows and the same history rows (summaries byte-identical); a fast-forward merge the same; a JVM rollback killed mid-commit leaves nothing
  * visible; bad calls fail with Python's messages. (The races with Python commits are the
  * conformance scenarios, on SQLite and PostgreSQL: write/ConformanceSuite.)
  */
 class UndoProceduresSuite extends AnyFunSuite with SharedSparkSession {
 
   private val json = new ObjectMapper()
-  private val root = TestWarehouses.repoRoot
-  private val stepsScript = new File(root, "tests/conformance/steps.py").getPath
 
-  private def python(args: String*): String = {
-    val out = new StringBuilder
-    val err = new StringBuilder
-    val rc = Process(TestWarehouses.python +: stepsScript +: args, root, "SPARK_LOCAL_IP" -> "127.0.0.1")
-      .!(ProcessLogger(l => out.append(l).append('\n'), l => err.append(l).append('\n')))
-    if (rc != 0) fail(s"steps.py ${args.mkString(" ")} failed ($rc):\n$err")
-    out.toString.trim
+  /** steps.py's commands, in one Python process for the whole suite. */
+  private val steps = new PythonSteps
+
+  override protected def beforeAll(): Unit = {
+    super.beforeAll()
+    steps.start()
   }
+
+  override protected def afterAll(): Unit =
+    try steps.close()
+    finally super.afterAll()
+
+  private def python(args: String*): String =
+    try steps.call(args: _*)
+    catch { case e: PythonSteps.StepFailed => fail(e.getMessage) }
 
   private def freshDir(): File = Files.createTempDirectory("omnitable-undo").toFile
 

@@ -6,7 +6,7 @@ import java.nio.file.Files
 import scala.sys.process._
 
 import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
-import io.omnitable.spark.{SharedSparkSession, TestWarehouses}
+import io.omnitable.spark.{PythonSteps, SharedSparkSession, TestWarehouses}
 import io.omnitable.spark.catalog.{CatalogReader, Failpoints, SnapshotSpec}
 import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableCommitException, WriteErrors}
 import io.omnitable.spark.source.OmniTableCatalog
@@ -18,14 +18,16 @@ import org.scalatest.funsuite.AnyFunSuite
  * files the pytest runner tests/conformance/test_conformance.py reads for the Python committer)
  * run against the JVM committer on SQLite, and on PostgreSQL when OMNITABLE_TEST_POSTGRES_URL is
  * set (CI sets it). The base state and the concurrent writer's steps are done by the Python API
- * (tests/conformance/steps.py); the committing append is a Spark `writeTo(...).append()` (a
- * replace: `overwrite(lit(true))`, INSERT OVERWRITE's plan), a `DELETE FROM`, an update
- * ([[ColumnUpdate]]), a rollback `CALL <catalog>.system.rollback('web', N)` or a revert
- * `CALL <catalog>.system.revert('web', N)`, and the concurrent steps run between its snapshot and
- * its commit (failpoint `append.before_commit` / `delete.before_commit` / `update.before_commit` /
+ * (tests/conformance/steps.py, in one `steps.py serve` process for the suite: [[PythonSteps]]);
+ * the committing append is a Spark `writeTo(...).append()` (a replace: `overwrite(lit(true))`,
+ * INSERT OVERWRITE's plan), a `DELETE FROM`, an update ([[ColumnUpdate]]), a rollback
+ * `CALL <catalog>.system.rollback('web', N)` or a revert `CALL <catalog>.system.revert('web', N)`,
+ * and the concurrent steps run between its snapshot and its commit (failpoint
+ * `append.before_commit` / `delete.before_commit` / `update.before_commit` /
  * `rollback.before_commit` / `revert.before_commit`). A scenario's `around` steps (a Python
- * backfill) start first in a process of their own, held at their commit (failpoint
- * `backfill.before_commit=pause:DIR`) while the committing writer runs, then let go.
+ * backfill) start first in a process of their own (the failpoint is set in its environment), held
+ * at their commit (failpoint `backfill.before_commit=pause:DIR`) while the committing writer runs,
+ * then let go.
  */
 class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
 
@@ -37,14 +39,21 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
       .map(_.stripSuffix(".json")).sorted.toSeq
   private val postgres: Option[String] = sys.env.get("OMNITABLE_TEST_POSTGRES_URL").filter(_.nonEmpty)
 
-  private def python(args: String*): String = {
-    val out = new StringBuilder
-    val err = new StringBuilder
-    val rc = Process(TestWarehouses.python +: stepsScript +: args, root, "SPARK_LOCAL_IP" -> "127.0.0.1")
-      .!(ProcessLogger(l => out.append(l).append('\n'), l => err.append(l).append('\n')))
-    if (rc != 0) fail(s"steps.py ${args.mkString(" ")} failed ($rc):\n$err")
-    out.toString.trim
+  /** steps.py's commands, in one Python process for the whole suite. */
+  private val steps = new PythonSteps
+
+  override protected def beforeAll(): Unit = {
+    super.beforeAll()
+    steps.start()
   }
+
+  override protected def afterAll(): Unit =
+    try steps.close()
+    finally super.afterAll()
+
+  private def python(args: String*): String =
+    try steps.call(args: _*)
+    catch { case e: PythonSteps.StepFailed => fail(e.getMessage) }
 
   /** The `around` steps running in their own process, held at `backfill.before_commit`. */
   private final class Around(warehouse: String, dataRoot: String, name: String, baseNext: Long) {

@@ -3,10 +3,8 @@ package io.omnitable.spark.write
 import java.io.File
 import java.nio.file.Files
 
-import scala.sys.process._
-
 import com.fasterxml.jackson.databind.ObjectMapper
-import io.omnitable.spark.{SharedSparkSession, TestWarehouses}
+import io.omnitable.spark.{PythonSteps, SharedSparkSession}
 import io.omnitable.spark.catalog.Failpoints
 import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableCommitException, WriteErrors}
 import io.omnitable.spark.source.{OmniTableCatalog, OmniTableTable}
@@ -15,25 +13,34 @@ import org.scalatest.funsuite.AnyFunSuite
 /**
  * `DELETE FROM` from Spark SQL (docs/spark.md, "Row-level DML"), committed by the JVM, on SQLite
  * and on PostgreSQL when OMNITABLE_TEST_POSTGRES_URL is set: the tables are written and read
- * back with the Python API (tests/spark/fixtures/dml_steps.py), so what the JVM commits is
- * checked by the reference reader. Races with Python commits are conformance scenarios
- * (tests/conformance/scenarios/delete_*.json, [[ConformanceSuite]]).
+ * back with the Python API (tests/spark/fixtures/dml_steps.py, in one `serve` process for the
+ * suite: [[PythonSteps]]), so what the JVM commits is checked by the reference reader. Races with
+ * Python commits are conformance scenarios (tests/conformance/scenarios/delete_*.json,
+ * [[ConformanceSuite]]).
  */
 class RowLevelDeleteSuite extends AnyFunSuite with SharedSparkSession {
 
   private val json = new ObjectMapper()
-  private val root = TestWarehouses.repoRoot
-  private val stepsScript = new File(root, "tests/spark/fixtures/dml_steps.py").getPath
   private val postgres: Option[String] = sys.env.get("OMNITABLE_TEST_POSTGRES_URL").filter(_.nonEmpty)
 
-  private def run(script: String, args: String*): String = {
-    val out = new StringBuilder
-    val err = new StringBuilder
-    val rc = Process(TestWarehouses.python +: script +: args, root, "SPARK_LOCAL_IP" -> "127.0.0.1")
-      .!(ProcessLogger(l => out.append(l).append('\n'), l => err.append(l).append('\n')))
-    if (rc != 0) fail(s"$script ${args.mkString(" ")} failed ($rc):\n$err")
-    out.toString.trim
+  /** dml_steps.py's commands (and steps.py's `newdb`): each script in one process for the suite. */
+  private val dmlSteps = new PythonSteps("tests/spark/fixtures/dml_steps.py")
+  private val conformanceSteps = new PythonSteps
+
+  override protected def beforeAll(): Unit = {
+    super.beforeAll()
+    dmlSteps.start()
   }
+
+  override protected def afterAll(): Unit =
+    try {
+      dmlSteps.close()
+      conformanceSteps.close()
+    } finally super.afterAll()
+
+  private def run(steps: PythonSteps, args: String*): String =
+    try steps.call(args: _*)
+    catch { case e: PythonSteps.StepFailed => fail(e.getMessage) }
 
   /** A fresh warehouse with dml_steps.py's tables, and a Spark catalog name bound to it. */
   private final class Wh(backend: String) {
@@ -42,7 +49,7 @@ class RowLevelDeleteSuite extends AnyFunSuite with SharedSparkSession {
       case "sqlite" => (new File(dir, "wh").getPath, "")
       case _ =>
         (
-          run(new File(root, "tests/conformance/steps.py").getPath, "newdb", postgres.get),
+          run(conformanceSteps, "newdb", postgres.get),
           new File(dir, "data").getPath)
     }
     steps("make")
@@ -50,7 +57,7 @@ class RowLevelDeleteSuite extends AnyFunSuite with SharedSparkSession {
     spark.conf.set(s"spark.sql.catalog.$catalog", classOf[OmniTableCatalog].getName)
     spark.conf.set(s"spark.sql.catalog.$catalog.warehouse", warehouse)
 
-    def steps(args: String*): String = run(stepsScript, (args.head +: warehouse +: dataRoot +: args.tail): _*)
+    def steps(args: String*): String = run(dmlSteps, (args.head +: warehouse +: dataRoot +: args.tail): _*)
     def urls(args: String*): Seq[String] = {
       val node = json.readTree(steps(("read" +: args): _*))
       (0 until node.size()).map(node.get(_).asText())
