@@ -6,18 +6,19 @@ import scala.jdk.CollectionConverters._
 import io.omnitable.spark.catalog.{RowLevelCommit, SystemColumns, WrittenFile}
 import io.omnitable.spark.errors.{UpdateErrors, WriteErrors}
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.GenericInternalRow
 import org.apache.spark.sql.types.StructType
+import org.apache.spark.unsafe.types.UTF8String
 
 /** What one task of an UPDATE / MERGE wrote: rewritten column files, and how many rows they update. */
 final case class ColumnFilesWritten(files: Seq[WrittenFile], rows: Long)
 
 /**
  * The row changes of `UPDATE` and `MERGE … WHEN MATCHED THEN UPDATE` ([[RowChanges]]): an updated
- * row's new values of the written columns (`task.columns`, at `ordinals` in Spark's rows) are kept
- * by (`_ai_fragment_`, `_ai_row_offset_`); when the task commits, every fragment it saw is
- * rewritten once ([[ColumnRewriter]]: one file per column group among the written columns). The
- * write clusters rows by fragment, so one fragment is rewritten by one task. Setting a system
+ * row's new values of the written columns (`task.columns`, at `ordinals` in Spark's rows), located
+ * by (`_ai_fragment_`, `_ai_row_offset_`) and streamed into the fragment's rewrite
+ * ([[FragmentRewriteStream]]: one file per column group among the written columns) as they come:
+ * the write clusters rows by fragment and sorts them by offset, so one task rewrites a fragment in
+ * one pass, and a fragment is finished when the next one starts (or the task commits). Setting a system
  * column (`_ai_unique_id_`, `_ai_append_name_`) fails the task; so do re-inserted and inserted rows
  * (`OMNITABLE_UNSUPPORTED_DML`).
  *
@@ -66,26 +67,48 @@ private[write] final class ColumnChanges(f: ColumnChangesFactory) extends RowCha
   private val offsetAt = f.metadataSchema.fieldIndex(SystemColumns.RowOffset)
   private val rowIdAt = Some(f.rowSchema.fieldNames.indexOf(SystemColumns.RowId)).filter(_ >= 0)
   private val appendNameAt = Some(f.rowSchema.fieldNames.indexOf(SystemColumns.AppendName)).filter(_ >= 0)
-  private val pending = mutable.LinkedHashMap.empty[String, mutable.ArrayBuffer[(Long, InternalRow)]]
+  private val ordinals = f.ordinals.toArray
   private val written = mutable.ArrayBuffer.empty[WrittenFile]
+  private val seen = mutable.HashSet.empty[String] // the fragments this task rewrote or rewrites
+  private var current: UTF8String = _ // the fragment `stream` rewrites
+  private var batch: UTF8String = _ // its batch name
+  private var stream: FragmentRewriteStream = _
   private var rows = 0L
 
   override def update(metadata: InternalRow, id: InternalRow, row: InternalRow): Unit = {
-    val fragment = metadata.getUTF8String(fragmentAt).toString
-    val (_, batch) = f.fragments.getOrElse(fragment, throw new IllegalStateException(s"unknown fragment $fragment"))
+    val fragment = metadata.getUTF8String(fragmentAt)
+    if (current == null || current != fragment) start(fragment)
     rowIdAt.foreach { i =>
       if (row.isNullAt(i) || row.getLong(i) != id.getLong(0))
         throw UpdateErrors.systemColumn(f.table, SystemColumns.RowId)
     }
     appendNameAt.foreach { i =>
-      if (row.isNullAt(i) || row.getUTF8String(i).toString != batch) {
+      if (row.isNullAt(i) || row.getUTF8String(i) != batch) {
         throw UpdateErrors.systemColumn(f.table, SystemColumns.AppendName)
       }
     }
-    val values = new GenericInternalRow(f.ordinals.zip(f.task.columns).map { case (o, c) =>
-      if (row.isNullAt(o)) null else InternalRow.copyValue(row.get(o, c.dataType))
-    }.toArray[Any])
-    pending.getOrElseUpdate(fragment, mutable.ArrayBuffer.empty) += metadata.getLong(offsetAt) -> values
+    stream.put(metadata.getLong(offsetAt), row, ordinals)
+    rows += 1
+  }
+
+  /**
+   * Finish the fragment being rewritten and start `fragment`'s rewrite. The write requires rows
+   * clustered by fragment and sorted by offset, so a fragment comes once, its rows in order.
+   */
+  private def start(fragment: UTF8String): Unit = {
+    finishCurrent()
+    val id = fragment.toString
+    val (rewrite, name) = f.fragments.getOrElse(id, throw new IllegalStateException(s"unknown fragment $id"))
+    if (!seen.add(id)) throw new IllegalStateException(s"Cannot update fragment $id: its rows came out of order")
+    stream = ColumnRewriter.stream(f.task, rewrite)
+    current = fragment.clone()
+    batch = UTF8String.fromString(name)
+  }
+
+  private def finishCurrent(): Unit = if (stream != null) {
+    val s = stream
+    stream = null
+    written ++= s.finish()
   }
 
   override def reinsert(metadata: InternalRow, row: InternalRow): Unit =
@@ -100,23 +123,20 @@ private[write] final class ColumnChanges(f: ColumnChangesFactory) extends RowCha
     RowChanges.MergeForms)
 
   override def commit(): Option[Serializable] = {
-    pending.foreach { case (fragment, changes) =>
-      val sorted = changes.sortBy(_._1)
-      if (sorted.map(_._1).distinct.size != sorted.size) {
-        throw new IllegalStateException(s"Cannot update fragment $fragment: a row was updated twice in one statement")
-      }
-      written ++=
-        ColumnRewriter.rewrite(f.task, f.fragments(fragment)._1, sorted.map(_._1).toArray, sorted.map(_._2).toArray)
-      rows += sorted.size
-    }
-    pending.clear()
+    finishCurrent()
     if (written.isEmpty) None else Some(ColumnFilesWritten(written.toSeq, rows))
   }
 
   override def abort(): Unit = {
-    pending.clear()
+    abortCurrent()
     ColumnRewriter.deleteQuietly(f.task, written.map(_.path).toSeq)
   }
 
-  override def close(): Unit = pending.clear()
+  override def close(): Unit = abortCurrent() // a fragment left unfinished: its files are not committed
+
+  private def abortCurrent(): Unit = if (stream != null) {
+    val s = stream
+    stream = null
+    s.abort()
+  }
 }

@@ -30,19 +30,37 @@ final class AlignedFilesReader(files: Seq[FileSlice], fragmentRows: Long, conf: 
     }
   }
 
+  private var row = 0L // the first row of the current batch
+  private var rows = 0 // the rows of the current batch (not yet advanced past)
+
   /** Calls `fn(firstRow, rows, batches)` for consecutive batches covering rows `[0, fragmentRows)`. */
   def foreachBatch(fn: (Long, Int, Seq[ColumnarBatch]) => Unit): Unit = {
-    var row = 0L
-    while (row < fragmentRows) {
-      val n = cursors.map(_.available()).foldLeft(math.min(batchSize.toLong, fragmentRows - row).toInt)(math.min)
-      val batches = cursors.zip(files).map { case (c, s) =>
-        new ColumnarBatch(s.requestedSchema.indices.map(i => c.column(i, n)).toArray[ColumnVector], n)
-      }
-      fn(row, n, batches)
-      cursors.foreach(_.advance(n))
-      row += n
+    var next = nextBatch()
+    while (next.isDefined) {
+      fn(row, rows, next.get)
+      next = nextBatch()
     }
   }
+
+  /**
+   * Pull-style reading: the batches (one per file, aligned) of the next [[batchRows]] rows from
+   * [[firstRow]] on; None after the last row. A batch is valid until the next call.
+   */
+  def nextBatch(): Option[Seq[ColumnarBatch]] = {
+    if (rows > 0) { cursors.foreach(_.advance(rows)); row += rows; rows = 0 }
+    if (row >= fragmentRows) return None
+    val n = cursors.map(_.available()).foldLeft(math.min(batchSize.toLong, fragmentRows - row).toInt)(math.min)
+    rows = n
+    Some(cursors.zip(files).map { case (c, s) =>
+      new ColumnarBatch(s.requestedSchema.indices.map(i => c.column(i, n)).toArray[ColumnVector], n)
+    })
+  }
+
+  /** The fragment row of the first row of the batch [[nextBatch]] returned last. */
+  def firstRow: Long = row
+
+  /** The rows of the batch [[nextBatch]] returned last. */
+  def batchRows: Int = rows
 
   override def close(): Unit = cursors.foreach(c =>
     try c.close()
