@@ -254,3 +254,32 @@ def test_spark_supplied_ids_race_a_spark_generated_append(
     assert "OMNITABLE_COMMIT_CONFLICT" in str(out["error"])
     assert sorted(b.name for b in wh.table("web").batches()) == ["g2", "s1"]
     assert _ids(wh)["g"] == m
+
+
+def test_generated_append_checks_concurrent_ids_exactly(
+    spark: Any, wh: omnitable.Warehouse, catalog: str, tmp_path: Path
+) -> None:
+    """A concurrent append's supplied ids whose statistics span a generated append's reserved
+    range, without any id in it: the ids are read, no clash, both land (statistics only
+    pre-filter)."""
+    t = _table(wh)
+    t.append(pa.table({ROW_ID: pa.array([1_000_000], pa.int64()), "url": ["p"]}), "p")
+    n = _next_id(wh)
+    thread, out = _paused_spark_append(
+        spark,
+        tmp_path,
+        lambda: (
+            spark.sql("SELECT 'g' AS url")
+            .writeTo(f"{catalog}.web")
+            .option("append_name", "g")
+            .append()
+        ),
+    )
+    around = pa.array([5, n + (1 << 40)], pa.int64())
+    wh.table("web").append(pa.table({ROW_ID: around, "url": ["lo", "hi"]}), "s")
+    (tmp_path / "append.before_commit.go").touch()
+    thread.join(120)
+    assert "error" not in out, out
+    ids = _ids(wh)
+    assert sorted(b.name for b in wh.table("web").batches()) == ["g", "p", "s"]
+    assert ids["g"] == n and ids["lo"] == 5
