@@ -26,7 +26,8 @@ The JVM suites use it (jvm/.../PythonSteps.scala), so the imports, and Spark for
 start once per suite, not once per step.
 
 A scenario: ``base`` steps, then the committing writer (``commit``: an append, ``mode``
-``replace`` for Python's replace and the JVM's INSERT OVERWRITE; or ``"op": "delete"`` of the
+``replace`` for Python's replace and the JVM's INSERT OVERWRITE, ``ids_after_base`` for supplied
+ids as in the steps; or ``"op": "delete"`` of the
 rows whose ``url`` or ``score`` is given, Table.delete in one attempt and the JVM's DELETE FROM,
 :func:`delete_where`; or ``"op": "update"`` of the ``score`` of the row whose ``url`` is given,
 Python's ``Table.update`` and the JVM's ``ColumnUpdate``, failpoint ``update.before_commit``; or
@@ -92,6 +93,17 @@ def rows(batch: str, n: int) -> pa.Table:
     )
 
 
+def commit_rows(step: dict[str, Any], base_next: int) -> pa.Table:
+    """The rows of an append step or committing append: :func:`rows`, with ``ids_after_base``
+    as supplied ids relative to the table's next free id after the base (the JVM runner adds
+    the same ``_ai_unique_id_`` column to its DataFrame)."""
+    data = rows(step["batch"], step["rows"])
+    if "ids_after_base" in step:
+        ids = pa.array([base_next + i for i in step["ids_after_base"]], pa.int64())
+        data = data.add_column(0, ROW_ID, ids)
+    return data
+
+
 def delete_where(commit: dict[str, Any]) -> pc.Expression:
     """The filter of a committing delete: ``url`` or ``score`` equal to the value given (the JVM
     runner writes the same as SQL: ``WHERE url = '…'`` / ``WHERE score = …``)."""
@@ -118,10 +130,7 @@ def apply_step(wh: omnitable.Warehouse, step: dict[str, Any], base_next: int) ->
     if "branch" in step:
         table = table.branch(step["branch"])
     if op == "append":
-        data = rows(step["batch"], step["rows"])
-        if "ids_after_base" in step:
-            ids = pa.array([base_next + i for i in step["ids_after_base"]], pa.int64())
-            data = data.add_column(0, ROW_ID, ids)
+        data = commit_rows(step, base_next)
         table.append(data, step["batch"], mode=step.get("mode", "error"))
     elif op in _DATA_OPS:
         _DATA_OPS[op](table, step)

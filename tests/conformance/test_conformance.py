@@ -98,7 +98,7 @@ def _commit(wh: omnitable.Warehouse, scenario: dict[str, Any], base_next: int) -
                 )
         else:
             with hooked("append.before_commit", concurrent):
-                data = steps.rows(commit["batch"], commit["rows"])
+                data = steps.commit_rows(commit, base_next)
                 version = table.append(data, commit["batch"], mode=commit.get("mode", "error"))
         return {"version": version}
     except (CommitConflict, NotFoundError, AlreadyExistsError, ValidationError) as exc:

@@ -170,7 +170,8 @@ def test_missing_append_name_is_refused(spark: Any, wh: omnitable.Warehouse, cat
         ("'x' AS url, 1 AS nope", "unknown column"),
         ("'x' AS url, 'high' AS score", "type STRING, the table has DOUBLE"),
         ("'x' AS url, DATE'2026-01-01' AS n", "type DATE, the table has INT"),
-        ("1L AS _ai_unique_id_, 'x' AS url", "set by OmniTable"),
+        ("'b' AS _ai_append_name_, 'x' AS url", "set by OmniTable"),
+        ("'1' AS _ai_unique_id_, 'x' AS url", "must be non-null BIGINT"),
         ("'x' AS url, 'y' AS URL", "duplicate column"),
     ],
 )

@@ -76,7 +76,7 @@ final class CatalogWriter(
     val columnIds = checkColumns(conn, c, segments)
     checkBatchName(conn, c, segments, replaced.batchIds)
     if (replaced.batchIds.nonEmpty) checkStillVisible(conn, c, segments, replaced)
-    if (head != c.baseVersion) checkIdOverlaps(conn, c)
+    checkIdOverlaps(conn, c, head)
     val version = Jdbc.query(conn, CommitSql("next_version"), c.tableId)(_.getLong(1)).head
     hit("commit.before_insert")
     val now = commitTime(conn, c.tableId)
@@ -102,6 +102,7 @@ final class CatalogWriter(
       now,
       c.token)
     update(conn, CommitSql("move_ref"), Long.box(version), c.tableId, c.branch)
+    moveNextRowId(conn, c)
     hit("commit.before_end")
     version
   }
@@ -296,25 +297,61 @@ final class CatalogWriter(
   }
 
   /**
-   * The `_ai_unique_id_` statistics of every file committed on the branch after the base
-   * version against this append's ranges (commit.py `_check_id_overlaps`). Python then reads the
-   * ids of a possible overlap exactly; the JVM refuses it (a conflict: generated ranges of
-   * concurrent appends never overlap, so only supplied ids of a concurrent writer can).
+   * The `_ai_unique_id_` statistics of every file committed on the branch after the version the
+   * append's ids were checked at (commit.py `_check_id_overlaps`): a possible overlap raises
+   * [[IdsNotChecked]]; the caller reads those ids exactly (outside the transaction) and retries.
    */
-  private def checkIdOverlaps(conn: Jdbc.Conn, c: AppendCommit): Unit =
-    Jdbc.foreach(conn, CommitSql("row_id_stats_since"), c.tableId, c.branch, Long.box(c.baseVersion)) { rs =>
-      val st = CatalogWriter.decodeStats(rs.getString(1), rs.getInt(2))
-      val overlap = (st.min.flatMap(_.toLongOption), st.max.flatMap(_.toLongOption)) match {
-        case (Some(lo), Some(hi)) => c.idRanges.exists { case (a, b) => a <= hi && b >= lo }
-        case _ => c.idRanges.nonEmpty
-      }
-      if (overlap) {
-        throw WriteErrors.conflict(
-          s"Cannot commit append to table '${c.tableName}': _ai_unique_id_ values in its ranges " +
-            s"were added by a concurrent commit (after version ${c.baseVersion}, as the files' " +
-            "statistics tell); nothing was committed. Retry the write.")
+  private def checkIdOverlaps(conn: Jdbc.Conn, c: AppendCommit, head: Long): Unit =
+    if (c.checkedVersion < head) {
+      Jdbc.foreach(conn, CommitSql("row_id_stats_since"), c.tableId, c.branch, Long.box(c.checkedVersion)) { rs =>
+        val overlap = CatalogWriter.idBounds(rs.getString(1), rs.getInt(2)).forall { case (lo, hi) =>
+          c.mayOverlap(lo, hi)
+        }
+        if (overlap) throw new IdsNotChecked(head)
       }
     }
+
+  /** Moves `next_row_id` past the supplied ids (commit.py `next_row_id_at_least`). */
+  private def moveNextRowId(conn: Jdbc.Conn, c: AppendCommit): Unit = c.supplied.foreach { case (_, hi) =>
+    val atLeast = if (hi >= CatalogWriter.MaxRowId) CatalogWriter.MaxRowId else hi + 1
+    val next = Jdbc.query(conn, CommitSql("next_row_id"), c.tableId)(_.getLong(1)).head
+    if (atLeast > next) update(conn, CommitSql("set_next_row_id"), Long.box(atLeast), c.tableId)
+  }
+
+  /**
+   * The files holding `_ai_unique_id_` values visible in `segments` (ingest/ids.py
+   * `check_existing`), without those of the live batch named `exceptBatch` (an overwrite replaces it).
+   */
+  def rowIdFilesAt(tableId: String, segments: Seq[Segment], exceptBatch: Option[String]): Seq[RowIdFile] =
+    withRead { conn =>
+      val (vis, params) = Jdbc.visible("fi", "files", segments)
+      val except = exceptBatch.map(_ =>
+        " AND fi.fragment_id NOT IN (SELECT f.fragment_id FROM fragments f JOIN batches b ON " +
+          "b.table_id = f.table_id AND b.batch_id = f.batch_id WHERE f.table_id = ? AND b.name = ?)").getOrElse("")
+      val sql = "SELECT fi.path, fi.stats, cs.position FROM files fi JOIN column_sets cs ON cs.table_id = " +
+        s"fi.table_id AND cs.set_id = fi.set_id WHERE fi.table_id = ? AND cs.column_id = 0 AND $vis$except"
+      val all = (tableId +: params) ++ exceptBatch.toSeq.flatMap(n => Seq[AnyRef](tableId, n))
+      Jdbc.query(conn, sql, all: _*)(rs =>
+        RowIdFile(rs.getString(1), CatalogWriter.idBounds(rs.getString(2), rs.getInt(3))))
+    }
+
+  /** The files holding `_ai_unique_id_` values committed on `branch` after version `since` (`row_id_stats_since`). */
+  def rowIdFilesSince(tableId: String, branch: String, since: Long): Seq[RowIdFile] = withRead { conn =>
+    val sql = "SELECT fi.path, fi.stats, cs.position FROM files fi JOIN column_sets cs ON cs.table_id = " +
+      "fi.table_id AND cs.set_id = fi.set_id WHERE fi.table_id = ? AND fi.branch = ? AND fi.added_version > ? " +
+      "AND cs.column_id = 0"
+    Jdbc.query(conn, sql, tableId, branch, Long.box(since)) { rs =>
+      RowIdFile(rs.getString(1), CatalogWriter.idBounds(rs.getString(2), rs.getInt(3)))
+    }
+  }
+
+  private def withRead[T](body: Jdbc.Conn => T): T = {
+    val jdbc = try JdbcConnector.open(address, env)
+    catch { case e: SQLException => throw OmniTableErrors.cannotConnect(display, e) }
+    try body(Jdbc.Conn(jdbc, queries))
+    catch { case e: SQLException => throw OmniTableErrors.catalogQueryFailed(display, "the _ai_unique_id_ files", e) }
+    finally jdbc.close()
+  }
 
   private def insertData(conn: Jdbc.Conn, c: AppendCommit, version: Long, ids: Map[String, Int], now: String): Unit = {
     val t = c.tableId
@@ -514,6 +551,12 @@ object CatalogWriter {
       stats.get(cid).map(st => Seq[Any](st.nullCount.map(Long.box).orNull, st.min.orNull, st.max.orNull).asJava).orNull
     }
     Json.writeValueAsString(entries.asJava)
+  }
+
+  /** The `_ai_unique_id_` bounds at `position` of a `files.stats` value (None: no statistics). */
+  def idBounds(raw: String, position: Int): Option[(Long, Long)] = {
+    val st = decodeStats(raw, position)
+    for (lo <- st.min.flatMap(_.toLongOption); hi <- st.max.flatMap(_.toLongOption)) yield (lo, hi)
   }
 
   /** The statistics at `position` of a `files.stats` value (sets.py `decode_stats`). */

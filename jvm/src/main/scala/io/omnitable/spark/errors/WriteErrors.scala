@@ -61,9 +61,16 @@ object WriteErrors {
   def systemColumn(table: String, name: String): OmniTableAnalysisException =
     analysis(
       "OMNITABLE_SCHEMA_MISMATCH",
-      s"Cannot append to table '$table': column $name is set by OmniTable (_ai_unique_id_ is " +
-        "generated, _ai_append_name_ is the batch name); drop it from the data. Appends with " +
-        "supplied _ai_unique_id_ values go through the Python API."
+      s"Cannot append to table '$table': column $name is set by OmniTable (it is the batch " +
+        "name); drop it from the data."
+    )
+
+  def mistypedRowIds(table: String, found: String): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_SCHEMA_MISMATCH",
+      s"Cannot append to table '$table': supplied _ai_unique_id_ values must be non-null BIGINT " +
+        s"(or a narrower integer type), got type $found; cast them (CAST(... AS BIGINT)) or leave " +
+        "the column out to have OmniTable generate them."
     )
 
   def missingColumns(table: String, names: Seq[String]): OmniTableAnalysisException =
@@ -103,6 +110,13 @@ object WriteErrors {
       "OMNITABLE_UNSUPPORTED_DML",
       s"Cannot run $what on table '$table' from Spark SQL yet; $instead."
     )
+
+  /**
+   * Supplied `_ai_unique_id_` values the append cannot take (null, duplicated in the data, or
+   * already in the table: python/omnitable/ingest/ids.py's ValidationErrors); nothing was committed.
+   */
+  def invalidRowIds(detail: String): OmniTableCommitException =
+    new OmniTableCommitException("OMNITABLE_INVALID_ROW_IDS", detail)
 
   def conflict(detail: String): OmniTableCommitException = new OmniTableCommitException(CommitConflict, detail)
 

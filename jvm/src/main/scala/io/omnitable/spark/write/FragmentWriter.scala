@@ -18,7 +18,7 @@ import org.apache.spark.sql.catalyst.expressions.{
 }
 import org.apache.spark.sql.connector.write.{DataWriter, DataWriterFactory, WriterCommitMessage}
 import org.apache.spark.sql.execution.datasources.parquet.{ParquetOutputWriter, ParquetWriteSupport}
-import org.apache.spark.sql.types.{LongType, StructField, StructType}
+import org.apache.spark.sql.types.{ByteType, IntegerType, LongType, ShortType, StructField, StructType}
 
 /** Makes one [[FragmentWriter]] per task (serialized to executors with its [[WriteTask]]). */
 private[write] final class FragmentWriterFactory(task: WriteTask) extends DataWriterFactory {
@@ -31,7 +31,7 @@ private[write] final class FragmentWriterFactory(task: WriteTask) extends DataWr
  * lays them out (docs/format.md): every `targetFragmentRows` rows a new fragment
  * `data/<slug>-<batch8>/<fragment_id>/` with one Parquet file `<group>-<file_id>.parquet` per
  * column group, physical column names, `_ai_unique_id_` in the `base` file, numbered
- * `idBase + (partition << 33)` onwards. Files go straight to their final, unique paths; nothing is
+ * `idBase + (partition << 33)` onwards (or the data's own, `WriteTask.suppliedIds`). Files go straight to their final, unique paths; nothing is
  * visible until the driver commits. `abort` deletes what this attempt wrote.
  */
 private[write] final class FragmentWriter(task: WriteTask, partition: Int) extends DataWriter[InternalRow] {
@@ -41,6 +41,19 @@ private[write] final class FragmentWriter(task: WriteTask, partition: Int) exten
     (g, cols, GroupRows(task.inputSchema, cols))
   }
 
+  /** The supplied id of a row, widened to BIGINT ([[WriteSchema.suppliedIds]] allows integers only). */
+  private val suppliedId: InternalRow => Long =
+    if (task.suppliedIds < 0) _ => 0L
+    else {
+      val i = task.suppliedIds
+      task.inputSchema(i).dataType match {
+        case IntegerType => _.getInt(i).toLong
+        case ShortType => _.getShort(i).toLong
+        case ByteType => _.getByte(i).toLong
+        case _ => _.getLong(i)
+      }
+    }
+
   private var nextId = task.idBase + (partition.toLong << WriteTask.IdShift)
   private val idLimit = task.idBase + ((partition.toLong + 1) << WriteTask.IdShift)
   private var seq = partition.toLong << WriteTask.SeqShift
@@ -49,12 +62,18 @@ private[write] final class FragmentWriter(task: WriteTask, partition: Int) exten
   private var open: Option[OpenFragment] = None
 
   override def write(row: InternalRow): Unit = {
-    if (nextId >= idLimit) {
-      throw new IllegalStateException(s"Cannot write partition $partition: more than 2^${WriteTask.IdShift} rows")
-    }
     val fragment = open.getOrElse { val f = new OpenFragment; open = Some(f); f }
-    fragment.add(nextId, row)
-    nextId += 1
+    val supplied = task.suppliedIds
+    if (supplied >= 0) {
+      if (row.isNullAt(supplied)) throw FragmentWriter.nullId(task)
+      fragment.add(suppliedId(row), row)
+    } else {
+      if (nextId >= idLimit) {
+        throw new IllegalStateException(s"Cannot write partition $partition: more than 2^${WriteTask.IdShift} rows")
+      }
+      fragment.add(nextId, row)
+      nextId += 1
+    }
     if (fragment.rows >= task.settings.targetFragmentRows) closeFragment()
   }
 
@@ -204,6 +223,12 @@ private[write] object FragmentWriter {
   def nullInColumn(task: WriteTask, column: String): IllegalArgumentException = new IllegalArgumentException(
     s"Cannot append batch '${task.batchName}': column '$column' is not nullable but the data has a null " +
       "value in it; nothing was committed")
+
+  /** ingest/spark.py `_written_ids`'s message; the task fails, so nothing is committed. */
+  def nullId(task: WriteTask): IllegalArgumentException = new IllegalArgumentException(
+    s"[OMNITABLE_INVALID_ROW_IDS] Cannot append batch '${task.batchName}': the DataFrame has rows with a " +
+      "null _ai_unique_id_; supply a non-null BIGINT id for every row (or leave the column out); nothing " +
+      "was committed")
 
   def uri(task: WriteTask, rel: String): String = task.tableUri.stripSuffix("/") + "/" + rel
 

@@ -13,9 +13,11 @@ import org.apache.spark.sql.connector.write.{BatchWrite, DataWriterFactory, Phys
 
 /**
  * The driver side of one append (python/omnitable/ingest/spark.py is the Python twin): reserves
- * `partitions << 33` ids in a short transaction before the tasks run, then commits every
- * fragment the tasks wrote once ([[CatalogWriter.commitAppend]]), after checking that each
- * fragment's ids lie in the range reserved for it. A refused commit deletes the written files
+ * `partitions << 33` ids in a short transaction before the tasks run (none when the data supplies
+ * `_ai_unique_id_`), then commits every fragment the tasks wrote once
+ * ([[CatalogWriter.commitAppend]] through [[RowIdChecks.commit]]), after checking that each
+ * fragment's ids lie in the range reserved for it, or that supplied ids are unique and new
+ * ([[RowIdChecks]]). A refused commit deletes the written files
  * (Spark calls `abort` after a failed `commit` too); an unknown outcome keeps them.
  */
 private[write] final class OmniTableBatchWrite(
@@ -39,8 +41,10 @@ private[write] final class OmniTableBatchWrite(
     val started = AppendRun.start(catalog, snap.table.tableId, task.batchName, OmniTableBatchWrite.appId, partitions)
     run = Some(started)
     val base =
-      try catalog.reserveRowIds(snap.table.tableId, snap.table.name, partitions.toLong << WriteTask.IdShift)
-      catch { case NonFatal(e) => started.failed(String.valueOf(e.getMessage)); throw e }
+      if (task.suppliedIds >= 0) 0L // supplied ids: nothing to reserve
+      else
+        try catalog.reserveRowIds(snap.table.tableId, snap.table.name, partitions.toLong << WriteTask.IdShift)
+        catch { case NonFatal(e) => started.failed(String.valueOf(e.getMessage)); throw e }
     batchId = OmniTableBatchWrite.unusedBatchId(task)
     task = task.copy(idBase = base, batchId = batchId)
     new FragmentWriterFactory(task)
@@ -54,7 +58,10 @@ private[write] final class OmniTableBatchWrite(
       extra = Seq(new FragmentWriter(task, 0).writeEmpty())
       fragments = extra
     }
-    val ranges = checkReserved(fragments)
+    val supplied = task.suppliedIds >= 0
+    val checks = new RowIdChecks(snap, task, SparkSession.active)
+    val ranges = if (supplied) { checkSequences(fragments); Nil }
+    else checkReserved(fragments)
     val commit = AppendCommit(
       snap.table.tableId,
       snap.table.name,
@@ -68,8 +75,11 @@ private[write] final class OmniTableBatchWrite(
       runId = run.map(_.runId))
     val version =
       try {
+        val ids = if (supplied) checks.written(fragments) else None
+        val withIds = commit.copy(supplied = ids.map(_.bounds))
+        ids.foreach(checks.checkExisting(catalog, withIds, _))
         catalog.failpoints.hit("append.before_commit")
-        catalog.commitAppend(commit)
+        checks.commit(catalog, withIds, ids)
       } catch {
         case e: OmniTableCommitException if e.omniErrorClass == WriteErrors.CommitOutcomeUnknown =>
           keepFiles = true
@@ -111,13 +121,16 @@ private[write] final class OmniTableBatchWrite(
           s"the reserved range [$lo, $hi] (a task saw an unexpected partition id); nothing was committed, " +
           "retry the append")
     }
+    checkSequences(fragments)
+    ranges.map { case (_, a, b) => (a, b) }.sortBy(_._1)
+  }
+
+  private def checkSequences(fragments: Seq[WrittenFragment]): Unit =
     if (fragments.map(_.seq).distinct.size != fragments.size) {
       throw WriteErrors.conflict(
         "Cannot append: two written fragments have the same sequence number (a task saw an unexpected " +
           "partition id); nothing was committed, retry the append")
     }
-    ranges.map { case (_, a, b) => (a, b) }.sortBy(_._1)
-  }
 }
 
 private object OmniTableBatchWrite {

@@ -49,6 +49,7 @@ final class OmniTableWriteBuilder(
       k => Option(conf.getConfString(k, null)),
       snap.table.properties)
     val groups = WriteSchema.targets(snap, info.schema())
+    val supplied = WriteSchema.suppliedIds(snap, info.schema()).getOrElse(-1)
     val baseSchema = org.apache.spark.sql.types.StructType(groups.head._2.map(c =>
       org.apache.spark.sql.types.StructField(c.physicalName, c.dataType)))
     val jc = OmniTableWriteBuilder.parquetConf(spark, baseSchema, settings)
@@ -67,7 +68,8 @@ final class OmniTableWriteBuilder(
       groups,
       0L,
       settings,
-      new SerializableHadoopConf(jc))
+      new SerializableHadoopConf(jc),
+      supplied)
     new Write {
       override def description(): String = s"OmniTable append of batch '${settings.appendName}' to $table"
       override def toBatch: BatchWrite = new OmniTableBatchWrite(snap, branch, catalog, task, replace)

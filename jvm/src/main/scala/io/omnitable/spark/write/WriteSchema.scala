@@ -5,17 +5,35 @@ import java.util.Locale
 import io.omnitable.spark.catalog.{SystemColumns, TableSnapshot}
 import io.omnitable.spark.errors.WriteErrors
 import org.apache.spark.sql.catalyst.expressions.Cast
-import org.apache.spark.sql.types.{NullType, StructType}
+import org.apache.spark.sql.types.{ByteType, IntegerType, LongType, NullType, ShortType, StructType}
 
 /**
  * The stored columns an append fills from the rows Spark writes, matched by name (Spark's
  * case-insensitive resolution), as python/omnitable/ingest/conform.py checks a DataFrame:
  * unknown columns, the system columns, duplicates, missing non-nullable columns and types that
  * Spark's INSERT would not store either (ANSI store assignment: numbers to numbers, never text to
- * numbers) are refused before any file is written; a value that does not fit fails its task
+ * numbers) are refused before any file is written; supplied `_ai_unique_id_` values must be
+ * integers ([[suppliedIds]]; the tasks write them in place of generated ones). A value that does not fit fails its task
  * (nothing is committed). Columns the data leaves out get no file (they read NULL).
  */
 private[write] object WriteSchema {
+
+  /**
+   * The ordinal of supplied `_ai_unique_id_` values in `input` (None: OmniTable generates them),
+   * after checking they are BIGINT (python/omnitable/ingest/local.py: a non-null int64; a narrower
+   * integer, as SQL literals are, widens).
+   */
+  def suppliedIds(snap: TableSnapshot, input: StructType): Option[Int] = {
+    val i = input.fieldNames.indexWhere(_.equalsIgnoreCase(SystemColumns.RowId))
+    if (i < 0) None
+    else {
+      val found = input(i).dataType
+      if (!Seq(LongType, IntegerType, ShortType, ByteType).contains(found)) {
+        throw WriteErrors.mistypedRowIds(snap.table.name, found.sql)
+      }
+      Some(i)
+    }
+  }
 
   /** Columns by group (`base` first, `_ai_unique_id_` first in it), groups in table order. */
   def targets(snap: TableSnapshot, input: StructType): Seq[(String, Seq[TargetColumn])] = {
@@ -23,11 +41,11 @@ private[write] object WriteSchema {
     val key = (s: String) => s.toLowerCase(Locale.ROOT)
     val dupes = input.fieldNames.groupBy(key).collect { case (_, ns) if ns.length > 1 => ns.head }.toSeq
     if (dupes.nonEmpty) throw WriteErrors.duplicateColumns(table, dupes.sorted)
-    input.fieldNames.find(n => Set(SystemColumns.RowId, SystemColumns.AppendName).map(key).contains(key(n)))
+    input.fieldNames.find(n => key(n) == key(SystemColumns.AppendName))
       .foreach(n => throw WriteErrors.systemColumn(table, n))
     val user = snap.userColumns
     val byName = user.map(c => key(c.name) -> c).toMap
-    val unknown = input.fieldNames.filterNot(n => byName.contains(key(n)))
+    val unknown = input.fieldNames.filterNot(n => byName.contains(key(n)) || key(n) == key(SystemColumns.RowId))
     if (unknown.nonEmpty) throw WriteErrors.unknownColumns(table, unknown.toSeq)
     val inputIndex = input.fieldNames.zipWithIndex.map { case (n, i) => key(n) -> i }.toMap
     val missing = user.filter(c => !c.nullable && !inputIndex.contains(key(c.name))).map(_.name)

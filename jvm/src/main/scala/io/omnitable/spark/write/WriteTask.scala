@@ -21,7 +21,8 @@ private[write] final case class TargetColumn(
 /**
  * What every task of one append needs (sent once with the writer factory): where the table
  * lives, the batch, the columns by group in file order, the first reserved id and the file
- * settings. `inputSchema` is the schema of the rows Spark hands the writer.
+ * settings. `inputSchema` is the schema of the rows Spark hands the writer; `suppliedIds`, the
+ * ordinal of its `_ai_unique_id_` column when the data supplies the ids (-1: generated).
  */
 private[write] final case class WriteTask(
     tableUri: String,
@@ -31,7 +32,8 @@ private[write] final case class WriteTask(
     groups: Seq[(String, Seq[TargetColumn])],
     idBase: Long,
     settings: WriteSettings,
-    hadoopConf: SerializableHadoopConf) {
+    hadoopConf: SerializableHadoopConf,
+    suppliedIds: Int = -1) {
 
   /** `data/<slug>-<batch8>`: the batch's directory (python/omnitable/format/writer.py `batch_directory`). */
   def batchDirectory: String = {

@@ -132,7 +132,7 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
               spark.sql(
                 s"CALL $catalog.system.revert('web', ${commit.get("version").asLong()}, '$dependents')").collect()
             }
-          case _ => append(catalog, commit, () => concurrent())
+          case _ => append(catalog, commit, baseNext, () => concurrent())
         })
       catch { case e: Exception => Left(commitError(e)) }
     check(scenario.get("expect"), outcome, warehouse)
@@ -145,11 +145,20 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
     if (expect.has("columns")) assert(state.get("columns") == expect.get("columns"))
   }
 
-  /** The committing append (a replace: `overwrite(lit(true))`, INSERT OVERWRITE's plan). */
-  private def append(catalog: String, commit: JsonNode, concurrent: () => Unit): Unit = {
+  /**
+   * The committing append (a replace: `overwrite(lit(true))`, INSERT OVERWRITE's plan), with
+   * `ids_after_base` as a supplied `_ai_unique_id_` column (steps.py `commit_rows`).
+   */
+  private def append(catalog: String, commit: JsonNode, baseNext: Long, concurrent: () => Unit): Unit = {
     val batch = commit.get("batch").asText()
     val rows = (0 until commit.get("rows").asInt()).map(i => (s"$batch-$i", i.toDouble))
-    val df = spark.createDataFrame(rows).toDF("url", "score").coalesce(1)
+    val plain = spark.createDataFrame(rows).toDF("url", "score")
+    val df = Option(commit.get("ids_after_base")) match {
+      case Some(ids) =>
+        val supplied = rows.zipWithIndex.map { case ((u, s), i) => (baseNext + ids.get(i).asLong(), u, s) }
+        spark.createDataFrame(supplied).toDF("_ai_unique_id_", "url", "score").coalesce(1)
+      case None => plain.coalesce(1)
+    }
     Failpoints.hooked("append.before_commit")(concurrent()) {
       val writer = df.writeTo(s"$catalog.web").option("append_name", batch)
       if (commit.path("mode").asText("error") == "replace") writer.overwrite(lit(true)) else writer.append()
