@@ -3,7 +3,7 @@ package io.omnitable.spark.write
 import scala.util.Try
 import scala.util.control.NonFatal
 
-import io.omnitable.spark.catalog.{AppendCommit, CatalogWriter, TableSnapshot, WrittenFragment}
+import io.omnitable.spark.catalog.{AppendCommit, CatalogWriter, DdlWriter, TableSnapshot, WrittenFragment}
 import io.omnitable.spark.errors.{OmniTableCommitException, WriteErrors}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.connector.write.{BatchWrite, DataWriterFactory, PhysicalWriteInfo, WriterCommitMessage}
@@ -13,14 +13,17 @@ import org.apache.spark.sql.connector.write.{BatchWrite, DataWriterFactory, Phys
  * `partitions << 33` ids in a short transaction before the tasks run, then commits every
  * fragment the tasks wrote once ([[CatalogWriter.commitAppend]]), after checking that each
  * fragment's ids lie in the range reserved for it. A refused commit deletes the written files
- * (Spark calls `abort` after a failed `commit` too); an unknown outcome keeps them.
+ * (Spark calls `abort` after a failed `commit` too); an unknown outcome keeps them. A CTAS
+ * (`create`) writes to a table that does not exist yet: no run is recorded and nothing reserved
+ * (its ids start at 0); its commit creates the table with the batch in one transaction.
  */
 private[write] final class OmniTableBatchWrite(
     snap: TableSnapshot,
     branch: String,
     catalog: CatalogWriter,
     template: WriteTask,
-    replace: Boolean)
+    replace: Boolean,
+    create: Option[StagedCreate] = None)
     extends BatchWrite {
 
   private val batchId = WriteTask.newId()
@@ -33,12 +36,14 @@ private[write] final class OmniTableBatchWrite(
 
   override def createBatchWriterFactory(info: PhysicalWriteInfo): DataWriterFactory = {
     partitions = math.max(1, info.numPartitions())
-    val started = AppendRun.start(catalog, snap.table.tableId, task.batchName, OmniTableBatchWrite.appId, partitions)
-    run = Some(started)
-    val base =
-      try catalog.reserveRowIds(snap.table.tableId, snap.table.name, partitions.toLong << WriteTask.IdShift)
-      catch { case NonFatal(e) => started.failed(String.valueOf(e.getMessage)); throw e }
-    task = task.copy(idBase = base)
+    if (create.isEmpty) {
+      val started = AppendRun.start(catalog, snap.table.tableId, task.batchName, OmniTableBatchWrite.appId, partitions)
+      run = Some(started)
+      val base =
+        try catalog.reserveRowIds(snap.table.tableId, snap.table.name, partitions.toLong << WriteTask.IdShift)
+        catch { case NonFatal(e) => started.failed(String.valueOf(e.getMessage)); throw e }
+      task = task.copy(idBase = base)
+    }
     new FragmentWriterFactory(task)
   }
 
@@ -65,7 +70,14 @@ private[write] final class OmniTableBatchWrite(
     val version =
       try {
         catalog.failpoints.hit("append.before_commit")
-        catalog.commitAppend(commit)
+        create match {
+          case Some(c) =>
+            val reserved = partitions.toLong << WriteTask.IdShift
+            val outcome = new DdlWriter(catalog).createWithAppend(c.table, commit, reserved)
+            c.check(outcome)
+            1L
+          case None => catalog.commitAppend(commit)
+        }
       } catch {
         case e: OmniTableCommitException if e.omniErrorClass == WriteErrors.CommitOutcomeUnknown =>
           keepFiles = true
