@@ -45,7 +45,9 @@ missing / partial).
 backfill planned (and computed) on the base state that reaches its commit (failpoint
 ``backfill.before_commit``) before the committing writer starts, and commits once it is done.
 The runners hold it there: in-process with a hook, across processes with the failpoint's
-``pause:DIR`` action (the ``around`` command).
+``pause:DIR`` action (the ``around`` command). ``around_expect`` is the backfill's own outcome
+(:func:`run_around`): absent, it commits; ``{"conflict": fragment}``, it refuses its commit
+(nothing of it lands) because the committing writer changed what its plan decided on or read.
 
 Upserts race no append: both implementations refuse appends to keyed tables, and an upsert needs
 one. Python has no maintenance operations (compaction, expiry) yet.
@@ -70,7 +72,7 @@ import pyarrow.compute as pc
 
 import omnitable
 from omnitable import ROW_ID
-from omnitable.exceptions import OmniTableError
+from omnitable.exceptions import CommitConflict, OmniTableError
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 TABLE = "web"
@@ -191,6 +193,22 @@ _HISTORY_OPS: dict[str, Callable[[omnitable.Table, dict[str, Any]], Any]] = {
     "create_branch": lambda t, s: t.create_branch(s["name"]),
     "merge": lambda t, s: t.merge(s["source"]),
 }
+
+
+def run_around(wh: omnitable.Warehouse, scenario: dict[str, Any], base_next: int) -> None:
+    """The ``around`` steps, and their outcome checked against ``around_expect`` (both runners:
+    in-process for pytest, the ``around`` command for the JVM runner, which fails on a non-zero
+    exit)."""
+    expect = scenario.get("around_expect", {})
+    try:
+        for step in scenario.get("around", []):
+            apply_step(wh, step, base_next)
+    except CommitConflict as exc:
+        if "conflict" not in expect or expect["conflict"] not in str(exc):
+            raise
+        return
+    if "conflict" in expect:
+        raise AssertionError(f"the around steps committed; expected a conflict: {expect}")
 
 
 def prepare(wh: omnitable.Warehouse, scenario: dict[str, Any]) -> int:
@@ -325,8 +343,7 @@ def main(argv: list[str]) -> None:
             for step in load(argv[3])["concurrent"]:
                 apply_step(wh, step, int(argv[4]))
         elif cmd == "around":
-            for step in load(argv[3]).get("around", []):
-                apply_step(wh, step, int(argv[4]))
+            run_around(wh, load(argv[3]), int(argv[4]))
         elif cmd == "state":
             print(json.dumps(state(wh)))
         elif cmd == "history":

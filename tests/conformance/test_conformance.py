@@ -60,8 +60,7 @@ def run_python(wh: omnitable.Warehouse, scenario: dict[str, Any]) -> dict[str, A
     if "around" not in scenario:
         return _commit(wh, scenario, base_next)
     with hooked("backfill.before_commit", commit_now):
-        for step in scenario["around"]:
-            steps.apply_step(wh, step, base_next)
+        steps.run_around(wh, scenario, base_next)
     assert outcome, "the around steps never reached backfill.before_commit"
     return outcome
 
@@ -137,6 +136,7 @@ def test_every_scenario_says_what_it_expects() -> None:
     for name in steps.names():
         expect = steps.load(name)["expect"]
         assert len([k for k in ("version", *OUTCOMES) if k in expect]) == 1, name
+        assert set(steps.load(name).get("around_expect", {})) <= {"conflict"}, name
 
 
 def test_serve_answers_each_request_on_one_line_and_survives_errors(tmp_path: Path) -> None:

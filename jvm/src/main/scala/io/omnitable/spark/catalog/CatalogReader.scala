@@ -118,6 +118,24 @@ final class CatalogReader(warehouse: String, private[catalog] val env: JdbcConne
       )
     }
 
+  /**
+   * The snapshot table `t` has right after its create (version 0 of `main`, no batches), before it
+   * exists: what a CTAS writes against until its create commits with its first batch
+   * ([[DdlWriter.createWithAppend]]).
+   */
+  def createdSnapshot(t: NewTable): TableSnapshot = withConnection(s"table '${t.address}'") { conn =>
+    val root = meta(conn, "root").getOrElse(
+      throw OmniTableErrors.corruptCatalog(display, "omnitable_meta has no 'root' entry"))
+    val entry = TableEntry(t.tableId, t.address, t.location, jsonObject(s"table '${t.address}'", t.propertiesJson))
+    val columns = t.allColumns.zipWithIndex.map { case (c, i) =>
+      val dataType = CatalystSqlParser.parseDataType(c.ddl)
+      ColumnEntry(i, c.name, c.name, c.ddl, dataType, c.nullable, i, "active", c.group, None)
+    }
+    val main = SystemColumns.MainBranch
+    val snapshot = SnapshotId(0L, Seq(Segment(main, 0L)), s"branch $main (version 0)")
+    TableSnapshot(display, DataPaths.rootUri(root, address, display), entry, snapshot, columns, 0)
+  }
+
   /** The names of the visible batches of `snap`, in table order (one row per batch). */
   def batchNames(snap: TableSnapshot): Seq[String] =
     withConnection(s"the batches of table '${snap.table.name}'") { conn =>

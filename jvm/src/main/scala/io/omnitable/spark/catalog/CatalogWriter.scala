@@ -58,7 +58,7 @@ final class CatalogWriter(
           .getOrElse(throw WriteErrors.outcomeUnknown(s"the append of batch '${c.name}'", e.getCause))
     }
 
-  private def applyAppend(conn: Jdbc.Conn, c: AppendCommit): Long = {
+  private[catalog] def applyAppend(conn: Jdbc.Conn, c: AppendCommit): Long = {
     lockTable(conn, c.tableId)
     val table = Jdbc.query(conn, CommitSql("table_row"), c.tableId) { rs =>
       TableEntry(rs.getString(1), rs.getString(2), rs.getString(3), Map.empty)
@@ -437,7 +437,7 @@ final class CatalogWriter(
   }
 
   /** The version committed with `token`, read in a new connection. */
-  private def findCommit(tableId: String, token: String): Option[Long] =
+  private[catalog] def findCommit(tableId: String, token: String): Option[Long] =
     try withWrite("the commit token")(conn =>
         Jdbc.query(conn, CommitSql("find_commit"), tableId, token)(_.getLong(1)).headOption)
     catch { case NonFatal(_) => None }

@@ -12,6 +12,31 @@ import io.omnitable.spark.errors.{DdlErrors, OmniTableAnalysisException, WriteEr
 final case class NewColumn(name: String, ddl: String, nullable: Boolean, group: String)
 
 /**
+ * A table a CREATE TABLE inserts: table `name` of `namespace` with id `tableId` (chosen before its
+ * transaction, so a CTAS writes its files under [[location]] before the table exists), `columns`
+ * and the properties as Python's JSON text.
+ */
+final case class NewTable(
+    namespace: String,
+    name: String,
+    tableId: String,
+    columns: Seq[NewColumn],
+    propertiesJson: String) {
+  def address: String = TableNames.address(namespace, name)
+
+  /** The data directory relative to the data root, as Python names it. */
+  def location: String = s"$address-$tableId"
+
+  /** `_ai_unique_id_` then `columns`: column ids and positions are their indexes. */
+  def allColumns: Seq[NewColumn] =
+    NewColumn(SystemColumns.RowId, "bigint", nullable = false, DdlWriter.BaseGroup) +: columns
+}
+
+object NewTable {
+  def newId(): String = UUID.randomUUID().toString.replace("-", "")
+}
+
+/**
  * The JVM's table-creating and column-adding catalog writes, the same rows in the same single
  * transactions as Python's `Catalog.create_table` (python/omnitable/catalog/catalog.py) and the
  * `add_columns` commit (python/omnitable/catalog/commit.py) with its conflict rules: a column
@@ -29,50 +54,71 @@ final class DdlWriter(writer: CatalogWriter) {
    * (`create`) and branch `main`. `propertiesJson` is the properties as Python's JSON text.
    */
   def createTable(namespace: String, name: String, columns: Seq[NewColumn], propertiesJson: String): CreateOutcome = {
-    val address = TableNames.address(namespace, name)
-    writer.withWrite(s"create table '$address'") { conn =>
-      val lock = writer.address match {
-        case _: PostgresAddress => " FOR UPDATE"
-        case _ => ""
+    val table = NewTable(namespace, name, NewTable.newId(), columns, propertiesJson)
+    writer.withWrite(s"create table '${table.address}'")(conn => create(conn, table))
+  }
+
+  /**
+   * CTAS: create `table` and commit `append`, its first batch (version 1), in ONE transaction, the
+   * table's next free row id set to `nextRowId` (the ids its tasks generated lie below): nothing of
+   * the table is visible before, and a name taken meanwhile (or a namespace dropped) leaves nothing.
+   * A lost connection is resolved by the append's commit token, as [[CatalogWriter.commitAppend]]
+   * does.
+   */
+  def createWithAppend(table: NewTable, append: AppendCommit, nextRowId: Long): CreateOutcome =
+    try writer.withWrite(s"create table '${table.address}'") { conn =>
+        create(conn, table) match {
+          case created: Created =>
+            writer.update(conn, CommitSql("set_next_row_id"), Long.box(nextRowId), table.tableId)
+            writer.applyAppend(conn, append)
+            created
+          case other => other
+        }
       }
-      if (Jdbc.query(conn, s"SELECT 1 FROM namespaces WHERE name = ?$lock", namespace)(_.getInt(1)).isEmpty) {
-        NamespaceMissing
-      } else if (Jdbc.query(conn, "SELECT 1 FROM tables WHERE namespace = ? AND name = ?", namespace, name)(_.getInt(1))
-          .nonEmpty) TableExists
-      else {
-        writer.hit("create.before_insert")
-        val tableId = UUID.randomUUID().toString.replace("-", "")
-        insertTable(conn, namespace, name, tableId, columns, propertiesJson)
-        writer.hit("create.before_end")
-        Created(tableId)
-      }
+    catch {
+      case e: OmniTableAnalysisException if e.getCause.isInstanceOf[SQLException] =>
+        writer.findCommit(table.tableId, append.token).map(_ => Created(table.tableId)).getOrElse(
+          throw WriteErrors.outcomeUnknown(
+            s"the create of table '${table.address}' with batch '${append.name}'",
+            e.getCause))
+    }
+
+  /** Inserts `table` unless its namespace is missing or its name taken (the namespace row locked first). */
+  private def create(conn: Jdbc.Conn, table: NewTable): CreateOutcome = {
+    val lock = writer.address match {
+      case _: PostgresAddress => " FOR UPDATE"
+      case _ => ""
+    }
+    if (Jdbc.query(conn, s"SELECT 1 FROM namespaces WHERE name = ?$lock", table.namespace)(_.getInt(1)).isEmpty) {
+      NamespaceMissing
+    } else if (Jdbc.query(conn, "SELECT 1 FROM tables WHERE namespace = ? AND name = ?", table.namespace, table.name)(
+        _.getInt(1)).nonEmpty) TableExists
+    else {
+      writer.hit("create.before_insert")
+      insertTable(conn, table)
+      writer.hit("create.before_end")
+      Created(table.tableId)
     }
   }
 
-  private def insertTable(
-      conn: Jdbc.Conn,
-      namespace: String,
-      name: String,
-      tableId: String,
-      columns: Seq[NewColumn],
-      propertiesJson: String): Unit = {
+  private def insertTable(conn: Jdbc.Conn, table: NewTable): Unit = {
+    val (tableId, columns) = (table.tableId, table.columns)
     val now = CatalogWriter.utcNow()
     writer.update(
       conn,
       "INSERT INTO tables (table_id, namespace, name, location, next_row_id, next_column_id, properties, " +
         "created_at) VALUES (?, ?, ?, ?, 0, 1, ?, ?)",
       tableId,
-      namespace,
-      name,
-      s"${TableNames.address(namespace, name)}-$tableId",
-      propertiesJson,
+      table.namespace,
+      table.name,
+      table.location,
+      table.propertiesJson,
       now
     )
-    val all = NewColumn(SystemColumns.RowId, "bigint", nullable = false, BaseGroup) +: columns
     writer.batch(
       conn,
       InsertColumn,
-      all.zipWithIndex.map { case (c, i) =>
+      table.allColumns.zipWithIndex.map { case (c, i) =>
         columnRow(tableId, i, c, i, SystemColumns.MainBranch, 0L)
       })
     writer.update(

@@ -259,9 +259,8 @@ class OmniTableCatalog extends StagingTableCatalog with SupportsNamespaces with 
   private def failpoints: Failpoints = Failpoints(Option(SQLConf.get.getConfString(OmniTableTable.FailpointConf, null)))
 
   /**
-   * `CREATE TABLE omnitable.web (...) USING omnitable TBLPROPERTIES (...)` and the create of a
-   * CTAS: Python's `create_table` ([[TableDdl]]). Spark drops the table again when the query of
-   * a CTAS fails (its non-atomic path), which deletes the rows and the directory.
+   * `CREATE TABLE omnitable.web (...) USING omnitable TBLPROPERTIES (...)`: Python's
+   * `create_table` ([[TableDdl]]). A CTAS takes [[stageCreate]] instead.
    */
   override def createTable(
       ident: Identifier,
@@ -273,20 +272,19 @@ class OmniTableCatalog extends StagingTableCatalog with SupportsNamespaces with 
   }
 
   /**
-   * The create of a CTAS (`CREATE TABLE … AS SELECT`, `writeTo(...).create()`): the table is
-   * created first (its rows committed), then the query appends one batch; when the job fails,
-   * Spark aborts the staged table, which drops it (rows, then directory) as a failed CTAS of a
-   * non-staging catalog would. The stage exists so REPLACE TABLE can be refused: Spark's
-   * non-atomic REPLACE drops the table before its query runs.
+   * The create of a CTAS (`CREATE TABLE … AS SELECT`, `writeTo(...).create()`), atomic: checked
+   * here, nothing written; the query's tasks write the first batch's files, and its commit creates
+   * the table with that batch in ONE catalog transaction ([[TableDdl.stage]]), so nothing is
+   * visible before and a failed job, a killed commit or a name taken meanwhile
+   * (TABLE_OR_VIEW_ALREADY_EXISTS) leave no table, no rows and no files. REPLACE TABLE is refused:
+   * Spark's non-atomic REPLACE drops the table before its query runs.
    */
   override def stageCreate(
       ident: Identifier,
       columns: Array[Column],
       partitions: Array[Transform],
-      properties: util.Map[String, String]): StagedTable = {
-    val table = createTable(ident, columns, partitions, properties)
-    new StagedOmniTable(table.asInstanceOf[OmniTableTable], () => dropTable(ident))
-  }
+      properties: util.Map[String, String]): StagedTable =
+    new TableDdl(reader, failpoints).stage(ident, columns.toSeq, partitions.toSeq, properties.asScala.toMap)
 
   override def stageReplace(
       ident: Identifier,

@@ -1,16 +1,26 @@
 package io.omnitable.spark.source
 
+import scala.jdk.CollectionConverters._
+import scala.util.{Success, Try}
+import scala.util.control.NonFatal
+
 import io.omnitable.spark.catalog.{
   CatalogReader,
   CatalogWriter,
   DdlWriter,
   Failpoints,
   NewColumn,
+  NewTable,
   SnapshotSpec,
   SystemColumns,
-  TableNames
+  TableNames,
+  TableSnapshot
 }
 import io.omnitable.spark.errors.{DdlErrors, OmniTableErrors}
+import io.omnitable.spark.read.plan.ReadColumn
+import io.omnitable.spark.write.{OmniTableWriteBuilder, StagedCreate}
+import org.apache.hadoop.fs.Path
+import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.analysis.{NoSuchNamespaceException, TableAlreadyExistsException}
 import org.apache.spark.sql.connector.catalog.{
   Column,
@@ -22,6 +32,7 @@ import org.apache.spark.sql.connector.catalog.{
 }
 import org.apache.spark.sql.connector.expressions.Transform
 import org.apache.spark.sql.connector.write.{LogicalWriteInfo, WriteBuilder}
+import org.apache.spark.sql.types.StructType
 
 /**
  * CREATE TABLE (and the create of a CTAS) and ALTER TABLE … ADD COLUMNS of the omnitable
@@ -35,19 +46,45 @@ private[source] final class TableDdl(reader: CatalogReader, failpoints: Failpoin
   /** Creates the table; NoSuchNamespaceException / TableAlreadyExistsException as Spark expects. */
   def create(ident: Identifier, columns: Seq[Column], partitions: Seq[Transform], properties: Map[String, String])
       : Unit = {
+    val table = define(ident, columns, partitions, properties)
+    TableDdl.check(
+      ident,
+      table.namespace,
+      ddlWriter.createTable(table.namespace, table.name, table.columns, table.propertiesJson))
+  }
+
+  /**
+   * The create of a CTAS, staged: checked as [[create]] checks it (namespace, name free,
+   * definition), nothing written. Its write creates the table with its first batch in one
+   * transaction ([[DdlWriter.createWithAppend]]).
+   */
+  def stage(ident: Identifier, columns: Seq[Column], partitions: Seq[Transform], properties: Map[String, String])
+      : StagedOmniTable = {
+    val table = define(ident, columns, partitions, properties)
+    if (reader.namespaceProperties(table.namespace).isEmpty) throw new NoSuchNamespaceException(Array(table.namespace))
+    if (reader.tableExists(table.address)) throw new TableAlreadyExistsException(ident)
+    val writer = new CatalogWriter(reader.address, failpoints = failpoints)
+    new StagedOmniTable(
+      reader,
+      reader.createdSnapshot(table),
+      StagedCreate(table, TableDdl.check(ident, table.namespace, _)),
+      writer)
+  }
+
+  private def define(
+      ident: Identifier,
+      columns: Seq[Column],
+      partitions: Seq[Transform],
+      properties: Map[String, String]): NewTable = {
     val namespace = ident.namespace() match {
       case Array() => TableNames.DefaultNamespace
       case Array(ns) if TableNames.validName(ns) => ns
       case _ => throw new NoSuchNamespaceException(ident.namespace())
     }
     Names.checkTable(ident.name())
-    val address = TableNames.address(namespace, ident.name())
-    val (newColumns, json) = TableDefinition(address, columns, partitions, properties)
-    ddlWriter.createTable(namespace, ident.name(), newColumns, json) match {
-      case DdlWriter.Created(_) =>
-      case DdlWriter.NamespaceMissing => throw new NoSuchNamespaceException(Array(namespace))
-      case DdlWriter.TableExists => throw new TableAlreadyExistsException(ident)
-    }
+    val (newColumns, json) =
+      TableDefinition(TableNames.address(namespace, ident.name()), columns, partitions, properties)
+    NewTable(namespace, ident.name(), NewTable.newId(), newColumns, json)
   }
 
   /**
@@ -132,6 +169,13 @@ private[source] final class TableDdl(reader: CatalogReader, failpoints: Failpoin
 
 private[source] object TableDdl {
 
+  /** A create's outcome as Spark expects it: NoSuchNamespaceException / TableAlreadyExistsException. */
+  def check(ident: Identifier, namespace: String, outcome: DdlWriter.CreateOutcome): Unit = outcome match {
+    case DdlWriter.Created(_) =>
+    case DdlWriter.NamespaceMissing => throw new NoSuchNamespaceException(Array(namespace))
+    case DdlWriter.TableExists => throw new TableAlreadyExistsException(ident)
+  }
+
   /** python/omnitable/ingest/columns.py `_default_group`: after the first column's name, made unique. */
   def defaultGroup(used: Set[String], first: String): String = {
     val base = Some(first.replaceAll("[^A-Za-z0-9_.-]", "_").take(56)).filter(_.nonEmpty).getOrElse("cols")
@@ -148,18 +192,37 @@ private[source] object TableDdl {
 }
 
 /**
- * A table a CTAS writes ([[OmniTableCatalog.stageCreate]]): already created; the write is its
- * table's append. Committing changes nothing more; aborting drops the table.
+ * The table a CTAS writes ([[OmniTableCatalog.stageCreate]]), not in the catalog yet: `snap` is
+ * its snapshot right after the create. The write's commit creates it with the first batch in one
+ * transaction ([[DdlWriter.createWithAppend]]), so committing the stage changes nothing more.
+ * Aborting deletes the table's data directory (its id is new: no other table uses it; the
+ * write's own abort already deleted the files it wrote), unless the catalog holds the table with
+ * that id or cannot tell (a commit of unknown outcome may have created it).
  */
-private[source] final class StagedOmniTable(table: OmniTableTable, drop: () => Unit)
+private[source] final class StagedOmniTable(
+    reader: CatalogReader,
+    snap: TableSnapshot,
+    create: StagedCreate,
+    writer: CatalogWriter)
     extends StagedTable
     with SupportsWrite {
-  override def name(): String = table.name()
-  override def columns(): Array[Column] = table.columns()
-  override def schema(): org.apache.spark.sql.types.StructType = table.schema
-  override def properties(): java.util.Map[String, String] = table.properties()
-  override def capabilities(): java.util.Set[TableCapability] = table.capabilities()
-  override def newWriteBuilder(info: LogicalWriteInfo): WriteBuilder = table.newWriteBuilder(info)
+  override def name(): String = snap.table.name
+  override lazy val schema: StructType = ReadColumn.schema(ReadColumn.tableColumns(snap))
+  override def properties(): java.util.Map[String, String] =
+    Map("provider" -> "omnitable", "location" -> snap.tableUri).asJava
+  override def capabilities(): java.util.Set[TableCapability] =
+    java.util.EnumSet.of(TableCapability.BATCH_WRITE, TableCapability.ACCEPT_ANY_SCHEMA)
+  override def newWriteBuilder(info: LogicalWriteInfo): WriteBuilder =
+    new OmniTableWriteBuilder(snap, writer, Map.empty, info, Some(create))
   override def commitStagedChanges(): Unit = ()
-  override def abortStagedChanges(): Unit = drop()
+  override def abortStagedChanges(): Unit = {
+    val address = snap.table.name
+    val created = Try(
+      reader.tableExists(address) && reader.loadTable(address, SnapshotSpec.Head).table.tableId == snap.table.tableId)
+    if (created == Success(false)) {
+      val dir = new Path(snap.tableUri)
+      try dir.getFileSystem(SparkSession.active.sessionState.newHadoopConf()).delete(dir, true)
+      catch { case NonFatal(_) => } // nothing references the files
+    }
+  }
 }

@@ -5,7 +5,7 @@ import java.util.concurrent.{Executors, ScheduledExecutorService, TimeUnit}
 import scala.util.Try
 import scala.util.control.NonFatal
 
-import io.omnitable.spark.catalog.{AppendCommit, CatalogWriter, TableSnapshot, WrittenFragment}
+import io.omnitable.spark.catalog.{AppendCommit, CatalogWriter, DdlWriter, TableSnapshot, WrittenFragment}
 import io.omnitable.spark.errors.{OmniTableCommitException, WriteErrors}
 import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.SparkSession
@@ -18,14 +18,17 @@ import org.apache.spark.sql.connector.write.{BatchWrite, DataWriterFactory, Phys
  * ([[CatalogWriter.commitAppend]] through [[RowIdChecks.commit]]), after checking that each
  * fragment's ids lie in the range reserved for it, or that supplied ids are unique and new
  * ([[RowIdChecks]]). A refused commit deletes the written files
- * (Spark calls `abort` after a failed `commit` too); an unknown outcome keeps them.
+ * (Spark calls `abort` after a failed `commit` too); an unknown outcome keeps them. A CTAS
+ * (`create`) writes to a table that does not exist yet: no run is recorded and nothing reserved
+ * (its ids start at 0); its commit creates the table with the batch in one transaction.
  */
 private[write] final class OmniTableBatchWrite(
     snap: TableSnapshot,
     branch: String,
     catalog: CatalogWriter,
     template: WriteTask,
-    replace: Boolean)
+    replace: Boolean,
+    create: Option[StagedCreate] = None)
     extends BatchWrite {
 
   @volatile private var batchId = WriteTask.newId()
@@ -38,15 +41,18 @@ private[write] final class OmniTableBatchWrite(
 
   override def createBatchWriterFactory(info: PhysicalWriteInfo): DataWriterFactory = {
     partitions = math.max(1, info.numPartitions())
-    val started = AppendRun.start(catalog, snap.table.tableId, task.batchName, OmniTableBatchWrite.appId, partitions)
-    run = Some(started)
-    val base =
-      if (task.suppliedIds >= 0) 0L // supplied ids: nothing to reserve
-      else
-        try catalog.reserveRowIds(snap.table.tableId, snap.table.name, partitions.toLong << WriteTask.IdShift)
-        catch { case NonFatal(e) => started.failed(String.valueOf(e.getMessage)); throw e }
+    if (create.isEmpty) {
+      val started = AppendRun.start(catalog, snap.table.tableId, task.batchName, OmniTableBatchWrite.appId, partitions)
+      run = Some(started)
+      val base =
+        if (task.suppliedIds >= 0) 0L // supplied ids: nothing to reserve
+        else
+          try catalog.reserveRowIds(snap.table.tableId, snap.table.name, partitions.toLong << WriteTask.IdShift)
+          catch { case NonFatal(e) => started.failed(String.valueOf(e.getMessage)); throw e }
+      task = task.copy(idBase = base)
+    }
     batchId = OmniTableBatchWrite.unusedBatchId(task)
-    task = task.copy(idBase = base, batchId = batchId)
+    task = task.copy(batchId = batchId)
     new FragmentWriterFactory(task)
   }
 
@@ -79,7 +85,14 @@ private[write] final class OmniTableBatchWrite(
         val withIds = commit.copy(supplied = ids.map(_.bounds))
         ids.foreach(checks.checkExisting(catalog, withIds, _))
         catalog.failpoints.hit("append.before_commit")
-        checks.commit(catalog, withIds, ids)
+        create match {
+          case Some(c) =>
+            val reserved = if (supplied) 0L else partitions.toLong << WriteTask.IdShift
+            val outcome = new DdlWriter(catalog).createWithAppend(c.table, withIds, reserved)
+            c.check(outcome)
+            1L
+          case None => checks.commit(catalog, withIds, ids)
+        }
       } catch {
         case e: OmniTableCommitException if e.omniErrorClass == WriteErrors.CommitOutcomeUnknown =>
           keepFiles = true

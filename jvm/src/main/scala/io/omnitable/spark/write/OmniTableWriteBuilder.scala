@@ -2,7 +2,7 @@ package io.omnitable.spark.write
 
 import scala.jdk.CollectionConverters._
 
-import io.omnitable.spark.catalog.{CatalogWriter, SystemColumns, TableSnapshot}
+import io.omnitable.spark.catalog.{CatalogWriter, DdlWriter, NewTable, SystemColumns, TableSnapshot}
 import io.omnitable.spark.errors.WriteErrors
 import io.omnitable.spark.read.exec.SerializableHadoopConf
 import org.apache.hadoop.mapreduce.Job
@@ -17,12 +17,14 @@ import org.apache.spark.sql.execution.datasources.parquet.{ParquetOptions, Parqu
  * ([[WriteSchema]]) — and prepares the Parquet settings the tasks use.
  *
  * @param readOptions the options the table was loaded with (a version or tag cannot be written)
+ * @param create a CTAS's table, not created yet: the commit creates it with this batch
  */
 final class OmniTableWriteBuilder(
     snap: TableSnapshot,
     catalog: CatalogWriter,
     readOptions: Map[String, String],
-    info: LogicalWriteInfo)
+    info: LogicalWriteInfo,
+    create: Option[StagedCreate] = None)
     extends WriteBuilder
     with SupportsTruncate {
 
@@ -72,10 +74,16 @@ final class OmniTableWriteBuilder(
       supplied)
     new Write {
       override def description(): String = s"OmniTable append of batch '${settings.appendName}' to $table"
-      override def toBatch: BatchWrite = new OmniTableBatchWrite(snap, branch, catalog, task, replace)
+      override def toBatch: BatchWrite = new OmniTableBatchWrite(snap, branch, catalog, task, replace, create)
     }
   }
 }
+
+/**
+ * The table a CTAS creates ([[io.omnitable.spark.catalog.DdlWriter.createWithAppend]]), and what
+ * makes its outcome Spark's error (TABLE_OR_VIEW_ALREADY_EXISTS when the name was taken meanwhile).
+ */
+final case class StagedCreate(table: NewTable, check: DdlWriter.CreateOutcome => Unit)
 
 private[spark] object OmniTableWriteBuilder {
   val RowId: String = SystemColumns.RowId

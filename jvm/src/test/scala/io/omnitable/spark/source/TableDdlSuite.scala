@@ -104,7 +104,7 @@ class TableDdlSuite extends AnyFunSuite with SharedSparkSession {
     }
   }
 
-  test("a CTAS appends one named batch; a failed one drops the table and its directory") {
+  test("a CTAS appends one named batch; a failed one leaves no table and no directory") {
     withCatalog { (cat, c) =>
       withConf("spark.omnitable.write.appendName" -> "b1") {
         spark.sql(s"CREATE TABLE $cat.ok AS SELECT id AS a, CAST(id AS STRING) AS s FROM range(3)").collect()
