@@ -66,10 +66,7 @@ final class CatalogWriter(
     val resolver = new SnapshotResolver(conn, table, display)
     val snap = resolver.resolve(SnapshotSpec(branch = Some(c.branch)))
     val (head, segments) = (snap.version, snap.segments)
-    if (c.baseVersion > head) {
-      throw WriteErrors.conflict(
-        s"Cannot commit on branch '${c.branch}': base version ${c.baseVersion} is newer than its head $head")
-    }
+    CommitRows.checkBase(c.branch, c.baseVersion, head)
     val replaced =
       if (c.replace) replacedAt(conn, c, resolver.resolve(SnapshotSpec(version = Some(c.baseVersion))).segments)
       else Replaced(Nil, Nil)
@@ -83,25 +80,13 @@ final class CatalogWriter(
     insertData(conn, c, version, columnIds, now)
     hit("commit.mid_insert")
     endRows(conn, c, version, replaced)
-    val summary = CatalogWriter.Json.writeValueAsString(new java.util.TreeMap[String, Any](Map[String, Any](
+    val summary = CommitRows.summaryJson(Map(
       "batch" -> c.name,
       "rows" -> c.fragments.map(_.rowCount).sum,
       "fragments" -> c.fragments.size,
       "replaced" -> replaced.batchIds.nonEmpty,
-      "engine" -> c.engine).asJava))
-    update(
-      conn,
-      CommitSql("insert_commit"),
-      c.tableId,
-      Long.box(version),
-      Long.box(head),
-      c.branch,
-      "append",
-      c.runId.orNull,
-      summary,
-      now,
-      c.token)
-    update(conn, CommitSql("move_ref"), Long.box(version), c.tableId, c.branch)
+      "engine" -> c.engine))
+    CommitRows.insertCommit(conn, c.tableId, version, head, c.branch, "append", c.runId, summary, now, c.token)
     moveNextRowId(conn, c)
     hit("commit.before_end")
     version
@@ -219,18 +204,7 @@ final class CatalogWriter(
     val active = Jdbc.query(conn, CommitSql("visible_columns").replace("{vis}", vis), (c.tableId +: params): _*) {
       rs => (rs.getString(1), rs.getInt(2), rs.getString(4))
     }.filter(_._3 == "active").map(r => r._1 -> r._2).toMap
-    for (frag <- c.fragments; f <- frag.files; (name, _) <- f.stats) {
-      val head = active.getOrElse(
-        name,
-        throw WriteErrors.conflict(
-          s"Cannot commit append: column '$name' no longer exists (retired, renamed or replaced concurrently?)"))
-      f.columnIds.get(name).filter(_ != head).foreach { bound =>
-        throw WriteErrors.conflict(
-          s"Cannot commit append: column '$name' was replaced by a concurrent commit (its type " +
-            s"changed: column id $bound is now $head) after file ${f.path} was written for it; " +
-            "nothing was committed. Run the write again.")
-      }
-    }
+    CommitRows.checkColumnBindings("append", c.fragments.flatMap(_.files), active, "Run the write again.")
     active
   }
 
@@ -430,11 +404,7 @@ final class CatalogWriter(
   }
 
   /** Now, never earlier than the table's latest commit (commit.py `_commit_time`). */
-  private[catalog] def commitTime(conn: Jdbc.Conn, tableId: String): String = {
-    val last = Jdbc.query(conn, CommitSql("last_commit_time"), tableId)(rs => Option(rs.getString(1))).head
-    val now = CatalogWriter.utcNow()
-    last.filter(_ > now).getOrElse(now)
-  }
+  private[catalog] def commitTime(conn: Jdbc.Conn, tableId: String): String = CommitRows.commitTime(conn, tableId)
 
   /** The version committed with `token`, read in a new connection. */
   private[catalog] def findCommit(tableId: String, token: String): Option[Long] =

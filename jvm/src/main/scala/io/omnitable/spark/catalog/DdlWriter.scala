@@ -171,10 +171,7 @@ final class DdlWriter(writer: CatalogWriter) {
     }.headOption.getOrElse(throw WriteErrors.dropped(Op, tableId))
     val snap = new SnapshotResolver(conn, table, display).resolve(SnapshotSpec(branch = Some(SystemColumns.MainBranch)))
     val (head, segments) = (snap.version, snap.segments)
-    if (baseVersion > head) {
-      throw WriteErrors.conflict(
-        s"Cannot commit on branch '${SystemColumns.MainBranch}': base version $baseVersion is newer than its head $head")
-    }
+    CommitRows.checkBase(SystemColumns.MainBranch, baseVersion, head)
     checkNewColumns(conn, tableId, baseVersion, columns, segments)
     checkGroupOwnership(conn, tableId, baseVersion, columns, segments)
     val version = Jdbc.query(conn, CommitSql("next_version"), tableId)(_.getLong(1)).head
@@ -191,19 +188,7 @@ final class DdlWriter(writer: CatalogWriter) {
       })
     writer.hit("commit.mid_insert")
     val summary = PyJson.dumps(Map("columns" -> columns.map(_.name), "group" -> group, "rows" -> 0, "files" -> 0))
-    writer.update(
-      conn,
-      CommitSql("insert_commit"),
-      tableId,
-      Long.box(version),
-      Long.box(head),
-      SystemColumns.MainBranch,
-      Op,
-      null,
-      summary,
-      now,
-      token)
-    writer.update(conn, CommitSql("move_ref"), Long.box(version), tableId, SystemColumns.MainBranch)
+    CommitRows.insertCommit(conn, tableId, version, head, SystemColumns.MainBranch, Op, None, summary, now, token)
     writer.update(
       conn,
       "UPDATE tables SET next_column_id = ? WHERE table_id = ?",

@@ -1,7 +1,5 @@
 package io.omnitable.spark.catalog
 
-import scala.jdk.CollectionConverters._
-
 import io.omnitable.spark.errors.WriteErrors
 
 /**
@@ -25,10 +23,7 @@ private[catalog] final class RowLevelCommitter(w: CatalogWriter, conn: Jdbc.Conn
     val resolver = new SnapshotResolver(conn, table, w.display)
     val snap = resolver.resolve(SnapshotSpec(branch = Some(c.branch)))
     val (head, segments) = (snap.version, snap.segments)
-    if (c.baseVersion > head) {
-      throw WriteErrors.conflict(
-        s"Cannot commit on branch '${c.branch}': base version ${c.baseVersion} is newer than its head $head")
-    }
+    CommitRows.checkBase(c.branch, c.baseVersion, head)
     if (c.deletions.map(_.fragmentId).distinct.size != c.deletions.size) {
       throw new IllegalStateException(s"Cannot commit ${c.op}: two deletion vectors for one fragment")
     }
@@ -63,21 +58,8 @@ private[catalog] final class RowLevelCommitter(w: CatalogWriter, conn: Jdbc.Conn
           Long.box(version))
       }
     )
-    val summary = CatalogWriter.Json.writeValueAsString(
-      new java.util.TreeMap[String, Any]((c.summary + ("engine" -> c.engine)).asJava))
-    w.update(
-      conn,
-      CommitSql("insert_commit"),
-      c.tableId,
-      Long.box(version),
-      Long.box(head),
-      c.branch,
-      c.op,
-      null,
-      summary,
-      now,
-      c.token)
-    w.update(conn, CommitSql("move_ref"), Long.box(version), c.tableId, c.branch)
+    val summary = CommitRows.summaryJson(c.summary + ("engine" -> c.engine))
+    CommitRows.insertCommit(conn, c.tableId, version, head, c.branch, c.op, None, summary, now, c.token)
     w.hit("commit.before_end")
     version
   }

@@ -111,29 +111,12 @@ final class UndoWriter(reader: CatalogReader, failpoints: Failpoints = Failpoint
     }
     val version = Jdbc.query(conn, CommitSql("next_version"), tableId)(_.getLong(1)).head
     hit("commit.before_insert")
-    val now = commitTime(conn, tableId)
+    val now = CommitRows.commitTime(conn, tableId)
     val full = summary ++ body(c, version)
     val json = UndoWriter.pythonJson(full)
-    c.update(
-      CommitSql("insert_commit"),
-      tableId,
-      Long.box(version),
-      Long.box(head.version),
-      branch,
-      op,
-      null,
-      json,
-      now,
-      UndoStatements.newId())
-    c.update(CommitSql("move_ref"), Long.box(version), tableId, branch)
+    CommitRows.insertCommit(conn, tableId, version, head.version, branch, op, None, json, now, UndoStatements.newId())
     hit("commit.before_end")
     UndoOutcome(version, head.version, op, json)
-  }
-
-  private def commitTime(conn: Jdbc.Conn, tableId: String): String = {
-    val last = Jdbc.query(conn, CommitSql("last_commit_time"), tableId)(rs => Option(rs.getString(1))).head
-    val now = CatalogWriter.utcNow()
-    last.filter(_ > now).getOrElse(now)
   }
 
   /**

@@ -53,36 +53,21 @@ private[catalog] final class UpdateCommitter(w: CatalogWriter) {
     }.headOption.getOrElse(throw WriteErrors.dropped("update", c.tableId))
     val snap = new SnapshotResolver(conn, table, w.display).resolve(SnapshotSpec(branch = Some(c.branch)))
     val (head, segments) = (snap.version, snap.segments)
-    if (c.baseVersion > head) {
-      throw WriteErrors.conflict(
-        s"Cannot commit on branch '${c.branch}': base version ${c.baseVersion} is newer than its head $head")
-    }
+    CommitRows.checkBase(c.branch, c.baseVersion, head)
     val prepared = prepare(conn, c, segments, head)
     val version = Jdbc.query(conn, CommitSql("next_version"), c.tableId)(_.getLong(1)).head
     w.hit("commit.before_insert")
     val now = w.commitTime(conn, c.tableId)
     insert(conn, c, version, prepared)
-    val summary = CatalogWriter.Json.writeValueAsString(new java.util.TreeMap[String, Any](Map[String, Any](
+    val summary = CommitRows.summaryJson(Map(
       "columns" -> c.columns.asJava,
       "rows" -> c.rows,
       "fragments" -> c.files.map(_.fragmentId).distinct.size,
       "files" -> c.files.size,
       "user" -> c.user,
       "engine" -> c.engine
-    ).asJava))
-    w.update(
-      conn,
-      CommitSql("insert_commit"),
-      c.tableId,
-      Long.box(version),
-      Long.box(head),
-      c.branch,
-      "update",
-      null,
-      summary,
-      now,
-      c.token)
-    w.update(conn, CommitSql("move_ref"), Long.box(version), c.tableId, c.branch)
+    ))
+    CommitRows.insertCommit(conn, c.tableId, version, head, c.branch, "update", None, summary, now, c.token)
     w.hit("commit.before_end")
     version
   }
@@ -117,18 +102,11 @@ private[catalog] final class UpdateCommitter(w: CatalogWriter) {
     val active = Jdbc.query(conn, sql, (c.tableId +: params): _*) { rs =>
       (rs.getString(1), rs.getInt(2), rs.getString(3), Option(rs.getString(4)))
     }.filter(_._3 == "active").map(r => r._1 -> (r._2, r._4)).toMap
-    for (f <- c.files; (name, _) <- f.stats) {
-      val (head, _) = active.getOrElse(
-        name,
-        throw WriteErrors.conflict(
-          s"Cannot commit update: column '$name' no longer exists (retired, renamed or replaced concurrently?)"))
-      f.columnIds.get(name).filter(_ != head).foreach { bound =>
-        throw WriteErrors.conflict(
-          s"Cannot commit update: column '$name' was replaced by a concurrent commit (its type changed: " +
-            s"column id $bound is now $head) after file ${f.path} was written for it; nothing was committed. " +
-            "Re-plan and run again.")
-      }
-    }
+    CommitRows.checkColumnBindings(
+      "update",
+      c.files,
+      active.map { case (n, (id, _)) => n -> id },
+      "Re-plan and run again.")
     active
   }
 
