@@ -73,22 +73,28 @@ final class CatalogWriter(
     val replaced =
       if (c.replace) replacedAt(conn, c, resolver.resolve(SnapshotSpec(version = Some(c.baseVersion))).segments)
       else Replaced(Nil, Nil)
-    val columnIds = checkColumns(conn, c, segments)
+    val version = Jdbc.query(conn, CommitSql("next_version"), c.tableId)(_.getLong(1)).head
+    // mergeSchema: the batch's new columns are added by this commit (DdlWriter's add_columns checks)
+    val added =
+      if (c.newColumns.isEmpty) Map.empty[String, Int]
+      else new DdlWriter(this).insertColumns(conn, c.tableId, c.baseVersion, c.newColumns, segments, c.branch, version)
+    val columnIds = checkColumns(conn, c, segments, added)
     checkBatchName(conn, c, segments, replaced.batchIds)
     if (replaced.batchIds.nonEmpty) checkStillVisible(conn, c, segments, replaced)
     checkIdOverlaps(conn, c, head)
-    val version = Jdbc.query(conn, CommitSql("next_version"), c.tableId)(_.getLong(1)).head
     hit("commit.before_insert")
     val now = commitTime(conn, c.tableId)
     insertData(conn, c, version, columnIds, now)
     hit("commit.mid_insert")
     endRows(conn, c, version, replaced)
-    val summary = CatalogWriter.Json.writeValueAsString(new java.util.TreeMap[String, Any](Map[String, Any](
+    val newNames: Map[String, Any] =
+      if (c.newColumns.isEmpty) Map.empty else Map("columns" -> c.newColumns.map(_.name).asJava)
+    val summary = CatalogWriter.Json.writeValueAsString(new java.util.TreeMap[String, Any]((Map[String, Any](
       "batch" -> c.name,
       "rows" -> c.fragments.map(_.rowCount).sum,
       "fragments" -> c.fragments.size,
       "replaced" -> replaced.batchIds.nonEmpty,
-      "engine" -> c.engine).asJava))
+      "engine" -> c.engine) ++ newNames).asJava))
     update(
       conn,
       CommitSql("insert_commit"),
@@ -214,12 +220,16 @@ final class CatalogWriter(
     }
 
   /** Name → column id at the head for every column a file carries; conflicts as commit.py `_validate`. */
-  private def checkColumns(conn: Jdbc.Conn, c: AppendCommit, segments: Seq[Segment]): Map[String, Int] = {
+  private def checkColumns(
+      conn: Jdbc.Conn,
+      c: AppendCommit,
+      segments: Seq[Segment],
+      added: Map[String, Int]): Map[String, Int] = {
     val (vis, params) = Jdbc.visible("c", "columns", segments)
     val active = Jdbc.query(conn, CommitSql("visible_columns").replace("{vis}", vis), (c.tableId +: params): _*) {
       rs => (rs.getString(1), rs.getInt(2), rs.getString(4))
     }.filter(_._3 == "active").map(r => r._1 -> r._2).toMap
-    for (frag <- c.fragments; f <- frag.files; (name, _) <- f.stats) {
+    for (frag <- c.fragments; f <- frag.files; (name, _) <- f.stats if !added.contains(name)) {
       val head = active.getOrElse(
         name,
         throw WriteErrors.conflict(
@@ -231,7 +241,7 @@ final class CatalogWriter(
             "nothing was committed. Run the write again.")
       }
     }
-    active
+    active ++ added
   }
 
   /** (batch id, added version) of the batches named `c.name` visible in `segments`. */

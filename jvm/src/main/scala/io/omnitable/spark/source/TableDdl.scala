@@ -167,7 +167,7 @@ private[source] final class TableDdl(reader: CatalogReader, failpoints: Failpoin
   }
 }
 
-private[source] object TableDdl {
+private[spark] object TableDdl {
 
   /** A create's outcome as Spark expects it: NoSuchNamespaceException / TableAlreadyExistsException. */
   def check(ident: Identifier, namespace: String, outcome: DdlWriter.CreateOutcome): Unit = outcome match {

@@ -2,8 +2,9 @@ package io.omnitable.spark.write
 
 import java.util.Locale
 
-import io.omnitable.spark.catalog.{SystemColumns, TableSnapshot}
+import io.omnitable.spark.catalog.{NewColumn, SystemColumns, TableSnapshot}
 import io.omnitable.spark.errors.WriteErrors
+import io.omnitable.spark.source.{DdlTypes, Names, TableDdl}
 import org.apache.spark.sql.catalyst.expressions.Cast
 import org.apache.spark.sql.types.{ByteType, IntegerType, LongType, NullType, ShortType, StructType}
 
@@ -36,7 +37,17 @@ private[write] object WriteSchema {
   }
 
   /** Columns by group (`base` first, `_ai_unique_id_` first in it), groups in table order. */
-  def targets(snap: TableSnapshot, input: StructType): Seq[(String, Seq[TargetColumn])] = {
+  def targets(snap: TableSnapshot, input: StructType): Seq[(String, Seq[TargetColumn])] =
+    targets(snap, input, None)._1
+
+  /**
+   * As [[targets]]; with `merge` (mergeSchema: `Some(group option)`), the input's unknown columns
+   * are new nullable columns of the table, stored under their names (their physical names) in the
+   * option's group or, as ALTER TABLE ADD COLUMNS picks it, one named after the first; their ids
+   * are given by the append's commit, which adds them ([[NewColumn]]s, second result).
+   */
+  def targets(snap: TableSnapshot, input: StructType, merge: Option[Option[String]])
+      : (Seq[(String, Seq[TargetColumn])], Seq[NewColumn]) = {
     val table = snap.table.name
     val key = (s: String) => s.toLowerCase(Locale.ROOT)
     val dupes = input.fieldNames.groupBy(key).collect { case (_, ns) if ns.length > 1 => ns.head }.toSeq
@@ -46,7 +57,8 @@ private[write] object WriteSchema {
     val user = snap.userColumns
     val byName = user.map(c => key(c.name) -> c).toMap
     val unknown = input.fieldNames.filterNot(n => byName.contains(key(n)) || key(n) == key(SystemColumns.RowId))
-    if (unknown.nonEmpty) throw WriteErrors.unknownColumns(table, unknown.toSeq)
+    if (unknown.nonEmpty && merge.isEmpty) throw WriteErrors.unknownColumns(table, unknown.toSeq)
+    val added = merge.filter(_ => unknown.nonEmpty).map(g => newColumns(snap, input, unknown.toSeq, g)).getOrElse(Nil)
     val inputIndex = input.fieldNames.zipWithIndex.map { case (n, i) => key(n) -> i }.toMap
     val missing = user.filter(c => !c.nullable && !inputIndex.contains(key(c.name))).map(_.name)
     if (missing.nonEmpty) throw WriteErrors.missingColumns(table, missing)
@@ -60,8 +72,24 @@ private[write] object WriteSchema {
     }
     val id = snap.rowIdColumn
     val idCol = TargetColumn(id.name, id.columnId, id.physicalName, id.groupName, id.dataType, -1, nullable = false)
-    val all = idCol +: present
+    val fresh = added.map { c =>
+      val i = inputIndex(key(c.name))
+      TargetColumn(c.name, -1, c.name, c.group, input(i).dataType, i, nullable = true)
+    }
+    val all = (idCol +: present) ++ fresh
     val order = all.map(_.group).distinct
-    order.map(g => g -> all.filter(_.group == g))
+    (order.map(g => g -> all.filter(_.group == g)), added)
+  }
+
+  private def newColumns(snap: TableSnapshot, input: StructType, names: Seq[String], group: Option[String])
+      : Seq[NewColumn] = {
+    val what = s"add columns to table '${snap.table.name}' (mergeSchema)"
+    val columns = names.map { n =>
+      Names.checkColumn(n)
+      NewColumn(n, DdlTypes.ddl(input(n).dataType, n, what), nullable = true, group = "")
+    }
+    val g = group.getOrElse(TableDdl.defaultGroup(snap.columns.map(_.groupName).toSet, names.head))
+    Names.checkGroup(g)
+    columns.map(_.copy(group = g))
   }
 }
