@@ -167,7 +167,7 @@ private[source] final class TableDdl(reader: CatalogReader, failpoints: Failpoin
   }
 }
 
-private[spark] object TableDdl {
+private[source] object TableDdl {
 
   /** A create's outcome as Spark expects it: NoSuchNamespaceException / TableAlreadyExistsException. */
   def check(ident: Identifier, namespace: String, outcome: DdlWriter.CreateOutcome): Unit = outcome match {
@@ -177,6 +177,22 @@ private[spark] object TableDdl {
   }
 
   /** python/omnitable/ingest/columns.py `_default_group`: after the first column's name, made unique. */
+  /**
+   * The new columns of a mergeSchema append: `names` of `input`, nullable, checked as ADD COLUMNS
+   * checks them, in `group` or, as ALTER names it, a new group named after the first.
+   */
+  def mergeColumns(snap: TableSnapshot, input: StructType, names: Seq[String], group: Option[String])
+      : Seq[NewColumn] = {
+    val what = s"add columns to table '${snap.table.name}' (mergeSchema)"
+    val columns = names.map { n =>
+      Names.checkColumn(n)
+      NewColumn(n, DdlTypes.ddl(input(n).dataType, n, what), nullable = true, group = "")
+    }
+    val g = group.getOrElse(defaultGroup(snap.columns.map(_.groupName).toSet, names.head))
+    Names.checkGroup(g)
+    columns.map(_.copy(group = g))
+  }
+
   def defaultGroup(used: Set[String], first: String): String = {
     val base = Some(first.replaceAll("[^A-Za-z0-9_.-]", "_").take(56)).filter(_.nonEmpty).getOrElse("cols")
     (Iterator.single(base) ++ Iterator.from(2).map(i => s"$base-$i")).find(n => !used.contains(n)).get

@@ -166,7 +166,7 @@ private[source] object TableDefinition {
 }
 
 /** python/omnitable/vocabulary/names.py's checks, with its messages. */
-private[spark] object Names {
+private[source] object Names {
   private val ColumnName = "^[A-Za-z_][A-Za-z0-9_\\-]{0,254}$".r
   private val GroupName = "^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$".r
 
@@ -200,7 +200,7 @@ private[spark] object Names {
 }
 
 /** Spark types → the DDL strings Python stores (vocabulary/types.py `to_ddl` of the canonical types). */
-private[spark] object DdlTypes {
+private[source] object DdlTypes {
   private val Plain = "^[A-Za-z_][A-Za-z0-9_]*$".r
 
   def plainString(s: StringType): Boolean =

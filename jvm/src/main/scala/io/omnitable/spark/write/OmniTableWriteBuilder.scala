@@ -26,7 +26,8 @@ final class OmniTableWriteBuilder(
     catalog: CatalogWriter,
     readOptions: Map[String, String],
     info: LogicalWriteInfo,
-    create: Option[StagedCreate] = None)
+    create: Option[StagedCreate] = None,
+    defineColumns: OmniTableWriteBuilder.DefineColumns = OmniTableWriteBuilder.NoNewColumns)
     extends WriteBuilder
     with SupportsTruncate {
 
@@ -57,7 +58,10 @@ final class OmniTableWriteBuilder(
     val merge = OmniTableWriteBuilder.mergeSchema(options, Option(conf.getConfString(MergeSchemaConf, null)))
     if (merge && create.isDefined) throw WriteErrors.notWritableSnapshot(table, "mergeSchema with CREATE TABLE AS")
     val (groups, added) =
-      WriteSchema.targets(snap, info.schema(), if (merge) Some(options.get("group")) else None)
+      WriteSchema.targets(
+        snap,
+        info.schema(),
+        if (merge) Some(defineColumns(snap, info.schema(), _, options.get("group"))) else None)
     val supplied = WriteSchema.suppliedIds(snap, info.schema()).getOrElse(-1)
     val baseSchema = org.apache.spark.sql.types.StructType(groups.head._2.map(c =>
       org.apache.spark.sql.types.StructField(c.physicalName, c.dataType)))
@@ -94,6 +98,15 @@ final case class StagedCreate(table: NewTable, check: DdlWriter.CreateOutcome =>
 
 private[spark] object OmniTableWriteBuilder {
   val RowId: String = SystemColumns.RowId
+
+  /**
+   * The new columns of a mergeSchema append (the table, the input, the unknown names, the `group`
+   * option), checked as ALTER TABLE ADD COLUMNS checks them (io.omnitable.spark.source.TableDdl).
+   */
+  type DefineColumns = (TableSnapshot, org.apache.spark.sql.types.StructType, Seq[String], Option[String]) => Seq[
+    io.omnitable.spark.catalog.NewColumn]
+
+  val NoNewColumns: DefineColumns = (snap, _, names, _) => throw WriteErrors.unknownColumns(snap.table.name, names)
 
   /** Session setting turning mergeSchema on for every append (INSERT INTO has no write options). */
   val MergeSchemaConf = "spark.omnitable.write.mergeSchema"

@@ -4,7 +4,6 @@ import java.util.Locale
 
 import io.omnitable.spark.catalog.{NewColumn, SystemColumns, TableSnapshot}
 import io.omnitable.spark.errors.WriteErrors
-import io.omnitable.spark.source.{DdlTypes, Names, TableDdl}
 import org.apache.spark.sql.catalyst.expressions.Cast
 import org.apache.spark.sql.types.{ByteType, IntegerType, LongType, NullType, ShortType, StructType}
 
@@ -42,11 +41,11 @@ private[write] object WriteSchema {
 
   /**
    * As [[targets]]; with `merge` (mergeSchema: `Some(group option)`), the input's unknown columns
-   * are new nullable columns of the table, stored under their names (their physical names) in the
-   * option's group or, as ALTER TABLE ADD COLUMNS picks it, one named after the first; their ids
-   * are given by the append's commit, which adds them ([[NewColumn]]s, second result).
+   * are new nullable columns of the table (`define` checks them and picks their group), stored
+   * under their names (their physical names); their ids are given by the append's commit, which
+   * adds them ([[NewColumn]]s, second result).
    */
-  def targets(snap: TableSnapshot, input: StructType, merge: Option[Option[String]])
+  def targets(snap: TableSnapshot, input: StructType, merge: Option[Seq[String] => Seq[NewColumn]])
       : (Seq[(String, Seq[TargetColumn])], Seq[NewColumn]) = {
     val table = snap.table.name
     val key = (s: String) => s.toLowerCase(Locale.ROOT)
@@ -58,7 +57,7 @@ private[write] object WriteSchema {
     val byName = user.map(c => key(c.name) -> c).toMap
     val unknown = input.fieldNames.filterNot(n => byName.contains(key(n)) || key(n) == key(SystemColumns.RowId))
     if (unknown.nonEmpty && merge.isEmpty) throw WriteErrors.unknownColumns(table, unknown.toSeq)
-    val added = merge.filter(_ => unknown.nonEmpty).map(g => newColumns(snap, input, unknown.toSeq, g)).getOrElse(Nil)
+    val added = merge.filter(_ => unknown.nonEmpty).map(define => define(unknown.toSeq)).getOrElse(Nil)
     val inputIndex = input.fieldNames.zipWithIndex.map { case (n, i) => key(n) -> i }.toMap
     val missing = user.filter(c => !c.nullable && !inputIndex.contains(key(c.name))).map(_.name)
     if (missing.nonEmpty) throw WriteErrors.missingColumns(table, missing)
@@ -81,15 +80,4 @@ private[write] object WriteSchema {
     (order.map(g => g -> all.filter(_.group == g)), added)
   }
 
-  private def newColumns(snap: TableSnapshot, input: StructType, names: Seq[String], group: Option[String])
-      : Seq[NewColumn] = {
-    val what = s"add columns to table '${snap.table.name}' (mergeSchema)"
-    val columns = names.map { n =>
-      Names.checkColumn(n)
-      NewColumn(n, DdlTypes.ddl(input(n).dataType, n, what), nullable = true, group = "")
-    }
-    val g = group.getOrElse(TableDdl.defaultGroup(snap.columns.map(_.groupName).toSet, names.head))
-    Names.checkGroup(g)
-    columns.map(_.copy(group = g))
-  }
 }
