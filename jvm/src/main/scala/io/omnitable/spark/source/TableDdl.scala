@@ -176,7 +176,6 @@ private[source] object TableDdl {
     case DdlWriter.TableExists => throw new TableAlreadyExistsException(ident)
   }
 
-  /** python/omnitable/ingest/columns.py `_default_group`: after the first column's name, made unique. */
   /**
    * The new columns of a mergeSchema append: `names` of `input`, nullable, checked as ADD COLUMNS
    * checks them, in `group` or, as ALTER names it, a new group named after the first.
@@ -193,6 +192,7 @@ private[source] object TableDdl {
     columns.map(_.copy(group = g))
   }
 
+  /** python/omnitable/ingest/columns.py `_default_group`: after the first column's name, made unique. */
   def defaultGroup(used: Set[String], first: String): String = {
     val base = Some(first.replaceAll("[^A-Za-z0-9_.-]", "_").take(56)).filter(_.nonEmpty).getOrElse("cols")
     (Iterator.single(base) ++ Iterator.from(2).map(i => s"$base-$i")).find(n => !used.contains(n)).get
