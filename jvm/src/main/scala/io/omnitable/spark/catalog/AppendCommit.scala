@@ -50,7 +50,8 @@ final case class AppendCommit(
     engine: String = "spark-jvm",
     runId: Option[String] = None,
     supplied: Option[(Long, Long)] = None,
-    idsChecked: Option[Long] = None) {
+    idsChecked: Option[Long] = None,
+    newColumns: Seq[NewColumn] = Nil) {
 
   /** False only when none of this append's ids lies in `[lo, hi]` (ingest/ids.py `may_overlap`). */
   def mayOverlap(lo: Long, hi: Long): Boolean = supplied match {

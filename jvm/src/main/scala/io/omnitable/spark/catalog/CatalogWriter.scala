@@ -70,22 +70,28 @@ final class CatalogWriter(
     val replaced =
       if (c.replace) replacedAt(conn, c, resolver.resolve(SnapshotSpec(version = Some(c.baseVersion))).segments)
       else Replaced(Nil, Nil)
-    val columnIds = checkColumns(conn, c, segments)
+    val version = Jdbc.query(conn, CommitSql("next_version"), c.tableId)(_.getLong(1)).head
+    // mergeSchema: the batch's new columns are added by this commit (DdlWriter's add_columns checks)
+    val added =
+      if (c.newColumns.isEmpty) Map.empty[String, Int]
+      else new DdlWriter(this).insertColumns(conn, c.tableId, c.baseVersion, c.newColumns, segments, c.branch, version)
+    val columnIds = checkColumns(conn, c, segments, added)
     checkBatchName(conn, c, segments, replaced.batchIds)
     if (replaced.batchIds.nonEmpty) checkStillVisible(conn, c, segments, replaced)
     checkIdOverlaps(conn, c, head)
-    val version = Jdbc.query(conn, CommitSql("next_version"), c.tableId)(_.getLong(1)).head
     hit("commit.before_insert")
     val now = commitTime(conn, c.tableId)
     insertData(conn, c, version, columnIds, now)
     hit("commit.mid_insert")
     endRows(conn, c, version, replaced)
-    val summary = CommitRows.summaryJson(Map(
+    val newNames: Map[String, Any] =
+      if (c.newColumns.isEmpty) Map.empty else Map("columns" -> c.newColumns.map(_.name).asJava)
+    val summary = CommitRows.summaryJson(Map[String, Any](
       "batch" -> c.name,
       "rows" -> c.fragments.map(_.rowCount).sum,
       "fragments" -> c.fragments.size,
       "replaced" -> replaced.batchIds.nonEmpty,
-      "engine" -> c.engine))
+      "engine" -> c.engine) ++ newNames)
     CommitRows.insertCommit(conn, c.tableId, version, head, c.branch, "append", c.runId, summary, now, c.token)
     moveNextRowId(conn, c)
     hit("commit.before_end")
@@ -199,13 +205,19 @@ final class CatalogWriter(
     }
 
   /** Name → column id at the head for every column a file carries; conflicts as commit.py `_validate`. */
-  private def checkColumns(conn: Jdbc.Conn, c: AppendCommit, segments: Seq[Segment]): Map[String, Int] = {
+  private def checkColumns(
+      conn: Jdbc.Conn,
+      c: AppendCommit,
+      segments: Seq[Segment],
+      added: Map[String, Int]): Map[String, Int] = {
     val (vis, params) = Jdbc.visible("c", "columns", segments)
     val active = Jdbc.query(conn, CommitSql("visible_columns").replace("{vis}", vis), (c.tableId +: params): _*) {
       rs => (rs.getString(1), rs.getInt(2), rs.getString(4))
     }.filter(_._3 == "active").map(r => r._1 -> r._2).toMap
-    CommitRows.checkColumnBindings("append", c.fragments.flatMap(_.files), active, "Run the write again.")
-    active
+    // new columns of a mergeSchema append carry placeholder ids in the written files: not bound yet
+    val bound = c.fragments.flatMap(_.files).map(f => f.copy(stats = f.stats.filterNot(s => added.contains(s._1))))
+    CommitRows.checkColumnBindings("append", bound, active, "Run the write again.")
+    active ++ added
   }
 
   /** (batch id, added version) of the batches named `c.name` visible in `segments`. */

@@ -172,30 +172,45 @@ final class DdlWriter(writer: CatalogWriter) {
     val snap = new SnapshotResolver(conn, table, display).resolve(SnapshotSpec(branch = Some(SystemColumns.MainBranch)))
     val (head, segments) = (snap.version, snap.segments)
     CommitRows.checkBase(SystemColumns.MainBranch, baseVersion, head)
-    checkNewColumns(conn, tableId, baseVersion, columns, segments)
-    checkGroupOwnership(conn, tableId, baseVersion, columns, segments)
     val version = Jdbc.query(conn, CommitSql("next_version"), tableId)(_.getLong(1)).head
     writer.hit("commit.before_insert")
     val now = writer.commitTime(conn, tableId)
+    insertColumns(conn, tableId, baseVersion, columns, segments, SystemColumns.MainBranch, version)
+    writer.hit("commit.mid_insert")
+    val summary = PyJson.dumps(Map("columns" -> columns.map(_.name), "group" -> group, "rows" -> 0, "files" -> 0))
+    CommitRows.insertCommit(conn, tableId, version, head, SystemColumns.MainBranch, Op, None, summary, now, token)
+    writer.hit("commit.before_end")
+    version
+  }
+
+  /**
+   * Check and insert `columns` (added at `version` on `branch`, read at `baseVersion`), as the
+   * `add_columns` commit does, in the caller's transaction (the table locked): an append with
+   * `mergeSchema` adds its new columns with its batch. Returns their names → column ids.
+   */
+  private[catalog] def insertColumns(
+      conn: Jdbc.Conn,
+      tableId: String,
+      baseVersion: Long,
+      columns: Seq[NewColumn],
+      segments: Seq[Segment],
+      branch: String,
+      version: Long): Map[String, Int] = {
+    checkNewColumns(conn, tableId, baseVersion, columns, segments)
+    checkGroupOwnership(conn, tableId, baseVersion, columns, segments)
     val nextId = Jdbc.query(conn, "SELECT next_column_id FROM tables WHERE table_id = ?", tableId)(_.getInt(1)).head
     val maxPos = Jdbc.query(conn, "SELECT COALESCE(MAX(position), -1) FROM columns WHERE table_id = ?", tableId)(
       _.getInt(1)).head
     writer.batch(
       conn,
       InsertColumn,
-      columns.zipWithIndex.map { case (c, i) =>
-        columnRow(tableId, nextId + i, c, maxPos + 1 + i, SystemColumns.MainBranch, version)
-      })
-    writer.hit("commit.mid_insert")
-    val summary = PyJson.dumps(Map("columns" -> columns.map(_.name), "group" -> group, "rows" -> 0, "files" -> 0))
-    CommitRows.insertCommit(conn, tableId, version, head, SystemColumns.MainBranch, Op, None, summary, now, token)
+      columns.zipWithIndex.map { case (c, i) => columnRow(tableId, nextId + i, c, maxPos + 1 + i, branch, version) })
     writer.update(
       conn,
       "UPDATE tables SET next_column_id = ? WHERE table_id = ?",
       Int.box(nextId + columns.size),
       tableId)
-    writer.hit("commit.before_end")
-    version
+    columns.zipWithIndex.map { case (c, i) => c.name -> (nextId + i) }.toMap
   }
 
   /** commit.py `_validate` for new columns: not visible (else added concurrently, or existing), not retired. */

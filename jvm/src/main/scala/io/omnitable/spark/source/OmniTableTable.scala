@@ -56,7 +56,7 @@ final class OmniTableTable(val handle: TableHandle, val marks: OptimizerMarks = 
       TableCapability.ACCEPT_ANY_SCHEMA)
 
   override def newWriteBuilder(info: LogicalWriteInfo): WriteBuilder =
-    new OmniTableWriteBuilder(snap, catalogWriter(), handle.options, info)
+    new OmniTableWriteBuilder(snap, catalogWriter(), handle.options, info, defineColumns = TableDdl.mergeColumns)
 
   private def catalogWriter(): CatalogWriter = {
     val failpoints = Failpoints(Option(SQLConf.get.getConfString(OmniTableTable.FailpointConf, null)))

@@ -176,6 +176,22 @@ private[source] object TableDdl {
     case DdlWriter.TableExists => throw new TableAlreadyExistsException(ident)
   }
 
+  /**
+   * The new columns of a mergeSchema append: `names` of `input`, nullable, checked as ADD COLUMNS
+   * checks them, in `group` or, as ALTER names it, a new group named after the first.
+   */
+  def mergeColumns(snap: TableSnapshot, input: StructType, names: Seq[String], group: Option[String])
+      : Seq[NewColumn] = {
+    val what = s"add columns to table '${snap.table.name}' (mergeSchema)"
+    val columns = names.map { n =>
+      Names.checkColumn(n)
+      NewColumn(n, DdlTypes.ddl(input(n).dataType, n, what), nullable = true, group = "")
+    }
+    val g = group.getOrElse(defaultGroup(snap.columns.map(_.groupName).toSet, names.head))
+    Names.checkGroup(g)
+    columns.map(_.copy(group = g))
+  }
+
   /** python/omnitable/ingest/columns.py `_default_group`: after the first column's name, made unique. */
   def defaultGroup(used: Set[String], first: String): String = {
     val base = Some(first.replaceAll("[^A-Za-z0-9_.-]", "_").take(56)).filter(_.nonEmpty).getOrElse("cols")

@@ -5,7 +5,7 @@ import java.util.concurrent.{Executors, ScheduledExecutorService, TimeUnit}
 import scala.util.Try
 import scala.util.control.NonFatal
 
-import io.omnitable.spark.catalog.{AppendCommit, CatalogWriter, DdlWriter, TableSnapshot, WrittenFragment}
+import io.omnitable.spark.catalog.{AppendCommit, CatalogWriter, DdlWriter, NewColumn, TableSnapshot, WrittenFragment}
 import io.omnitable.spark.errors.{OmniTableCommitException, WriteErrors}
 import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.SparkSession
@@ -28,7 +28,8 @@ private[write] final class OmniTableBatchWrite(
     catalog: CatalogWriter,
     template: WriteTask,
     replace: Boolean,
-    create: Option[StagedCreate] = None)
+    create: Option[StagedCreate] = None,
+    newColumns: Seq[NewColumn] = Nil)
     extends BatchWrite {
 
   @volatile private var batchId = WriteTask.newId()
@@ -78,7 +79,9 @@ private[write] final class OmniTableBatchWrite(
       fragments,
       ranges,
       replace,
-      runId = run.map(_.runId))
+      runId = run.map(_.runId),
+      newColumns = newColumns
+    )
     val version =
       try {
         val ids = if (supplied) checks.written(fragments) else None

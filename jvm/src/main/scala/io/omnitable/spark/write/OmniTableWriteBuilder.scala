@@ -1,5 +1,7 @@
 package io.omnitable.spark.write
 
+import java.util.Locale
+
 import scala.jdk.CollectionConverters._
 
 import io.omnitable.spark.catalog.{CatalogWriter, DdlWriter, NewTable, SystemColumns, TableSnapshot}
@@ -24,7 +26,8 @@ final class OmniTableWriteBuilder(
     catalog: CatalogWriter,
     readOptions: Map[String, String],
     info: LogicalWriteInfo,
-    create: Option[StagedCreate] = None)
+    create: Option[StagedCreate] = None,
+    defineColumns: OmniTableWriteBuilder.DefineColumns = OmniTableWriteBuilder.NoNewColumns)
     extends WriteBuilder
     with SupportsTruncate {
 
@@ -40,6 +43,7 @@ final class OmniTableWriteBuilder(
   }
 
   override def build(): Write = {
+    import OmniTableWriteBuilder.MergeSchemaConf
     val table = snap.table.name
     OmniTableWriteBuilder.checkWritable(snap, readOptions)
     snap.table.properties.get("table.key").foreach(k => throw WriteErrors.keyedTable(table, k))
@@ -50,7 +54,14 @@ final class OmniTableWriteBuilder(
       info.options().asCaseSensitiveMap().asScala.toMap,
       k => Option(conf.getConfString(k, null)),
       snap.table.properties)
-    val groups = WriteSchema.targets(snap, info.schema())
+    val options = info.options().asCaseSensitiveMap().asScala.map { case (k, v) => k.toLowerCase(Locale.ROOT) -> v }
+    val merge = OmniTableWriteBuilder.mergeSchema(options, Option(conf.getConfString(MergeSchemaConf, null)))
+    if (merge && create.isDefined) throw WriteErrors.notWritableSnapshot(table, "mergeSchema with CREATE TABLE AS")
+    val (groups, added) =
+      WriteSchema.targets(
+        snap,
+        info.schema(),
+        if (merge) Some(defineColumns(snap, info.schema(), _, options.get("group"))) else None)
     val supplied = WriteSchema.suppliedIds(snap, info.schema()).getOrElse(-1)
     val baseSchema = org.apache.spark.sql.types.StructType(groups.head._2.map(c =>
       org.apache.spark.sql.types.StructField(c.physicalName, c.dataType)))
@@ -74,7 +85,7 @@ final class OmniTableWriteBuilder(
       supplied)
     new Write {
       override def description(): String = s"OmniTable append of batch '${settings.appendName}' to $table"
-      override def toBatch: BatchWrite = new OmniTableBatchWrite(snap, branch, catalog, task, replace, create)
+      override def toBatch: BatchWrite = new OmniTableBatchWrite(snap, branch, catalog, task, replace, create, added)
     }
   }
 }
@@ -87,6 +98,27 @@ final case class StagedCreate(table: NewTable, check: DdlWriter.CreateOutcome =>
 
 private[spark] object OmniTableWriteBuilder {
   val RowId: String = SystemColumns.RowId
+
+  /**
+   * The new columns of a mergeSchema append (the table, the input, the unknown names, the `group`
+   * option), checked as ALTER TABLE ADD COLUMNS checks them (io.omnitable.spark.source.TableDdl).
+   */
+  type DefineColumns = (TableSnapshot, org.apache.spark.sql.types.StructType, Seq[String], Option[String]) => Seq[
+    io.omnitable.spark.catalog.NewColumn]
+
+  val NoNewColumns: DefineColumns = (snap, _, names, _) => throw WriteErrors.unknownColumns(snap.table.name, names)
+
+  /** Session setting turning mergeSchema on for every append (INSERT INTO has no write options). */
+  val MergeSchemaConf = "spark.omnitable.write.mergeSchema"
+
+  /** `.option("mergeSchema", ...)` (Delta's name), else [[MergeSchemaConf]]; anything but true/false is refused. */
+  def mergeSchema(options: scala.collection.Map[String, String], session: Option[String]): Boolean =
+    options.get("mergeschema").orElse(session).map(_.trim.toLowerCase(Locale.ROOT)) match {
+      case None | Some("false") => false
+      case Some("true") => true
+      case Some(other) =>
+        throw io.omnitable.spark.errors.OmniTableErrors.invalidOption("mergeSchema", other, "use true or false")
+    }
 
   /** The Hadoop configuration tasks write Parquet column files with (compression, row groups, types). */
   def parquetConf(spark: SparkSession, schema: org.apache.spark.sql.types.StructType, settings: WriteSettings)

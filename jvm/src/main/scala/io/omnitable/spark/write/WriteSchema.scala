@@ -2,7 +2,7 @@ package io.omnitable.spark.write
 
 import java.util.Locale
 
-import io.omnitable.spark.catalog.{SystemColumns, TableSnapshot}
+import io.omnitable.spark.catalog.{NewColumn, SystemColumns, TableSnapshot}
 import io.omnitable.spark.errors.WriteErrors
 import org.apache.spark.sql.catalyst.expressions.Cast
 import org.apache.spark.sql.types.{ByteType, IntegerType, LongType, NullType, ShortType, StructType}
@@ -36,7 +36,17 @@ private[write] object WriteSchema {
   }
 
   /** Columns by group (`base` first, `_ai_unique_id_` first in it), groups in table order. */
-  def targets(snap: TableSnapshot, input: StructType): Seq[(String, Seq[TargetColumn])] = {
+  def targets(snap: TableSnapshot, input: StructType): Seq[(String, Seq[TargetColumn])] =
+    targets(snap, input, None)._1
+
+  /**
+   * As [[targets]]; with `merge` (mergeSchema: `Some(group option)`), the input's unknown columns
+   * are new nullable columns of the table (`define` checks them and picks their group), stored
+   * under their names (their physical names); their ids are given by the append's commit, which
+   * adds them ([[NewColumn]]s, second result).
+   */
+  def targets(snap: TableSnapshot, input: StructType, merge: Option[Seq[String] => Seq[NewColumn]])
+      : (Seq[(String, Seq[TargetColumn])], Seq[NewColumn]) = {
     val table = snap.table.name
     val key = (s: String) => s.toLowerCase(Locale.ROOT)
     val dupes = input.fieldNames.groupBy(key).collect { case (_, ns) if ns.length > 1 => ns.head }.toSeq
@@ -46,7 +56,8 @@ private[write] object WriteSchema {
     val user = snap.userColumns
     val byName = user.map(c => key(c.name) -> c).toMap
     val unknown = input.fieldNames.filterNot(n => byName.contains(key(n)) || key(n) == key(SystemColumns.RowId))
-    if (unknown.nonEmpty) throw WriteErrors.unknownColumns(table, unknown.toSeq)
+    if (unknown.nonEmpty && merge.isEmpty) throw WriteErrors.unknownColumns(table, unknown.toSeq)
+    val added = merge.filter(_ => unknown.nonEmpty).map(define => define(unknown.toSeq)).getOrElse(Nil)
     val inputIndex = input.fieldNames.zipWithIndex.map { case (n, i) => key(n) -> i }.toMap
     val missing = user.filter(c => !c.nullable && !inputIndex.contains(key(c.name))).map(_.name)
     if (missing.nonEmpty) throw WriteErrors.missingColumns(table, missing)
@@ -60,8 +71,13 @@ private[write] object WriteSchema {
     }
     val id = snap.rowIdColumn
     val idCol = TargetColumn(id.name, id.columnId, id.physicalName, id.groupName, id.dataType, -1, nullable = false)
-    val all = idCol +: present
+    val fresh = added.map { c =>
+      val i = inputIndex(key(c.name))
+      TargetColumn(c.name, -1, c.name, c.group, input(i).dataType, i, nullable = true)
+    }
+    val all = (idCol +: present) ++ fresh
     val order = all.map(_.group).distinct
-    order.map(g => g -> all.filter(_.group == g))
+    (order.map(g => g -> all.filter(_.group == g)), added)
   }
+
 }
