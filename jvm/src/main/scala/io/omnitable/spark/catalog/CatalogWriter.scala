@@ -214,7 +214,8 @@ final class CatalogWriter(
     val active = Jdbc.query(conn, CommitSql("visible_columns").replace("{vis}", vis), (c.tableId +: params): _*) {
       rs => (rs.getString(1), rs.getInt(2), rs.getString(4))
     }.filter(_._3 == "active").map(r => r._1 -> r._2).toMap
-    // new columns of a mergeSchema append carry placeholder ids in the written files: not bound yet
+    // a mergeSchema append's new columns get their ids from this commit (`added`), after the tasks
+    // wrote: the files could not bind them, so only the columns that existed before are checked
     val bound = c.fragments.flatMap(_.files).map(f => f.copy(stats = f.stats.filterNot(s => added.contains(s._1))))
     CommitRows.checkColumnBindings("append", bound, active, "Run the write again.")
     active ++ added
