@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -124,6 +125,7 @@ def test_sql_feature_inputs_resolve_identifiers_like_spark(docs: omnitable.Table
 
 @pytest.mark.spark
 def test_sql_feature_inputs_honour_spark_case_sensitivity(docs: omnitable.Table, spark) -> None:  # type: ignore[no-untyped-def]
+    spark.createDataFrame([(1,)], "x int")  # makes `spark` the active session (pyspark)
     spark.conf.set("spark.sql.caseSensitive", "true")
     try:
         with pytest.raises(omnitable.ValidationError, match="mentions no column"):
@@ -133,6 +135,32 @@ def test_sql_feature_inputs_honour_spark_case_sensitivity(docs: omnitable.Table,
         spark.conf.unset("spark.sql.caseSensitive")
     (stored,) = docs.features()
     assert stored.inputs == ("text",)
+
+
+@pytest.mark.spark
+def test_sql_feature_case_sensitivity_seen_from_another_thread(
+    docs: omnitable.Table, spark
+) -> None:  # type: ignore[no-untyped-def]
+    # a thread other than the session's builder has no JVM-side active session: the registry
+    # must still read the session's conf (the default session), not fall back to Spark's default
+    spark.conf.set("spark.sql.caseSensitive", "true")
+    errors: list[BaseException] = []
+
+    def register() -> None:
+        try:
+            docs.register(omnitable.sql_feature("y", "length(TEXT)", "int", "1"))
+        except BaseException as e:
+            errors.append(e)
+
+    try:
+        worker = threading.Thread(target=register)
+        worker.start()
+        worker.join()
+    finally:
+        spark.conf.unset("spark.sql.caseSensitive")
+    assert len(errors) == 1 and isinstance(errors[0], omnitable.ValidationError), errors
+    assert "mentions no column" in str(errors[0])
+    assert docs.features() == []
 
 
 @pytest.mark.parametrize(

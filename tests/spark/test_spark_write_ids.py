@@ -216,6 +216,17 @@ def test_spark_supplied_ids_race_a_spark_generated_append(
     other = spark.newSession()
     other.conf.set(f"spark.sql.catalog.{catalog}", CATALOG_CLASS)
     other.conf.set(f"spark.sql.catalog.{catalog}.warehouse", wh.uri)
+    try:
+        _race_both_orders(spark, other, wh, catalog, tmp_path)
+    finally:
+        # createDataFrame made `other` the process's active session (pyspark): give the shared
+        # session back that role, or later tests of this worker read `other`'s conf
+        spark.createDataFrame([(1,)], "x int")
+
+
+def _race_both_orders(
+    spark: Any, other: Any, wh: omnitable.Warehouse, catalog: str, tmp_path: Path
+) -> None:
 
     def generated(name: str) -> None:
         spark.sql("SELECT 'g' AS url").writeTo(f"{catalog}.web").option(

@@ -19,6 +19,7 @@ from omnitable.exceptions import NotFoundError, ValidationError
 from omnitable.features.definition import Feature, storable
 from omnitable.features.graph import FeatureGraph
 from omnitable.features.payload import write_payload
+from omnitable.spark.session import current_session
 from omnitable.vocabulary.names import APPEND_NAME
 
 if TYPE_CHECKING:
@@ -227,13 +228,9 @@ def _sql_inputs(f: Feature, known: set[str]) -> tuple[str, ...]:
 
 
 def _case_sensitive() -> bool:
-    """``spark.sql.caseSensitive`` of the active Spark session (Spark's default, False, without
+    """``spark.sql.caseSensitive`` of the current Spark session (Spark's default, False, without
     one)."""
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:  # pragma: no cover - pyspark is a dependency
-        return False
-    session = SparkSession.getActiveSession()
+    session = current_session()
     if session is None:
         return False
     return str(session.conf.get("spark.sql.caseSensitive", "false")).lower() == "true"

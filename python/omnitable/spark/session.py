@@ -255,13 +255,30 @@ def _connect_session(
         return builder.getOrCreate()
 
 
-def active_or_new_session(spark: SparkSession | None, warehouse: HasAddress) -> SparkSession:
-    """``spark`` if given, else the active session, else a new local one for ``warehouse``."""
-    if spark is not None:
-        return spark
-    from pyspark.sql import SparkSession
+def current_session() -> SparkSession | None:
+    """This thread's active session, else the process's default one (the last the builder made),
+    else None.
 
+    ``getActiveSession`` alone is thread-local on the JVM side: a Python thread other than the one
+    that built the session (a thread pool, a py4j connection opened anew) sees none.
+    """
+    try:
+        from pyspark.errors import PySparkRuntimeError
+        from pyspark.sql import SparkSession
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        return None
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    return spark_session(warehouse)
+    try:
+        return SparkSession.active()  # the default session where no thread-local one is set
+    except PySparkRuntimeError:  # NO_ACTIVE_OR_DEFAULT_SESSION
+        return None
+
+
+def active_or_new_session(spark: SparkSession | None, warehouse: HasAddress) -> SparkSession:
+    """``spark`` if given, else the current session (:func:`current_session`), else a new local
+    one for ``warehouse``."""
+    if spark is not None:
+        return spark
+    return current_session() or spark_session(warehouse)
