@@ -50,6 +50,33 @@ def test_a_jvm_append_records_its_run(spark: Any, wh: omnitable.Warehouse, catal
     assert [tuple(r) for r in listed] == [(run["run_id"], "ingest", "succeeded")]
 
 
+def test_a_ctas_records_its_run_in_its_create_transaction(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    spark.conf.set("spark.omnitable.write.appendName", "ctas")
+    try:
+        spark.sql(
+            f"CREATE TABLE {catalog}.web USING omnitable "
+            "AS SELECT concat('u', id) AS url FROM range(0, 5, 1, 2)"
+        ).collect()
+    finally:
+        spark.conf.unset("spark.omnitable.write.appendName")
+    t = wh.table("web")
+    (run,) = t.runs()
+    create, append = reversed(t.history())
+    assert (create.op, append.op, append.version) == ("create", "append", 1)
+    assert append.run_id == run["run_id"] and create.run_id is None
+    assert run["kind"] == "ingest" and run["status"] == "succeeded" and run["message"] is None
+    assert run["plan"] == {
+        "batch": "ctas",
+        "engine": "spark-jvm",
+        "partitions": 2,
+        "spark_app_id": spark.sparkContext.applicationId,
+    }
+    assert run["metrics"] == {"rows": 5, "version": 1}
+    assert run["host"] and run["pid"] and run["started_at"] <= run["finished_at"]
+
+
 def test_a_failed_job_records_a_failed_run(
     spark: Any, wh: omnitable.Warehouse, catalog: str
 ) -> None:

@@ -169,23 +169,31 @@ final class CatalogWriter(
    * `plan` as JSON, this JVM's host and pid, a heartbeat now. Returns the run's id.
    */
   def startRun(tableId: String, kind: String, plan: Map[String, Any]): String = {
-    val runId = s"$kind-${java.util.UUID.randomUUID().toString.replace("-", "").take(16)}"
-    val now = CatalogWriter.utcNow()
-    withWrite(s"run '$runId'") { conn =>
-      update(
-        conn,
-        CommitSql("start_run"),
-        runId,
-        tableId,
-        kind,
-        CatalogWriter.json(plan),
-        now,
-        CatalogWriter.host,
-        Int.box(CatalogWriter.pid),
-        now)
-    }
+    val runId = CatalogWriter.newRunId(kind)
+    withWrite(s"run '$runId'")(conn => insertRun(conn, runId, tableId, kind, plan, CatalogWriter.utcNow()))
     runId
   }
+
+  /** Inserts run `runId` as `running` since `startedAt` (`start_run`), in the caller's transaction. */
+  def insertRun(
+      conn: Jdbc.Conn,
+      runId: String,
+      tableId: String,
+      kind: String,
+      plan: Map[String, Any],
+      startedAt: String)
+      : Unit =
+    update(
+      conn,
+      CommitSql("start_run"),
+      runId,
+      tableId,
+      kind,
+      CatalogWriter.json(plan),
+      startedAt,
+      CatalogWriter.host,
+      Int.box(CatalogWriter.pid),
+      startedAt)
 
   /** Refresh a running run's heartbeat (Python's `_Heartbeat`). */
   def heartbeatRun(runId: String): Unit =
@@ -193,16 +201,19 @@ final class CatalogWriter(
 
   /** End a run: `succeeded`, `failed` or `aborted`, with its metrics and message (`Catalog.finish_run`). */
   def finishRun(runId: String, status: String, metrics: Map[String, Any], message: Option[String]): Unit =
-    withWrite(s"run '$runId'") { conn =>
-      update(
-        conn,
-        CommitSql("finish_run"),
-        status,
-        CatalogWriter.json(metrics),
-        message.map(_.take(2000)).orNull,
-        CatalogWriter.utcNow(),
-        runId)
-    }
+    withWrite(s"run '$runId'")(conn => endRun(conn, runId, status, metrics, message))
+
+  /** Ends run `runId` now (`finish_run`), in the caller's transaction. */
+  def endRun(conn: Jdbc.Conn, runId: String, status: String, metrics: Map[String, Any], message: Option[String])
+      : Unit =
+    update(
+      conn,
+      CommitSql("finish_run"),
+      status,
+      CatalogWriter.json(metrics),
+      message.map(_.take(2000)).orNull,
+      CatalogWriter.utcNow(),
+      runId)
 
   /** Name → column id at the head for every column a file carries; conflicts as commit.py `_validate`. */
   private def checkColumns(
@@ -498,6 +509,9 @@ object CatalogWriter {
   private val Time = DateTimeFormatter.ofPattern("yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").withZone(ZoneOffset.UTC)
 
   def utcNow(): String = Time.format(Instant.now())
+
+  /** A new run id of `kind` (Python's `Catalog.start_run`: the kind and 16 hex digits). */
+  def newRunId(kind: String): String = s"$kind-${java.util.UUID.randomUUID().toString.replace("-", "").take(16)}"
 
   /** This driver as a run records it (Python: `socket.gethostname()`, `os.getpid()`). */
   lazy val host: String = java.net.InetAddress.getLocalHost.getHostName

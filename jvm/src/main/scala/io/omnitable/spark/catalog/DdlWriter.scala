@@ -43,6 +43,9 @@ object NewTable {
  * added or a group created by a concurrent commit conflicts, an existing or retired column name
  * is refused, a group holds raw columns or one feature's outputs, never both.
  */
+/** A run recorded once it has ended (a CTAS's ingest): its id, plan, start time and metrics. */
+final case class FinishedRun(runId: String, plan: Map[String, Any], startedAt: String, metrics: Map[String, Any])
+
 final class DdlWriter(writer: CatalogWriter) {
   import DdlWriter._
 
@@ -63,14 +66,18 @@ final class DdlWriter(writer: CatalogWriter) {
    * table's next free row id set to `nextRowId` (the ids its tasks generated lie below): nothing of
    * the table is visible before, and a name taken meanwhile (or a namespace dropped) leaves nothing.
    * A lost connection is resolved by the append's commit token, as [[CatalogWriter.commitAppend]]
-   * does.
+   * does. `run`: the write's run, recorded already ended in the same transaction (the table did not
+   * exist while the query ran; a CTAS that fails leaves no run, as it leaves no table).
    */
-  def createWithAppend(table: NewTable, append: AppendCommit, nextRowId: Long): CreateOutcome =
+  def createWithAppend(table: NewTable, append: AppendCommit, nextRowId: Long, run: Option[FinishedRun] = None)
+      : CreateOutcome =
     try writer.withWrite(s"create table '${table.address}'") { conn =>
         create(conn, table) match {
           case created: Created =>
             writer.update(conn, CommitSql("set_next_row_id"), Long.box(nextRowId), table.tableId)
-            writer.applyAppend(conn, append)
+            run.foreach(r => writer.insertRun(conn, r.runId, table.tableId, "ingest", r.plan, r.startedAt))
+            writer.applyAppend(conn, append.copy(runId = run.map(_.runId)))
+            run.foreach(r => writer.endRun(conn, r.runId, "succeeded", r.metrics, None))
             created
           case other => other
         }

@@ -58,9 +58,10 @@ private[write] object AppendRun {
   val HeartbeatSeconds = 30L
 
   def start(catalog: CatalogWriter, tableId: String, batch: String, appId: Option[String], partitions: Int)
-      : AppendRun = {
-    val plan = Map[String, Any]("batch" -> batch, "engine" -> "spark-jvm", "partitions" -> partitions) ++
+      : AppendRun = new AppendRun(catalog, catalog.startRun(tableId, "ingest", plan(batch, appId, partitions)))
+
+  /** The run's `plan`: the batch, the engine, the partition count and the Spark application. */
+  def plan(batch: String, appId: Option[String], partitions: Int): Map[String, Any] =
+    Map[String, Any]("batch" -> batch, "engine" -> "spark-jvm", "partitions" -> partitions) ++
       appId.map("spark_app_id" -> _)
-    new AppendRun(catalog, catalog.startRun(tableId, "ingest", plan))
-  }
 }

@@ -5,7 +5,15 @@ import java.util.concurrent.{Executors, ScheduledExecutorService, TimeUnit}
 import scala.util.Try
 import scala.util.control.NonFatal
 
-import io.omnitable.spark.catalog.{AppendCommit, CatalogWriter, DdlWriter, NewColumn, TableSnapshot, WrittenFragment}
+import io.omnitable.spark.catalog.{
+  AppendCommit,
+  CatalogWriter,
+  DdlWriter,
+  FinishedRun,
+  NewColumn,
+  TableSnapshot,
+  WrittenFragment
+}
 import io.omnitable.spark.errors.{OmniTableCommitException, WriteErrors}
 import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.SparkSession
@@ -39,9 +47,11 @@ private[write] final class OmniTableBatchWrite(
   @volatile private var extra: Seq[WrittenFragment] = Nil
 
   @volatile private var run: Option[AppendRun] = None
+  @volatile private var startedAt = CatalogWriter.utcNow() // a CTAS's run: recorded at its commit
 
   override def createBatchWriterFactory(info: PhysicalWriteInfo): DataWriterFactory = {
     partitions = math.max(1, info.numPartitions())
+    startedAt = CatalogWriter.utcNow()
     if (create.isEmpty) {
       val started = AppendRun.start(catalog, snap.table.tableId, task.batchName, OmniTableBatchWrite.appId, partitions)
       run = Some(started)
@@ -91,7 +101,13 @@ private[write] final class OmniTableBatchWrite(
         create match {
           case Some(c) =>
             val reserved = if (supplied) 0L else partitions.toLong << WriteTask.IdShift
-            val outcome = new DdlWriter(catalog).createWithAppend(c.table, withIds, reserved)
+            val rows = fragments.map(_.rowCount).sum
+            val ran = FinishedRun(
+              CatalogWriter.newRunId("ingest"),
+              AppendRun.plan(task.batchName, OmniTableBatchWrite.appId, partitions),
+              startedAt,
+              Map("rows" -> rows, "version" -> 1L))
+            val outcome = new DdlWriter(catalog).createWithAppend(c.table, withIds, reserved, Some(ran))
             c.check(outcome)
             1L
           case None => checks.commit(catalog, withIds, ids)
