@@ -77,6 +77,14 @@ def _rows(wh: omnitable.Warehouse, table: str) -> dict[str, Any]:
         removals = conn.execute(
             text("SELECT kind, row_id, branch, version FROM removals WHERE table_id = :t"), q
         ).all()
+        times_differ = conn.execute(  # a feature's registered_at is its commit's time
+            text(
+                "SELECT COUNT(*) FROM features f JOIN commits c ON c.table_id = f.table_id AND "
+                "c.version = f.registered_version WHERE f.table_id = :t AND "
+                "f.registered_at <> c.committed_at"
+            ),
+            q,
+        ).scalar_one()
         counters = conn.execute(
             text("SELECT next_row_id, next_column_id FROM tables WHERE table_id = :t"), q
         ).one()
@@ -86,6 +94,7 @@ def _rows(wh: omnitable.Warehouse, table: str) -> dict[str, Any]:
         "commits": [tuple(r) for r in commits],
         "removals": sorted(tuple(r) for r in removals),
         "counters": tuple(counters),
+        "times_differ": times_differ,
     }
 
 

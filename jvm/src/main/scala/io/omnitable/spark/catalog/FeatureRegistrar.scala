@@ -49,13 +49,36 @@ final class FeatureRegistrar(reader: CatalogReader, failpoints: Failpoints = Fai
       "features" -> (if (isNew) Seq(f.id) else Nil),
       "columns" -> added.map(_.name))
     failpoints.hit("register.before_commit")
-    val undo = new UndoWriter(reader, failpoints)
-    val outcome = undo.commit(snap.table.tableId, branch, Op, snap.snapshot.version, summary) { (c, version) =>
-      apply(c, version, if (isNew) Some(f) else None, added, removed)
-      Map.empty
-    }
-    RegisterOutcome(f, Some(outcome.version))
+    val version = commit(snap.table.tableId, branch, snap.snapshot.version, summary)((c, v, now) =>
+      apply(c, v, now, if (isNew) Some(f) else None, added, removed))
+    RegisterOutcome(f, Some(version))
   }
+
+  /**
+   * One `register` commit on `branch` of table `tableId` read at `baseVersion` (commit.py
+   * `commit`): `body` checks and writes the rows, given the version and the commit time (a
+   * feature's `registered_at` is its commit's `committed_at`); then the commit row and the ref.
+   */
+  private def commit(tableId: String, branch: String, baseVersion: Long, summary: Map[String, Any])(
+      body: (CommitContext, Long, String) => Unit): Long =
+    new UndoWriter(reader, failpoints).withLock(tableId, Op) { (conn, entry) =>
+      val resolver = new SnapshotResolver(conn, entry, reader.display)
+      val head = resolver.resolve(SnapshotSpec(branch = Some(branch)))
+      val c = CommitContext(conn, entry, resolver, branch, baseVersion, head.version, head.segments)
+      c.checkReadThisBranch(Op)
+      if (baseVersion > head.version) {
+        throw ProcedureErrors.invalidOperation(
+          s"Cannot commit on branch '$branch': base version $baseVersion is newer than its head ${head.version}")
+      }
+      val version = Jdbc.query(conn, CommitSql("next_version"), tableId)(_.getLong(1)).head
+      failpoints.hit("commit.before_insert")
+      val now = CommitRows.commitTime(conn, tableId)
+      body(c, version, now)
+      val json = PyJson.dumps(summary)
+      CommitRows.insertCommit(conn, tableId, version, head.version, branch, Op, None, json, now, UndoStatements.newId())
+      failpoints.hit("commit.before_end")
+      version
+    }
 
   /** registry.py `_check_version_rule`: a registered version keeps its code and inputs/outputs. */
   private def checkVersionRule(same: Seq[FeatureRow], f: FeatureDef): Unit = same.foreach { row =>
@@ -102,6 +125,7 @@ final class FeatureRegistrar(reader: CatalogReader, failpoints: Failpoints = Fai
   private def apply(
       c: CommitContext,
       version: Long,
+      now: String,
       feature: Option[FeatureDef],
       added: Seq[FeatureColumn],
       removed: Seq[String]): Unit = {
@@ -133,7 +157,7 @@ final class FeatureRegistrar(reader: CatalogReader, failpoints: Failpoints = Fai
         f.kind,
         SqlFeature.definitionJson(f),
         f.fingerprint,
-        CommitRows.commitTime(c.conn, t),
+        now,
         Long.box(version),
         c.branch
       )
