@@ -242,7 +242,7 @@ class OmniTableProceduresSuite extends AnyFunSuite with SharedSparkSession {
         "omnitable branch rebase")
       assert(m.contains("OMNITABLE_PROCEDURE_NEEDS_PYTHON"))
       refused(c, s"CALL $c.system.backfill('refs')", "Table.backfill", "omnitable backfill")
-      refused(c, s"CALL $c.system.register_feature('refs', 'f')", "Table.register")
+      refused(c, s"CALL $c.system.retry_errors('refs')", "retry_errors=True", "omnitable backfill --retry-errors")
     }
   }
 

@@ -1,0 +1,79 @@
+package io.omnitable.spark.procedures
+
+import io.omnitable.spark.catalog.{CatalogReader, Failpoints, FeatureRegistrar, RegisterOutcome, SqlFeature}
+import io.omnitable.spark.procedures.OmniTableProcedure.{optional, required}
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.util.GenericArrayData
+import org.apache.spark.sql.internal.SQLConf
+import org.apache.spark.sql.types._
+import org.apache.spark.unsafe.types.UTF8String
+
+/**
+ * `register_feature`: registers a SQL feature as Python's
+ * `Table.register(omnitable.sql_feature(name, expression, type, version, inputs=...))` does
+ * (docs/spark.md, "Procedures"; docs/features.md). Pandas features are Python objects: they are
+ * registered from Python.
+ */
+object FeatureProcedures {
+
+  /** The row `register_feature` returns (table_version NULL: this version was already registered, nothing changed). */
+  val RegisterOutput: StructType = StructType(Seq(
+    StructField("feature", StringType, nullable = false),
+    StructField("version", StringType, nullable = false),
+    StructField("inputs", ArrayType(StringType, containsNull = false), nullable = false),
+    StructField("output_type", StringType, nullable = false),
+    StructField("table_version", LongType)
+  ))
+
+  private def str(s: String): UTF8String = UTF8String.fromString(s)
+
+  def result(o: RegisterOutcome): ProcedureResult = {
+    val f = o.feature
+    val row = InternalRow(
+      str(f.name),
+      str(f.version),
+      new GenericArrayData(f.inputs.map(str).toArray[Any]),
+      str(f.outputs.head._2),
+      o.tableVersion.map(Long.box).orNull)
+    new ProcedureResult(RegisterOutput, Seq(row))
+  }
+
+  private def failpoints: Failpoints = Failpoints(Option(SQLConf.get.getConfString(Failpoints.SessionConf, null)))
+
+  /** `inputs` as given: column names separated by commas (blanks around them ignored); NULL: inferred. */
+  private def inputs(a: ProcedureArgs): Seq[String] = a.optString("inputs") match {
+    case None => Nil
+    case Some(text) =>
+      val names = text.split(",", -1).map(_.trim).toSeq
+      if (names.exists(_.isEmpty)) throw a.invalid("inputs", s"is '$text': give column names separated by commas")
+      names
+  }
+
+  def all(reader: () => CatalogReader): Seq[OmniTableProcedure] = Seq(
+    new OmniTableProcedure(
+      "register_feature",
+      Seq(
+        required("table", StringType, "the table's name"),
+        required("name", StringType, "the feature's name (also its output column and column group)"),
+        required("expression", StringType, "a Spark SQL expression over the table's columns"),
+        required("type", StringType, "the output's Spark DDL type, e.g. 'int', 'double', 'array<string>'"),
+        required("version", StringType, "the feature's version; a new version makes computed values stale"),
+        optional(
+          "inputs",
+          StringType,
+          "NULL",
+          "the columns it reads, comma-separated (NULL: those the expression mentions)"),
+        optional("branch", StringType, "'main'", "the branch to register it on")
+      ),
+      "Registers a SQL feature (Table.register(omnitable.sql_feature(...))); registering the same " +
+        "version again changes nothing, a new version supersedes the current one."
+    ) {
+      override protected def run(a: ProcedureArgs): ProcedureResult = {
+        val name = a.string("name")
+        val f = SqlFeature.define(name, a.string("expression"), a.string("type"), a.string("version"), inputs(a))
+        val registrar = new FeatureRegistrar(reader(), failpoints)
+        result(registrar.register(a.string("table"), a.string("branch"), f, SQLConf.get.caseSensitiveAnalysis))
+      }
+    }
+  )
+}
