@@ -25,8 +25,8 @@ final case class MergeOutcome(
  * merge base; a fast-forward re-labels the source's rows and commits as the target's under the
  * table's commit lock (no row copied, no data file touched); otherwise a three-way merge at
  * column grain ([[MergeDiff]]) commits one `merge` with the source's files (no data file
- * written), as Python's. Refused with the Python API to use: a keyed table's three-way merge,
- * and one where rows one branch deleted had cells the other changed (Python reads the values).
+ * written), as Python's; rows deleted on one side and changed on the other are compared by value
+ * ([[MergeRows]]). A keyed table's three-way merge is refused with the Python API to use.
  * Failpoints: `merge.before_commit` (planned, lock not taken), `fast_forward.mid_update`,
  * `commit.before_insert`, `commit.mid_insert`, `commit.before_end`.
  */
@@ -105,10 +105,14 @@ final class BranchMergeWriter(reader: CatalogReader, failpoints: Failpoints = Fa
     }
     val (baseView, src, dst) = views
     val plan = new MergeDiff(baseView, src, dst, table).plan()
-    plan.needsData.headOption.foreach(p => throw ProcedureErrors.mergeNeedsValues(source, into, p))
+    if (plan.rowChecks.nonEmpty) {
+      val uri = reader.loadTable(table, SnapshotSpec(branch = Some(into))).tableUri
+      plan.conflicts ++= MergeRows.check(uri, plan, baseView, src, dst)
+    }
     if (plan.conflicts.nonEmpty && strategy == "fail") {
       throw ProcedureErrors.mergeConflict(BranchMergeWriter.conflictMessage(source, into, plan.conflicts.toSeq))
     }
+    MergeRows.resolve(plan, dst, strategy == "theirs", table)
     val req = new MergeRequest(src, dst, plan, strategy == "theirs").build()
     val counts = plan.counts
     val summary = Map[String, Any](

@@ -6,9 +6,9 @@ import scala.collection.mutable
 
 /**
  * One merge conflict (python/omnitable/dataops/merge_plan.py `Conflict`): `kind` cell, batch,
- * column, feature (the JVM never reports `rows` or `key`: those checks read data, see
- * [[MergePlan.needsData]]); `where` the fragment path, batch or column name; `column` the column
- * of a cell; `source` / `target` what each side has.
+ * column, feature or rows (a keyed table's `key` conflicts are Python's: its three-way merge is
+ * refused); `where` the fragment path, batch or column name; `column` the column of a cell or
+ * rows; `source` / `target` what each side has; `rows` the offsets of a `rows` conflict.
  */
 final case class MergeConflictEntry(
     kind: String,
@@ -16,7 +16,8 @@ final case class MergeConflictEntry(
     column: Option[String],
     source: String,
     target: String,
-    columnId: Option[Int] = None) {
+    columnId: Option[Int] = None,
+    rows: Seq[Int] = Nil) {
 
   /** As merge.py `_conflict_message` lists it. */
   def describe: String = s"$kind $where" + column.map(c => s" column $c").getOrElse("") +
@@ -40,10 +41,10 @@ private[catalog] final class MergePlan {
   val conflicts: mutable.ArrayBuffer[MergeConflictEntry] = mutable.ArrayBuffer.empty
 
   /**
-   * Fragments where rows one side deleted had cells the other side changed: Python compares
-   * the values in the data files (merge_rows.py `check_rows`), which the JVM does not read.
+   * Rows deleted on one side whose cells the other side changed: (path, side that deleted,
+   * column id, offsets), checked against the values before they are conflicts ([[MergeRows]]).
    */
-  val needsData: mutable.ArrayBuffer[String] = mutable.ArrayBuffer.empty
+  val rowChecks: mutable.ArrayBuffer[(String, String, Int, Seq[Int])] = mutable.ArrayBuffer.empty
 
   /** merge.py `_counts`. */
   def counts: Map[String, Int] = Map(
@@ -166,7 +167,7 @@ private[catalog] final class MergeDiff(base: MergeView, source: MergeView, targe
 
   private def pyStr(v: Option[String]): String = v.getOrElse("None")
 
-  /** merge_plan.py `_diff_deletes`: the bits the source changed win; deleted-vs-updated rows need the data. */
+  /** merge_plan.py `_diff_deletes`: the bits the source changed win; deleted-vs-changed rows are checked later. */
   private def diffDeletes(path: String, merged: FragmentMerge, sourceChanged: Seq[Int], targetChanged: Seq[Int])
       : Unit = {
     val vb = base.vector(path).map(_.vector)
@@ -188,8 +189,10 @@ private[catalog] final class MergeDiff(base: MergeView, source: MergeView, targe
       val targetOnly = copy(mt)
       targetOnly.andNot(mb)
       targetOnly.andNot(ms)
-      if ((!sourceOnly.isEmpty && targetChanged.nonEmpty) || (!targetOnly.isEmpty && sourceChanged.nonEmpty)) {
-        out.needsData += path
+      for ((side, deleted, cells) <-
+          Seq(("source", sourceOnly, targetChanged), ("target", targetOnly, sourceChanged))) {
+        val rows = deleted.stream().toArray.toSeq
+        if (rows.nonEmpty) cells.foreach(cid => out.rowChecks += ((path, side, cid, rows)))
       }
     }
   }

@@ -123,16 +123,6 @@ object ProcedureErrors {
         "`omnitable branch merge`."
     )
 
-  /** A three-way merge where rows one branch deleted had cells the other changed: Python compares the values. */
-  def mergeNeedsValues(source: String, target: String, fragment: String): OmniTableAnalysisException =
-    analysis(
-      "OMNITABLE_PROCEDURE_NEEDS_PYTHON",
-      s"Cannot merge branch '$source' into '$target' in Spark SQL: rows one branch deleted had cells the other " +
-        s"changed (fragment $fragment); telling an update from a rewrite with the same values reads the data, which " +
-        s"needs OmniTable's Python engine. Use Table.merge('$source', into='$target', strategy=...) or " +
-        "`omnitable branch merge`."
-    )
-
   /** merge.py's MergeConflict: conflicts with strategy 'fail'; `message`: Python's message. */
   def mergeConflict(message: String): OmniTableCommitException = new OmniTableCommitException(MergeConflict, message)
 
