@@ -34,7 +34,9 @@ Python's ``Table.update`` and the JVM's ``ColumnUpdate``, failpoint ``update.bef
 ``{"op": "merge", "url": U, "score": S}`` or ``{"op": "merge", "delete_url": U}``: the JVM's
 ``MERGE INTO … WHEN MATCHED THEN UPDATE SET score`` / ``… THEN DELETE`` of that row, whose
 Python reference is the ``update`` / ``delete`` above; or ``{"op": "rollback", "to": N}``: Table.rollback / CALL system.rollback; or ``{"op": "revert",
-"version": N}``, optionally with ``dependents``: Table.revert / CALL system.revert) takes its
+"version": N}``, optionally with ``dependents``: Table.revert / CALL system.revert; or
+``{"op": "merge_branch", "source": B}``, optionally with ``strategy``: Table.merge of branch B
+into main / CALL system.merge_branch) takes its
 snapshot, the ``concurrent`` steps run and commit, then the committing writer commits;
 ``expect`` is its outcome: ``version``, or a message fragment of ``conflict`` / ``not_found`` /
 ``exists`` / ``invalid``, and the table's ``batches`` (sorted names) and ``rows`` afterwards, and

@@ -3,7 +3,7 @@ run against the Python committer on SQLite and PostgreSQL (the ScalaTest Conform
 the same files against the JVM committer). The concurrent writer commits between the committing
 writer's snapshot and its commit (failpoint ``append.before_commit``, ``delete.before_commit``,
 ``update.before_commit``, or ``rollback.before_commit`` / ``revert.before_commit`` for a rollback
-/ revert)."""
+/ revert, ``merge.before_commit`` for a ``merge_branch``)."""
 
 from __future__ import annotations
 
@@ -78,6 +78,10 @@ def _commit(wh: omnitable.Warehouse, scenario: dict[str, Any], base_next: int) -
         if op == "merge":  # Python's reference for the JVM's MERGE INTO: delete or update
             op = "delete" if "url" not in commit else "update"
             commit = {"url": commit["delete_url"]} if op == "delete" else commit
+        if op == "merge_branch":  # a three-way merge into main (re-plans when a branch moves)
+            with hooked("merge.before_commit", concurrent):
+                merged = table.merge(commit["source"], strategy=commit.get("strategy", "fail"))
+            return {"version": merged.version}
         if op == "delete":
             # one attempt, as a Spark SQL DELETE (Table.delete retries on a conflict)
             with hooked("delete.before_commit", concurrent):

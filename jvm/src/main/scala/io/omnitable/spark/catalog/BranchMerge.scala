@@ -5,34 +5,51 @@ import scala.util.Using
 import io.omnitable.spark.errors.{OmniTableCommitException, ProcedureErrors, WriteErrors}
 
 /**
- * What a merge did (python/omnitable/dataops/merge.py `MergeResult`, the fast-forward part):
- * `version` the target's new head (None: nothing to merge), `fastForward`, the merge base's
- * version and the source's head merged.
+ * What a merge did (python/omnitable/dataops/merge.py `MergeResult`): `version` the target's new
+ * head (None: nothing to merge), `fastForward`, the merge base's version, the source's head
+ * merged, the counts of a three-way merge (cells, batches, deletes, columns, features) and the
+ * conflicts its strategy resolved.
  */
-final case class MergeOutcome(version: Option[Long], fastForward: Boolean, baseVersion: Long, sourceVersion: Long)
+final case class MergeOutcome(
+    version: Option[Long],
+    fastForward: Boolean,
+    baseVersion: Long,
+    sourceVersion: Long,
+    counts: Map[String, Int] = Map.empty,
+    resolved: Seq[MergeConflictEntry] = Nil) {
+  def count(name: String): Int = counts.getOrElse(name, 0)
+}
 
 /**
- * The JVM's branch merge where it is a fast-forward (python/omnitable/catalog/branch_merge.py):
- * the merge base, and the fast-forward itself, which re-labels the source's rows and commits as
- * the target's under the table's commit lock (no row copied, no data file touched). A merge that
- * needs a three-way merge is refused with the Python API to use. Failpoints:
- * `merge.before_commit` (planned, lock not taken), `fast_forward.mid_update`.
+ * The JVM's branch merge (python/omnitable/dataops/merge.py, catalog/branch_merge.py): the
+ * merge base; a fast-forward re-labels the source's rows and commits as the target's under the
+ * table's commit lock (no row copied, no data file touched); otherwise a three-way merge at
+ * column grain ([[MergeDiff]]) commits one `merge` with the source's files (no data file
+ * written), as Python's; rows deleted on one side and changed on the other are compared by value
+ * ([[MergeRows]]). A keyed table's three-way merge is refused with the Python API to use.
+ * Failpoints: `merge.before_commit` (planned, lock not taken), `fast_forward.mid_update`,
+ * `commit.before_insert`, `commit.mid_insert`, `commit.before_end`.
  */
 final class BranchMergeWriter(reader: CatalogReader, failpoints: Failpoints = Failpoints(None)) {
 
   private val undo = new UndoWriter(reader, failpoints)
 
   /**
-   * Merge `source` into `into` as merge.py `merge` does when no three-way merge is needed;
-   * `fastForwardOnly`: the `fast_forward` procedure (a target that moved is a conflict, as
-   * branch_merge.py `fast_forward` says). Planning again when a branch moves (5 rounds).
+   * Merge `source` into `into` as merge.py `merge` does; `fastForwardOnly`: the `fast_forward`
+   * procedure (a target that moved is a conflict, as branch_merge.py `fast_forward` says).
+   * Planning again when a branch moves (5 rounds).
    */
-  def merge(table: String, source: String, into: String, fastForwardOnly: Boolean): MergeOutcome = {
+  def merge(
+      table: String,
+      source: String,
+      into: String,
+      fastForwardOnly: Boolean,
+      strategy: String = "fail"): MergeOutcome = {
     RefWriter.checkName(source, "branch")
     RefWriter.checkName(into, "branch")
     if (source == into) throw ProcedureErrors.invalidOperation(s"Cannot merge branch '$source' into itself")
     def attempt(round: Int): MergeOutcome =
-      try mergeOnce(table, source, into, fastForwardOnly)
+      try mergeOnce(table, source, into, fastForwardOnly, strategy)
       catch {
         case e: OmniTableCommitException
             if e.omniErrorClass == WriteErrors.CommitConflict && round < BranchMergeWriter.Rounds =>
@@ -41,7 +58,12 @@ final class BranchMergeWriter(reader: CatalogReader, failpoints: Failpoints = Fa
     attempt(1)
   }
 
-  private def mergeOnce(table: String, source: String, into: String, fastForwardOnly: Boolean): MergeOutcome = {
+  private def mergeOnce(
+      table: String,
+      source: String,
+      into: String,
+      fastForwardOnly: Boolean,
+      strategy: String): MergeOutcome = {
     val (tableId, sourceHead) = undo.headOf(table, source)
     val (plan, canFastForward) = reader.withConnection(s"the branches of table '$table'") { conn =>
       val entry = reader.findTable(conn, table).filter(_.tableId == tableId).getOrElse(
@@ -49,11 +71,11 @@ final class BranchMergeWriter(reader: CatalogReader, failpoints: Failpoints = Fa
       val m = new BranchMerge(conn, entry, reader.display)
       (m.mergeBase(source, into), m.canFastForward(source, into))
     }
-    val (_, baseVersion) = plan
+    val (baseBranch, baseVersion) = plan
     if (sourceHead == baseVersion) return MergeOutcome(None, fastForward = false, baseVersion, sourceHead)
     if (!canFastForward) {
       if (fastForwardOnly) throw BranchMerge.moved(source, into)
-      throw ProcedureErrors.mergeNeedsPython(source, into)
+      return threeWay(table, tableId, source, into, strategy, sourceHead, (baseBranch, baseVersion))
     }
     failpoints.hit("merge.before_commit")
     val version = undo.withLock(tableId, "merge") { (conn, entry) =>
@@ -61,10 +83,100 @@ final class BranchMergeWriter(reader: CatalogReader, failpoints: Failpoints = Fa
     }
     MergeOutcome(Some(version), fastForward = true, baseVersion, sourceHead)
   }
+
+  /** merge.py `_merge_once` past the fast-forward: plan, fail or resolve conflicts, commit one `merge`. */
+  private def threeWay(
+      table: String,
+      tableId: String,
+      source: String,
+      into: String,
+      strategy: String,
+      sourceHead: Long,
+      base: (String, Long)): MergeOutcome = {
+    val (targetHead, views) = reader.withConnection(s"the branches of table '$table'") { conn =>
+      val entry = reader.findTable(conn, table).filter(_.tableId == tableId).getOrElse(
+        throw WriteErrors.dropped("merge", tableId))
+      if (entry.properties.contains("table.key")) throw ProcedureErrors.keyedMerge(table, source, into)
+      val resolver = new SnapshotResolver(conn, entry, reader.display)
+      val head = resolver.resolve(SnapshotSpec(branch = Some(into))).version
+      def view(b: String, v: Long) =
+        MergeView.load(conn, tableId, resolver.resolve(SnapshotSpec(branch = Some(b), version = Some(v))).segments, v)
+      (head, (view(base._1, base._2), view(source, sourceHead), view(into, head)))
+    }
+    val (baseView, src, dst) = views
+    val plan = new MergeDiff(baseView, src, dst, table).plan()
+    if (plan.rowChecks.nonEmpty) {
+      val uri = reader.loadTable(table, SnapshotSpec(branch = Some(into))).tableUri
+      plan.conflicts ++= MergeRows.check(uri, plan, baseView, src, dst)
+    }
+    if (plan.conflicts.nonEmpty && strategy == "fail") {
+      throw ProcedureErrors.mergeConflict(BranchMergeWriter.conflictMessage(source, into, plan.conflicts.toSeq))
+    }
+    MergeRows.resolve(plan, dst, strategy == "theirs", table)
+    val req = new MergeRequest(src, dst, plan, strategy == "theirs").build()
+    val counts = plan.counts
+    val summary = Map[String, Any](
+      "source" -> source,
+      "source_version" -> sourceHead,
+      "base_version" -> base._2,
+      "strategy" -> strategy,
+      "user" -> System.getProperty("user.name")) ++ counts
+    failpoints.hit("merge.before_commit")
+    val version = undo.withLock(tableId, "merge") { (conn, entry) =>
+      val resolver = new SnapshotResolver(conn, entry, reader.display)
+      val head = resolver.resolve(SnapshotSpec(branch = Some(into)))
+      val c = CommitContext(conn, entry, resolver, into, targetHead, head.version, head.segments)
+      c.checkReadThisBranch("merge")
+      CommitRows.checkBase(into, targetHead, head.version)
+      BranchMergeWriter.checkHeads(c, source, sourceHead)
+      val version = Jdbc.query(conn, CommitSql("next_version"), tableId)(_.getLong(1)).head
+      failpoints.hit("commit.before_insert")
+      val now = CommitRows.commitTime(conn, tableId)
+      new MergeStatements(c, version, now, failpoints.hit).apply(req, dst)
+      CommitRows.insertCommit(
+        conn,
+        tableId,
+        version,
+        head.version,
+        into,
+        "merge",
+        None,
+        PyJson.dumps(summary),
+        now,
+        UndoStatements.newId())
+      failpoints.hit("commit.before_end")
+      version
+    }
+    MergeOutcome(Some(version), fastForward = false, base._2, sourceHead, counts, plan.conflicts.toSeq)
+  }
 }
 
 object BranchMergeWriter {
   val Rounds = 5
+
+  /** commit.py `_check_merge_heads`: the target's head is the one planned on, the source's head too. */
+  private[catalog] def checkHeads(c: CommitContext, source: String, sourceHead: Long): Unit = {
+    if (c.head != c.baseVersion) {
+      throw WriteErrors.conflict(
+        s"Cannot commit merge: branch '${c.branch}' moved from version ${c.baseVersion} to ${c.head} while the " +
+          "merge was planned; nothing was committed")
+    }
+    val now = c.resolver.resolve(SnapshotSpec(branch = Some(source))).version
+    if (now != sourceHead) {
+      throw WriteErrors.conflict(
+        s"Cannot commit merge: branch '$source' moved from version $sourceHead to $now while the merge was " +
+          "planned; nothing was committed")
+    }
+  }
+
+  /** merge.py `_conflict_message`. */
+  def conflictMessage(source: String, into: String, conflicts: Seq[MergeConflictEntry]): String = {
+    val shown = conflicts.take(5).map(_.describe).mkString("; ")
+    val more = if (conflicts.size > 5) s" and ${conflicts.size - 5} more" else ""
+    s"Cannot merge branch '$source' into '$into': ${conflicts.size} conflict(s): $shown$more; nothing was " +
+      s"committed. Merge with strategy='ours' (keep '$into') or 'theirs' (take '$source'), or change one branch " +
+      "and merge again (see MergeConflict.details)"
+  }
 }
 
 /** branch_merge.py's statements on one open connection. */

@@ -118,7 +118,7 @@ private[catalog] final class UndoStatements(
     out.size
   }
 
-  private def insertMissingSets(sets: Seq[FeatureColumnSet]): Unit = {
+  private[catalog] def insertMissingSets(sets: Seq[FeatureColumnSet]): Unit = {
     val wanted = sets.map(s => s.setId -> s).toMap
     val ids = wanted.keys.toSeq.sorted
     val existing = ids.grouped(Chunk).flatMap { chunk =>

@@ -7,8 +7,8 @@ import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure
 
 /**
  * OmniTable's stored procedures, `CALL <catalog>.system.<name>(...)` (docs/spark.md,
- * "Procedures"): the branch and tag procedures ([[RefProcedures]]), rollback and fast-forward
- * merges ([[UndoProcedures]]) and the registration of SQL features ([[FeatureProcedures]]) run in
+ * "Procedures"): the branch and tag procedures ([[RefProcedures]]), rollback, revert, merges and
+ * rebases ([[UndoProcedures]]) and the registration of SQL features ([[FeatureProcedures]]) run in
  * the JVM; the
  * operations only the Python engine performs are listed too, and calling one fails with the
  * Python API and CLI command to use instead.
@@ -44,7 +44,6 @@ object OmniTableProcedures {
 
   /** The operations that need OmniTable's Python engine, with the API and CLI that perform them. */
   val PythonOnly: Map[String, String] = Map(
-    "rebase_branch" -> "Table.rebase(branch, onto, strategy=...) or `omnitable branch rebase`",
     "backfill" -> "Table.backfill(features).run(spark) or `omnitable backfill`",
     "retry_errors" -> "Table.backfill(features, retry_errors=True).run(spark) or `omnitable backfill --retry-errors`"
   )

@@ -3,6 +3,7 @@ package io.omnitable.spark.procedures
 import io.omnitable.spark.catalog.{BranchMergeWriter, CatalogReader, Failpoints, MergeOutcome, UndoOutcome, UndoWriter}
 import io.omnitable.spark.procedures.OmniTableProcedure.{optional, required}
 import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.util.ArrayData
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types._
 import org.apache.spark.unsafe.types.UTF8String
@@ -10,8 +11,8 @@ import org.apache.spark.unsafe.types.UTF8String
 /**
  * The catalog-only history procedures run in the JVM: `rollback` (Table.rollback), `revert`
  * (Table.revert; a keyed table's needs Python), and
- * `merge_branch` / `fast_forward` where the merge is a fast-forward (Table.merge); a merge that
- * needs a three-way merge fails with the Python API to use (docs/spark.md, "Procedures").
+ * `merge_branch` / `fast_forward` (Table.merge: fast-forward or three-way; a keyed table's
+ * three-way merge fails with the Python API to use; docs/spark.md, "Procedures").
  */
 object UndoProcedures {
 
@@ -23,12 +24,27 @@ object UndoProcedures {
     StructField("summary", StringType, nullable = false)
   ))
 
+  /** A conflict a strategy resolved (Python's merge_plan.Conflict; column NULL: not a cell's). */
+  val Conflict: StructType = StructType(Seq(
+    StructField("kind", StringType, nullable = false),
+    StructField("where", StringType, nullable = false),
+    StructField("column", StringType),
+    StructField("source", StringType, nullable = false),
+    StructField("target", StringType, nullable = false)
+  ))
+
   /** The row `merge_branch` and `fast_forward` return (Python's MergeResult; version NULL: nothing to merge). */
   val MergeOutput: StructType = StructType(Seq(
     StructField("version", LongType),
     StructField("fast_forward", BooleanType, nullable = false),
     StructField("base_version", LongType, nullable = false),
-    StructField("source_version", LongType, nullable = false)
+    StructField("source_version", LongType, nullable = false),
+    StructField("cells", IntegerType, nullable = false),
+    StructField("batches", IntegerType, nullable = false),
+    StructField("deletes", IntegerType, nullable = false),
+    StructField("columns", IntegerType, nullable = false),
+    StructField("features", IntegerType, nullable = false),
+    StructField("resolved", ArrayType(Conflict, containsNull = false), nullable = false)
   ))
 
   private def str(s: String): UTF8String = UTF8String.fromString(s)
@@ -38,7 +54,20 @@ object UndoProcedures {
 
   def result(o: MergeOutcome): ProcedureResult = new ProcedureResult(
     MergeOutput,
-    Seq(InternalRow(o.version.map(Long.box).orNull, o.fastForward, o.baseVersion, o.sourceVersion)))
+    Seq(InternalRow(
+      o.version.map(Long.box).orNull,
+      o.fastForward,
+      o.baseVersion,
+      o.sourceVersion,
+      o.count("cells"),
+      o.count("batches"),
+      o.count("deletes"),
+      o.count("columns"),
+      o.count("features"),
+      ArrayData.toArrayData(o.resolved.map(c =>
+        InternalRow(str(c.kind), str(c.where), c.column.map(str).orNull, str(c.source), str(c.target))).toArray)
+    ))
+  )
 
   private def failpoints: Failpoints = Failpoints(Option(SQLConf.get.getConfString(Failpoints.SessionConf, null)))
 
@@ -87,10 +116,11 @@ object UndoProcedures {
         Table,
         required("source_branch", StringType, "the branch to merge"),
         optional("into", StringType, "'main'", "the branch merged into"),
-        optional("strategy", StringType, "'fail'", "fail, ours or theirs (for a three-way merge: Python only)")
+        optional("strategy", StringType, "'fail'", "fail, ours or theirs: what a three-way merge does with conflicts")
       ),
-      "Merges a branch (Table.merge) when it is a fast-forward (the target has not moved since the " +
-        "source forked: the source's rows are re-labelled, nothing copied); a three-way merge needs Python."
+      "Merges a branch (Table.merge): a fast-forward when the target has not moved since the source " +
+        "forked (the source's rows are re-labelled, nothing copied), else a three-way merge at column grain " +
+        "committed as one merge (no data file written); a keyed table's three-way merge needs Python."
     ) {
       override protected def run(a: ProcedureArgs): ProcedureResult = {
         val strategy = a.string("strategy")
@@ -98,7 +128,27 @@ object UndoProcedures {
           throw a.invalid("strategy", s"is '$strategy': give one of ${Strategies.mkString(", ")}")
         }
         result(new BranchMergeWriter(reader(), failpoints)
-          .merge(a.string("table"), a.string("source_branch"), a.string("into"), fastForwardOnly = false))
+          .merge(a.string("table"), a.string("source_branch"), a.string("into"), fastForwardOnly = false, strategy))
+      }
+    },
+    new OmniTableProcedure(
+      "rebase_branch",
+      Seq(
+        Table,
+        required("branch", StringType, "the branch brought up to date"),
+        optional("onto", StringType, "'main'", "the branch whose changes it takes"),
+        optional("strategy", StringType, "'fail'", "fail, ours (keep the branch's side) or theirs (take onto's)")
+      ),
+      "Brings onto's changes since the merge base into the branch (Table.rebase: a merge of onto into " +
+        "the branch, one merge commit on it; a keyed table's three-way merge needs Python)."
+    ) {
+      override protected def run(a: ProcedureArgs): ProcedureResult = {
+        val strategy = a.string("strategy")
+        if (!Strategies.contains(strategy)) {
+          throw a.invalid("strategy", s"is '$strategy': give one of ${Strategies.mkString(", ")}")
+        }
+        result(new BranchMergeWriter(reader(), failpoints)
+          .merge(a.string("table"), a.string("onto"), a.string("branch"), fastForwardOnly = false, strategy))
       }
     },
     new OmniTableProcedure(

@@ -236,10 +236,10 @@ class OmniTableProceduresSuite extends AnyFunSuite with SharedSparkSession {
     catalogs.foreach { c =>
       val m = refused(
         c,
-        s"CALL $c.system.rebase_branch('refs', 'dev')",
-        "system.rebase_branch",
-        "Table.rebase",
-        "omnitable branch rebase")
+        s"CALL $c.system.retry_errors('refs')",
+        "system.retry_errors",
+        "Table.backfill",
+        "omnitable backfill --retry-errors")
       assert(m.contains("OMNITABLE_PROCEDURE_NEEDS_PYTHON"))
       refused(c, s"CALL $c.system.backfill('refs')", "Table.backfill", "omnitable backfill")
       refused(c, s"CALL $c.system.retry_errors('refs')", "retry_errors=True", "omnitable backfill --retry-errors")

@@ -216,7 +216,7 @@ class UndoProceduresSuite extends AnyFunSuite with SharedSparkSession {
     assert(dump(wh) == before)
   }
 
-  test("merge_branch fast-forwards as Python does; a three-way merge needs Python") {
+  test("merge_branch fast-forwards and merges three-way as Python does") {
     val wh = new File(freshDir(), "wh")
     python("history", wh.getPath, "", "9")
     python(
@@ -250,8 +250,6 @@ class UndoProceduresSuite extends AnyFunSuite with SharedSparkSession {
       """[{"op": "create_branch", "name": "f"}, {"op": "append", "batch": "f1", "rows": 1, "branch": "f"}, {"op": "append", "batch": "m9", "rows": 1}]"""
     )
     val before = dump(wh)
-    val (k1, m1) = error(spark.sql(s"CALL $c.system.merge_branch('web', 'f')").collect())
-    assert(k1 == "OMNITABLE_PROCEDURE_NEEDS_PYTHON" && m1.contains("Table.merge('f', into='main'"), m1)
     val (k2, m2) = error(spark.sql(s"CALL $c.system.fast_forward('web', 'f')").collect())
     assert(k2 == "OMNITABLE_COMMIT_CONFLICT" && m2.contains("'main' moved since 'f' forked"), m2)
     val (k3, m3) = error(spark.sql(s"CALL $c.system.merge_branch('web', 'main', 'main')").collect())
@@ -259,6 +257,13 @@ class UndoProceduresSuite extends AnyFunSuite with SharedSparkSession {
     val (k4, _) = error(spark.sql(s"CALL $c.system.merge_branch('web', 'f', strategy => 'mine')").collect())
     assert(k4 == "OMNITABLE_INVALID_PROCEDURE_ARGUMENT")
     assert(dump(wh) == before)
+    // main moved since f forked: a three-way merge, committed as one merge (f1 copied), as Python's
+    val py3 = copyTree(wh, new File(freshDir(), "wh"))
+    val pyMerged = json.readTree(python("merge", py3.getPath, "", "f"))
+    val merged = call(s"CALL $c.system.merge_branch('web', 'f')")
+    assert(!merged.isNullAt(0) && !merged.getBoolean(1) && merged.getInt(5) == 1)
+    assert(merged.getLong(0) == pyMerged.get("version").asLong() && !pyMerged.get("fast_forward").asBoolean())
+    assert(dump(wh) == dump(py3) && dump(wh, "f") == dump(py3, "f"))
   }
 
   test("a fast-forward killed mid-update leaves nothing visible") {

@@ -8,7 +8,7 @@ import scala.sys.process._
 import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 import io.omnitable.spark.{PythonSteps, SharedSparkSession, TestWarehouses}
 import io.omnitable.spark.catalog.{CatalogReader, Failpoints, SnapshotSpec}
-import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableCommitException, WriteErrors}
+import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableCommitException, ProcedureErrors, WriteErrors}
 import io.omnitable.spark.source.OmniTableCatalog
 import org.apache.spark.sql.functions.lit
 import org.scalatest.funsuite.AnyFunSuite
@@ -21,7 +21,8 @@ import org.scalatest.funsuite.AnyFunSuite
  * (tests/conformance/steps.py, in one `steps.py serve` process for the suite: [[PythonSteps]]);
  * the committing append is a Spark `writeTo(...).append()` (a replace: `overwrite(lit(true))`,
  * INSERT OVERWRITE's plan), a `DELETE FROM`, an update ([[ColumnUpdate]]), a rollback
- * `CALL <catalog>.system.rollback('web', N)` or a revert `CALL <catalog>.system.revert('web', N)`,
+ * `CALL <catalog>.system.rollback('web', N)`, a revert `CALL <catalog>.system.revert('web', N)`, a merge
+ * `CALL <catalog>.system.merge_branch('web', B)` (failpoint `merge.before_commit`),
  * and the concurrent steps run between its snapshot and its commit (failpoint
  * `append.before_commit` / `delete.before_commit` / `update.before_commit` /
  * `rollback.before_commit` / `revert.before_commit`). A scenario's `around` steps (a Python
@@ -132,6 +133,11 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
               spark.sql(
                 s"CALL $catalog.system.revert('web', ${commit.get("version").asLong()}, '$dependents')").collect()
             }
+          case "merge_branch" =>
+            Failpoints.hooked("merge.before_commit")(concurrent()) {
+              val (source, strategy) = (commit.get("source").asText(), commit.path("strategy").asText("fail"))
+              spark.sql(s"CALL $catalog.system.merge_branch('web', '$source', strategy => '$strategy')").collect()
+            }
           case _ => append(catalog, commit, baseNext, () => concurrent())
         })
       catch { case e: Exception => Left(commitError(e)) }
@@ -201,7 +207,7 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
   /** `outcome`: Right (committed) or the error's (class, message). */
   private def check(expect: JsonNode, outcome: Either[(String, String), Unit], warehouse: String): Unit = {
     val kinds = Map(
-      "conflict" -> Set(WriteErrors.CommitConflict),
+      "conflict" -> Set(WriteErrors.CommitConflict, ProcedureErrors.MergeConflict),
       "not_found" -> Set(WriteErrors.TableDropped, "OMNITABLE_NOT_FOUND"),
       "exists" -> Set(WriteErrors.BatchExists),
       "invalid" -> Set("OMNITABLE_INVALID_OPERATION")
