@@ -48,8 +48,9 @@ object WriteOnlyAssignedColumns extends Rule[LogicalPlan] {
    * The MERGE form (`MergeRows` under the write, one instruction per WHEN MATCHED clause): a user
    * column is unchanged when its output is the target row's own value in every UPDATE
    * instruction (DELETE instructions write no values; a MERGE that only deletes writes none).
-   * Backs off when an instruction inserts or
-   * re-inserts rows (`WHEN NOT MATCHED`, an assigned row id: Spark splits the row). The unchanged
+   * `WHEN NOT MATCHED … INSERT` instructions keep their values (their rows become the new batch,
+   * [[OmniTableDeltaOperation.insertRows]]). Backs off when an instruction re-inserts rows (an
+   * assigned row id: Spark splits the row). The unchanged
    * columns are NULLed in the UPDATE instructions and a projection of what `MergeRows` references
    * goes under it, so the target scan no longer reads them.
    */
@@ -60,8 +61,10 @@ object WriteOnlyAssignedColumns extends Rule[LogicalPlan] {
       rows: ProjectingInternalRow,
       targetIds: Set[ExprId]): LogicalPlan = {
     val keeps = m.matchedInstructions.collect { case k: MergeRows.Keep => k }
-    if (keeps.size != m.matchedInstructions.size || m.notMatchedInstructions.nonEmpty ||
+    val inserts = m.notMatchedInstructions.collect { case k: MergeRows.Keep if k.context == MergeRows.Insert => k }
+    if (keeps.size != m.matchedInstructions.size || inserts.size != m.notMatchedInstructions.size ||
       m.notMatchedBySourceInstructions.nonEmpty) return wd
+    if (inserts.nonEmpty) op.insertRows() // the write names the new batch before any job runs
     val updates = keeps.filter(_.context == MergeRows.Update)
     if (keeps.exists(k => k.context != MergeRows.Update && k.context != MergeRows.Delete)) return wd
     val user = userColumns(rows)
