@@ -350,19 +350,111 @@ def test_an_upsert_racing_a_python_append(
     keys=st.lists(st.integers(0, 20), unique=True, max_size=8),
     base=st.integers(0, 10),
 )
-def test_random_upserts_equal_the_model(
+def test_random_upserts_equal_the_model_and_python_upsert(
     spark: Any, wh: omnitable.Warehouse, catalog: str, keys: list[int], base: int
 ) -> None:
     """The classic upsert of random keys (some of the table's x 0..11, some new) on a table with
-    ``base`` rows deleted leaves exactly the model's rows; a MERGE changing nothing commits nothing."""
-    t = _table(wh)
+    ``base`` rows deleted leaves exactly the model's rows, and the rows ``Table.upsert`` of the same
+    data leaves on a table keyed by x; a MERGE changing nothing commits nothing."""
+    t, py = _table(wh), _table(wh, key="x")
     if base:
-        t.delete(pc.field("x") < base)
+        for table in (t, py):
+            table.delete(pc.field("x") < base)
     before, v = _values(t), t.version
     qs = [float(k) * 3 for k in keys]
     spark.sql(_merge(catalog, t, _source(spark, keys, qs), UPSERT))
     assert _values(t) == _model(before, keys, qs)
+    if keys:
+        py.upsert(
+            pa.table({"x": pa.array(keys, pa.int64()), "quality": qs}), append_name="merged/1"
+        )
+    assert _values(t) == _values(py)
     inserted = [k for k in keys if k not in before]
     assert t.version == (v + 1 if keys else v)
     if inserted:
         assert {b.name: b.rows for b in t.batches()}["merged/1"] == len(inserted)
+
+
+def test_update_set_star_and_insert_star_assign_the_source_columns(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    """``UPDATE SET *`` / ``INSERT *`` assign the table's user columns the source has by name (x,
+    quality; its extra column is ignored, the system columns are never assigned): column-only,
+    the matched rows' new files carry only x and quality."""
+    t = _table(wh)
+    before, v = _values(t), t.version
+    existing = set(t.snapshot().files_by_fragment)  # the fragments of b1
+    name = f"isrc_{next(_views)}"
+    spark.createDataFrame(
+        [(2, 20.0, "no"), (9, 90.0, "no"), (60, 6.5, "no")],
+        "x bigint, quality double, extra string",
+    ).createOrReplaceTempView(name)
+    spark.sql(
+        _merge(catalog, t, name, "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+    )
+    assert _values(t) == _model(before, [2, 9, 60], [20.0, 90.0, 6.5])
+    head = t.history(1)[0]
+    assert t.version == v + 1 and head.op == "upsert"
+    assert sorted(head.summary["columns"]) == ["quality", "x"]
+    snap = t.snapshot()
+    names = {c.column_id: c.name for c in snap.columns}
+    rewritten = [
+        {names[c] for c in f.columns}
+        for fragment, fs in snap.files_by_fragment.items()
+        for f in fs
+        if f.added_version == head.version and fragment in existing
+    ]
+    assert rewritten and all(cols <= {ROW_ID, "x", "quality"} for cols in rewritten), rewritten
+
+
+def test_an_insert_star_only_merge_appends_the_source_columns(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    t = _table(wh)
+    before = _values(t)
+    spark.sql(
+        _merge(catalog, t, _source(spark, [4, 44], [4.0, 44.0]), "WHEN NOT MATCHED THEN INSERT *")
+    )
+    assert _values(t) == {**before, 44: (None, 44.0, None)}
+    assert t.history(1)[0].op == "append"
+
+
+def test_not_matched_by_source_clauses_update_and_delete_in_the_same_commit(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    """WHEN NOT MATCHED BY SOURCE clauses (conditions and values read the target) update and
+    delete the target rows no source row matches, with the matched updates and the inserted
+    batch in one commit; the rewritten files carry only the assigned columns."""
+    t = _table(wh)
+    before, v = _values(t), t.version
+    spark.sql(_merge(
+        catalog, t, _source(spark, [1, 2, 90], [10.0, 20.0, 9.0]),
+        "WHEN MATCHED THEN UPDATE SET quality = s.quality "
+        "WHEN NOT MATCHED THEN INSERT (x, quality) VALUES (s.x, s.quality) "
+        "WHEN NOT MATCHED BY SOURCE AND t.x > 8 THEN DELETE "
+        "WHEN NOT MATCHED BY SOURCE AND t.x < 5 THEN UPDATE SET label = 'gone', quality = t.quality + 100",
+    ))  # fmt: skip
+    want = {x: row for x, row in before.items() if x <= 8}
+    want[1] = ("a", 10.0, "t1")
+    want[2] = ("a", 20.0, "t2")
+    for x in (0, 3, 4):
+        want[x] = ("gone", before[x][1] + 100, before[x][2])
+    want[90] = (None, 9.0, None)
+    assert _values(t) == want
+    head = t.history(1)[0]
+    assert t.version == v + 1 and head.op == "upsert"
+    assert (head.summary["inserted"], head.summary["merged"], head.summary["deleted"]) == (1, 5, 3)
+    assert sorted(head.summary["columns"]) == ["label", "quality"]
+
+
+def test_a_not_matched_by_source_delete_only_merge(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    t = _table(wh)
+    before = _values(t)
+    spark.sql(_merge(
+        catalog, t, _source(spark, [3, 4], [0.0, 0.0]),
+        "WHEN NOT MATCHED BY SOURCE AND t.quality > 5 THEN DELETE",
+    ))  # fmt: skip
+    assert _values(t) == {x: r for x, r in before.items() if x <= 5 or x in (3, 4)}
+    assert t.history(1)[0].op == "delete"

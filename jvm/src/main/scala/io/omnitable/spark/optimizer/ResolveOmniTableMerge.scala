@@ -13,21 +13,25 @@ import org.apache.spark.sql.catalyst.plans.logical.{
   DeleteAction,
   Filter,
   InsertAction,
+  InsertStarAction,
   Join,
   JoinHint,
   LogicalPlan,
   MergeAction,
   MergeIntoTable,
   Project,
-  UpdateAction
+  UpdateAction,
+  UpdateStarAction
 }
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation
 
 /**
  * Resolves a `MERGE INTO` an OmniTable table of the supported forms (`WHEN MATCHED [AND c] THEN
- * UPDATE SET … | DELETE` and `WHEN NOT MATCHED [BY TARGET] [AND c] THEN INSERT (cols) VALUES (…)`
- * clauses, see [[RefuseOmniTableMerge]]) as Spark's ResolveReferences
+ * UPDATE SET … | UPDATE SET * | DELETE`, `WHEN NOT MATCHED [BY TARGET] [AND c] THEN INSERT
+ * (cols) VALUES (…) | INSERT *` and `WHEN NOT MATCHED BY SOURCE [AND c] THEN UPDATE SET … |
+ * DELETE` clauses, see [[RefuseOmniTableMerge]]; the stars are expanded first, [[expandStars]];
+ * a BY SOURCE clause's condition and values read the target only) as Spark's ResolveReferences
  * and ResolveRowLevelCommandAssignments do for tables that do not accept any schema: the ON
  * condition, clause conditions and assigned values against the target and the source, the
  * assigned columns against the target; then aligns each UPDATE's assignments with the target's
@@ -50,18 +54,48 @@ object ResolveOmniTableMerge extends Rule[LogicalPlan] {
         if m.targetTable.resolved && m.sourceTable.resolved && supported(m) && isOmniTable(m.targetTable) =>
       // resolved and aligned in one step: Spark's own alignment would refuse an INSERT leaving out
       // the (non-nullable) system columns
-      val resolved = if (m.resolved) m else resolve(m)
+      val expanded = expandStars(m)
+      val resolved = if (expanded.resolved) expanded else resolve(expanded)
       if (resolved.resolved && !resolved.aligned) alignAll(resolved) else resolved
+  }
+
+  /**
+   * `UPDATE SET *` and `INSERT *` as the assignments of every user column of the table that the
+   * source has (by name, Spark's resolver): column-only, only the columns the source provides are
+   * written; the system columns are never assigned (OmniTable sets them).
+   */
+  private def expandStars(m: MergeIntoTable): MergeIntoTable = {
+    val hasStar = (m.matchedActions ++ m.notMatchedActions).exists {
+      case _: UpdateStarAction | _: InsertStarAction => true
+      case _ => false
+    }
+    if (!hasStar) return m
+    lazy val assignments = m.targetTable.output.filterNot(isSystem).flatMap { a =>
+      m.sourceTable.output.find(s => conf.resolver(s.name, a.name)).map(s => Assignment(a, s))
+    }
+    m.copy(
+      matchedActions = m.matchedActions.map {
+        case UpdateStarAction(cond) => UpdateAction(cond, assignments)
+        case other => other
+      },
+      notMatchedActions = m.notMatchedActions.map {
+        case InsertStarAction(cond) => InsertAction(cond, assignments)
+        case other => other
+      }
+    )
   }
 
   private def alignAll(m: MergeIntoTable): LogicalPlan = {
     refuseSystemColumns(m)
     refuseInsertedSystemColumns(m)
-    if (m.matchedActions.isEmpty && m.notMatchedActions.nonEmpty) insertOnly(m)
+    if (m.matchedActions.isEmpty && m.notMatchedBySourceActions.isEmpty && m.notMatchedActions.nonEmpty)
+      insertOnly(m)
     else
       m.copy(
         matchedActions = m.matchedActions.map(align(m.targetTable, _)),
-        notMatchedActions = m.notMatchedActions.map(alignInsert(m, _)))
+        notMatchedActions = m.notMatchedActions.map(alignInsert(m, _)),
+        notMatchedBySourceActions = m.notMatchedBySourceActions.map(align(m.targetTable, _))
+      )
   }
 
   private def tableName(m: MergeIntoTable): String = EliminateSubqueryAliases(m.targetTable) match {
@@ -128,7 +162,7 @@ object ResolveOmniTableMerge extends Rule[LogicalPlan] {
   }
 
   /** An UPDATE clause assigning `_ai_unique_id_` or `_ai_append_name_` fails, as `Table.update` does. */
-  private def refuseSystemColumns(m: MergeIntoTable): Unit = m.matchedActions.foreach {
+  private def refuseSystemColumns(m: MergeIntoTable): Unit = (m.matchedActions ++ m.notMatchedBySourceActions).foreach {
     case u: UpdateAction =>
       u.assignments.map(_.key).collectFirst {
         case a: Attribute if a.name.equalsIgnoreCase(SystemColumns.RowId) => SystemColumns.RowId
@@ -143,13 +177,23 @@ object ResolveOmniTableMerge extends Rule[LogicalPlan] {
     case _ =>
   }
 
-  /** Matched UPDATE (not `SET *`) and DELETE clauses, NOT MATCHED INSERT clauses: the forms the write supports. */
+  /**
+   * The forms the write supports: WHEN MATCHED and WHEN NOT MATCHED BY SOURCE UPDATE / DELETE
+   * clauses, WHEN NOT MATCHED INSERT clauses (stars included, not yet expanded by Spark).
+   */
   private[optimizer] def supported(m: MergeIntoTable): Boolean =
-    m.notMatchedBySourceActions.isEmpty && m.matchedActions.forall {
+    m.notMatchedBySourceActions.forall {
       case _: DeleteAction => true
       case u: UpdateAction => !u.fromStar
       case _ => false
-    } && m.notMatchedActions.forall(_.isInstanceOf[InsertAction])
+    } && m.matchedActions.forall {
+      case _: DeleteAction | _: UpdateStarAction => true
+      case u: UpdateAction => !u.fromStar
+      case _ => false
+    } && m.notMatchedActions.forall {
+      case _: InsertAction | _: InsertStarAction => true
+      case _ => false
+    }
 
   private[optimizer] def isOmniTable(table: LogicalPlan): Boolean = EliminateSubqueryAliases(table) match {
     case r: DataSourceV2Relation => r.table.isInstanceOf[OmniTableTable]
@@ -175,7 +219,19 @@ object ResolveOmniTableMerge extends Rule[LogicalPlan] {
           assignments = i.assignments.map(a => Assignment(target(a.key), source(a.value))))
       case other => other
     }
-    m.copy(mergeCondition = both(m.mergeCondition), matchedActions = actions, notMatchedActions = inserts)
+    val bySource = m.notMatchedBySourceActions.map {
+      case DeleteAction(cond) => DeleteAction(cond.map(target))
+      case u: UpdateAction =>
+        u.copy(
+          condition = u.condition.map(target),
+          assignments = u.assignments.map(a => Assignment(target(a.key), target(a.value))))
+      case other => other
+    }
+    m.copy(
+      mergeCondition = both(m.mergeCondition),
+      matchedActions = actions,
+      notMatchedActions = inserts,
+      notMatchedBySourceActions = bySource)
   }
 
   /** `e` with its unresolved column names resolved by `lookup` (a nested field: its extraction). */

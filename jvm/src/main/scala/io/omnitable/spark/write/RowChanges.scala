@@ -48,9 +48,10 @@ object RowChanges {
 
   /** The forms of MERGE INTO an OmniTable table that Spark runs, for errors refusing the others. */
   val MergeForms: String =
-    "MERGE INTO supports WHEN MATCHED [AND cond] THEN UPDATE SET col = expr, ..., WHEN MATCHED " +
-      "[AND cond] THEN DELETE and WHEN NOT MATCHED [AND cond] THEN INSERT (cols) VALUES (...) clauses " +
-      "(the inserted rows become one named batch); or use Table.upsert in Python"
+    "MERGE INTO supports WHEN MATCHED [AND cond] THEN UPDATE SET col = expr, ... | UPDATE SET *, WHEN " +
+      "MATCHED [AND cond] THEN DELETE and WHEN NOT MATCHED [AND cond] THEN INSERT (cols) VALUES (...) | " +
+      "INSERT * clauses (the inserted rows become one named batch), WHEN NOT MATCHED BY SOURCE [AND cond] " +
+      "THEN UPDATE SET col = expr, ... | DELETE clauses; or use Table.upsert in Python"
 
   /**
    * Refuse, before a job runs, a statement whose row changes are not supported
