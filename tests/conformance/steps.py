@@ -33,7 +33,10 @@ rows whose ``url`` or ``score`` is given, Table.delete in one attempt and the JV
 Python's ``Table.update`` and the JVM's ``ColumnUpdate``, failpoint ``update.before_commit``; or
 ``{"op": "merge", "url": U, "score": S}`` or ``{"op": "merge", "delete_url": U}``: the JVM's
 ``MERGE INTO … WHEN MATCHED THEN UPDATE SET score`` / ``… THEN DELETE`` of that row, whose
-Python reference is the ``update`` / ``delete`` above; or ``{"op": "rollback", "to": N}``: Table.rollback / CALL system.rollback; or ``{"op": "revert",
+Python reference is the ``update`` / ``delete`` above (with ``"insert": {"batch": B, "rows": N}``
+also ``WHEN NOT MATCHED THEN INSERT`` of :func:`rows` ``(B, N)`` as the new batch ``B``, in the
+same commit; its Python reference appends them first, failpoint ``append.before_commit``); or
+``{"op": "rollback", "to": N}``: Table.rollback / CALL system.rollback; or ``{"op": "revert",
 "version": N}``, optionally with ``dependents``: Table.revert / CALL system.revert; or
 ``{"op": "merge_branch", "source": B}``, optionally with ``strategy``: Table.merge of branch B
 into main / CALL system.merge_branch) takes its

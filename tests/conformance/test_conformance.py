@@ -75,6 +75,15 @@ def _commit(wh: omnitable.Warehouse, scenario: dict[str, Any], base_next: int) -
 
     try:
         op = commit.get("op", "append")
+        if op == "merge" and "insert" in commit:
+            # the JVM's MERGE … WHEN NOT MATCHED THEN INSERT: its new batch under the append's
+            # rules (the update of the matched row lands in the same commit, after them)
+            ins = commit["insert"]
+            with hooked("append.before_commit", concurrent):
+                table.append(steps.rows(ins["batch"], ins["rows"]), ins["batch"])
+            return {
+                "version": table.update(steps.update_data(table, commit), columns=["score"]).version
+            }
         if op == "merge":  # Python's reference for the JVM's MERGE INTO: delete or update
             op = "delete" if "url" not in commit else "update"
             commit = {"url": commit["delete_url"]} if op == "delete" else commit

@@ -3,7 +3,7 @@ operations, jvm/.../write/ColumnChanges.scala) on SQLite and PostgreSQL: ``WHEN 
 THEN UPDATE SET …`` and ``… THEN DELETE`` leave what Python's ``Table.update`` / ``Table.delete``
 of the same rows leave, in one commit that writes only the assigned columns' files; a source row
 matching a target row twice, assigned system columns and a commit killed midway commit nothing;
-the other MERGE forms are refused clearly; races with Python commits."""
+races with Python commits. WHEN NOT MATCHED clauses: test_spark_merge_insert.py."""
 
 from __future__ import annotations
 
@@ -267,27 +267,6 @@ def test_merge_assigning_system_columns_fails_and_commits_nothing(
     src = _scores(spark, [ids[1]], [1.0])
     with pytest.raises(Exception, match="OMNITABLE_INVALID_UPDATE.*a system column"):
         spark.sql(_merge(catalog, t, src, f"WHEN MATCHED THEN UPDATE SET {assignment}"))
-    assert t.version == v and _parquet(t) == files
-
-
-@pytest.mark.parametrize(
-    ("clauses", "named"),
-    [
-        ("WHEN NOT MATCHED THEN INSERT (x, quality) VALUES (100, s.quality)",
-         "WHEN NOT MATCHED THEN INSERT"),
-        ("WHEN NOT MATCHED BY SOURCE THEN DELETE", "WHEN NOT MATCHED BY SOURCE"),
-        ("WHEN MATCHED THEN UPDATE SET *", "UPDATE SET \\*"),
-    ],
-)  # fmt: skip
-def test_unsupported_merge_forms_are_refused_and_commit_nothing(
-    spark: Any, wh: omnitable.Warehouse, catalog: str, clauses: str, named: str
-) -> None:
-    t = _table(wh)
-    v, files, ids = t.version, _parquet(t), _ids(t)
-    src = _scores(spark, [ids[1]], [1.0])
-    with pytest.raises(Exception, match=rf"OMNITABLE_UNSUPPORTED_DML.*MERGE INTO with {named}.*"
-                                        r"WHEN MATCHED \[AND cond\] THEN DELETE"):  # fmt: skip
-        spark.sql(_merge(catalog, t, src, clauses))
     assert t.version == v and _parquet(t) == files
 
 

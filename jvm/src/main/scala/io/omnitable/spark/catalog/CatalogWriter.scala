@@ -99,6 +99,30 @@ final class CatalogWriter(
   }
 
   /**
+   * The checks of an append joined to a row-level commit (a MERGE's inserted batch: no replace,
+   * no new columns) inside that commit's transaction: the columns, the batch name, the ids of
+   * commits since it was checked ([[IdsNotChecked]]); name → column id of its files' columns.
+   */
+  private[catalog] def checkJoinedAppend(conn: Jdbc.Conn, c: AppendCommit, segments: Seq[Segment], head: Long)
+      : Map[String, Int] = {
+    val ids = checkColumns(conn, c, segments, Map.empty)
+    checkBatchName(conn, c, segments, Nil)
+    checkIdOverlaps(conn, c, head)
+    ids
+  }
+
+  /** Inserts the joined append's batch, fragments and files as of `version` ([[checkJoinedAppend]] first). */
+  private[catalog] def insertJoinedAppend(
+      conn: Jdbc.Conn,
+      c: AppendCommit,
+      version: Long,
+      ids: Map[String, Int],
+      now: String): Unit = {
+    insertData(conn, c, version, ids, now)
+    moveNextRowId(conn, c)
+  }
+
+  /**
    * Commit an update (rewritten column files of existing fragments) atomically; returns the new version.
    *
    * @throws io.omnitable.spark.errors.OmniTableCommitException as [[commitAppend]].

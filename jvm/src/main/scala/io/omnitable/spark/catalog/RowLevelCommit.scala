@@ -18,7 +18,9 @@ final case class NewDeletion(
  * `rows`, `fragments`); `deletions` one per touched fragment; `readColumns` the data columns
  * (name → column id) the statement's scan read, its read set: a concurrent commit that changed the file
  * providing one of them in a fragment live at `baseVersion` conflicts (commit.py
- * `_check_expected_providers`). `token` finds the commit after a lost connection.
+ * `_check_expected_providers`). `token` finds the commit after a lost connection. `append`: the
+ * new batch of a MERGE's `WHEN NOT MATCHED … INSERT` rows, committed in the same version with
+ * the append's rules (op `upsert`, as Python records `Table.upsert`).
  */
 final case class RowLevelCommit(
     tableId: String,
@@ -32,4 +34,5 @@ final case class RowLevelCommit(
     token: String = java.util.UUID.randomUUID().toString.replace("-", ""),
     engine: String = "spark-jvm",
     files: Seq[WrittenFile] = Nil,
-    updatedColumns: Seq[String] = Nil)
+    updatedColumns: Seq[String] = Nil,
+    append: Option[AppendCommit] = None)

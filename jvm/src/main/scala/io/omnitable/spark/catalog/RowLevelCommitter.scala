@@ -9,7 +9,9 @@ import io.omnitable.spark.errors.WriteErrors
  * vector replaces exactly the vector its fragment has at the head (a concurrent delete of the
  * same fragment conflicts), and, when commits landed since the base version, no file the
  * statement read was replaced. Then the replaced vectors end (on a branch, inherited ones through
- * `removals`), the new ones are inserted, and the commit row and branch head are written.
+ * `removals`), the new ones are inserted, and the commit row and branch head are written. A
+ * joined append (a MERGE's inserted batch) is checked and inserted with the append's rules
+ * ([[CatalogWriter.checkJoinedAppend]]) in the same transaction and version.
  */
 private[catalog] final class RowLevelCommitter(w: CatalogWriter, conn: Jdbc.Conn, c: RowLevelCommit) {
 
@@ -37,10 +39,12 @@ private[catalog] final class RowLevelCommitter(w: CatalogWriter, conn: Jdbc.Conn
     val updates = new UpdateCommitter(w)
     val updated = UpdateCommit(c.tableId, c.tableName, c.branch, c.baseVersion, c.updatedColumns, 0L, c.files)
     val prepared = if (c.files.nonEmpty) Some(updates.prepare(conn, updated, segments, head)) else None
+    val appended = c.append.map(a => a -> w.checkJoinedAppend(conn, a, segments, head))
     val version = Jdbc.query(conn, CommitSql("next_version"), c.tableId)(_.getLong(1)).head
     w.hit("commit.before_insert")
     val now = w.commitTime(conn, c.tableId)
     prepared.foreach(p => updates.insert(conn, updated, version, p))
+    appended.foreach { case (a, ids) => w.insertJoinedAppend(conn, a, version, ids, now) }
     endVectors(version, segments)
     w.hit("commit.mid_insert")
     w.batch(

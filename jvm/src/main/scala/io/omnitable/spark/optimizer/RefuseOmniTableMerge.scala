@@ -9,8 +9,8 @@ import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation
 
 /**
  * Matches a `MERGE INTO` an OmniTable table (once its target and source are resolved) of a form
- * [[ResolveOmniTableMerge]] does not resolve — a `WHEN NOT MATCHED [BY TARGET]` or `WHEN NOT
- * MATCHED BY SOURCE` clause, or `UPDATE SET *` — and fails it with `OMNITABLE_UNSUPPORTED_DML`
+ * [[ResolveOmniTableMerge]] does not resolve — an UPDATE Spark already expanded from `SET *` (Spark
+ * leaves the stars to OmniTable, which expands them itself) — and fails it with `OMNITABLE_UNSUPPORTED_DML`
  * naming the supported forms: Spark leaves the resolution of MERGE to the source for tables that
  * accept any schema, so without this rule such a statement would fail with an unresolved-column
  * error naming a column that exists.
@@ -27,8 +27,5 @@ object RefuseOmniTableMerge extends Rule[LogicalPlan] {
       }
   }
 
-  private def refused(m: MergeIntoTable): String =
-    if (m.notMatchedActions.nonEmpty) "WHEN NOT MATCHED THEN INSERT"
-    else if (m.notMatchedBySourceActions.nonEmpty) "WHEN NOT MATCHED BY SOURCE"
-    else "UPDATE SET *"
+  private def refused(m: MergeIntoTable): String = "an UPDATE Spark expanded from SET *"
 }

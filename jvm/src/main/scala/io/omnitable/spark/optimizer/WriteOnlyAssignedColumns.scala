@@ -45,11 +45,12 @@ object WriteOnlyAssignedColumns extends Rule[LogicalPlan] {
   }
 
   /**
-   * The MERGE form (`MergeRows` under the write, one instruction per WHEN MATCHED clause): a user
-   * column is unchanged when its output is the target row's own value in every UPDATE
-   * instruction (DELETE instructions write no values; a MERGE that only deletes writes none).
-   * Backs off when an instruction inserts or
-   * re-inserts rows (`WHEN NOT MATCHED`, an assigned row id: Spark splits the row). The unchanged
+   * The MERGE form (`MergeRows` under the write, one instruction per WHEN MATCHED and WHEN NOT
+   * MATCHED BY SOURCE clause): a user column is unchanged when its output is the target row's own
+   * value in every UPDATE instruction (DELETE instructions write no values; a MERGE that only deletes writes none).
+   * `WHEN NOT MATCHED … INSERT` instructions keep their values (their rows become the new batch,
+   * [[OmniTableDeltaOperation.insertRows]]). Backs off when an instruction re-inserts rows (an
+   * assigned row id: Spark splits the row). The unchanged
    * columns are NULLed in the UPDATE instructions and a projection of what `MergeRows` references
    * goes under it, so the target scan no longer reads them.
    */
@@ -59,9 +60,13 @@ object WriteOnlyAssignedColumns extends Rule[LogicalPlan] {
       op: OmniTableDeltaOperation,
       rows: ProjectingInternalRow,
       targetIds: Set[ExprId]): LogicalPlan = {
-    val keeps = m.matchedInstructions.collect { case k: MergeRows.Keep => k }
-    if (keeps.size != m.matchedInstructions.size || m.notMatchedInstructions.nonEmpty ||
-      m.notMatchedBySourceInstructions.nonEmpty) return wd
+    val matched = m.matchedInstructions.collect { case k: MergeRows.Keep => k }
+    val bySource = m.notMatchedBySourceInstructions.collect { case k: MergeRows.Keep => k }
+    val inserts = m.notMatchedInstructions.collect { case k: MergeRows.Keep if k.context == MergeRows.Insert => k }
+    if (matched.size != m.matchedInstructions.size || inserts.size != m.notMatchedInstructions.size ||
+      bySource.size != m.notMatchedBySourceInstructions.size) return wd
+    if (inserts.nonEmpty) op.insertRows() // the write names the new batch before any job runs
+    val keeps = matched ++ bySource
     val updates = keeps.filter(_.context == MergeRows.Update)
     if (keeps.exists(k => k.context != MergeRows.Update && k.context != MergeRows.Delete)) return wd
     val user = userColumns(rows)
@@ -71,13 +76,12 @@ object WriteOnlyAssignedColumns extends Rule[LogicalPlan] {
     if (updates.nonEmpty && assigned.isEmpty) return wd
     op.assignColumns(assigned.map(_._1).toSet) // empty for a MERGE that only deletes: nothing to write
     val nulled = unchanged.map(_._2).toSet
-    val instructions = keeps.map { k =>
+    val prune = (k: MergeRows.Keep) =>
       if (k.context != MergeRows.Update) k
       else k.copy(output = k.output.zipWithIndex.map { case (e, i) =>
         if (nulled.contains(i)) Literal(null, e.dataType) else e
       })
-    }
-    val merged = m.copy(matchedInstructions = instructions)
+    val merged = m.copy(matchedInstructions = matched.map(prune), notMatchedBySourceInstructions = bySource.map(prune))
     val needed = m.child.output.filter(merged.references.contains)
     wd.copy(query = merged.copy(child = Project(needed, m.child)))
   }

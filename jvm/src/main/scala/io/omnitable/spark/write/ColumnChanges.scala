@@ -3,14 +3,17 @@ package io.omnitable.spark.write
 import scala.collection.mutable
 import scala.jdk.CollectionConverters._
 
-import io.omnitable.spark.catalog.{RowLevelCommit, SystemColumns, WrittenFile}
+import io.omnitable.spark.catalog.{RowLevelCommit, SystemColumns, WrittenFile, WrittenFragment}
 import io.omnitable.spark.errors.{UpdateErrors, WriteErrors}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.unsafe.types.UTF8String
 
-/** What one task of an UPDATE / MERGE wrote: rewritten column files, and how many rows they update. */
-final case class ColumnFilesWritten(files: Seq[WrittenFile], rows: Long)
+/**
+ * What one task of an UPDATE / MERGE wrote: rewritten column files, how many rows they update,
+ * and the fragments of a MERGE's inserted batch.
+ */
+final case class ColumnFilesWritten(files: Seq[WrittenFile], rows: Long, inserted: Seq[WrittenFragment] = Nil)
 
 /**
  * The row changes of `UPDATE` and `MERGE … WHEN MATCHED THEN UPDATE` ([[RowChanges]]): an updated
@@ -19,10 +22,13 @@ final case class ColumnFilesWritten(files: Seq[WrittenFile], rows: Long)
  * ([[FragmentRewriteStream]]: one file per column group among the written columns) as they come:
  * the write clusters rows by fragment and sorts them by offset, so one task rewrites a fragment in
  * one pass, and a fragment is finished when the next one starts (or the task commits). Setting a system
- * column (`_ai_unique_id_`, `_ai_append_name_`) fails the task; so do re-inserted and inserted rows
- * (`OMNITABLE_UNSUPPORTED_DML`).
+ * column (`_ai_unique_id_`, `_ai_append_name_`) fails the task; so do re-inserted rows
+ * (`OMNITABLE_UNSUPPORTED_DML`). The rows of `MERGE … WHEN NOT MATCHED THEN INSERT` go to a
+ * [[FragmentWriter]] of the new batch (`inserts`; None: inserted rows fail the task), as an
+ * append's task writes them.
  *
  * @param fragments the fragments of the snapshot by id: path, rows, providers of the written columns, batch name
+ * @param inserts the new batch of a MERGE's inserted rows (its ids reserved and batch id set by the driver)
  */
 final case class ColumnChangesFactory(
     table: String,
@@ -31,10 +37,15 @@ final case class ColumnChangesFactory(
     ordinals: Seq[Int],
     rowSchema: StructType,
     metadataSchema: StructType,
-    fragments: Map[String, (FragmentRewrite, String)])
+    fragments: Map[String, (FragmentRewrite, String)],
+    inserts: Option[WriteTask] = None)
     extends RowChangesFactory {
 
-  override def create(partitionId: Int, taskId: Long): RowChanges = new ColumnChanges(this)
+  override def create(partitionId: Int, taskId: Long): RowChanges = new ColumnChanges(this, partitionId)
+
+  /** The fragments the tasks wrote for the inserted batch. */
+  def inserted(written: Seq[Serializable]): Seq[WrittenFragment] =
+    written.collect { case w: ColumnFilesWritten => w.inserted }.flatten
 
   override def toCommit(written: Seq[Serializable], commit: RowLevelCommit): RowLevelCommit = {
     val parts = written.collect { case w: ColumnFilesWritten => w }
@@ -57,11 +68,13 @@ final case class ColumnChangesFactory(
     )
   }
 
-  override def abort(written: Seq[Serializable]): Unit =
+  override def abort(written: Seq[Serializable]): Unit = {
     ColumnRewriter.deleteQuietly(task, written.collect { case w: ColumnFilesWritten => w.files.map(_.path) }.flatten)
+    inserts.foreach(t => OmniTableBatchWrite.deleteBatch(t, inserted(written).map(_.path)))
+  }
 }
 
-private[write] final class ColumnChanges(f: ColumnChangesFactory) extends RowChanges {
+private[write] final class ColumnChanges(f: ColumnChangesFactory, partition: Int) extends RowChanges {
 
   private val fragmentAt = f.metadataSchema.fieldIndex(SystemColumns.Fragment)
   private val offsetAt = f.metadataSchema.fieldIndex(SystemColumns.RowOffset)
@@ -74,6 +87,7 @@ private[write] final class ColumnChanges(f: ColumnChangesFactory) extends RowCha
   private var batch: UTF8String = _ // its batch name
   private var stream: FragmentRewriteStream = _
   private var rows = 0L
+  private var inserter: FragmentWriter = _ // the inserted batch's writer, opened at the first inserted row
 
   override def update(metadata: InternalRow, id: InternalRow, row: InternalRow): Unit = {
     val fragment = metadata.getUTF8String(fragmentAt)
@@ -114,8 +128,13 @@ private[write] final class ColumnChanges(f: ColumnChangesFactory) extends RowCha
   override def reinsert(metadata: InternalRow, row: InternalRow): Unit =
     throw unsupported(s"${f.command} (a re-inserted row)")
 
-  override def insert(row: InternalRow): Unit =
-    throw unsupported(s"${f.command} … WHEN NOT MATCHED THEN INSERT")
+  override def insert(row: InternalRow): Unit = {
+    if (inserter == null) {
+      val task = f.inserts.getOrElse(throw unsupported(s"${f.command} … WHEN NOT MATCHED THEN INSERT"))
+      inserter = new FragmentWriter(task, partition)
+    }
+    inserter.write(row)
+  }
 
   private def unsupported(what: String) = WriteErrors.unsupportedDml(
     f.table,
@@ -124,15 +143,20 @@ private[write] final class ColumnChanges(f: ColumnChangesFactory) extends RowCha
 
   override def commit(): Option[Serializable] = {
     finishCurrent()
-    if (written.isEmpty) None else Some(ColumnFilesWritten(written.toSeq, rows))
+    val inserted = Option(inserter).map(_.commit()).collect { case FragmentsWritten(fs) => fs }.getOrElse(Nil)
+    if (written.isEmpty && inserted.isEmpty) None else Some(ColumnFilesWritten(written.toSeq, rows, inserted))
   }
 
   override def abort(): Unit = {
     abortCurrent()
     ColumnRewriter.deleteQuietly(f.task, written.map(_.path).toSeq)
+    Option(inserter).foreach(_.abort())
   }
 
-  override def close(): Unit = abortCurrent() // a fragment left unfinished: its files are not committed
+  override def close(): Unit = { // a fragment left unfinished: its files are not committed
+    abortCurrent()
+    Option(inserter).foreach(_.close())
+  }
 
   private def abortCurrent(): Unit = if (stream != null) {
     val s = stream

@@ -135,12 +135,20 @@ private[write] final class OmniTableBatchWrite(
       case _ => Nil
     }
 
+  private def checkReserved(fragments: Seq[WrittenFragment]): Seq[(Long, Long)] =
+    OmniTableBatchWrite.checkReserved(task, partitions, fragments)
+
+  private def checkSequences(fragments: Seq[WrittenFragment]): Unit = OmniTableBatchWrite.checkSequences(fragments)
+}
+
+private[write] object OmniTableBatchWrite {
+
   /**
    * The id range of each fragment (from its `_ai_unique_id_` statistics), after checking that
    * they lie in the reserved range and that sequence numbers are unique (ingest/ids.py
    * `check_reserved`: tasks number rows from their partition id; the driver does not trust it).
    */
-  private def checkReserved(fragments: Seq[WrittenFragment]): Seq[(Long, Long)] = {
+  def checkReserved(task: WriteTask, partitions: Int, fragments: Seq[WrittenFragment]): Seq[(Long, Long)] = {
     val lo = task.idBase
     val hi = task.idBase + (partitions.toLong << WriteTask.IdShift) - 1
     val ranges = fragments.flatMap { f =>
@@ -157,15 +165,12 @@ private[write] final class OmniTableBatchWrite(
     ranges.map { case (_, a, b) => (a, b) }.sortBy(_._1)
   }
 
-  private def checkSequences(fragments: Seq[WrittenFragment]): Unit =
+  def checkSequences(fragments: Seq[WrittenFragment]): Unit =
     if (fragments.map(_.seq).distinct.size != fragments.size) {
       throw WriteErrors.conflict(
         "Cannot append: two written fragments have the same sequence number (a task saw an unexpected " +
           "partition id); nothing was committed, retry the append")
     }
-}
-
-private object OmniTableBatchWrite {
 
   /** The Spark application's id, recorded in the run's plan. */
   def appId: Option[String] = SparkSession.getActiveSession.flatMap(s => Try(s.sparkContext.applicationId).toOption)

@@ -5,16 +5,19 @@ import java.util.BitSet
 import scala.jdk.CollectionConverters._
 
 import io.omnitable.spark.catalog.{
+  AppendCommit,
   CatalogWriter,
   DeletionVectors,
   FragmentScope,
   NewDeletion,
   RowLevelCommit,
-  SystemColumns
+  SystemColumns,
+  WrittenFragment
 }
 import io.omnitable.spark.conf.{OmniTableConf, TableProperties}
 import io.omnitable.spark.errors.{OmniTableCommitException, WriteErrors}
 import io.omnitable.spark.read.plan.{OmniTableScanBuilder, TableHandle}
+import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.connector.distributions.{Distribution, Distributions}
 import org.apache.spark.sql.connector.expressions.{Expression, Expressions, NamedReference, SortDirection, SortOrder}
 import org.apache.spark.sql.connector.read.ScanBuilder
@@ -47,6 +50,14 @@ final class OmniTableDeltaOperation(
   /** Set once, before the write is built, by `optimizer.WriteOnlyAssignedColumns`. */
   def assignColumns(names: Set[String]): Unit = assigned = Some(names)
 
+  @volatile private var inserts = false
+
+  /**
+   * The MERGE has `WHEN NOT MATCHED … INSERT` clauses: its write names a new batch before any
+   * job runs (set by `optimizer.WriteOnlyAssignedColumns`, before the write is built).
+   */
+  def insertRows(): Unit = inserts = true
+
   override def description(): String = s"OmniTable ${command.toString.toLowerCase} on ${snap.table.name}"
 
   override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = {
@@ -64,7 +75,7 @@ final class OmniTableDeltaOperation(
 
   override def newWriteBuilder(info: LogicalWriteInfo): DeltaWriteBuilder = new DeltaWriteBuilder {
     override def build(): DeltaWrite = {
-      val changes = RowChanges.factory(command, handle, info, assigned)
+      val changes = RowChanges.factory(command, handle, info, assigned, inserts)
       val metadata = info.metadataSchema().orElseThrow(() =>
         new IllegalStateException(s"Spark gave no metadata schema for a ${command.toString} on ${snap.table.name}"))
       if (command == RowLevelOperation.Command.DELETE) new DeltaWrite {
@@ -115,9 +126,25 @@ private[write] final class OmniTableDeltaBatchWrite(
 
   private val snap = handle.snapshot
   @volatile private var keepFiles = false
+  @volatile private var prepared: RowChangesFactory = changes
+  @volatile private var partitions = 1
 
-  override def createBatchWriterFactory(info: PhysicalWriteInfo): DeltaWriterFactory =
-    new DeltaWriterFactoryImpl(metadata, changes)
+  /**
+   * The tasks' factory; a MERGE inserting rows first reserves `partitions << 33` ids for its new
+   * batch (as an append does) and picks the batch's id.
+   */
+  override def createBatchWriterFactory(info: PhysicalWriteInfo): DeltaWriterFactory = {
+    prepared = changes match {
+      case c: ColumnChangesFactory if c.inserts.isDefined =>
+        partitions = math.max(1, info.numPartitions())
+        val task = c.inserts.get
+        val base = catalog.reserveRowIds(snap.table.tableId, snap.table.name, partitions.toLong << WriteTask.IdShift)
+        val withBase = task.copy(idBase = base)
+        c.copy(inserts = Some(withBase.copy(batchId = OmniTableBatchWrite.unusedBatchId(withBase))))
+      case other => other
+    }
+    new DeltaWriterFactoryImpl(metadata, prepared)
+  }
 
   override def useCommitCoordinator(): Boolean = true
 
@@ -139,12 +166,17 @@ private[write] final class OmniTableDeltaBatchWrite(
       Nil,
       readColumns)
     val (deletions, rows) = newVectors(deleted)
-    val commit = changes.toCommit(
+    val commit = prepared.toCommit(
       written,
       base.copy(deletions = deletions, summary = Map("rows" -> rows, "fragments" -> deletions.size)))
     if (commit.deletions.isEmpty && written.isEmpty) return // nothing matched: nothing to commit
-    catalog.failpoints.hit(if (commit.files.nonEmpty) "update.before_commit" else "delete.before_commit")
-    try catalog.commitRowLevel(commit)
+    try
+      prepared match {
+        case c: ColumnChangesFactory if c.inserted(written).nonEmpty => commitInserts(c, c.inserted(written), commit)
+        case _ =>
+          catalog.failpoints.hit(if (commit.files.nonEmpty) "update.before_commit" else "delete.before_commit")
+          catalog.commitRowLevel(commit)
+      }
     catch {
       case e: OmniTableCommitException if e.omniErrorClass == WriteErrors.CommitOutcomeUnknown =>
         keepFiles = true
@@ -153,7 +185,50 @@ private[write] final class OmniTableDeltaBatchWrite(
   }
 
   override def abort(messages: Array[WriterCommitMessage]): Unit = if (!keepFiles) {
-    changes.abort(messages.toSeq.collect { case RowsChanged(_, Some(w)) => w })
+    prepared.abort(messages.toSeq.collect { case RowsChanged(_, Some(w)) => w })
+  }
+
+  /**
+   * Commit a MERGE that inserted rows: their fragments are one new batch (ids checked against the
+   * reserved range, as an append's), committed with the matched rows' changes in one version (op
+   * `upsert`, Python's upsert summary plus the update's and delete's), or alone as an append when
+   * no target row matched. Generated ids that concurrent commits may overlap are checked exactly
+   * ([[RowIdChecks.commitWith]]).
+   */
+  private def commitInserts(c: ColumnChangesFactory, fragments: Seq[WrittenFragment], commit: RowLevelCommit): Long = {
+    val task = c.inserts.get
+    val ranges = OmniTableBatchWrite.checkReserved(task, partitions, fragments)
+    val append = AppendCommit(
+      snap.table.tableId,
+      snap.table.name,
+      commit.branch,
+      snap.snapshot.version,
+      task.batchId,
+      task.batchName,
+      fragments,
+      ranges)
+    val checks = new RowIdChecks(snap, task, SparkSession.active)
+    if (commit.deletions.isEmpty && commit.files.isEmpty) {
+      catalog.failpoints.hit("append.before_commit")
+      return checks.commit(catalog, append, None)
+    }
+    val inserted = fragments.map(_.rowCount).sum
+    val merged = commit.summary.get("columns").map(_ => commit.summary.getOrElse("rows", 0L)).getOrElse(0L)
+    val deleted =
+      if (commit.files.nonEmpty) commit.summary.getOrElse("deleted", 0L) else commit.summary.getOrElse("rows", 0L)
+    val summary = commit.summary ++ Map(
+      "batch" -> task.batchName,
+      "rows" -> inserted,
+      "fragments" -> fragments.size,
+      "replaced" -> false,
+      "inserted" -> inserted,
+      "merged" -> merged,
+      "deleted" -> deleted,
+      "user" -> sys.props.getOrElse("user.name", "")
+    )
+    catalog.failpoints.hit("merge.before_commit")
+    checks.commitWith(catalog, append, None)(a =>
+      catalog.commitRowLevel(commit.copy(op = "upsert", summary = summary, append = Some(a))))
   }
 
   /** The new cumulative vector of every fragment with deleted rows, and how many rows are newly deleted. */

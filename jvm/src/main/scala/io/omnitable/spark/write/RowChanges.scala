@@ -48,9 +48,10 @@ object RowChanges {
 
   /** The forms of MERGE INTO an OmniTable table that Spark runs, for errors refusing the others. */
   val MergeForms: String =
-    "MERGE INTO supports WHEN MATCHED [AND cond] THEN UPDATE SET col = expr, ... and WHEN MATCHED " +
-      "[AND cond] THEN DELETE clauses; add new rows with INSERT INTO (a named batch), or use " +
-      "Table.upsert in Python"
+    "MERGE INTO supports WHEN MATCHED [AND cond] THEN UPDATE SET col = expr, ... | UPDATE SET *, WHEN " +
+      "MATCHED [AND cond] THEN DELETE and WHEN NOT MATCHED [AND cond] THEN INSERT (cols) VALUES (...) | " +
+      "INSERT * clauses (the inserted rows become one named batch), WHEN NOT MATCHED BY SOURCE [AND cond] " +
+      "THEN UPDATE SET col = expr, ... | DELETE clauses; or use Table.upsert in Python"
 
   /**
    * Refuse, before a job runs, a statement whose row changes are not supported
@@ -71,11 +72,46 @@ object RowChanges {
       command: RowLevelOperation.Command,
       handle: TableHandle,
       info: LogicalWriteInfo,
-      assigned: Option[Set[String]] = None): RowChangesFactory =
+      assigned: Option[Set[String]] = None,
+      inserts: Boolean = false): RowChangesFactory =
     command match {
       case RowLevelOperation.Command.DELETE => Unsupported(handle.snapshot.table.name, command.toString)
-      case _ => columnChanges(command, handle, info, assigned.filter(_.nonEmpty))
+      case _ =>
+        val changes = columnChanges(command, handle, info, assigned.filter(_.nonEmpty))
+        if (inserts) changes.copy(inserts = Some(insertTask(handle, info))) else changes
     }
+
+  /**
+   * The new batch of a MERGE's `WHEN NOT MATCHED … INSERT` rows, prepared before any job runs:
+   * named as INSERT INTO names its batch (write option `append_name`, else the session setting
+   * `spark.omnitable.write.appendName`; `OMNITABLE_MISSING_APPEND_NAME` without one), laid out
+   * with the append's settings; a keyed table refuses it, as it refuses appends. The driver
+   * reserves its ids and picks its batch id ([[OmniTableDeltaBatchWrite]]).
+   */
+  private def insertTask(handle: TableHandle, info: LogicalWriteInfo): WriteTask = {
+    val snap = handle.snapshot
+    snap.table.properties.get("table.key").foreach(k => throw WriteErrors.keyedTable(snap.table.name, k))
+    val spark = SparkSession.active
+    val conf = spark.sessionState.conf
+    val settings = WriteSettings.resolve(
+      snap.table.name,
+      info.options().asCaseSensitiveMap().asScala.toMap,
+      k => Option(conf.getConfString(k, null)),
+      snap.table.properties)
+    val groups = WriteSchema.insertTargets(snap, info.schema())
+    val baseSchema = StructType(groups.head._2.map(c => StructField(c.physicalName, c.dataType)))
+    val jc = OmniTableWriteBuilder.parquetConf(spark, baseSchema, settings)
+    jc.setBoolean(s"parquet.enable.dictionary#${snap.rowIdColumn.physicalName}", false)
+    WriteTask(
+      snap.tableUri,
+      settings.appendName,
+      "",
+      info.schema(),
+      groups,
+      0L,
+      settings,
+      new SerializableHadoopConf(jc))
+  }
 
   /**
    * [[ColumnChanges]] writing the `assigned` columns of Spark's rows, or (unknown) every
@@ -86,7 +122,7 @@ object RowChanges {
       command: RowLevelOperation.Command,
       handle: TableHandle,
       info: LogicalWriteInfo,
-      assigned: Option[Set[String]]): RowChangesFactory = {
+      assigned: Option[Set[String]]): ColumnChangesFactory = {
     val snap = handle.snapshot
     val rowSchema = info.schema()
     val lowered = assigned.map(_.map(_.toLowerCase(java.util.Locale.ROOT)))

@@ -60,11 +60,16 @@ private[write] final class RowIdChecks(snap: TableSnapshot, task: WriteTask, spa
    * Commit `c`, checking exactly the ids of the commits the catalog's statistics cannot rule out
    * (ingest/ids.py `commit_append`); a clash is a conflict naming some of the ids.
    */
-  def commit(catalog: CatalogWriter, first: AppendCommit, ids: Option[Supplied]): Long = {
+  def commit(catalog: CatalogWriter, first: AppendCommit, ids: Option[Supplied]): Long =
+    commitWith(catalog, first, ids)(catalog.commitAppend)
+
+  /** As [[commit]], committing with `run` (a row-level commit joining the append). */
+  def commitWith(catalog: CatalogWriter, first: AppendCommit, ids: Option[Supplied])(run: AppendCommit => Long)
+      : Long = {
     var c = first
     var round = 0
     while (round < RowIdChecks.MaxRounds)
-      try return catalog.commitAppend(c)
+      try return run(c)
       catch {
         case e: IdsNotChecked =>
           val (count, sample) = clashes(catalog.rowIdFilesSince(c.tableId, c.branch, c.checkedVersion), c, ids)

@@ -80,4 +80,21 @@ private[write] object WriteSchema {
     (order.map(g => g -> all.filter(_.group == g)), added)
   }
 
+  /**
+   * The columns a MERGE's inserted batch fills from the rows of its row-level write (`input`:
+   * every table column, the system ones ignored): every user column (those no INSERT assigns
+   * hold NULL), `_ai_unique_id_` generated; by group as [[targets]].
+   */
+  def insertTargets(snap: TableSnapshot, input: StructType): Seq[(String, Seq[TargetColumn])] = {
+    val id = snap.rowIdColumn
+    val idCol = TargetColumn(id.name, id.columnId, id.physicalName, id.groupName, id.dataType, -1, nullable = false)
+    val present = snap.userColumns.flatMap { c =>
+      Some(input.fieldNames.indexOf(c.name)).filter(_ >= 0).map { i =>
+        TargetColumn(c.name, c.columnId, c.physicalName, c.groupName, c.dataType, i, c.nullable)
+      }
+    }
+    val all = idCol +: present
+    all.map(_.group).distinct.map(g => g -> all.filter(_.group == g))
+  }
+
 }

@@ -185,7 +185,34 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
    * The committing `MERGE INTO` of the row whose `url` is given (its `score`: WHEN MATCHED THEN
    * UPDATE), or whose `delete_url` is given (WHEN MATCHED THEN DELETE), matched by `_ai_unique_id_`.
    */
-  private def merge(catalog: String, commit: JsonNode, concurrent: () => Unit): Unit = {
+  private def merge(catalog: String, commit: JsonNode, concurrent: () => Unit): Unit =
+    if (commit.has("insert")) mergeInsert(catalog, commit, concurrent) else mergeMatched(catalog, commit, concurrent)
+
+  /**
+   * `MERGE … WHEN MATCHED THEN UPDATE SET score … WHEN NOT MATCHED THEN INSERT`: the source holds
+   * the matched row and `insert`'s rows (steps.py `rows`) with no id, which match nothing; the
+   * batch is named by the session setting; the concurrent steps run at `merge.before_commit`.
+   */
+  private def mergeInsert(catalog: String, commit: JsonNode, concurrent: () => Unit): Unit = {
+    val url = commit.get("url").asText()
+    val id = spark.sql(s"SELECT _ai_unique_id_ FROM $catalog.web WHERE url = '$url'").head().getLong(0)
+    val ins = commit.get("insert")
+    val batch = ins.get("batch").asText()
+    val fresh = (0 until ins.get("rows").asInt()).map(i => (Option.empty[Long], s"$batch-$i", i.toDouble))
+    spark.createDataFrame((Some(id), url, commit.get("score").asDouble()) +: fresh)
+      .toDF("_ai_unique_id_", "url", "score").createOrReplaceTempView("merge_src")
+    spark.conf.set("spark.omnitable.write.appendName", batch)
+    try
+      Failpoints.hooked("merge.before_commit")(concurrent()) {
+        spark.sql(
+          s"MERGE INTO $catalog.web t USING merge_src s ON t._ai_unique_id_ = s._ai_unique_id_ " +
+            "WHEN MATCHED THEN UPDATE SET score = s.score " +
+            "WHEN NOT MATCHED THEN INSERT (url, score) VALUES (s.url, s.score)").collect()
+      }
+    finally spark.conf.unset("spark.omnitable.write.appendName")
+  }
+
+  private def mergeMatched(catalog: String, commit: JsonNode, concurrent: () => Unit): Unit = {
     val deletes = commit.has("delete_url")
     val url = commit.get(if (deletes) "delete_url" else "url").asText()
     val id = spark.sql(s"SELECT _ai_unique_id_ FROM $catalog.web WHERE url = '$url'").head().getLong(0)

@@ -1,0 +1,460 @@
+"""``MERGE INTO … WHEN NOT MATCHED [BY TARGET] [AND c] THEN INSERT (cols) VALUES (…)`` from Spark
+SQL on SQLite and PostgreSQL (session extension ResolveOmniTableMerge; jvm/.../write/
+ColumnChanges.scala hands the inserted rows to a FragmentWriter of a new batch): the inserted rows
+become one new batch named as INSERT INTO names it (``spark.omnitable.write.appendName``) with
+generated ids, committed with the matched updates and deletes in one version (op ``upsert``); a
+MERGE that only inserts is an append. The classic upsert equals a model of the rows and Python's
+``Table.upsert`` of the same data; a missing batch name, a batch name taken before or during the
+MERGE, and a commit killed midway commit nothing and leave no file."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import omnitable
+from omnitable import ROW_ID
+from omnitable.spark.session import CATALOG_CLASS
+
+pytest.importorskip("pyspark")
+
+pytestmark = pytest.mark.spark
+
+FAILPOINT_CONF = "spark.omnitable.test.failpoint"
+NAME_CONF = "spark.omnitable.write.appendName"
+_names = itertools.count()
+_views = itertools.count()
+
+UPSERT = (
+    "WHEN MATCHED THEN UPDATE SET quality = s.quality "
+    "WHEN NOT MATCHED THEN INSERT (x, quality) VALUES (s.x, s.quality)"
+)
+
+
+@pytest.fixture
+def catalog(spark: Any, wh: omnitable.Warehouse) -> Any:
+    name = f"omi_{uuid.uuid4().hex[:8]}"
+    spark.conf.set(f"spark.sql.catalog.{name}", CATALOG_CLASS)
+    spark.conf.set(f"spark.sql.catalog.{name}.warehouse", wh.uri)
+    spark.conf.set(NAME_CONF, "merged/1")
+    yield name
+    spark.conf.unset(FAILPOINT_CONF)
+    spark.conf.unset(NAME_CONF)
+
+
+ROWS = 12
+
+
+def _table(wh: omnitable.Warehouse, key: str | None = None) -> omnitable.Table:
+    t = wh.create_table(
+        f"mi{next(_names)}",
+        {"x": "bigint", "label": "string", "quality": "double", "text": "string"},
+        groups={"meta": ["label", "quality"], "payload": ["text"]},
+        key=key,
+    )
+    data = pa.table({"x": list(range(ROWS)), "label": ["a"] * ROWS,
+                     "quality": [float(i) for i in range(ROWS)],
+                     "text": [f"t{i}" for i in range(ROWS)]})  # fmt: skip
+    if key is None:
+        t.append(data, "b1", target_fragment_rows=4)
+    else:
+        t.upsert(data, append_name="b1")
+    return t
+
+
+def _rows(t: omnitable.Table) -> list[dict[str, Any]]:
+    return t.read([ROW_ID, "x", "label", "quality", "text"]).sort_by("x").to_pylist()
+
+
+def _values(t: omnitable.Table) -> dict[int, tuple[Any, ...]]:
+    """x → (label, quality, text) of the live rows."""
+    return {r["x"]: (r["label"], r["quality"], r["text"]) for r in _rows(t)}
+
+
+def _parquet(t: omnitable.Table) -> set[str]:
+    return {str(p) for p in Path(t.location.path).rglob("*.parquet")}
+
+
+def _source(spark: Any, xs: list[int], quality: list[float]) -> str:
+    name = f"isrc_{next(_views)}"
+    spark.createDataFrame(list(zip(xs, quality, strict=True)), "x bigint, quality double") \
+        .createOrReplaceTempView(name)  # fmt: skip
+    return name
+
+
+def _merge(catalog: str, t: omnitable.Table, src: str, clauses: str) -> str:
+    return f"MERGE INTO {catalog}.{t.name} t USING {src} s ON t.x = s.x {clauses}"
+
+
+def _model(
+    before: dict[int, tuple[Any, ...]], xs: list[int], quality: list[float]
+) -> dict[int, tuple[Any, ...]]:
+    """The classic upsert on a dict of rows: matched rows take the new quality, new keys are
+    inserted with NULL label and text."""
+    out = dict(before)
+    for x, q in zip(xs, quality, strict=True):
+        out[x] = (before[x][0], q, before[x][2]) if x in before else (None, q, None)
+    return out
+
+
+def test_classic_upsert_is_one_commit_with_a_new_named_batch(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    t = _table(wh)
+    before, v = _values(t), t.version
+    max_id = max(r[ROW_ID] for r in _rows(t))
+    xs, qs = [1, 6, 100, 101, 102], [10.0, 60.0, 1.5, 2.5, 3.5]
+    spark.sql(_merge(catalog, t, _source(spark, xs, qs), UPSERT))
+    assert _values(t) == _model(before, xs, qs)
+    assert t.version == v + 1
+    head = t.history(1)[0]
+    assert head.op == "upsert"
+    assert head.summary["batch"] == "merged/1"
+    assert head.summary["inserted"] == 3 and head.summary["merged"] == 2
+    assert head.summary["columns"] == ["quality"]
+    batches = {b.name: b.rows for b in t.batches()}
+    assert batches == {"b1": ROWS, "merged/1": 3}
+    rows = _rows(t)
+    ids = [r[ROW_ID] for r in rows]
+    assert len(set(ids)) == len(ids)
+    assert all(r[ROW_ID] > max_id for r in rows if r["x"] >= 100)
+    names = t.read([ROW_ID, "x", "_ai_append_name_"]).to_pylist()
+    assert {r["x"] for r in names if r["_ai_append_name_"] == "merged/1"} == {100, 101, 102}
+    # a later Python append gets ids beyond the MERGE's: next_row_id moved past the reservation
+    t.append(pa.table({"x": [200]}), "b3")
+    new_id = {r["x"]: r[ROW_ID] for r in _rows(wh.table(t.name))}[200]
+    assert new_id > max(ids)
+
+
+def test_classic_upsert_equals_python_upsert(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    """The MERGE on a plain table leaves the values ``Table.upsert`` (last write wins) leaves on a
+    table keyed by x, from the same rows."""
+    sql, py = _table(wh), _table(wh, key="x")
+    xs, qs = [0, 5, 11, 50, 51], [-1.0, -5.0, -11.0, 0.5, 0.25]
+    spark.sql(_merge(catalog, sql, _source(spark, xs, qs), UPSERT))
+    result = py.upsert(pa.table({"x": xs, "quality": qs}), append_name="merged/1")
+    assert result.version is not None
+    assert _values(sql) == _values(py)
+    assert sql.history(1)[0].op == py.history(1)[0].op == "upsert"
+    assert {b.name: b.rows for b in sql.batches()} == {b.name: b.rows for b in py.batches()}
+
+
+def test_insert_update_and_delete_clauses_in_one_commit(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    t = _table(wh)
+    before, v = _values(t), t.version
+    xs, qs = [1, 2, 3, 40, 41, 42], [-1.0, 2.0, 3.0, 4.0, -4.0, 4.5]
+    spark.sql(_merge(
+        catalog, t, _source(spark, xs, qs),
+        "WHEN MATCHED AND s.quality < 0 THEN DELETE "
+        "WHEN MATCHED THEN UPDATE SET label = 'u' "
+        "WHEN NOT MATCHED AND s.quality < 0 THEN INSERT (x, text) VALUES (s.x, 'neg') "
+        "WHEN NOT MATCHED AND s.x > 41 THEN INSERT (x, quality, label) VALUES (s.x, s.quality, 'big')",
+    ))  # fmt: skip
+    want = dict(before)
+    del want[1]
+    want[2] = ("u", 2.0, "t2")
+    want[3] = ("u", 3.0, "t3")
+    want[41] = (None, None, "neg")
+    want[42] = ("big", 4.5, None)
+    assert _values(t) == want  # 40 matches no INSERT condition
+    assert t.version == v + 1
+    head = t.history(1)[0]
+    assert head.op == "upsert"
+    assert (head.summary["inserted"], head.summary["merged"], head.summary["deleted"]) == (2, 2, 1)
+
+
+def test_a_merge_inserting_only_unmatched_rows_commits_an_append(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    """A MERGE with WHEN MATCHED clauses whose source matches no row commits only the batch."""
+    t = _table(wh)
+    before, v = _values(t), t.version
+    spark.sql(_merge(catalog, t, _source(spark, [70, 71], [7.0, 7.5]), UPSERT))
+    assert _values(t) == _model(before, [70, 71], [7.0, 7.5])
+    head = t.history(1)[0]
+    assert t.version == v + 1 and head.op == "append" and head.summary["batch"] == "merged/1"
+
+
+@pytest.mark.parametrize("supplied", [False, True])
+def test_an_insert_only_merge_is_an_append(
+    spark: Any, wh: omnitable.Warehouse, catalog: str, supplied: bool
+) -> None:
+    """Only NOT MATCHED clauses: the source rows no target row matches, each with the first clause
+    whose condition holds, appended as one batch (supplied ids: checked as an append's)."""
+    t = _table(wh)
+    before, v = _values(t), t.version
+    src = _source(spark, [3, 30, 31, 32], [3.0, -30.0, 31.0, 32.0])
+    ids = f", {ROW_ID}" if supplied else ""
+    id_values = ", s.x + 1000000" if supplied else ""
+    spark.sql(_merge(
+        catalog, t, src,
+        f"WHEN NOT MATCHED AND s.quality < 0 THEN INSERT (x, label{ids}) VALUES (s.x, 'neg'{id_values}) "
+        f"WHEN NOT MATCHED BY TARGET THEN INSERT (x, quality{ids}) VALUES (s.x, s.quality{id_values})",
+    ))  # fmt: skip
+    want = dict(before)
+    want[30] = ("neg", None, None)
+    want[31] = (None, 31.0, None)
+    want[32] = (None, 32.0, None)
+    assert _values(t) == want
+    head = t.history(1)[0]
+    assert t.version == v + 1 and head.op == "append" and head.summary["batch"] == "merged/1"
+    got = {r["x"]: r[ROW_ID] for r in _rows(t)}
+    if supplied:
+        assert [got[x] for x in (30, 31, 32)] == [1000030, 1000031, 1000032]
+    else:
+        assert len(set(got.values())) == len(got)
+
+
+def test_an_insert_only_merge_of_existing_ids_fails(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    t = _table(wh)
+    v, files = t.version, _parquet(t)
+    taken = _rows(t)[0][ROW_ID]
+    with pytest.raises(Exception, match="OMNITABLE_INVALID_ROW_IDS"):
+        spark.sql(_merge(
+            catalog, t, _source(spark, [50], [1.0]),
+            f"WHEN NOT MATCHED THEN INSERT (x, {ROW_ID}) VALUES (s.x, {taken})",
+        ))  # fmt: skip
+    assert t.version == v and _parquet(t) == files
+
+
+@pytest.mark.parametrize("clauses", [UPSERT, "WHEN NOT MATCHED THEN INSERT (x) VALUES (s.x)"])
+def test_no_batch_name_fails_and_commits_nothing(
+    spark: Any, wh: omnitable.Warehouse, catalog: str, clauses: str
+) -> None:
+    t = _table(wh)
+    v, files, rows = t.version, _parquet(t), _rows(t)
+    spark.conf.unset(NAME_CONF)
+    with pytest.raises(Exception, match="OMNITABLE_MISSING_APPEND_NAME"):
+        spark.sql(_merge(catalog, t, _source(spark, [1, 77], [1.0, 7.0]), clauses))
+    assert t.version == v and _parquet(t) == files and _rows(t) == rows
+
+
+def test_a_batch_name_already_taken_fails_and_leaves_no_file(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    t = _table(wh)
+    spark.conf.set(NAME_CONF, "b1")
+    v, files = t.version, _parquet(t)
+    with pytest.raises(Exception, match="OMNITABLE_BATCH_EXISTS"):
+        spark.sql(_merge(catalog, t, _source(spark, [1, 77], [1.0, 7.0]), UPSERT))
+    assert t.version == v and _parquet(t) == files
+
+
+@pytest.mark.parametrize(
+    ("clauses", "error"),
+    [
+        ("WHEN NOT MATCHED THEN INSERT (x, _ai_append_name_) VALUES (s.x, 'n')",
+         "_ai_append_name_ is set by OmniTable"),
+        (f"WHEN MATCHED THEN DELETE WHEN NOT MATCHED THEN INSERT (x, {ROW_ID}) VALUES (s.x, 5)",
+         "OMNITABLE_UNSUPPORTED_DML"),
+    ],
+)  # fmt: skip
+def test_inserts_of_system_columns_are_refused(
+    spark: Any, wh: omnitable.Warehouse, catalog: str, clauses: str, error: str
+) -> None:
+    t = _table(wh)
+    v, files = t.version, _parquet(t)
+    with pytest.raises(Exception, match=error):
+        spark.sql(_merge(catalog, t, _source(spark, [1, 77], [1.0, 7.0]), clauses))
+    assert t.version == v and _parquet(t) == files
+
+
+def test_a_merge_inserting_into_a_keyed_table_is_refused(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    t = _table(wh, key="x")
+    v = t.version
+    with pytest.raises(Exception, match="OMNITABLE_KEYED_TABLE"):
+        spark.sql(_merge(catalog, t, _source(spark, [1, 77], [1.0, 7.0]), UPSERT))
+    assert t.version == v
+
+
+def test_an_upsert_killed_mid_commit_leaves_nothing(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    t = _table(wh)
+    v, files, rows = t.version, _parquet(t), _rows(t)
+    spark.conf.set(FAILPOINT_CONF, "commit.mid_insert=raise")
+    try:
+        with pytest.raises(Exception, match="commit.mid_insert"):
+            spark.sql(_merge(catalog, t, _source(spark, [1, 77], [1.0, 7.0]), UPSERT))
+    finally:
+        spark.conf.unset(FAILPOINT_CONF)
+    fresh = wh.table(t.name)
+    assert fresh.version == v and _rows(fresh) == rows
+    assert [b.name for b in fresh.batches()] == ["b1"]
+    assert _parquet(t) == files
+
+
+@pytest.mark.parametrize("concurrent", ["same_name", "other_name"])
+def test_an_upsert_racing_a_python_append(
+    spark: Any, wh: omnitable.Warehouse, catalog: str, tmp_path: Path, concurrent: str
+) -> None:
+    """A Python append landing while the MERGE waits at its commit: one of the same batch name
+    wins (commit.py `_check_batches`: the MERGE fails with "a concurrent commit created it
+    first", nothing of it committed, its files removed); one of another name lands next to it."""
+    t = _table(wh)
+    before = _values(t)
+    spark.conf.set(FAILPOINT_CONF, f"merge.before_commit=pause:{tmp_path}")
+    out: dict[str, Any] = {}
+    src = _source(spark, [1, 77], [1.0, 7.0])
+
+    def job() -> None:
+        try:
+            spark.sql(_merge(catalog, t, src, UPSERT))
+        except Exception as exc:
+            out["error"] = exc
+
+    th = threading.Thread(target=job)
+    th.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "merge.before_commit.reached").exists() and "error" not in out:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        name = "merged/1" if concurrent == "same_name" else "py"
+        wh.table(t.name).append(pa.table({"x": [500], "quality": [5.0]}), name)
+    finally:
+        (tmp_path / "merge.before_commit.go").touch()
+        th.join()
+        spark.conf.unset(FAILPOINT_CONF)
+    got = _values(wh.table(t.name))
+    if concurrent == "same_name":
+        assert "a concurrent commit created it first" in str(out.get("error")), out
+        assert got == {**before, 500: (None, 5.0, None)}
+        snap = wh.table(t.name).snapshot()  # every file on disk is a committed one
+        assert len(_parquet(t)) == sum(len(fs) for fs in snap.files_by_fragment.values())
+    else:
+        assert "error" not in out, out
+        assert got == {**_model(before, [1, 77], [1.0, 7.0]), 500: (None, 5.0, None)}
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    keys=st.lists(st.integers(0, 20), unique=True, max_size=8),
+    base=st.integers(0, 10),
+)
+def test_random_upserts_equal_the_model_and_python_upsert(
+    spark: Any, wh: omnitable.Warehouse, catalog: str, keys: list[int], base: int
+) -> None:
+    """The classic upsert of random keys (some of the table's x 0..11, some new) on a table with
+    ``base`` rows deleted leaves exactly the model's rows, and the rows ``Table.upsert`` of the same
+    data leaves on a table keyed by x; a MERGE changing nothing commits nothing."""
+    t, py = _table(wh), _table(wh, key="x")
+    if base:
+        for table in (t, py):
+            table.delete(pc.field("x") < base)
+    before, v = _values(t), t.version
+    qs = [float(k) * 3 for k in keys]
+    spark.sql(_merge(catalog, t, _source(spark, keys, qs), UPSERT))
+    assert _values(t) == _model(before, keys, qs)
+    if keys:
+        py.upsert(
+            pa.table({"x": pa.array(keys, pa.int64()), "quality": qs}), append_name="merged/1"
+        )
+    assert _values(t) == _values(py)
+    inserted = [k for k in keys if k not in before]
+    assert t.version == (v + 1 if keys else v)
+    if inserted:
+        assert {b.name: b.rows for b in t.batches()}["merged/1"] == len(inserted)
+
+
+def test_update_set_star_and_insert_star_assign_the_source_columns(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    """``UPDATE SET *`` / ``INSERT *`` assign the table's user columns the source has by name (x,
+    quality; its extra column is ignored, the system columns are never assigned): column-only,
+    the matched rows' new files carry only x and quality."""
+    t = _table(wh)
+    before, v = _values(t), t.version
+    existing = set(t.snapshot().files_by_fragment)  # the fragments of b1
+    name = f"isrc_{next(_views)}"
+    spark.createDataFrame(
+        [(2, 20.0, "no"), (9, 90.0, "no"), (60, 6.5, "no")],
+        "x bigint, quality double, extra string",
+    ).createOrReplaceTempView(name)
+    spark.sql(
+        _merge(catalog, t, name, "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+    )
+    assert _values(t) == _model(before, [2, 9, 60], [20.0, 90.0, 6.5])
+    head = t.history(1)[0]
+    assert t.version == v + 1 and head.op == "upsert"
+    assert sorted(head.summary["columns"]) == ["quality", "x"]
+    snap = t.snapshot()
+    names = {c.column_id: c.name for c in snap.columns}
+    rewritten = [
+        {names[c] for c in f.columns}
+        for fragment, fs in snap.files_by_fragment.items()
+        for f in fs
+        if f.added_version == head.version and fragment in existing
+    ]
+    assert rewritten and all(cols <= {ROW_ID, "x", "quality"} for cols in rewritten), rewritten
+
+
+def test_an_insert_star_only_merge_appends_the_source_columns(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    t = _table(wh)
+    before = _values(t)
+    spark.sql(
+        _merge(catalog, t, _source(spark, [4, 44], [4.0, 44.0]), "WHEN NOT MATCHED THEN INSERT *")
+    )
+    assert _values(t) == {**before, 44: (None, 44.0, None)}
+    assert t.history(1)[0].op == "append"
+
+
+def test_not_matched_by_source_clauses_update_and_delete_in_the_same_commit(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    """WHEN NOT MATCHED BY SOURCE clauses (conditions and values read the target) update and
+    delete the target rows no source row matches, with the matched updates and the inserted
+    batch in one commit; the rewritten files carry only the assigned columns."""
+    t = _table(wh)
+    before, v = _values(t), t.version
+    spark.sql(_merge(
+        catalog, t, _source(spark, [1, 2, 90], [10.0, 20.0, 9.0]),
+        "WHEN MATCHED THEN UPDATE SET quality = s.quality "
+        "WHEN NOT MATCHED THEN INSERT (x, quality) VALUES (s.x, s.quality) "
+        "WHEN NOT MATCHED BY SOURCE AND t.x > 8 THEN DELETE "
+        "WHEN NOT MATCHED BY SOURCE AND t.x < 5 THEN UPDATE SET label = 'gone', quality = t.quality + 100",
+    ))  # fmt: skip
+    want = {x: row for x, row in before.items() if x <= 8}
+    want[1] = ("a", 10.0, "t1")
+    want[2] = ("a", 20.0, "t2")
+    for x in (0, 3, 4):
+        want[x] = ("gone", before[x][1] + 100, before[x][2])
+    want[90] = (None, 9.0, None)
+    assert _values(t) == want
+    head = t.history(1)[0]
+    assert t.version == v + 1 and head.op == "upsert"
+    assert (head.summary["inserted"], head.summary["merged"], head.summary["deleted"]) == (1, 5, 3)
+    assert sorted(head.summary["columns"]) == ["label", "quality"]
+
+
+def test_a_not_matched_by_source_delete_only_merge(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    t = _table(wh)
+    before = _values(t)
+    spark.sql(_merge(
+        catalog, t, _source(spark, [3, 4], [0.0, 0.0]),
+        "WHEN NOT MATCHED BY SOURCE AND t.quality > 5 THEN DELETE",
+    ))  # fmt: skip
+    assert _values(t) == {x: r for x, r in before.items() if x <= 5 or x in (3, 4)}
+    assert t.history(1)[0].op == "delete"
