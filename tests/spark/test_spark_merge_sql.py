@@ -8,9 +8,6 @@ races with Python commits. WHEN NOT MATCHED clauses: test_spark_merge_insert.py.
 from __future__ import annotations
 
 import itertools
-import threading
-import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,62 +16,25 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from spark_tables import FAILPOINT_CONF, paused_at
+from spark_tables import data_files as _parquet
+from spark_tables import dml_rows as _rows
+from spark_tables import dml_table as _table
+from spark_tables import file_columns as _file_columns
 
 import omnitable
 from omnitable import ROW_ID
-from omnitable.spark.session import CATALOG_CLASS
 
 pytest.importorskip("pyspark")
 
 pytestmark = pytest.mark.spark
 
-FAILPOINT_CONF = "spark.omnitable.test.failpoint"
-_names = itertools.count()
 _views = itertools.count()
-
-
-@pytest.fixture
-def catalog(spark: Any, wh: omnitable.Warehouse) -> Any:
-    name = f"omm_{uuid.uuid4().hex[:8]}"
-    spark.conf.set(f"spark.sql.catalog.{name}", CATALOG_CLASS)
-    spark.conf.set(f"spark.sql.catalog.{name}.warehouse", wh.uri)
-    yield name
-    spark.conf.unset(FAILPOINT_CONF)
-
-
-def _table(wh: omnitable.Warehouse) -> omnitable.Table:
-    t = wh.create_table(
-        f"m{next(_names)}",
-        {"x": "bigint", "label": "string", "quality": "double", "text": "string"},
-        groups={"meta": ["label", "quality"], "payload": ["text"]},
-    )
-    t.append(
-        pa.table({"x": list(range(12)), "label": ["a"] * 12,
-                  "quality": [float(i) for i in range(12)], "text": [f"t{i}" for i in range(12)]}),
-        "b1", target_fragment_rows=4,
-    )  # fmt: skip
-    return t
-
-
-def _rows(t: omnitable.Table) -> list[dict[str, Any]]:
-    return t.read([ROW_ID, "x", "label", "quality", "text"]).sort_by("x").to_pylist()
 
 
 def _ids(t: omnitable.Table) -> dict[int, int]:
     """x → _ai_unique_id_ of the live rows."""
     return {r["x"]: r[ROW_ID] for r in _rows(t)}
-
-
-def _parquet(t: omnitable.Table) -> set[str]:
-    return {str(p) for p in Path(t.location.path).rglob("*.parquet")}
-
-
-def _file_columns(t: omnitable.Table, version: int) -> list[set[str]]:
-    """The column names of each file that ``version`` of ``t`` added."""
-    snap = t.snapshot()
-    names = {c.column_id: c.name for c in snap.columns}
-    files = [f for fs in snap.files_by_fragment.values() for f in fs if f.added_version == version]
-    return [{names[c] for c in f.columns} for f in files]
 
 
 def _source(spark: Any, rows: dict[str, list[Any]], schema: str) -> str:
@@ -206,27 +166,9 @@ def test_a_delete_only_merge_racing_an_update_of_another_column_lands(
     t = _table(wh)
     ids = _ids(t)
     src = _scores(spark, [ids[1], ids[2]], [0.0, 0.0])
-    spark.conf.set(FAILPOINT_CONF, f"delete.before_commit=pause:{tmp_path}")
-    out: dict[str, Any] = {}
-
-    def job() -> None:
-        try:
-            spark.sql(_merge(catalog, t, src, "WHEN MATCHED AND t.quality > 1.5 THEN DELETE"))
-        except Exception as exc:
-            out["error"] = exc
-
-    th = threading.Thread(target=job)
-    th.start()
-    try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "delete.before_commit.reached").exists() and "error" not in out:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+    statement = _merge(catalog, t, src, "WHEN MATCHED AND t.quality > 1.5 THEN DELETE")
+    with paused_at(spark, "delete.before_commit", tmp_path, lambda: spark.sql(statement)) as out:
         wh.table(t.name).update(pa.table({ROW_ID: [ids[1]], "text": ["new"]}))
-    finally:
-        (tmp_path / "delete.before_commit.go").touch()
-        th.join()
-        spark.conf.unset(FAILPOINT_CONF)
     assert "error" not in out, out
     got = {r["x"]: r["text"] for r in _rows(t)}
     assert 2 not in got and got[1] == "new" and len(got) == 11
@@ -302,26 +244,12 @@ def test_merge_racing_a_python_commit(
     t = _table(wh)
     ids = _ids(t)
     src = _scores(spark, [ids[1], ids[2]], [-1.0, -2.0])
-    spark.conf.set(FAILPOINT_CONF, f"update.before_commit=pause:{tmp_path}")
-    out: dict[str, Any] = {}
-
-    def job() -> None:
-        try:
-            spark.sql(_merge(
-                catalog, t, src,
-                "WHEN MATCHED AND s.quality < -1.5 THEN DELETE "
-                "WHEN MATCHED THEN UPDATE SET quality = s.quality",
-            ))  # fmt: skip
-        except Exception as exc:
-            out["error"] = exc
-
-    th = threading.Thread(target=job)
-    th.start()
-    try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "update.before_commit.reached").exists() and "error" not in out:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+    statement = _merge(
+        catalog, t, src,
+        "WHEN MATCHED AND s.quality < -1.5 THEN DELETE "
+        "WHEN MATCHED THEN UPDATE SET quality = s.quality",
+    )  # fmt: skip
+    with paused_at(spark, "update.before_commit", tmp_path, lambda: spark.sql(statement)) as out:
         other = wh.table(t.name)
         if concurrent == "update":
             other.update(pa.table({ROW_ID: [ids[1]], "quality": [9.0]}))
@@ -331,10 +259,6 @@ def test_merge_racing_a_python_commit(
             other.update(pa.table({ROW_ID: [ids[1]], "text": ["new"]}))
         else:
             other.append(pa.table({"x": [100], "quality": [5.0]}), "b2")
-    finally:
-        (tmp_path / "update.before_commit.go").touch()
-        th.join()
-        spark.conf.unset(FAILPOINT_CONF)
     got = {r["x"]: r["quality"] for r in _rows(t)}
     if concurrent == "append":
         assert "error" not in out, out

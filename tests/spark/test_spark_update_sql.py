@@ -5,10 +5,6 @@ nothing, races with Python commits."""
 
 from __future__ import annotations
 
-import itertools
-import threading
-import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,48 +13,18 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from spark_tables import FAILPOINT_CONF, paused_at
+from spark_tables import data_files as _parquet
+from spark_tables import dml_rows as _rows
+from spark_tables import dml_table as _table
+from spark_tables import file_columns as _file_columns
 
 import omnitable
 from omnitable import ROW_ID
-from omnitable.spark.session import CATALOG_CLASS
 
 pytest.importorskip("pyspark")
 
 pytestmark = pytest.mark.spark
-
-FAILPOINT_CONF = "spark.omnitable.test.failpoint"
-_names = itertools.count()
-
-
-@pytest.fixture
-def catalog(spark: Any, wh: omnitable.Warehouse) -> Any:
-    name = f"oms_{uuid.uuid4().hex[:8]}"
-    spark.conf.set(f"spark.sql.catalog.{name}", CATALOG_CLASS)
-    spark.conf.set(f"spark.sql.catalog.{name}.warehouse", wh.uri)
-    yield name
-    spark.conf.unset(FAILPOINT_CONF)
-
-
-def _table(wh: omnitable.Warehouse) -> omnitable.Table:
-    t = wh.create_table(
-        f"s{next(_names)}",
-        {"x": "bigint", "label": "string", "quality": "double", "text": "string"},
-        groups={"meta": ["label", "quality"], "payload": ["text"]},
-    )
-    t.append(
-        pa.table({"x": list(range(12)), "label": ["a"] * 12,
-                  "quality": [float(i) for i in range(12)], "text": [f"t{i}" for i in range(12)]}),
-        "b1", target_fragment_rows=4,
-    )  # fmt: skip
-    return t
-
-
-def _rows(t: omnitable.Table) -> list[dict[str, Any]]:
-    return t.read([ROW_ID, "x", "label", "quality", "text"]).sort_by("x").to_pylist()
-
-
-def _parquet(t: omnitable.Table) -> set[str]:
-    return {str(p) for p in Path(t.location.path).rglob("*.parquet")}
 
 
 def test_update_equals_python_update(spark: Any, wh: omnitable.Warehouse, catalog: str) -> None:
@@ -73,14 +39,6 @@ def test_update_equals_python_update(spark: Any, wh: omnitable.Warehouse, catalo
     assert head.op == "update" and head.summary["rows"] == 3 and head.summary["fragments"] == 3
     rows = spark.sql(f"SELECT x, quality FROM {catalog}.{sql.name} ORDER BY x").collect()
     assert [(r.x, r.quality) for r in rows] == [(r["x"], r["quality"]) for r in _rows(py)]
-
-
-def _file_columns(t: omnitable.Table, version: int) -> list[set[str]]:
-    """The column names of each file that ``version`` of ``t`` added."""
-    snap = t.snapshot()
-    names = {c.column_id: c.name for c in snap.columns}
-    files = [f for fs in snap.files_by_fragment.values() for f in fs if f.added_version == version]
-    return [{names[c] for c in f.columns} for f in files]
 
 
 @pytest.mark.parametrize(
@@ -158,22 +116,8 @@ def test_update_racing_a_python_commit(
     scan read, the assigned and filtered columns only (WriteOnlyAssignedColumns)."""
     t = _table(wh)
     ids = [r[ROW_ID] for r in _rows(t)]
-    spark.conf.set(FAILPOINT_CONF, f"update.before_commit=pause:{tmp_path}")
-    out: dict[str, Any] = {}
-
-    def job() -> None:
-        try:
-            spark.sql(f"UPDATE {catalog}.{t.name} SET quality = -1 WHERE x = 1")
-        except Exception as exc:
-            out["error"] = exc
-
-    th = threading.Thread(target=job)
-    th.start()
-    try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "update.before_commit.reached").exists() and "error" not in out:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+    statement = f"UPDATE {catalog}.{t.name} SET quality = -1 WHERE x = 1"
+    with paused_at(spark, "update.before_commit", tmp_path, lambda: spark.sql(statement)) as out:
         other = wh.table(t.name)
         if concurrent == "update":
             other.update(pa.table({ROW_ID: [ids[0]], "quality": [9.0]}))
@@ -181,10 +125,6 @@ def test_update_racing_a_python_commit(
             other.update(pa.table({ROW_ID: [ids[1]], "text": ["new"]}))
         else:
             other.append(pa.table({"x": [100], "quality": [5.0]}), "b2")
-    finally:
-        (tmp_path / "update.before_commit.go").touch()
-        th.join()
-        spark.conf.unset(FAILPOINT_CONF)
     got = t.read(["x", "quality"]).sort_by("x").to_pydict()
     if concurrent == "append":
         assert "error" not in out, out

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-import uuid
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -14,29 +13,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from spark_tables import APPEND_NAME_CONF, FAILPOINT_CONF, paused_at
+from spark_tables import data_files as _data_files
 
 import omnitable
 from omnitable import ROW_ID
 from omnitable.exceptions import CommitConflict
-from omnitable.spark.session import CATALOG_CLASS
 
 F = pytest.importorskip("pyspark.sql.functions")
 
 pytestmark = pytest.mark.spark
-
-APPEND_NAME_CONF = "spark.omnitable.write.appendName"
-FAILPOINT_CONF = "spark.omnitable.test.failpoint"
-
-
-@pytest.fixture
-def catalog(spark: Any, wh: omnitable.Warehouse) -> Any:
-    """A catalog name bound to this test's warehouse; session write settings reset after."""
-    name = f"omw_{uuid.uuid4().hex[:8]}"
-    spark.conf.set(f"spark.sql.catalog.{name}", CATALOG_CLASS)
-    spark.conf.set(f"spark.sql.catalog.{name}.warehouse", wh.uri)
-    yield name
-    spark.conf.unset(APPEND_NAME_CONF)
-    spark.conf.unset(FAILPOINT_CONF)
 
 
 def _table(wh: omnitable.Warehouse, name: str = "web") -> omnitable.Table:
@@ -52,11 +38,6 @@ def _table(wh: omnitable.Warehouse, name: str = "web") -> omnitable.Table:
         },
         groups={"meta": ["score", "n"]},
     )
-
-
-def _data_files(t: omnitable.Table) -> set[str]:
-    """Every Parquet file under the table's directory (local warehouses only)."""
-    return {str(p) for p in Path(t.location.path).rglob("*.parquet")}
 
 
 def _by_url(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -262,28 +243,14 @@ def test_spark_and_python_appends_of_one_name_conflict(
     _table(wh)
     gate = tmp_path / "jvm-gate"
     gate.mkdir()
-    spark.conf.set(FAILPOINT_CONF, f"append.before_commit=pause:{gate}")
-    import threading
-
-    out: dict[str, Any] = {}
 
     def spark_append() -> None:
-        try:
-            spark.sql("SELECT 'jvm' AS url").writeTo(f"{catalog}.web").option(
-                "append_name", "b"
-            ).append()
-        except Exception as exc:  # the conflict, raised through py4j
-            out["error"] = exc
+        spark.sql("SELECT 'jvm' AS url").writeTo(f"{catalog}.web").option(
+            "append_name", "b"
+        ).append()
 
-    thread = threading.Thread(target=spark_append)
-    thread.start()
-    while not (gate / "append.before_commit.reached").exists():
-        assert thread.is_alive(), out
-        thread.join(0.05)
-    wh.table("web").append(pa.table({"url": ["py"]}), "b")
-    (gate / "append.before_commit.go").touch()
-    thread.join(120)
-    spark.conf.unset(FAILPOINT_CONF)
+    with paused_at(spark, "append.before_commit", gate, spark_append) as out:
+        wh.table("web").append(pa.table({"url": ["py"]}), "b")
     assert "OMNITABLE_COMMIT_CONFLICT" in str(out["error"])
     assert "a concurrent commit created it first" in str(out["error"])
     assert [r["url"] for r in wh.table("web").read().to_pylist()] == ["py"]
@@ -357,27 +324,12 @@ def test_overwrite_racing_a_replace_of_the_same_batch_conflicts(
     t.append(pa.table({"url": ["v1"]}), "daily")
     gate = tmp_path / "gate"
     gate.mkdir()
-    spark.conf.set(FAILPOINT_CONF, f"append.before_commit=pause:{gate}")
     spark.conf.set(APPEND_NAME_CONF, "daily")
-    import threading
-
-    out: dict[str, Any] = {}
-
-    def overwrite() -> None:
-        try:
-            spark.sql(f"INSERT OVERWRITE {catalog}.web (url) VALUES ('jvm')").collect()
-        except Exception as exc:
-            out["error"] = exc
-
-    thread = threading.Thread(target=overwrite)
-    thread.start()
-    while not (gate / "append.before_commit.reached").exists():
-        assert thread.is_alive(), out
-        thread.join(0.05)
-    wh.table("web").append(pa.table({"url": ["py"]}), "daily", mode="replace")
-    (gate / "append.before_commit.go").touch()
-    thread.join(120)
-    spark.conf.unset(FAILPOINT_CONF)
+    statement = f"INSERT OVERWRITE {catalog}.web (url) VALUES ('jvm')"
+    with paused_at(
+        spark, "append.before_commit", gate, lambda: spark.sql(statement).collect()
+    ) as out:
+        wh.table("web").append(pa.table({"url": ["py"]}), "daily", mode="replace")
     assert "the batch it replaces was changed by a concurrent commit" in str(out["error"])
     assert [r["url"] for r in wh.table("web").read().to_pylist()] == ["py"]
 

@@ -6,13 +6,13 @@ nothing visible."""
 
 from __future__ import annotations
 
-import threading
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from spark_tables import APPEND_NAME_CONF, FAILPOINT_CONF, paused_at
+from spark_tables import data_files as _data_files
 
 import omnitable
 from omnitable import ROW_ID
@@ -23,27 +23,9 @@ F = pytest.importorskip("pyspark.sql.functions")
 
 pytestmark = pytest.mark.spark
 
-APPEND_NAME_CONF = "spark.omnitable.write.appendName"
-FAILPOINT_CONF = "spark.omnitable.test.failpoint"
-
-
-@pytest.fixture
-def catalog(spark: Any, wh: omnitable.Warehouse) -> Any:
-    """A catalog name bound to this test's warehouse; session write settings reset after."""
-    name = f"omw_{uuid.uuid4().hex[:8]}"
-    spark.conf.set(f"spark.sql.catalog.{name}", CATALOG_CLASS)
-    spark.conf.set(f"spark.sql.catalog.{name}.warehouse", wh.uri)
-    yield name
-    spark.conf.unset(APPEND_NAME_CONF)
-    spark.conf.unset(FAILPOINT_CONF)
-
 
 def _table(wh: omnitable.Warehouse) -> omnitable.Table:
     return wh.create_table("web", {"url": "string", "score": "double"})
-
-
-def _data_files(t: omnitable.Table) -> set[str]:
-    return {str(p) for p in Path(t.location.path).rglob("*.parquet")}
 
 
 def _ids(wh: omnitable.Warehouse) -> dict[str, int]:
@@ -146,26 +128,6 @@ def test_supplied_id_commit_killed_leaves_nothing(
     assert _ids(wh) == {"s0": 40, "s1": 41}
 
 
-def _paused_spark_append(spark: Any, gate: Path, write: Any) -> tuple[threading.Thread, dict]:
-    """Run ``write`` in a thread until the JVM reaches ``append.before_commit``."""
-    spark.conf.set(FAILPOINT_CONF, f"append.before_commit=pause:{gate}")
-    out: dict[str, Any] = {}
-
-    def go() -> None:
-        try:
-            write()
-        except Exception as exc:  # the conflict, raised through py4j
-            out["error"] = exc
-
-    thread = threading.Thread(target=go)
-    thread.start()
-    while not (gate / "append.before_commit.reached").exists():
-        assert thread.is_alive(), out
-        thread.join(0.05)
-    spark.conf.unset(FAILPOINT_CONF)
-    return thread, out
-
-
 def test_spark_supplied_ids_race_a_python_generated_append(
     spark: Any, wh: omnitable.Warehouse, catalog: str, race: Any, tmp_path: Path
 ) -> None:
@@ -173,19 +135,12 @@ def test_spark_supplied_ids_race_a_python_generated_append(
     _table(wh)
     # Spark (supplied, the next free id) paused before its commit; Python generates that id
     n = _next_id(wh)
-    thread, out = _paused_spark_append(
-        spark,
-        tmp_path,
-        lambda: (
-            _supplied(spark, [n + 1], "j")
-            .writeTo(f"{catalog}.web")
-            .option("append_name", "j")
-            .append()
-        ),
-    )
-    wh.table("web").append(pa.table({"url": ["p0", "p1"]}), "p")
-    (tmp_path / "append.before_commit.go").touch()
-    thread.join(120)
+
+    def spark_supplies_it() -> None:
+        _supplied(spark, [n + 1], "j").writeTo(f"{catalog}.web").option("append_name", "j").append()
+
+    with paused_at(spark, "append.before_commit", tmp_path, spark_supplies_it) as out:
+        wh.table("web").append(pa.table({"url": ["p0", "p1"]}), "p")
     error = str(out["error"])
     assert "OMNITABLE_COMMIT_CONFLICT" in error
     assert "1 of its _ai_unique_id_ value(s) were added by a concurrent commit" in error
@@ -237,10 +192,8 @@ def _race_both_orders(
     n = _next_id(wh)
     gate1 = tmp_path / "g1"
     gate1.mkdir()
-    thread, out = _paused_spark_append(spark, gate1, lambda: generated("g1"))
-    _supplied(other, [n]).writeTo(f"{catalog}.web").option("append_name", "s1").append()
-    (gate1 / "append.before_commit.go").touch()
-    thread.join(120)
+    with paused_at(spark, "append.before_commit", gate1, lambda: generated("g1")) as out:
+        _supplied(other, [n]).writeTo(f"{catalog}.web").option("append_name", "s1").append()
     assert "OMNITABLE_COMMIT_CONFLICT" in str(out["error"])
     assert f"e.g. [{n}]" in str(out["error"])
     assert sorted(b.name for b in wh.table("web").batches()) == ["s1"]
@@ -249,19 +202,12 @@ def _race_both_orders(
     m = _next_id(wh)
     gate2 = tmp_path / "g2"
     gate2.mkdir()
-    thread, out = _paused_spark_append(
-        other,
-        gate2,
-        lambda: (
-            _supplied(other, [m], "t")
-            .writeTo(f"{catalog}.web")
-            .option("append_name", "s2")
-            .append()
-        ),
-    )
-    generated("g2")
-    (gate2 / "append.before_commit.go").touch()
-    thread.join(120)
+
+    def other_supplies_it() -> None:
+        _supplied(other, [m], "t").writeTo(f"{catalog}.web").option("append_name", "s2").append()
+
+    with paused_at(other, "append.before_commit", gate2, other_supplies_it) as out:
+        generated("g2")
     assert "OMNITABLE_COMMIT_CONFLICT" in str(out["error"])
     assert sorted(b.name for b in wh.table("web").batches()) == ["g2", "s1"]
     assert _ids(wh)["g"] == m
@@ -276,20 +222,13 @@ def test_generated_append_checks_concurrent_ids_exactly(
     t = _table(wh)
     t.append(pa.table({ROW_ID: pa.array([1_000_000], pa.int64()), "url": ["p"]}), "p")
     n = _next_id(wh)
-    thread, out = _paused_spark_append(
-        spark,
-        tmp_path,
-        lambda: (
-            spark.sql("SELECT 'g' AS url")
-            .writeTo(f"{catalog}.web")
-            .option("append_name", "g")
-            .append()
-        ),
-    )
-    around = pa.array([5, n + (1 << 40)], pa.int64())
-    wh.table("web").append(pa.table({ROW_ID: around, "url": ["lo", "hi"]}), "s")
-    (tmp_path / "append.before_commit.go").touch()
-    thread.join(120)
+
+    def generated() -> None:
+        spark.sql("SELECT 'g' AS url").writeTo(f"{catalog}.web").option("append_name", "g").append()
+
+    with paused_at(spark, "append.before_commit", tmp_path, generated) as out:
+        around = pa.array([5, n + (1 << 40)], pa.int64())
+        wh.table("web").append(pa.table({ROW_ID: around, "url": ["lo", "hi"]}), "s")
     assert "error" not in out, out
     ids = _ids(wh)
     assert sorted(b.name for b in wh.table("web").batches()) == ["g", "p", "s"]

@@ -6,7 +6,7 @@ import java.nio.file.{Files, StandardCopyOption}
 import scala.util.Random
 
 import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
-import io.omnitable.spark.{PythonSteps, SharedSparkSession}
+import io.omnitable.spark.PythonStepsSession
 import io.omnitable.spark.catalog.Failpoints
 import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableCommitException}
 import io.omnitable.spark.source.OmniTableCatalog
@@ -21,25 +21,9 @@ import org.scalatest.funsuite.AnyFunSuite
  * visible; bad calls fail with Python's messages. (The races with Python commits are the
  * conformance scenarios, on SQLite and PostgreSQL: write/ConformanceSuite.)
  */
-class UndoProceduresSuite extends AnyFunSuite with SharedSparkSession {
+class UndoProceduresSuite extends AnyFunSuite with PythonStepsSession {
 
   private val json = new ObjectMapper()
-
-  /** steps.py's commands, in one Python process for the whole suite. */
-  private val steps = new PythonSteps
-
-  override protected def beforeAll(): Unit = {
-    super.beforeAll()
-    steps.start()
-  }
-
-  override protected def afterAll(): Unit =
-    try steps.close()
-    finally super.afterAll()
-
-  private def python(args: String*): String =
-    try steps.call(args: _*)
-    catch { case e: PythonSteps.StepFailed => fail(e.getMessage) }
 
   private def freshDir(): File = Files.createTempDirectory("omnitable-undo").toFile
 

@@ -6,7 +6,7 @@ import java.nio.file.Files
 import scala.sys.process._
 
 import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
-import io.omnitable.spark.{PythonSteps, SharedSparkSession, TestWarehouses}
+import io.omnitable.spark.{PythonStepsSession, TestWarehouses}
 import io.omnitable.spark.catalog.{CatalogReader, Failpoints, SnapshotSpec}
 import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableCommitException, ProcedureErrors, WriteErrors}
 import io.omnitable.spark.source.OmniTableCatalog
@@ -30,7 +30,7 @@ import org.scalatest.funsuite.AnyFunSuite
  * at their commit (failpoint `backfill.before_commit=pause:DIR`) while the committing writer runs,
  * then let go.
  */
-class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
+class ConformanceSuite extends AnyFunSuite with PythonStepsSession {
 
   private val json = new ObjectMapper()
   private val root = TestWarehouses.repoRoot
@@ -39,22 +39,6 @@ class ConformanceSuite extends AnyFunSuite with SharedSparkSession {
     new File(root, "tests/conformance/scenarios").listFiles().map(_.getName).filter(_.endsWith(".json"))
       .map(_.stripSuffix(".json")).sorted.toSeq
   private val postgres: Option[String] = sys.env.get("OMNITABLE_TEST_POSTGRES_URL").filter(_.nonEmpty)
-
-  /** steps.py's commands, in one Python process for the whole suite. */
-  private val steps = new PythonSteps
-
-  override protected def beforeAll(): Unit = {
-    super.beforeAll()
-    steps.start()
-  }
-
-  override protected def afterAll(): Unit =
-    try steps.close()
-    finally super.afterAll()
-
-  private def python(args: String*): String =
-    try steps.call(args: _*)
-    catch { case e: PythonSteps.StepFailed => fail(e.getMessage) }
 
   /** The `around` steps running in their own process, held at `backfill.before_commit`. */
   private final class Around(warehouse: String, dataRoot: String, name: String, baseNext: Long) {
