@@ -17,7 +17,8 @@ final class OmniTableProcedures(reader: () => CatalogReader) {
   import OmniTableProcedures._
 
   private lazy val native: Map[String, OmniTableProcedure] =
-    (RefProcedures.all(reader) ++ UndoProcedures.all(reader) ++ FeatureProcedures.all(reader)).map(p =>
+    (RefProcedures.all(reader) ++ UndoProcedures.all(reader) ++ FeatureProcedures.all(reader) ++
+      FeatureProcedures.backfill(reader)).map(p =>
       p.name() -> p).toMap
 
   /** Every procedure name, sorted. */
@@ -45,7 +46,6 @@ object OmniTableProcedures {
   /** The operations that need OmniTable's Python engine, with the API and CLI that perform them. */
   val PythonOnly: Map[String, String] = Map(
     "rebase_branch" -> "Table.rebase(branch, onto, strategy=...) or `omnitable branch rebase`",
-    "backfill" -> "Table.backfill(features).run(spark) or `omnitable backfill`",
     "retry_errors" -> "Table.backfill(features, retry_errors=True).run(spark) or `omnitable backfill --retry-errors`"
   )
 }
