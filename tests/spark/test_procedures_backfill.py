@@ -161,7 +161,12 @@ def test_refusals(spark: Any, wh: omnitable.Warehouse, catalog: str) -> None:
     t.register(omnitable.sql_feature("loud", "concat(shout, '!')", "string", "1"))
     msg = _error(spark, f"CALL {catalog}.system.backfill('words', 'loud')")  # needs shout
     assert "shout@1" in msg and "Table.backfill" in msg and "pandas feature" in msg
+    assert "shout@1" in _error(spark, f"CALL {catalog}.system.backfill('words', 'shout')")
     assert len(t.history()) == 4  # nothing committed
+    t.register(omnitable.sql_feature("num", "text", "int", "1"))  # 'a' is no int
+    msg = _error(spark, f"CALL {catalog}.system.backfill('words', 'num')")
+    assert "2 value(s) of its expression do not convert to int" in msg and "Table.backfill" in msg
+    assert len(t.history()) == 5 and t.runs()[0]["status"] == "failed"
     _table(wh, "web")
     msg = _error(spark, f"CALL {catalog}.system.backfill('web', 'nope')")
     assert "no registered feature or output column of that name" in msg

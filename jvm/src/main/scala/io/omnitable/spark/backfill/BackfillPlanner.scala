@@ -115,6 +115,7 @@ object BackfillPlanner {
   private[backfill] def plan(h: HeadState, table: String, targets: Seq[String]): BackfillPlan = {
     val graph = Graph(h.features)
     val wanted = resolveTargets(h, graph, table, targets)
+    wanted.map(graph.features).find(_.kind != "sql").foreach(f => throw pandasFeature(table, f))
     val closure = graph.ancestors(wanted)
     val recompute = mutable.LinkedHashMap.empty[String, Seq[FragmentRow]]
     val live = h.live

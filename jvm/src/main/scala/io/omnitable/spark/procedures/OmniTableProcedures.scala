@@ -8,8 +8,8 @@ import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure
 /**
  * OmniTable's stored procedures, `CALL <catalog>.system.<name>(...)` (docs/spark.md,
  * "Procedures"): the branch and tag procedures ([[RefProcedures]]), rollback and fast-forward
- * merges ([[UndoProcedures]]) and the registration of SQL features ([[FeatureProcedures]]) run in
- * the JVM; the
+ * merges ([[UndoProcedures]]), the registration and backfill of SQL features ([[FeatureProcedures]])
+ * run in the JVM; the
  * operations only the Python engine performs are listed too, and calling one fails with the
  * Python API and CLI command to use instead.
  */
