@@ -6,6 +6,7 @@ killed before or during its commit leaves nothing visible and no files."""
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -81,7 +82,8 @@ def _facts(wh: omnitable.Warehouse, table: str) -> dict[str, Any]:
         lineage = conn.execute(
             text(
                 "SELECT l.column_id, l.feature, l.feature_version, l.engine, l.error_count, "
-                "fi.added_version, fi.group_name, fi.removed_version, fi.run_id = l.run_id "
+                "fi.added_version, fi.group_name, fi.removed_version, fi.run_id = l.run_id, "
+                "l.inputs "
                 "FROM lineage l JOIN files fi ON fi.table_id = l.table_id AND fi.file_id = "
                 "l.file_id WHERE l.table_id = :t"
             ),
@@ -93,10 +95,15 @@ def _facts(wh: omnitable.Warehouse, table: str) -> dict[str, Any]:
         files = conn.execute(text("SELECT COUNT(*) FROM files WHERE table_id = :t"), q).scalar_one()
     return {
         "commits": [tuple(r) for r in commits],
-        "lineage": sorted(tuple(r) for r in lineage),
+        "lineage": sorted((*r[:-1], _read_set(r[-1])) for r in lineage),
         "runs": [tuple(r) for r in runs],
         "files": files,
     }
+
+
+def _read_set(inputs: str) -> tuple[tuple[str, bool, int | None], ...]:
+    """A lineage row's inputs without file ids: (column, had a file, its version)."""
+    return tuple((i["column"], i["file_id"] is not None, i["version"]) for i in json.loads(inputs))
 
 
 def _values(t: omnitable.Table) -> dict[str, list[Any]]:
@@ -152,6 +159,31 @@ def test_backfill_equals_pythons_and_plans_only_what_is_missing_or_stale(
     assert [g[:3] for g in _backfill(spark, catalog, "label")] == [("label@1", 1, 1)]
     assert _values(jvm) == _values(py) and _facts(wh, "web") == _facts(wh, "py")
     assert _states(jvm) == _states(py) and _states(jvm)[("b4", "label")] == "done"
+
+
+def test_named_arguments_on_a_branch(spark: Any, wh: omnitable.Warehouse, catalog: str) -> None:
+    t = _table(wh, "web")
+    t.create_branch("dev")
+    rows = spark.sql(
+        f"CALL {catalog}.system.backfill(features => ' label ,n_len', branch => 'dev', "
+        "table => 'web')"
+    ).collect()
+    assert sorted((r["feature"], r["fragments"]) for r in rows) == [
+        ("label@1", 2),
+        ("n_len@1", 2),
+    ]
+    dev = t.branch("dev")
+    grid = dev.status()
+    assert {grid.state(b, c) for b in grid.batches for c in ("label", "n_len")} == {"done"}
+    assert dev.read().sort_by("_ai_unique_id_").column("n_len").to_pylist() == [
+        2,
+        4,
+        6,
+        None,
+        9,
+        None,
+    ]
+    assert set(_states(t).values()) == {"missing"}  # main untouched
 
 
 def test_refusals(spark: Any, wh: omnitable.Warehouse, catalog: str) -> None:
