@@ -293,3 +293,12 @@ def test_a_backfill_killed_before_or_during_its_commit_leaves_nothing(
     assert {**after, "runs": []} == {**before, "runs": []}
     assert _parquet_files(tmp_path) == files
     assert set(_states(t).values()) == {"missing"}
+    # killed right after its commit: the commit and its files stay
+    spark.conf.set(FAILPOINT_CONF, "backfill.after_commit=raise")
+    assert "backfill.after_commit" in _error(
+        spark, f"CALL {catalog}.system.backfill('web', 'label')"
+    )
+    spark.conf.unset(FAILPOINT_CONF)
+    assert all(s == "done" for (_, c), s in _states(t).items() if c == "label")
+    assert _values(t)["label"] == ["x-a", "Yy-bb", "-ccc", None, "q-dddd", None]
+    assert len(_parquet_files(tmp_path) - files) == 2

@@ -57,28 +57,29 @@ final class JvmBackfill(spark: SparkSession, reader: CatalogReader, failpoints: 
     val work = step.work.map { case (n, fs) => n -> fs.map(f => FragmentWork(f.fragmentId, f.path, f.rowCount)) }
     val outputs =
       SqlFeatureJob.run(spark, reader.warehouse, table, h.snap, branch, h.snap.snapshot.version, step.features, work)
-    try {
-      checkOutputs(step, outputs)
-      val commit = BackfillCommit(
-        h.snap.table.tableId,
-        branch,
-        h.snap.snapshot.version,
-        runId,
-        step.features,
-        outputs.map(o => backfillFile(h, step, o)),
-        expected(h, step, outputs))
-      failpoints.hit("backfill.before_commit")
-      val version = new BackfillCommitter(reader, failpoints).commit(commit)
-      failpoints.hit("backfill.after_commit")
-      step.features.map { f =>
-        val frags = step.work(f.name)
-        FeatureBackfilled(f.id, frags.size, frags.map(_.rowCount).sum, version)
+    val version =
+      try {
+        checkOutputs(step, outputs)
+        val commit = BackfillCommit(
+          h.snap.table.tableId,
+          branch,
+          h.snap.snapshot.version,
+          runId,
+          step.features,
+          outputs.map(o => backfillFile(h, step, o)),
+          expected(h, step, outputs))
+        failpoints.hit("backfill.before_commit")
+        new BackfillCommitter(reader, failpoints).commit(commit)
+      } catch {
+        case e: OmniTableCommitException if e.omniErrorClass == WriteErrors.CommitOutcomeUnknown => throw e
+        case NonFatal(e) =>
+          deleteFiles(h, step, outputs)
+          throw e
       }
-    } catch {
-      case e: OmniTableCommitException if e.omniErrorClass == WriteErrors.CommitOutcomeUnknown => throw e
-      case NonFatal(e) =>
-        deleteFiles(h, step, outputs)
-        throw e
+    failpoints.hit("backfill.after_commit") // committed: the files stay whatever happens now
+    step.features.map { f =>
+      val frags = step.work(f.name)
+      FeatureBackfilled(f.id, frags.size, frags.map(_.rowCount).sum, version)
     }
   }
 

@@ -1,8 +1,10 @@
 package io.omnitable.spark.catalog
 
+import java.sql.SQLException
+
 import scala.collection.mutable
 
-import io.omnitable.spark.errors.{ProcedureErrors, WriteErrors}
+import io.omnitable.spark.errors.{OmniTableAnalysisException, ProcedureErrors, WriteErrors}
 
 /** An input column's providing file (and its version) that a new file's values were computed from. */
 final case class LineageInput(column: String, fileId: Option[String], version: Option[Long])
@@ -45,34 +47,51 @@ final class BackfillCommitter(reader: CatalogReader, failpoints: Failpoints) {
 
   private val Op = "backfill"
 
-  def commit(c: BackfillCommit): Long = new UndoWriter(reader, failpoints).withLock(c.tableId, Op) { (conn, entry) =>
-    val resolver = new SnapshotResolver(conn, entry, reader.display)
-    val head = resolver.resolve(SnapshotSpec(branch = Some(c.branch)))
-    val ctx = CommitContext(conn, entry, resolver, c.branch, c.baseVersion, head.version, head.segments)
-    ctx.checkReadThisBranch(Op)
-    if (c.baseVersion > head.version) {
-      throw ProcedureErrors.invalidOperation(
-        s"Cannot commit on branch '${c.branch}': base version ${c.baseVersion} is newer than its head ${head.version}")
+  /**
+   * Commit `c` atomically; the new version. A catalog connection lost during the commit: the
+   * version its token finds, else [[WriteErrors.outcomeUnknown]] (the files must be kept).
+   */
+  def commit(c: BackfillCommit): Long = {
+    val token = UndoStatements.newId()
+    try apply(c, token)
+    catch {
+      case e: OmniTableAnalysisException if e.getCause.isInstanceOf[SQLException] =>
+        new CatalogWriter(reader.address, reader.env).findCommit(c.tableId, token)
+          .getOrElse(throw WriteErrors.outcomeUnknown(
+            s"the backfill of ${c.features.map(_.id).mkString(", ")}",
+            e.getCause))
     }
-    val columns = validate(ctx, c)
-    val version = Jdbc.query(conn, CommitSql("next_version"), c.tableId)(_.getLong(1)).head
-    failpoints.hit("commit.before_insert")
-    val now = CommitRows.commitTime(conn, c.tableId)
-    insert(ctx, c, version, columns)
-    CommitRows.insertCommit(
-      conn,
-      c.tableId,
-      version,
-      head.version,
-      c.branch,
-      Op,
-      Some(c.runId),
-      PyJson.dumps(c.summary),
-      now,
-      UndoStatements.newId())
-    failpoints.hit("commit.before_end")
-    version
   }
+
+  private def apply(c: BackfillCommit, token: String): Long =
+    new UndoWriter(reader, failpoints).withLock(c.tableId, Op) { (conn, entry) =>
+      val resolver = new SnapshotResolver(conn, entry, reader.display)
+      val head = resolver.resolve(SnapshotSpec(branch = Some(c.branch)))
+      val ctx = CommitContext(conn, entry, resolver, c.branch, c.baseVersion, head.version, head.segments)
+      ctx.checkReadThisBranch(Op)
+      if (c.baseVersion > head.version) {
+        throw ProcedureErrors.invalidOperation(
+          s"Cannot commit on branch '${c.branch}': base version ${c.baseVersion} is newer than its head ${head.version}")
+      }
+      val columns = validate(ctx, c)
+      val version = Jdbc.query(conn, CommitSql("next_version"), c.tableId)(_.getLong(1)).head
+      failpoints.hit("commit.before_insert")
+      val now = CommitRows.commitTime(conn, c.tableId)
+      insert(ctx, c, version, columns)
+      CommitRows.insertCommit(
+        conn,
+        c.tableId,
+        version,
+        head.version,
+        c.branch,
+        Op,
+        Some(c.runId),
+        PyJson.dumps(c.summary),
+        now,
+        token)
+      failpoints.hit("commit.before_end")
+      version
+    }
 
   /** commit.py `_validate` for this request; name → column id of the active columns at the head. */
   private def validate(ctx: CommitContext, c: BackfillCommit): Map[String, Int] = {
