@@ -17,7 +17,9 @@ import org.apache.spark.sql.catalyst.parser.CatalystSqlParser
  *
  * @param warehouse the warehouse string as the user gave it (its display form is what we log)
  */
-final class CatalogReader(warehouse: String, private[catalog] val env: JdbcConnector.Env = JdbcConnector.systemEnv) {
+final class CatalogReader(
+    val warehouse: String,
+    private[catalog] val env: JdbcConnector.Env = JdbcConnector.systemEnv) {
 
   val address: CatalogAddress = CatalogAddress.parse(warehouse)
 

@@ -413,7 +413,8 @@ final class CatalogWriter(
       branch: String,
       version: Long,
       sets: Seq[(WrittenFile, CatalogWriter.ColumnSet)],
-      ids: Map[String, Int]): Unit = {
+      ids: Map[String, Int],
+      runId: Option[String] = None): Unit = {
     val existing = sets.map(_._2.setId).distinct.grouped(500).flatMap { chunk =>
       val (in, ps) = Jdbc.in("set_id", chunk)
       Jdbc.query(conn, CommitSql("existing_sets").replace("{in}", in), (t +: ps): _*)(_.getString(1))
@@ -443,7 +444,7 @@ final class CatalogWriter(
           Long.box(f.sizeBytes),
           branch,
           Long.box(version),
-          null,
+          runId.orNull,
           set.setId,
           CatalogWriter.encodeStats(set, byId)
         )

@@ -6,7 +6,7 @@ import scala.jdk.CollectionConverters._
 import io.omnitable.spark.catalog.{FeatureRow, FileRow, FragmentRow, LineageRow, MetadataQueries, TableSnapshot}
 
 /** A registered feature's current version: its row and its definition's inputs and outputs (in order). */
-private[metadata] final case class CurrentFeature(
+private[spark] final case class CurrentFeature(
     row: FeatureRow,
     inputs: Seq[String],
     outputs: Seq[(String, String)]) {
@@ -14,13 +14,13 @@ private[metadata] final case class CurrentFeature(
 }
 
 /** The file providing one column of one fragment, and the feature version that produced it there. */
-private[metadata] final case class Provider(file: FileRow, featureVersion: Option[String])
+private[spark] final case class Provider(file: FileRow, featureVersion: Option[String])
 
 /**
  * Facts several metadata tables derive from the catalog rows, computed as the Python API does
  * (python/omnitable/features/registry.py, features/state.py, features/status.py).
  */
-private[metadata] object CatalogFacts {
+private[spark] object CatalogFacts {
 
   private val Json = new com.fasterxml.jackson.databind.ObjectMapper()
 

@@ -1,5 +1,6 @@
 package io.omnitable.spark.procedures
 
+import io.omnitable.spark.backfill.JvmBackfill
 import io.omnitable.spark.catalog.{CatalogReader, Failpoints, FeatureRegistrar, RegisterOutcome, SqlFeature}
 import io.omnitable.spark.procedures.OmniTableProcedure.{optional, required}
 import org.apache.spark.sql.catalyst.InternalRow
@@ -73,6 +74,43 @@ object FeatureProcedures {
         val f = SqlFeature.define(name, a.string("expression"), a.string("type"), a.string("version"), inputs(a))
         val registrar = new FeatureRegistrar(reader(), failpoints)
         result(registrar.register(a.string("table"), a.string("branch"), f, SQLConf.get.caseSensitiveAnalysis))
+      }
+    }
+  )
+
+  /** The rows `backfill` returns: one per feature computed. */
+  val BackfillOutput: StructType = StructType(Seq(
+    StructField("feature", StringType, nullable = false),
+    StructField("fragments", IntegerType, nullable = false),
+    StructField("rows", LongType, nullable = false),
+    StructField("version", LongType, nullable = false)
+  ))
+
+  /** `features` as given: feature or output column names separated by commas. */
+  private def targets(a: ProcedureArgs): Seq[String] = {
+    val text = a.string("features")
+    val names = text.split(",", -1).map(_.trim).toSeq
+    if (names.exists(_.isEmpty)) throw a.invalid("features", s"is '$text': give feature names separated by commas")
+    names
+  }
+
+  def backfill(reader: () => CatalogReader): Seq[OmniTableProcedure] = Seq(
+    new OmniTableProcedure(
+      "backfill",
+      Seq(
+        required("table", StringType, "the table's name"),
+        required("features", StringType, "the SQL features (or their output columns) to compute, comma-separated"),
+        optional("branch", StringType, "'main'", "the branch to compute them on")
+      ),
+      "Computes SQL features in the JVM where they are missing or stale (Table.backfill(features).run(spark)), " +
+        "the SQL features they read first; one commit per step. A pandas feature fails: use Table.backfill."
+    ) {
+      override protected def run(a: ProcedureArgs): ProcedureResult = {
+        val spark = org.apache.spark.sql.SparkSession.active
+        val done = new JvmBackfill(spark, reader(), failpoints).run(a.string("table"), a.string("branch"), targets(a))
+        val rows = done.map(d =>
+          InternalRow(str(d.feature), Int.box(d.fragments), Long.box(d.rows), Long.box(d.version)))
+        new ProcedureResult(BackfillOutput, rows)
       }
     }
   )

@@ -8,8 +8,8 @@ import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure
 /**
  * OmniTable's stored procedures, `CALL <catalog>.system.<name>(...)` (docs/spark.md,
  * "Procedures"): the branch and tag procedures ([[RefProcedures]]), rollback, revert, merges and
- * rebases ([[UndoProcedures]]) and the registration of SQL features ([[FeatureProcedures]]) run in
- * the JVM; the
+ * rebases ([[UndoProcedures]]), the registration and backfill of SQL features
+ * ([[FeatureProcedures]]) run in the JVM; the
  * operations only the Python engine performs are listed too, and calling one fails with the
  * Python API and CLI command to use instead.
  */
@@ -17,7 +17,8 @@ final class OmniTableProcedures(reader: () => CatalogReader) {
   import OmniTableProcedures._
 
   private lazy val native: Map[String, OmniTableProcedure] =
-    (RefProcedures.all(reader) ++ UndoProcedures.all(reader) ++ FeatureProcedures.all(reader)).map(p =>
+    (RefProcedures.all(reader) ++ UndoProcedures.all(reader) ++ FeatureProcedures.all(reader) ++
+      FeatureProcedures.backfill(reader)).map(p =>
       p.name() -> p).toMap
 
   /** Every procedure name, sorted. */
@@ -44,7 +45,6 @@ object OmniTableProcedures {
 
   /** The operations that need OmniTable's Python engine, with the API and CLI that perform them. */
   val PythonOnly: Map[String, String] = Map(
-    "backfill" -> "Table.backfill(features).run(spark) or `omnitable backfill`",
     "retry_errors" -> "Table.backfill(features, retry_errors=True).run(spark) or `omnitable backfill --retry-errors`"
   )
 }

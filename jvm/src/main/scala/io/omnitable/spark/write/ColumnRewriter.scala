@@ -208,7 +208,7 @@ private final class GroupRewrite(
 
   /** Write the current values of rows `[row, end)`. */
   private def carry(end: Long): Unit = while (row < end) {
-    if (row >= batchEnd) seek()
+    if (byFile.nonEmpty && row >= batchEnd) seek() // no provider: every carried value is NULL
     val i = (row - batchStart).toInt
     var j = 0
     while (j < types.length) {

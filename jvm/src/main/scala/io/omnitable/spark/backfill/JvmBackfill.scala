@@ -1,0 +1,163 @@
+package io.omnitable.spark.backfill
+
+import scala.util.control.NonFatal
+
+import io.omnitable.spark.catalog._
+import io.omnitable.spark.errors.{OmniTableCommitException, ProcedureErrors, WriteErrors}
+import io.omnitable.spark.write.{FeatureOutput, FragmentWork, SqlFeatureJob}
+import org.apache.spark.sql.SparkSession
+
+/** What one feature's backfill did: fragments and rows computed, the version that committed them. */
+final case class FeatureBackfilled(feature: String, fragments: Int, rows: Long, version: Long)
+
+/**
+ * `CALL system.backfill`: a backfill of SQL features run entirely in the JVM, as
+ * python/omnitable/exec/runner.py runs a plan: a `backfill` run row, then per step (one commit per
+ * step, as Python's default `checkpoint_fragments`) the head read again, the plan checked to
+ * still hold, one Spark job computing and writing the step's files ([[SqlFeatureJob]]), and one
+ * commit ([[BackfillCommitter]]). A failed step deletes its files; committed steps stay (a later
+ * call plans again and skips them). Failpoints: `backfill.before_commit`, `backfill.after_commit`
+ * and the commit's.
+ */
+final class JvmBackfill(spark: SparkSession, reader: CatalogReader, failpoints: Failpoints) {
+
+  def run(table: String, branch: String, targets: Seq[String]): Seq[FeatureBackfilled] = {
+    val plan = BackfillPlanner.plan(reader, table, branch, targets)
+    if (plan.steps.isEmpty) return Nil
+    val tableId = reader.loadTable(table, SnapshotSpec(branch = Some(branch))).table.tableId
+    val writer = new CatalogWriter(reader.address, failpoints = failpoints)
+    val described = Map[String, Any](
+      "targets" -> plan.targets,
+      "batches" -> plan.batches,
+      "base_version" -> plan.baseVersion,
+      "steps" -> plan.steps.map(_.features.map(_.id)),
+      "options" -> Map("engine" -> "spark-jvm")
+    )
+    val runId = writer.startRun(tableId, "backfill", described)
+    val done = scala.collection.mutable.ArrayBuffer.empty[FeatureBackfilled]
+    try {
+      plan.steps.foreach(step => done ++= runStep(table, branch, runId, step))
+      writer.finishRun(runId, "succeeded", metrics(done.toSeq), None)
+    } catch {
+      case NonFatal(e) =>
+        try writer.finishRun(runId, "failed", metrics(done.toSeq), Option(e.getMessage))
+        catch { case NonFatal(_) => }
+        throw e
+    }
+    done.toSeq
+  }
+
+  private def metrics(done: Seq[FeatureBackfilled]): Map[String, Any] = Map(
+    "versions" -> done.map(_.version).distinct,
+    "steps" -> done.map(d => Map("feature" -> d.feature, "fragments" -> d.fragments, "rows" -> d.rows)))
+
+  private def runStep(table: String, branch: String, runId: String, step: BackfillStep): Seq[FeatureBackfilled] = {
+    val h = BackfillPlanner.head(reader, table, branch)
+    checkPlanHolds(h, step)
+    val work = step.work.map { case (n, fs) => n -> fs.map(f => FragmentWork(f.fragmentId, f.path, f.rowCount)) }
+    val outputs =
+      SqlFeatureJob.run(spark, reader.warehouse, table, h.snap, branch, h.snap.snapshot.version, step.features, work)
+    val version =
+      try {
+        checkOutputs(step, outputs)
+        val commit = BackfillCommit(
+          h.snap.table.tableId,
+          branch,
+          h.snap.snapshot.version,
+          runId,
+          step.features,
+          outputs.map(o => backfillFile(h, step, o)),
+          expected(h, step, outputs))
+        failpoints.hit("backfill.before_commit")
+        new BackfillCommitter(reader, failpoints).commit(commit)
+      } catch {
+        case e: OmniTableCommitException if e.omniErrorClass == WriteErrors.CommitOutcomeUnknown => throw e
+        case NonFatal(e) =>
+          deleteFiles(h, step, outputs)
+          throw e
+      }
+    failpoints.hit("backfill.after_commit") // committed: the files stay whatever happens now
+    step.features.map { f =>
+      val frags = step.work(f.name)
+      FeatureBackfilled(f.id, frags.size, frags.map(_.rowCount).sum, version)
+    }
+  }
+
+  private def deleteFiles(h: HeadState, step: BackfillStep, outputs: Seq[FeatureOutput]): Unit =
+    outputs.headOption.foreach { _ =>
+      val conf = spark.sparkContext.hadoopConfiguration
+      outputs.foreach { o =>
+        try {
+          val p = new org.apache.hadoop.fs.Path(DataPaths.join(h.snap.tableUri, o.file.path))
+          p.getFileSystem(conf).delete(p, false)
+        } catch { case NonFatal(_) => }
+      }
+    }
+
+  /** runner.py `_check_plan_holds`: planned fragments still visible, the files the step replaces unchanged. */
+  private def checkPlanHolds(h: HeadState, step: BackfillStep): Unit = {
+    val ids = step.features.map(_.id).mkString(", ")
+    val live = h.fragments.map(_.fragmentId).toSet
+    val gone = step.fragments.filterNot(f => live.contains(f.fragmentId))
+    if (gone.nonEmpty) {
+      throw WriteErrors.conflict(
+        s"Cannot run backfill step of $ids: ${gone.size} planned fragment(s) were removed by a concurrent commit " +
+          s"(batch '${gone.head.batchName}' replaced or compacted) after the plan; nothing of this chunk was committed. " +
+          "Re-plan and run again.")
+    }
+    val changed = step.targets.toSeq.filter { case ((fid, col), planned) =>
+      !h.byName.contains(col) || h.provider(fid, col).map(_.file.fileId) != planned
+    }
+    if (changed.nonEmpty) {
+      throw WriteErrors.conflict(
+        s"Cannot run backfill step of $ids: the file(s) it patches or replaces for column(s) " +
+          s"${changed.map(_._1._2).distinct.sorted.mkString(", ")} in ${changed.map(_._1._1).distinct.size} fragment(s) " +
+          "were replaced by a concurrent commit after the plan; nothing of this chunk was committed. Re-plan and run again.")
+    }
+  }
+
+  /** Every planned (feature, fragment) has a file; no value failed to convert to its type. */
+  private def checkOutputs(step: BackfillStep, outputs: Seq[FeatureOutput]): Unit = {
+    val produced = outputs.map(o => (o.feature, o.file.fragmentId)).toSet
+    val missing = for {
+      (n, fs) <- step.work.toSeq
+      f <- fs if !produced.contains((n, f.fragmentId))
+    } yield f.fragmentId
+    if (missing.nonEmpty) {
+      throw ProcedureErrors.invalidOperation(
+        s"Cannot commit backfill step of ${step.features.map(_.id).mkString(", ")}: no output for fragment(s) " +
+          s"${missing.distinct.sorted.take(3).mkString(", ")} (a fragment was not read completely)")
+    }
+    step.features.foreach { f =>
+      val failed = outputs.filter(_.feature == f.name).map(_.typeErrors).sum
+      if (failed > 0) {
+        throw ProcedureErrors.invalidOperation(
+          s"Cannot backfill feature '${f.id}' in the JVM: $failed value(s) of its expression do not convert to " +
+            s"${f.outputs.head._2}; nothing of this step was committed. The JVM does not record failed records: run " +
+            "Table.backfill(features).run(spark) from Python, which records them in the error table, or fix the expression.")
+      }
+    }
+  }
+
+  /** The new file with its read set (the inputs' providers at the step's version) and the group files it replaces (runner.py `_owned_files`). */
+  private def backfillFile(h: HeadState, step: BackfillStep, o: FeatureOutput): BackfillFile = {
+    val f = step.features.find(_.name == o.feature).get
+    val fid = o.file.fragmentId
+    val inputs = f.inputs.filter(h.byName.contains).map { i =>
+      val p = h.provider(fid, i)
+      LineageInput(i, p.map(_.file.fileId), p.map(_.file.addedVersion))
+    }
+    val file = o.file.copy(columnIds = f.outputNames.flatMap(n => step.columnIds.get(n).map(n -> _)).toMap)
+    BackfillFile(f, file, inputs, h.ownedFiles.getOrElse((fid, f.name), Nil))
+  }
+
+  /** The read set (role input) and planned targets (role target) of the step's files. */
+  private def expected(h: HeadState, step: BackfillStep, outputs: Seq[FeatureOutput]): Seq[ExpectedFile] =
+    outputs.flatMap { o =>
+      val f = step.features.find(_.name == o.feature).get
+      val fid = o.file.fragmentId
+      f.inputs.filter(h.byName.contains).map(i =>
+        ExpectedFile(fid, i, h.provider(fid, i).map(_.file.fileId), "input")) ++
+        f.outputNames.flatMap(c => step.targets.get((fid, c)).map(t => ExpectedFile(fid, c, t, "target")))
+    }
+}

@@ -1,0 +1,129 @@
+package io.omnitable.spark.write
+
+import scala.collection.mutable
+import scala.util.control.NonFatal
+
+import io.omnitable.spark.catalog.{ColumnEntry, FeatureDef, TableSnapshot, WrittenFile}
+import io.omnitable.spark.read.exec.SerializableHadoopConf
+import io.omnitable.spark.read.plan.OmniTableBatch
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.types.{StructField, StructType}
+
+/** A fragment a backfill step computes: its id, directory (relative to the table) and physical rows. */
+final case class FragmentWork(fragmentId: String, path: String, rowCount: Long)
+
+/** One output file a step's task wrote for `feature`, and how many of its values did not convert to the output type. */
+final case class FeatureOutput(feature: String, file: WrittenFile, typeErrors: Long)
+
+/**
+ * One Spark job of a JVM backfill step (python/omnitable/exec/step_job.py for SQL features): the
+ * step's fragments read whole, in order, through the `omnitable` source at `version` of `branch`;
+ * each feature's expression converted to its type as Python does (`TRY_CAST` under ANSI, `CAST`
+ * otherwise) with a flag where a non-NULL value did not convert; per fragment and feature, one
+ * column file (`<fragment>/<feature>-<file_id>.parquet`, the output's name inside, deleted rows
+ * NULL) written by the tasks ([[ColumnRewriter.stream]] with no current values).
+ */
+object SqlFeatureJob {
+
+  def run(
+      spark: SparkSession,
+      warehouse: String,
+      table: String,
+      snap: TableSnapshot,
+      branch: String,
+      version: Long,
+      features: Seq[FeatureDef],
+      work: Map[String, Seq[FragmentWork]]): Seq[FeatureOutput] = {
+    val fragments = work.values.flatten.toSeq.distinctBy(_.fragmentId)
+    val df = spark.read.format("omnitable")
+      .option("warehouse", warehouse)
+      .option("branch", branch)
+      .option("versionAsOf", version.toString)
+      .option("fragments", fragments.map(_.fragmentId).sorted.mkString(","))
+      .option("split_fragments", "false")
+      .load(table)
+    val ansi = spark.sessionState.conf.ansiEnabled
+    val exprs = Seq("_ai_fragment_", "_ai_row_offset_") ++ features.flatMap { f =>
+      val (out, ddl) = f.outputs.head
+      val converted = s"${if (ansi) "TRY_CAST" else "CAST"}((${f.expr.get}) AS $ddl)"
+      Seq(s"$converted AS `$out`", s"(($converted) IS NULL AND (${f.expr.get}) IS NOT NULL) AS `_ai_type_error_$out`")
+    }
+    val tasks = features.map(f => f.name -> rewriteTask(spark, snap, f)).toMap
+    val plan = StepTask(
+      features.map(_.name),
+      tasks,
+      work.map { case (n, fs) => n -> fs.map(_.fragmentId).toSet },
+      fragments.map(f => f.fragmentId -> f).toMap)
+    df.selectExpr(exprs: _*).queryExecution.toRdd.mapPartitions(plan.run).collect().toSeq
+  }
+
+  private def rewriteTask(spark: SparkSession, snap: TableSnapshot, f: FeatureDef): RewriteTask = {
+    val conf = spark.sessionState.conf
+    val settings = WriteSettings.resolve(
+      snap.table.name,
+      Map.empty,
+      k => Option(conf.getConfString(k, null)),
+      snap.table.properties,
+      named = false)
+    val cols = f.outputNames.map { o =>
+      val c: ColumnEntry = snap.columns.find(_.name == o).get
+      UpdateColumn(c.name, c.columnId, c.name, f.name, c.dataType)
+    }
+    val schema = StructType(cols.map(t => StructField(t.physicalName, t.dataType)))
+    val hadoop = OmniTableBatch.readerSettings(spark, OmniTableWriteBuilder.parquetConf(spark, schema, settings))
+    RewriteTask(snap.tableUri, cols, new SerializableHadoopConf(hadoop))
+  }
+}
+
+/**
+ * The executor side: rows `(fragment, offset, value, flag, value, flag, …)` of whole fragments in
+ * offset order (only live rows); each feature's values go to its fragment's new file at their
+ * offsets, the other rows NULL.
+ */
+private final case class StepTask(
+    features: Seq[String],
+    tasks: Map[String, RewriteTask],
+    work: Map[String, Set[String]],
+    fragments: Map[String, FragmentWork]) {
+
+  def run(rows: Iterator[InternalRow]): Iterator[FeatureOutput] = {
+    val out = mutable.ArrayBuffer.empty[FeatureOutput]
+    val open = mutable.LinkedHashMap.empty[String, (FragmentRewriteStream, Array[Long])]
+    var current: String = null
+    def finish(): Unit = {
+      open.foreach { case (name, (s, errors)) => out += FeatureOutput(name, s.finish().head, errors(0)) }
+      open.clear()
+    }
+    try {
+      rows.foreach { row =>
+        val frag = row.getUTF8String(0).toString
+        if (frag != current) {
+          finish()
+          current = frag
+          features.zipWithIndex.foreach { case (name, i) =>
+            if (work(name).contains(frag)) {
+              val w = fragments(frag)
+              open(name) =
+                (ColumnRewriter.stream(tasks(name), FragmentRewrite(frag, w.path, w.rowCount, Map.empty)), Array(0L))
+            }
+          }
+        }
+        val offset = row.getLong(1)
+        features.zipWithIndex.foreach { case (name, i) =>
+          open.get(name).foreach { case (s, errors) =>
+            s.put(offset, row, Array(2 + 2 * i))
+            if (!row.isNullAt(3 + 2 * i) && row.getBoolean(3 + 2 * i)) errors(0) += 1
+          }
+        }
+      }
+      finish()
+    } catch {
+      case NonFatal(e) =>
+        open.values.foreach(_._1.abort())
+        tasks.headOption.foreach { case (_, t) => ColumnRewriter.deleteQuietly(t, out.map(_.file.path).toSeq) }
+        throw e
+    }
+    out.iterator
+  }
+}
