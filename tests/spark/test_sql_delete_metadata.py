@@ -90,7 +90,9 @@ def test_metadata_delete_runs_no_job_and_equals_the_row_level_path(
     finally:
         spark.conf.unset("spark.sql.optimizer.excludedRules")
     assert _state(meta) == _state(rows)
-    spark_urls = sorted(r.url for r in spark.sql(f"SELECT url FROM {catalog}.{meta.name}").collect())
+    spark_urls = sorted(
+        r.url for r in spark.sql(f"SELECT url FROM {catalog}.{meta.name}").collect()
+    )
     assert spark_urls == _state(rows)[0]
 
 
