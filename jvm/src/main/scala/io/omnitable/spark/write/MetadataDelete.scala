@@ -68,7 +68,8 @@ final class MetadataDelete(handle: TableHandle, catalog: () => CatalogWriter) {
       "delete",
       Map("rows" -> rows, "fragments" -> deletions.size),
       deletions,
-      decision.readColumns)
+      decision.readColumns
+    )
     val writer = catalog()
     writer.failpoints.hit("delete.before_commit")
     writer.commitRowLevel(commit)

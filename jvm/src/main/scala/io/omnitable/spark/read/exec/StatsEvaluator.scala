@@ -98,7 +98,8 @@ object StatsEvaluator {
   private def always(op: CompareOp, c: FilterColumn, v: Value, s: StatsView): Boolean = {
     val nan = v match { case Value.Floating(d) => d.isNaN; case _ => false }
     def is(x: Option[Int])(p: Int => Boolean): Boolean = x.exists(p) // incomparable: not proven
-    !nan && (op match {
+    !nan &&
+    (op match {
       case CompareOp.Eq => is(cmp(c, s.min.get, v))(_ == 0) && is(cmp(c, s.max.get, v))(_ == 0)
       case CompareOp.NotEq => is(cmp(c, s.max.get, v))(_ < 0) || is(cmp(c, s.min.get, v))(_ > 0)
       case CompareOp.Lt => is(cmp(c, s.max.get, v))(_ < 0)
