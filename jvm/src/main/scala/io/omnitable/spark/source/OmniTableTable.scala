@@ -82,8 +82,8 @@ final class OmniTableTable(val handle: TableHandle, val marks: OptimizerMarks = 
   /**
    * `DELETE FROM` whose predicates the catalog alone decides (whole batches or fragments, by batch
    * name, fragment id or statistics: [[MetadataDelete]]) runs without a Spark job; any other goes
-   * through the row-level operation. `DELETE FROM t` without a predicate (and `TRUNCATE TABLE`)
-   * deletes every row this way.
+   * through the row-level operation. `DELETE FROM t` without a predicate deletes every row this
+   * way.
    */
   override def canDeleteWhere(predicates: Array[Predicate]): Boolean = metadataDelete.canDelete(predicates)
 
