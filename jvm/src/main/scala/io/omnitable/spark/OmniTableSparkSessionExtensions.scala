@@ -5,6 +5,7 @@ import io.omnitable.spark.optimizer.{
   AlignOmniTableUpdateAssignments,
   FuseOmniTableScans,
   FusePythonUDFs,
+  KeepOmniTableUpdateOrder,
   LateMaterializeFilteredColumns,
   RefuseOmniTableMerge,
   ResolveOmniTableInsertByPosition,
@@ -59,6 +60,10 @@ class OmniTableSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
     extensions.injectOptimizerRule(_ => LateMaterializeFilteredColumns)
     // WriteOnlyAssignedColumns: an UPDATE writes (and reads) only the columns it assigns.
     extensions.injectOptimizerRule(_ => WriteOnlyAssignedColumns)
+    // KeepOmniTableUpdateOrder: an UPDATE whose rows keep the scan's order (projections and
+    // filters only) and whose scan reads each fragment whole in one task skips the exchange and
+    // sort Spark would plan for its write (one task still rewrites each fragment, in one pass).
+    extensions.injectOptimizerRule(_ => KeepOmniTableUpdateOrder)
 
     // --- planner (Python UDFs are only extracted into evaluation nodes after the optimizer) --
     // FusePythonUDFs: a UDF Spark evaluates again above the filter that needed it runs once

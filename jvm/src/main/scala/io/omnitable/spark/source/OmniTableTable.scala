@@ -7,9 +7,10 @@ import scala.jdk.CollectionConverters._
 import io.omnitable.spark.catalog.{CatalogWriter, Failpoints}
 import io.omnitable.spark.conf.{OmniTableConf, TableProperties}
 import io.omnitable.spark.read.plan.{OmniTableScanBuilder, OptimizerMarks, ReadColumn, TableHandle}
-import io.omnitable.spark.write.{OmniTableDeltaOperation, OmniTableWriteBuilder, RowChanges}
+import io.omnitable.spark.write.{MetadataDelete, OmniTableDeltaOperation, OmniTableWriteBuilder, RowChanges}
 import org.apache.spark.sql.connector.catalog.{
   MetadataColumn,
+  SupportsDeleteV2,
   SupportsMetadataColumns,
   SupportsRead,
   SupportsRowLevelOperations,
@@ -17,6 +18,7 @@ import org.apache.spark.sql.connector.catalog.{
   Table,
   TableCapability
 }
+import org.apache.spark.sql.connector.expressions.filter.Predicate
 import org.apache.spark.sql.connector.read.ScanBuilder
 import org.apache.spark.sql.connector.write.{
   LogicalWriteInfo,
@@ -40,6 +42,7 @@ final class OmniTableTable(val handle: TableHandle, val marks: OptimizerMarks = 
     with SupportsRead
     with SupportsWrite
     with SupportsRowLevelOperations
+    with SupportsDeleteV2
     with SupportsMetadataColumns {
 
   private val snap = handle.snapshot
@@ -73,6 +76,18 @@ final class OmniTableTable(val handle: TableHandle, val marks: OptimizerMarks = 
     val writer = catalogWriter()
     () => new OmniTableDeltaOperation(handle, writer, info.command())
   }
+
+  private lazy val metadataDelete = new MetadataDelete(handle, () => catalogWriter())
+
+  /**
+   * `DELETE FROM` whose predicates the catalog alone decides (whole batches or fragments, by batch
+   * name, fragment id or statistics: [[MetadataDelete]]) runs without a Spark job; any other goes
+   * through the row-level operation. `DELETE FROM t` without a predicate deletes every row this
+   * way.
+   */
+  override def canDeleteWhere(predicates: Array[Predicate]): Boolean = metadataDelete.canDelete(predicates)
+
+  override def deleteWhere(predicates: Array[Predicate]): Unit = metadataDelete.delete(predicates)
 
   override def properties(): util.Map[String, String] = Map(
     "provider" -> "omnitable",

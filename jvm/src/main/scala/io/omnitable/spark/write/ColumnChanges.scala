@@ -51,6 +51,11 @@ final case class ColumnChangesFactory(
     val parts = written.collect { case w: ColumnFilesWritten => w }
     val files = parts.flatMap(_.files)
     if (files.isEmpty) return commit
+    // one task rewrites a fragment (the plan clusters its rows, or the scan read it whole)
+    parts.flatMap(_.files.map(_.fragmentId).distinct).groupBy(identity).collectFirst {
+      case (id, seen) if seen.size > 1 =>
+        throw new IllegalStateException(s"Cannot update fragment $id of $table: its rows came to ${seen.size} tasks")
+    }
     val rows = parts.map(_.rows).sum
     val deleted = commit.summary.getOrElse("rows", 0L)
     commit.copy(

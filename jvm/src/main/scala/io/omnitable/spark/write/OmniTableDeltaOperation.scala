@@ -40,6 +40,24 @@ final class OmniTableDeltaOperation(
   private val snap = handle.snapshot
   @volatile private var scanBuilder: Option[OmniTableScanBuilder] = None
   @volatile private var assigned: Option[Set[String]] = None
+  @volatile private var orderKept = false
+
+  /**
+   * Set by `optimizer.KeepOmniTableUpdateOrder` before the write is built: the statement's rows
+   * go from the scan to the write through projections and filters only, so each task writes the
+   * rows its scan partition read, in the order read.
+   */
+  def keepsScanOrder(kept: Boolean): Unit = orderKept = kept
+
+  /**
+   * Whether the write needs no clustering by fragment and sort by offset: an UPDATE whose rows
+   * keep the scan's order ([[keepsScanOrder]]) and whose scan delivers each fragment whole, in
+   * offset order, to one task ([[io.omnitable.spark.read.plan.OmniTableScan.deliversWholeFragments]]).
+   * Then Spark plans no exchange and no sort: each task rewrites the fragments it read.
+   */
+  def streamsFragments: Boolean =
+    command == RowLevelOperation.Command.UPDATE && orderKept &&
+      scanBuilder.flatMap(_.builtScan).exists(_.deliversWholeFragments)
 
   /**
    * The user columns an UPDATE assigns, when the session extension found them in the rewritten
@@ -78,7 +96,7 @@ final class OmniTableDeltaOperation(
       val changes = RowChanges.factory(command, handle, info, assigned, inserts)
       val metadata = info.metadataSchema().orElseThrow(() =>
         new IllegalStateException(s"Spark gave no metadata schema for a ${command.toString} on ${snap.table.name}"))
-      if (command == RowLevelOperation.Command.DELETE) new DeltaWrite {
+      if (command == RowLevelOperation.Command.DELETE || streamsFragments) new DeltaWrite {
         override def description(): String = OmniTableDeltaOperation.this.description()
         override def toBatch: DeltaBatchWrite =
           new OmniTableDeltaBatchWrite(handle, catalog, command, readColumns, metadata, changes)

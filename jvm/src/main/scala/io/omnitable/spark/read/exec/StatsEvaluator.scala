@@ -72,6 +72,43 @@ object StatsEvaluator {
       }
   }
 
+  /**
+   * Whether the statistics prove that every row of the unit satisfies `filter` (the dual of
+   * [[mightMatch]]; `false` whenever they do not prove it): a comparison needs known bounds, no
+   * NULL and, for floating columns, no NaN. For per-fragment constants the answer is exact.
+   */
+  def mustMatch(filter: Filter, stats: FilterColumn => StatsView): Boolean = filter match {
+    case Filter.Const(b) => b
+    case Filter.And(l, r) => mustMatch(l, stats) && mustMatch(r, stats)
+    case Filter.Or(l, r) => mustMatch(l, stats) || mustMatch(r, stats)
+    case Filter.IsNull(c, negated) =>
+      val s = stats(c)
+      if (negated) s.nullCount.contains(0L) else s.allNull
+    case Filter.Compare(op, c, v) => provable(c, stats(c)).exists(s => always(op, c, v, s))
+    case Filter.In(c, values, false) =>
+      provable(c, stats(c)).exists(s => values.exists(v => always(CompareOp.Eq, c, v, s)))
+    case _ => false
+  }
+
+  /** The view when its bounds hold for every row: known bounds, no NULL, no NaN. */
+  private def provable(c: FilterColumn, s: StatsView): Option[StatsView] =
+    Some(s).filter(s => bounded(s) && s.nullCount.contains(0L) && !(s.mayHoldNaN && isFloating(c)))
+
+  /** Every value in `[s.min, s.max]` satisfies `op v` (NaN literals never proven). */
+  private def always(op: CompareOp, c: FilterColumn, v: Value, s: StatsView): Boolean = {
+    val nan = v match { case Value.Floating(d) => d.isNaN; case _ => false }
+    def is(x: Option[Int])(p: Int => Boolean): Boolean = x.exists(p) // incomparable: not proven
+    !nan &&
+    (op match {
+      case CompareOp.Eq => is(cmp(c, s.min.get, v))(_ == 0) && is(cmp(c, s.max.get, v))(_ == 0)
+      case CompareOp.NotEq => is(cmp(c, s.max.get, v))(_ < 0) || is(cmp(c, s.min.get, v))(_ > 0)
+      case CompareOp.Lt => is(cmp(c, s.max.get, v))(_ < 0)
+      case CompareOp.LtEq => is(cmp(c, s.max.get, v))(_ <= 0)
+      case CompareOp.Gt => is(cmp(c, s.min.get, v))(_ > 0)
+      case CompareOp.GtEq => is(cmp(c, s.min.get, v))(_ >= 0)
+    })
+  }
+
   /** None when no row can hold a non-NULL value (so no comparison can be true), else the view. */
   private def nonNull(s: StatsView): Option[StatsView] =
     if (s.rowCount == 0 || s.allNull) None else Some(s)

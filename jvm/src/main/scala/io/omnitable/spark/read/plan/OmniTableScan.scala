@@ -29,6 +29,17 @@ final class OmniTableScan(
 
   override def toBatch: Batch = new OmniTableBatch(snap.table.name, plan, schema, pushdown, conf, lateMaterialization)
 
+  /**
+   * Whether each fragment read comes whole to one task, its rows in offset order: no fragment is
+   * cut into row ranges (a task reads its fragments one after another, each from its first row
+   * on) and no late materialization changes how its rows are read. A row-level UPDATE whose plan
+   * keeps the scan's order then needs no exchange and sort (`write.OmniTableDeltaOperation`).
+   */
+  def deliversWholeFragments: Boolean = lateMaterialization.isEmpty && {
+    val read = plan.fragments
+    read.forall(_.wholeFragment) && read.map(_.fragmentId).distinct.size == read.size
+  }
+
   override def columnarSupportMode(): Scan.ColumnarSupportMode = Scan.ColumnarSupportMode.SUPPORTED
 
   override def supportedCustomMetrics(): Array[CustomMetric] = ReadMetrics.all

@@ -47,6 +47,10 @@ final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf, marks
   private val declined = mutable.ArrayBuffer.empty[(Predicate, String)]
   private val offered = mutable.ArrayBuffer.empty[Predicate]
   private var limit: Option[Int] = None
+  @volatile private var built: Option[OmniTableScan] = None
+
+  /** The scan [[build]] returned last, if any (a row-level write reads its input partitions). */
+  def builtScan: Option[OmniTableScan] = built
 
   override def pushPredicates(predicates: Array[Predicate]): Array[Predicate] = {
     offered ++= predicates
@@ -135,7 +139,7 @@ final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf, marks
       )
     }
     late.foreach(d => logInfo(s"Scan of ${snap.table.name}: ${d.explain}"))
-    new OmniTableScan(
+    val scan = new OmniTableScan(
       snap,
       schema,
       plan,
@@ -148,5 +152,7 @@ final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf, marks
       marks.describe ++ late.map(_.explain),
       late.flatMap(_.plan)
     )
+    built = Some(scan)
+    scan
   }
 }

@@ -94,4 +94,39 @@ class StatsEvaluatorSuite extends AnyFunSuite {
     assert(dec.min.contains(Value.Dec(new java.math.BigDecimal("-12.500"))))
     assert(Domain.of(BinaryType).isEmpty && Domain.of(ArrayType(IntegerType)).isEmpty)
   }
+
+  private def must(f: Filter, stats: Map[FilterColumn, StatsView]): Boolean =
+    StatsEvaluator.mustMatch(f, c => stats.getOrElse(c, StatsView.unknown(100)))
+
+  test("mustMatch: proven only by known bounds without NULL or NaN (metadata-only DELETE)") {
+    assert(must(Compare(GtEq, i, Value.Integral(10)), ints) && !must(Compare(Gt, i, Value.Integral(10)), ints))
+    assert(must(Compare(LtEq, i, Value.Integral(20)), ints) && !must(Compare(Lt, i, Value.Integral(20)), ints))
+    assert(must(Compare(NotEq, i, Value.Integral(9)), ints) && !must(Compare(NotEq, i, Value.Integral(15)), ints))
+    assert(!must(Compare(Eq, i, Value.Integral(15)), ints))
+    assert(must(Compare(Eq, i, Value.Integral(7)), Map(i -> view(Value.Integral(7), Value.Integral(7)))))
+    assert(must(
+      In(i, Seq(Value.Integral(7), Value.Integral(8)), negated = false),
+      Map(i -> view(Value.Integral(7), Value.Integral(7)))))
+    // a NULL row never satisfies a comparison; unknown NULL counts or bounds prove nothing
+    assert(!must(
+      Compare(GtEq, i, Value.Integral(0)),
+      Map(i -> view(Value.Integral(10), Value.Integral(20), nulls = 1))))
+    assert(!must(Compare(GtEq, i, Value.Integral(0)), Map(i -> StatsView.unknown(100))))
+    assert(must(IsNull(i, negated = false), Map(i -> StatsView.allNull(100))))
+    assert(must(IsNull(i, negated = true), ints) && !must(IsNull(i, negated = false), ints))
+    // NaN may hide outside float bounds; a NaN literal is never proven
+    val floats = Map(d -> view(Value.Floating(1.0), Value.Floating(2.0)))
+    assert(must(Compare(Gt, d, Value.Floating(0.5)), floats))
+    assert(!must(
+      Compare(Lt, d, Value.Floating(3.0)),
+      Map(d -> view(Value.Floating(1.0), Value.Floating(2.0), nan = true))))
+    assert(!must(Compare(NotEq, d, Value.Floating(Double.NaN)), floats))
+    // per-fragment constants are exact; AND / OR combine
+    val b1 = Map(batch -> StatsView.constant(Value.str("b1"), 5), i -> ints(i))
+    assert(must(Compare(Eq, batch, Value.str("b1")), b1) && !must(Compare(Eq, batch, Value.str("b2")), b1))
+    assert(must(And(Compare(Eq, batch, Value.str("b1")), Compare(GtEq, i, Value.Integral(10))), b1))
+    assert(!must(And(Compare(Eq, batch, Value.str("b1")), Compare(Gt, i, Value.Integral(10))), b1))
+    assert(must(Or(Compare(Eq, batch, Value.str("b2")), Compare(GtEq, i, Value.Integral(10))), b1))
+    assert(must(Const(true), Map.empty) && !must(Const(false), Map.empty))
+  }
 }
