@@ -14,10 +14,11 @@ import org.scalatest.funsuite.AnyFunSuite
  *  1. `io.omnitable.spark`: the session extension, the single injection point into Spark
  *  2. `optimizer`: OmniTable's optimizer rules and planner strategy
  *  3. `source`: the data source, the catalog plugin, the table and its read options
- *  4. `procedures`, `metadata`, `write` (siblings): the stored procedures of the catalog plugin
- *     (`CALL omnitable.system.…`); the metadata tables (`omnitable.web.history`, ...): their
- *     schemas, rows and local scans, read from the catalog on the driver; appends from Spark
- *     (write builder, batch write, fragment writers, statistics)
+ *  4. `procedures`: the stored procedures of the catalog plugin (`CALL omnitable.system.…`)
+ *  4a. `backfill`: the JVM backfill of SQL features (planner and driver of the steps)
+ *  4b. `metadata`, `write` (siblings): the metadata tables (`omnitable.web.history`, ...): their
+ *     schemas, rows and local scans, read from the catalog on the driver; writes from Spark
+ *     (write builder, batch write, fragment writers, column rewrites, statistics)
  *  5. `read.plan`: driver-side planning (scan builder, scan, planner, predicate conversion,
  *     selectivity, optimizer marks, table handle)
  *  6. `read.exec`: executor-side reading (reader factory, fragment reader, column files, cursors,
@@ -40,7 +41,9 @@ class PackageLayersSuite extends AnyFunSuite {
     Seq("io.omnitable.spark"),
     Seq("io.omnitable.spark.optimizer"),
     Seq("io.omnitable.spark.source"),
-    Seq("io.omnitable.spark.procedures", "io.omnitable.spark.metadata", "io.omnitable.spark.write"),
+    Seq("io.omnitable.spark.procedures"),
+    Seq("io.omnitable.spark.backfill"),
+    Seq("io.omnitable.spark.metadata", "io.omnitable.spark.write"),
     Seq("io.omnitable.spark.read.plan"),
     Seq("io.omnitable.spark.read.exec"),
     Seq("io.omnitable.spark.metrics"),
