@@ -34,10 +34,21 @@ def bind_catalog(spark: Any, wh: omnitable.Warehouse) -> str:
     return name
 
 
+# the session settings a Spark test may change; the ``catalog`` fixture unsets them after the test
+TEST_SETTINGS = (
+    APPEND_NAME_CONF,
+    FAILPOINT_CONF,
+    "spark.sql.caseSensitive",
+    "spark.sql.optimizer.excludedRules",
+    "spark.omnitable.read.max_rows_per_partition",
+    "spark.sql.files.maxPartitionBytes",
+)
+
+
 def reset_write_settings(spark: Any) -> None:
-    """Unsets the session write settings a test may have left."""
-    spark.conf.unset(APPEND_NAME_CONF)
-    spark.conf.unset(FAILPOINT_CONF)
+    """Unsets the session settings a test may have left (``TEST_SETTINGS``)."""
+    for key in TEST_SETTINGS:
+        spark.conf.unset(key)
 
 
 def data_files(t: omnitable.Table) -> set[str]:

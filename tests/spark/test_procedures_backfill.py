@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,6 @@ import pytest
 from sqlalchemy import text
 
 import omnitable
-from omnitable.spark.session import CATALOG_CLASS
 
 pytestmark = pytest.mark.spark
 
@@ -33,16 +30,6 @@ FEATURES = [
     ("label", "concat(`Title`, '-', url)", "string", "1"),
     ("twice", "n_len * 2", "double", "1"),  # reads another SQL feature's output
 ]
-
-
-@pytest.fixture
-def catalog(spark: Any, wh: omnitable.Warehouse) -> Iterator[str]:
-    """A catalog name bound to this test's warehouse; the failpoint setting reset after."""
-    name = f"omb_{uuid.uuid4().hex[:8]}"
-    spark.conf.set(f"spark.sql.catalog.{name}", CATALOG_CLASS)
-    spark.conf.set(f"spark.sql.catalog.{name}.warehouse", wh.uri)
-    yield name
-    spark.conf.unset(FAILPOINT_CONF)
 
 
 def _table(wh: omnitable.Warehouse, name: str) -> omnitable.Table:

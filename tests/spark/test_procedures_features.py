@@ -7,8 +7,7 @@ mid-commit, it leaves nothing visible."""
 from __future__ import annotations
 
 import threading
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,6 @@ from sqlalchemy import text
 
 import omnitable
 from omnitable.exceptions import OmniTableError
-from omnitable.spark.session import CATALOG_CLASS
 
 pytestmark = pytest.mark.spark
 
@@ -26,17 +24,6 @@ FAILPOINT_CONF = "spark.omnitable.test.failpoint"
 DATA = pa.table(
     {"url": ["a", "bb", "ccc", None], "Title": ["x", "Yy", "", "zzz"], "n": [1, 2, 3, 4]}
 )
-
-
-@pytest.fixture
-def catalog(spark: Any, wh: omnitable.Warehouse) -> Iterator[str]:
-    """A catalog name bound to this test's warehouse; the failpoint setting reset after."""
-    name = f"omf_{uuid.uuid4().hex[:8]}"
-    spark.conf.set(f"spark.sql.catalog.{name}", CATALOG_CLASS)
-    spark.conf.set(f"spark.sql.catalog.{name}.warehouse", wh.uri)
-    yield name
-    spark.conf.unset(FAILPOINT_CONF)
-    spark.conf.unset("spark.sql.caseSensitive")
 
 
 def _table(wh: omnitable.Warehouse, name: str) -> omnitable.Table:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -20,7 +18,6 @@ import pytest
 
 import omnitable
 from omnitable import ROW_ID
-from omnitable.spark.session import CATALOG_CLASS
 
 pytest.importorskip("pyspark")
 
@@ -28,17 +25,6 @@ pytestmark = pytest.mark.spark
 
 RULE = "io.omnitable.spark.optimizer.KeepOmniTableUpdateOrder"
 _names = itertools.count()
-
-
-@pytest.fixture
-def catalog(spark: Any, wh: omnitable.Warehouse) -> Iterator[str]:
-    name = f"omu_{uuid.uuid4().hex[:8]}"
-    spark.conf.set(f"spark.sql.catalog.{name}", CATALOG_CLASS)
-    spark.conf.set(f"spark.sql.catalog.{name}.warehouse", wh.uri)
-    yield name
-    spark.conf.unset("spark.sql.optimizer.excludedRules")
-    spark.conf.unset("spark.omnitable.read.max_rows_per_partition")
-    spark.conf.unset("spark.sql.files.maxPartitionBytes")
 
 
 def _table(wh: omnitable.Warehouse) -> omnitable.Table:

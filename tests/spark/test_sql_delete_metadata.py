@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,6 @@ import pytest
 
 import omnitable
 from omnitable import ROW_ID
-from omnitable.spark.session import CATALOG_CLASS
 
 pytest.importorskip("pyspark")
 
@@ -28,16 +26,6 @@ pytestmark = pytest.mark.spark
 
 ROW_LEVEL_ONLY = "org.apache.spark.sql.execution.datasources.v2.OptimizeMetadataOnlyDeleteFromTable"
 FAILPOINT_CONF = "spark.omnitable.test.failpoint"
-
-
-@pytest.fixture
-def catalog(spark: Any, wh: omnitable.Warehouse) -> Iterator[str]:
-    name = f"omm_{uuid.uuid4().hex[:8]}"
-    spark.conf.set(f"spark.sql.catalog.{name}", CATALOG_CLASS)
-    spark.conf.set(f"spark.sql.catalog.{name}.warehouse", wh.uri)
-    yield name
-    spark.conf.unset("spark.sql.optimizer.excludedRules")
-    spark.conf.unset(FAILPOINT_CONF)
 
 
 def _web(wh: omnitable.Warehouse) -> omnitable.Table:
