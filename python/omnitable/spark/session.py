@@ -260,7 +260,7 @@ def current_session() -> SparkSession | None:
     else None.
 
     ``getActiveSession`` alone is thread-local on the JVM side: a Python thread other than the one
-    that built the session (a thread pool, a py4j connection opened anew) sees none.
+    that built the session (a thread pool, a new connection to the JVM) sees none.
     """
     try:
         from pyspark.errors import PySparkRuntimeError
