@@ -10,8 +10,6 @@ MERGE, and a commit killed midway commit nothing and leave no file."""
 from __future__ import annotations
 
 import itertools
-import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from spark_tables import paused_at
 
 import omnitable
 from omnitable import ROW_ID
@@ -311,29 +310,11 @@ def test_an_upsert_racing_a_python_append(
     first", nothing of it committed, its files removed); one of another name lands next to it."""
     t = _table(wh)
     before = _values(t)
-    spark.conf.set(FAILPOINT_CONF, f"merge.before_commit=pause:{tmp_path}")
-    out: dict[str, Any] = {}
     src = _source(spark, [1, 77], [1.0, 7.0])
-
-    def job() -> None:
-        try:
-            spark.sql(_merge(catalog, t, src, UPSERT))
-        except Exception as exc:
-            out["error"] = exc
-
-    th = threading.Thread(target=job)
-    th.start()
-    try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "merge.before_commit.reached").exists() and "error" not in out:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+    statement = lambda: spark.sql(_merge(catalog, t, src, UPSERT))  # noqa: E731
+    with paused_at(spark, "merge.before_commit", tmp_path, statement) as out:
         name = "merged/1" if concurrent == "same_name" else "py"
         wh.table(t.name).append(pa.table({"x": [500], "quality": [5.0]}), name)
-    finally:
-        (tmp_path / "merge.before_commit.go").touch()
-        th.join()
-        spark.conf.unset(FAILPOINT_CONF)
     got = _values(wh.table(t.name))
     if concurrent == "same_name":
         assert "a concurrent commit created it first" in str(out.get("error")), out

@@ -7,8 +7,6 @@ columns are the read set; deletes of the same fragment conflict). SQLite and Pos
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from spark_tables import paused_at
 
 import omnitable
 from omnitable import ROW_ID
@@ -144,22 +143,12 @@ def test_metadata_delete_racing_a_python_commit(
     """A Python commit landing while the metadata-only DELETE waits at its commit."""
     t = _web(wh)
     b0 = t.read([ROW_ID, "url"]).sort_by("url").to_pylist()[0][ROW_ID]
-    spark.conf.set(FAILPOINT_CONF, f"delete.before_commit=pause:{tmp_path}")
-    out: dict[str, Any] = {}
+    jobs: dict[str, int] = {}
 
-    def job() -> None:
-        try:
-            out["jobs"] = _jobs(spark, f"DELETE FROM {catalog}.{t.name} WHERE {where}")
-        except Exception as exc:
-            out["error"] = exc
+    def statement() -> None:
+        jobs["jobs"] = _jobs(spark, f"DELETE FROM {catalog}.{t.name} WHERE {where}")
 
-    th = threading.Thread(target=job)
-    th.start()
-    try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "delete.before_commit.reached").exists() and "error" not in out:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+    with paused_at(spark, "delete.before_commit", tmp_path, statement) as out:
         other = wh.table(t.name)
         if concurrent == "append":
             other.append(pa.table({"url": ["b3-0"], "score": [15.0]}), "b3")
@@ -167,10 +156,7 @@ def test_metadata_delete_racing_a_python_commit(
             other.update(pa.table({ROW_ID: [b0], "score": [-1.0]}))
         else:
             other.delete(pc.field("url") == "b1-3")
-    finally:
-        (tmp_path / "delete.before_commit.go").touch()
-        th.join()
-        spark.conf.unset(FAILPOINT_CONF)
+    out.update(jobs)
     urls = sorted(t.read(columns=["url"])["url"].to_pylist())
     if conflicts:
         assert "OMNITABLE_COMMIT_CONFLICT" in str(out.get("error")), out
