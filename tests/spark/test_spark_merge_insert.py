@@ -439,3 +439,36 @@ def test_a_not_matched_by_source_delete_only_merge(
     ))  # fmt: skip
     assert _values(t) == {x: r for x, r in before.items() if x <= 5 or x in (3, 4)}
     assert t.history(1)[0].op == "delete"
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["insert_only", "with_update"])
+def test_insert_values_run_only_on_the_rows_spark_inserts(
+    spark: Any, wh: omnitable.Warehouse, catalog: str, mixed: bool
+) -> None:
+    """Guard: an INSERT value that fails (ANSI DIVIDE_BY_ZERO) on a matched source row (x = 5)
+    and on an unmatched row its clause's condition excludes (x = 300) is never evaluated on them,
+    as in Spark's own MERGE; the insert-only rewrite into an append keeps that."""
+    assert spark.conf.get("spark.sql.ansi.enabled") == "true"
+    t = _table(wh)
+    before = _values(t)
+    src = _source(spark, [5, 200, 300], [0.5, 2.0, 3.0])
+    update = "WHEN MATCHED THEN UPDATE SET quality = s.quality " if mixed else ""
+    spark.sql(
+        _merge(
+            catalog, t, src,
+            update + "WHEN NOT MATCHED AND s.x <> 300 THEN INSERT (x, quality) "
+            "VALUES (s.x, CAST(1000 DIV ((s.x - 5) * (s.x - 300)) AS DOUBLE))",
+        )
+    )  # fmt: skip
+    expected = {**before, 200: (None, 0.0, None)}  # 1000 DIV -19500 truncates to 0
+    if mixed:
+        expected[5] = (before[5][0], 0.5, before[5][2])
+    assert _values(wh.table(t.name)) == expected
+    # the same value on a row the clause does insert fails the statement, as Spark would
+    with pytest.raises(Exception, match="DIVIDE_BY_ZERO"):
+        spark.sql(
+            _merge(
+                catalog, t, _source(spark, [300], [3.0]),
+                "WHEN NOT MATCHED THEN INSERT (x, quality) VALUES (s.x, CAST(1 DIV (s.x - 300) AS DOUBLE))",
+            )
+        )  # fmt: skip
