@@ -75,6 +75,17 @@ object UndoProcedures {
 
   private val Strategies = Seq("fail", "ours", "theirs")
 
+  /** `merge_branch` / `rebase_branch`: merges `source` into `into` with the `strategy` argument. */
+  private def merge(reader: () => CatalogReader, a: ProcedureArgs, source: String, into: String): ProcedureResult = {
+    val strategy = a.string("strategy")
+    if (!Strategies.contains(strategy)) {
+      throw a.invalid("strategy", s"is '$strategy': give one of ${Strategies.mkString(", ")}")
+    }
+    result(new BranchMergeWriter(
+      reader(),
+      failpoints).merge(a.string("table"), source, into, fastForwardOnly = false, strategy))
+  }
+
   def all(reader: () => CatalogReader): Seq[OmniTableProcedure] = Seq(
     new OmniTableProcedure(
       "rollback",
@@ -122,14 +133,8 @@ object UndoProcedures {
         "forked (the source's rows are re-labelled, nothing copied), else a three-way merge at column grain " +
         "committed as one merge (no data file written); a keyed table's three-way merge needs Python."
     ) {
-      override protected def run(a: ProcedureArgs): ProcedureResult = {
-        val strategy = a.string("strategy")
-        if (!Strategies.contains(strategy)) {
-          throw a.invalid("strategy", s"is '$strategy': give one of ${Strategies.mkString(", ")}")
-        }
-        result(new BranchMergeWriter(reader(), failpoints)
-          .merge(a.string("table"), a.string("source_branch"), a.string("into"), fastForwardOnly = false, strategy))
-      }
+      override protected def run(a: ProcedureArgs): ProcedureResult =
+        merge(reader, a, source = a.string("source_branch"), into = a.string("into"))
     },
     new OmniTableProcedure(
       "rebase_branch",
@@ -142,14 +147,8 @@ object UndoProcedures {
       "Brings onto's changes since the merge base into the branch (Table.rebase: a merge of onto into " +
         "the branch, one merge commit on it; a keyed table's three-way merge needs Python)."
     ) {
-      override protected def run(a: ProcedureArgs): ProcedureResult = {
-        val strategy = a.string("strategy")
-        if (!Strategies.contains(strategy)) {
-          throw a.invalid("strategy", s"is '$strategy': give one of ${Strategies.mkString(", ")}")
-        }
-        result(new BranchMergeWriter(reader(), failpoints)
-          .merge(a.string("table"), a.string("onto"), a.string("branch"), fastForwardOnly = false, strategy))
-      }
+      override protected def run(a: ProcedureArgs): ProcedureResult =
+        merge(reader, a, source = a.string("onto"), into = a.string("branch"))
     },
     new OmniTableProcedure(
       "fast_forward",
