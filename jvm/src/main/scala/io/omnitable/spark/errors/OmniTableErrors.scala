@@ -411,6 +411,24 @@ object OmniTableErrors {
       cause
     )
 
+  val CorruptKeyIndex = "OMNITABLE_CORRUPT_KEY_INDEX"
+
+  /**
+   * A keyed table's index file (`_key_index.arrow`) that cannot be used: missing or unreadable, of
+   * another hash scheme, or not covering its fragment's rows (`message` is keyindex.py's text).
+   */
+  def corruptKeyIndex(message: String, cause: Throwable): OmniTableReadException =
+    new OmniTableReadException(CorruptKeyIndex, message, cause)
+
+  /** Two live rows of a keyed table hold one key (keyindex.py `probe_fragments`' text). */
+  def duplicateKeyInIndex(fragmentPath: String): OmniTableReadException =
+    new OmniTableReadException(
+      CorruptKeyIndex,
+      s"Key index of fragment $fragmentPath holds a key another live row holds; the table's keys are not " +
+        "unique (report this: it breaks the keyed-table invariant)",
+      null
+    )
+
   /** A footer that points outside its file. */
   def corruptFooter(path: String, detail: String): OmniTableReadException =
     new OmniTableReadException(
