@@ -1,13 +1,15 @@
 package io.omnitable.spark.catalog
 
+import java.nio.channels.Channels
 import java.util.{BitSet, LinkedHashMap => JLinkedHashMap}
 
 import scala.util.control.NonFatal
 
 import io.omnitable.spark.errors.OmniTableErrors
 import org.apache.arrow.memory.RootAllocator
-import org.apache.arrow.vector.{BigIntVector, UInt8Vector}
-import org.apache.arrow.vector.ipc.ArrowFileReader
+import org.apache.arrow.vector.{BigIntVector, UInt8Vector, VectorSchemaRoot}
+import org.apache.arrow.vector.ipc.{ArrowFileReader, ArrowFileWriter}
+import org.apache.arrow.vector.types.pojo.{ArrowType, Field, Schema}
 import org.apache.arrow.vector.util.ByteArrayReadableSeekableByteChannel
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
@@ -93,6 +95,66 @@ object KeyIndex {
       Cache.put(fileUri, index)
       index
     }
+
+  /**
+   * Writes the index of a fragment (at `fragmentPath` of the table at `tableUri`) whose row `i` has
+   * key hash `keys(i)`, as keyindex.py `write_key_index` writes it (entries in unsigned (h1, h2)
+   * order, schema metadata naming [[KeyHash.Scheme]]); returns the file's URI (for cleanup when the
+   * commit fails). Refuses to replace an existing file (index files are immutable); a write that
+   * fails removes what it wrote.
+   */
+  def write(tableUri: String, fragmentPath: String, keys: IndexedSeq[KeyHash], conf: Configuration): String = {
+    val order = Array.range(0, keys.size).sortWith((a, b) => keys(a).compare(keys(b)) < 0)
+    val fileUri = uri(tableUri, fragmentPath)
+    val path = new Path(fileUri)
+    val allocator = new RootAllocator()
+    val root = VectorSchemaRoot.create(FileSchema, allocator)
+    try {
+      val h1 = root.getVector("h1").asInstanceOf[UInt8Vector]
+      val h2 = root.getVector("h2").asInstanceOf[UInt8Vector]
+      val offset = root.getVector("offset").asInstanceOf[BigIntVector]
+      root.allocateNew()
+      order.indices.foreach { i =>
+        h1.setSafe(i, keys(order(i)).h1)
+        h2.setSafe(i, keys(order(i)).h2)
+        offset.setSafe(i, order(i).toLong)
+      }
+      root.setRowCount(order.length)
+      val fs = path.getFileSystem(conf)
+      val out = fs.create(path, false)
+      try
+        try {
+          val writer = new ArrowFileWriter(root, null, Channels.newChannel(out))
+          writer.start()
+          writer.writeBatch()
+          writer.end()
+          writer.close()
+        } finally out.close()
+      catch {
+        case NonFatal(e) => // no partial file left behind
+          try fs.delete(path, false)
+          catch { case NonFatal(d) => e.addSuppressed(d) }
+          throw e
+      }
+    } finally {
+      root.close()
+      allocator.close()
+    }
+    fileUri
+  }
+
+  /** The index file's schema (keyindex.py `_SCHEMA`). */
+  private val FileSchema: Schema = {
+    val u64 = new ArrowType.Int(64, false)
+    val i64 = new ArrowType.Int(64, true)
+    new Schema(
+      java.util.List.of(
+        Field.nullable("h1", u64),
+        Field.nullable("h2", u64),
+        Field.nullable("offset", i64)),
+      java.util.Map.of("omnitable.key_hash", KeyHash.Scheme)
+    )
+  }
 
   /** Forgets every cached index (the next probes read the files again). */
   def clearCache(): Unit = Cache.clear()

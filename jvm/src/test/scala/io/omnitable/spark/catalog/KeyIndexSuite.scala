@@ -124,6 +124,32 @@ class KeyIndexSuite extends AnyFunSuite with BeforeAndAfterAll {
       assert(KeyIndex.probe(snap.tableUri, "kt", fragments, keys, conf) == found)
     }
 
+  test("an index file the JVM writes equals Python's for the same rows and both readers probe it") {
+    val dir = Files.createTempDirectory("omnitable-keyindex").toFile
+    val tableUri = DataPaths.localUri(dir)
+    val rnd = new scala.util.Random(7)
+    val keys = (0 until 1000).map { i =>
+      if (i % 2 == 0) KeyHash.of(Seq(rnd.alphanumeric.take(rnd.nextInt(20)).mkString + i, rnd.nextLong()))
+      else KeyHash.of(Seq(s"k$i", i.toLong))
+    }
+    Files.createDirectories(dir.toPath.resolve("frag-jvm"))
+    val written = KeyIndex.write(tableUri, "frag-jvm", keys, conf)
+    assert(written == KeyIndex.uri(tableUri, "frag-jvm") && new File(dir, s"frag-jvm/${KeyIndex.FileName}").isFile)
+    val hashes = keys.map(k => Seq(java.lang.Long.toUnsignedString(k.h1), java.lang.Long.toUnsignedString(k.h2)))
+    val out = python("index", dir.getPath, "frag-jvm", json.writeValueAsString(hashes.map(_.toArray).toArray))
+    assert(out.get("same_as_python").asBoolean(), "the JVM's file differs from Python's")
+    val offsets = out.get("offsets").elements().asScala.map(_.asLong()).toSeq
+    assert(offsets == keys.indices.map(_.toLong) ++ Seq(-1L, -1L))
+    KeyIndex.clearCache()
+    val index = KeyIndex.load(written, keys.size.toLong, conf)
+    assert(keys.map(index.find) == keys.indices.map(_.toLong))
+    assert(index.find(KeyHash(1L, 2L)) == -1L && index.find(KeyHash(-1L, 0L)) == -1L)
+    // immutable: a second write of the same fragment's index is refused, the file unchanged
+    intercept[java.io.IOException](KeyIndex.write(tableUri, "frag-jvm", keys.reverse, conf))
+    KeyIndex.clearCache()
+    assert(KeyIndex.load(written, keys.size.toLong, conf).find(keys.head) == 0L)
+  }
+
   test("an index file that is missing, not covering its fragment or not Arrow is refused") {
     val dir = Files.createTempDirectory("omnitable-keyindex").toFile
     val warehouse = new File(dir, "wh").getPath
