@@ -734,20 +734,10 @@ def _check_keys(conn: Connection, t: str, req: CommitRequest, head: int) -> None
         return
     params = {"t": t, "b": req.branch, "since": since}
     for table in ("fragments", "deletion_vectors"):
-        changed = conn.execute(
-            text(
-                f"SELECT 1 FROM {table} WHERE table_id = :t AND branch = :b AND "
-                "(added_version > :since OR removed_version > :since) LIMIT 1"
-            ),
-            params,
-        ).first()
+        changed = conn.execute(text(sql("key_rows_changed_since", kind=table)), params).first()
         if changed is None:  # rows it inherits, removed on the branch
             changed = conn.execute(
-                text(
-                    "SELECT 1 FROM removals WHERE table_id = :t AND branch = :b AND "
-                    f"kind = '{table}' AND version > :since LIMIT 1"
-                ),
-                params,
+                text(sql("key_rows_removed_since")), {**params, "k": table}
             ).first()
         if changed is not None:
             raise KeysNotChecked(

@@ -140,3 +140,14 @@ SELECT f.fragment_id FROM fragments f WHERE f.table_id = :t AND {vis} AND {in}
 -- (t, visibility parameters, fragment ids) the visible files of the given fragments, with the
 -- feature version of each column they carry (an update keeps the version of the file it rewrites)
 SELECT fi.fragment_id, cs.column_id, cs.feature_version, fi.added_version, fi.file_id FROM files fi JOIN column_sets cs ON cs.table_id = fi.table_id AND cs.set_id = fi.set_id WHERE fi.table_id = :t AND {vis} AND {in}
+
+-- name: key_rows_changed_since
+-- (t, b, since, since) whether rows of table {kind} (fragments, deletion_vectors) of branch b
+-- were added or ended after version `since` (commit.py `_check_keys`: an upsert's keys were
+-- checked against the rows as of `since`)
+SELECT 1 FROM {kind} WHERE table_id = :t AND branch = :b AND (added_version > :since OR removed_version > :since) LIMIT 1
+
+-- name: key_rows_removed_since
+-- (t, b, k, since) whether branch b ended rows of table k it inherits after version `since`
+-- (`removals`; commit.py `_check_keys`)
+SELECT 1 FROM removals WHERE table_id = :t AND branch = :b AND kind = :k AND version > :since LIMIT 1

@@ -20,7 +20,9 @@ final case class NewDeletion(
  * providing one of them in a fragment live at `baseVersion` conflicts (commit.py
  * `_check_expected_providers`). `token` finds the commit after a lost connection. `append`: the
  * new batch of a MERGE's `WHEN NOT MATCHED … INSERT` rows, committed in the same version with
- * the append's rules (op `upsert`, as Python records `Table.upsert`).
+ * the append's rules (op `upsert`, as Python records `Table.upsert`). `keysChecked`: the version
+ * an upsert into a keyed table checked its keys against (commit.py `keys_checked_version`): rows
+ * of the branch added or ended after it raise [[KeysNotChecked]] (None: no such check).
  */
 final case class RowLevelCommit(
     tableId: String,
@@ -35,4 +37,15 @@ final case class RowLevelCommit(
     engine: String = "spark-jvm",
     files: Seq[WrittenFile] = Nil,
     updatedColumns: Seq[String] = Nil,
-    append: Option[AppendCommit] = None)
+    append: Option[AppendCommit] = None,
+    keysChecked: Option[Long] = None)
+
+/**
+ * Commits after `RowLevelCommit.keysChecked` (up to `head`) added or ended rows of the branch
+ * (commit.py `KeysNotChecked`, raised by `_check_keys`): the caller checks its keys against the
+ * head's live rows (the key index), moves `keysChecked` to `head` and retries. Nothing was committed.
+ */
+final class KeysNotChecked(val op: String, val since: Long, val head: Long)
+    extends RuntimeException(
+      s"Cannot commit $op: commits after version $since changed the table's rows; check the new " +
+        "keys against them and retry")

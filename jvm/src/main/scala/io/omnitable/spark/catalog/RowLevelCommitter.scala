@@ -11,7 +11,8 @@ import io.omnitable.spark.errors.WriteErrors
  * statement read was replaced. Then the replaced vectors end (on a branch, inherited ones through
  * `removals`), the new ones are inserted, and the commit row and branch head are written. A
  * joined append (a MERGE's inserted batch) is checked and inserted with the append's rules
- * ([[CatalogWriter.checkJoinedAppend]]) in the same transaction and version.
+ * ([[CatalogWriter.checkJoinedAppend]]) in the same transaction and version. An upsert's
+ * `keysChecked` version is checked as Python's `_check_keys` ([[CatalogWriter.checkKeys]]).
  */
 private[catalog] final class RowLevelCommitter(w: CatalogWriter, conn: Jdbc.Conn, c: RowLevelCommit) {
 
@@ -40,6 +41,7 @@ private[catalog] final class RowLevelCommitter(w: CatalogWriter, conn: Jdbc.Conn
     val updated = UpdateCommit(c.tableId, c.tableName, c.branch, c.baseVersion, c.updatedColumns, 0L, c.files)
     val prepared = if (c.files.nonEmpty) Some(updates.prepare(conn, updated, segments, head)) else None
     val appended = c.append.map(a => a -> w.checkJoinedAppend(conn, a, segments, head))
+    c.keysChecked.foreach(since => w.checkKeys(conn, c.tableId, c.branch, c.op, since, head))
     val version = Jdbc.query(conn, CommitSql("next_version"), c.tableId)(_.getLong(1)).head
     w.hit("commit.before_insert")
     val now = w.commitTime(conn, c.tableId)

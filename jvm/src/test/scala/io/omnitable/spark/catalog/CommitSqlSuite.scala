@@ -15,6 +15,8 @@ class CommitSqlSuite extends AnyFunSuite {
       "visible_columns",
       "live_batch_by_name",
       "row_id_stats_since",
+      "key_rows_changed_since",
+      "key_rows_removed_since",
       "next_version",
       "last_commit_time",
       "insert_batch",

@@ -189,4 +189,58 @@ class KeyIndexSuite extends AnyFunSuite with BeforeAndAfterAll {
     val e = intercept[OmniTableReadException](KeyIndex.probe(snap.tableUri, "kt", Seq(frag, frag), keys, conf))
     assert(e.getMessage.contains(s"Key index of fragment ${frag.path} holds a key another live row holds"))
   }
+
+  for (backend <- Seq("sqlite", "postgres"))
+    test(
+      s"an upsert's keys_checked_version: the JVM commit refuses exactly what Python's _check_keys refuses [$backend]") {
+      assume(backend == "sqlite" || postgres.isDefined, "OMNITABLE_TEST_POSTGRES_URL is not set")
+      val dir = Files.createTempDirectory("omnitable-keychecks").toFile
+      val (warehouse, dataRoot) = backend match {
+        case "sqlite" => (new File(dir, "wh").getPath, "")
+        case _ => (python("newdb", postgres.get).asText(), new File(dir, "data").getPath)
+      }
+      val out = python("key_checks", warehouse, dataRoot)
+      val tableId = out.get("table_id").asText()
+      val writer = new CatalogWriter(CatalogAddress.parse(warehouse))
+      def verdicts(branch: String): (Long, Seq[Boolean], Seq[Boolean]) = {
+        val b = out.get("branches").get(branch)
+        val (start, head) = (b.get("start").asLong(), b.get("head").asLong())
+        val jvm = writer.withWrite("key checks") { conn =>
+          (start to head).map { since =>
+            try { writer.checkKeys(conn, tableId, branch, "upsert", since, head); false }
+            catch { case e: KeysNotChecked => assert(e.head == head && e.since == since); true }
+          }
+        }
+        (head, jvm, b.get("changed").elements().asScala.map(_.asBoolean()).toSeq)
+      }
+      val (mainHead, mainJvm, mainPython) = verdicts("main")
+      assert(mainJvm == mainPython)
+      // new keys (v1), a delete (v3), a new key (v4) on main; then dev's commits and a merge-only upsert
+      assert(mainPython == Seq(true, true, true, true, false, false, false, false, false, false))
+      val (devHead, devJvm, devPython) = verdicts("dev")
+      assert(devJvm == devPython && devHead == 10L)
+      // dev from v3: merges (v5), a delete replacing main's vector (v6), a new key (v7), a rollback (v8)
+      assert(devPython == Seq(true, true, true, true, true, false, false, false))
+      val (oldHead, oldJvm, oldPython) = verdicts("old")
+      assert(oldJvm == oldPython)
+      // old from v3, rolled back to v2 at v11: the rows it inherits end in `removals` only
+      assert(oldHead == 11L && oldPython == Seq.fill(8)(true) :+ false)
+      // the row-level commit checks it: refused (nothing committed) when rows changed after it
+      def upsert(since: Long, head: Long) =
+        RowLevelCommit(
+          tableId,
+          "kc",
+          "main",
+          head,
+          "upsert",
+          Map("batch" -> "b"),
+          Nil,
+          Map.empty,
+          keysChecked = Some(since))
+      val e = intercept[KeysNotChecked](writer.commitRowLevel(upsert(3L, mainHead)))
+      assert(e.getMessage == "Cannot commit upsert: commits after version 3 changed the table's rows; check the new " +
+        "keys against them and retry")
+      assert(new CatalogReader(warehouse).loadTable("kc", SnapshotSpec.Head).snapshot.version == mainHead)
+      assert(writer.commitRowLevel(upsert(4L, mainHead)) == oldHead + 1)
+    }
 }
