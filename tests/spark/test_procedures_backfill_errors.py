@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import omt_metadata_features as feats
 import pyarrow as pa
 import pytest
 from test_procedures_backfill import (
@@ -170,3 +171,72 @@ def test_a_jvm_backfill_with_errors_against_a_python_append_and_backfill(
     assert "wrote column(s) num in 1 of the same fragment(s)" in str(out["error"])
     assert len(_errors(spark, t)) == 4 and _grid(t)[("b3", "num")] == ("done", 1)
     assert len(_errors(spark, t, include_resolved=True)) == 5  # the JVM's b3 row: hidden
+
+
+def _retry(spark: Any, catalog: str, features: str, table: str = "web") -> list[tuple[Any, ...]]:
+    rows = spark.sql(f"CALL {catalog}.system.retry_errors('{table}', '{features}')").collect()
+    return [(r["feature"], r["fragments"], r["rows"], r["version"]) for r in rows]
+
+
+def test_retry_errors_equals_pythons_retry(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    py, jvm = _table(wh, "py"), _table(wh, "web")
+    for t in (py, jvm):
+        t.append(pa.table({"url": ["8", "9"], "n": [1, 2], "r": [1.0, 2.0]}), "b3")
+        t.backfill(["num", "ok"]).run(spark)
+    py.backfill(["num"], retry_errors=True).run(spark)
+    got = _retry(spark, catalog, "num")  # b1 and b2 have failed records, b3 none
+    assert [g[:3] for g in got] == [("num@1", 2, 7)]
+    assert got[0][3] == max(c[0] for c in _facts(wh, "web")["commits"])
+    assert _retry(spark, catalog, "ok") == []  # nothing failed: nothing to do
+    assert _facts(wh, "web") == _facts(wh, "py")
+    assert _values(jvm) == _values(py)
+    assert _errors(spark, jvm) == _errors(spark, py) and len(_errors(spark, jvm)) == 3
+    resolved = _errors(spark, jvm, include_resolved=True)
+    assert resolved == _errors(spark, py, include_resolved=True) and len(resolved) == 6
+    assert _grid(jvm) == _grid(py) and _grid(jvm)[("b1", "num")] == ("done", 2)
+    # a feature never computed is computed (retry_errors also does what is missing)
+    assert [g[:3] for g in _retry(spark, catalog, "small")] == [("small@1", 3, 9)]
+
+
+def test_retry_errors_refuses_a_pandas_feature_naming_the_python_api(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    t = wh.create_table("words", {"text": "string"})
+    t.append(pa.table({"text": ["a", "b"]}), "b1")
+    t.register(feats.shout)
+    msg = _error(spark, f"CALL {catalog}.system.retry_errors('words', 'shout')")
+    assert "OMNITABLE_PROCEDURE_NEEDS_PYTHON" in msg and "shout@1" in msg
+    assert "Table.backfill(features, retry_errors=True)" in msg
+    assert len(t.history()) == 3  # nothing committed
+
+
+def test_a_retry_racing_python_or_killed_at_its_commit(
+    spark: Any, wh: omnitable.Warehouse, catalog: str, tmp_path: Path
+) -> None:
+    t = _table(wh, "web")
+    _backfill(spark, catalog, "num")
+    before = _errors(spark, t)
+    for point in ("backfill.before_commit", "commit.mid_insert", "commit.before_end"):
+        spark.conf.set(FAILPOINT_CONF, f"{point}=raise")
+        assert point in _error(spark, f"CALL {catalog}.system.retry_errors('web', 'num')")
+    spark.conf.unset(FAILPOINT_CONF)
+    assert _errors(spark, t) == before and len(before) == 3  # the old rows stay the visible ones
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    # an append lands while the retry is at its commit: both land
+    thread, out = _paused(spark, gate, f"CALL {catalog}.system.retry_errors('web', 'num')")
+    t.append(pa.table({"url": ["1"], "n": [1], "r": [1.0]}), "b3")
+    _release(gate, thread)
+    assert [tuple(r)[:3] for r in out["rows"]] == [("num@1", 2, 7)]
+    assert _errors(spark, t) == before and _grid(t)[("b3", "num")] == ("missing", 0)
+    # Python retries the same records meanwhile: the JVM's retry conflicts
+    thread, out = _paused(spark, gate, f"CALL {catalog}.system.retry_errors('web', 'num')")
+    wh.table("web").backfill(["num"], retry_errors=True).run(spark)
+    _release(gate, thread)
+    msg = str(out["error"]).splitlines()[1]
+    assert "OMNITABLE_COMMIT_CONFLICT" in msg and "Cannot commit backfill" in msg, msg
+    assert len(_errors(spark, t, include_resolved=True)) == 3 * 3 + 3 + 3 + 3 + 3
+    assert _errors(spark, t) == before and _grid(t)[("b3", "num")] == ("done", 0)

@@ -7,7 +7,9 @@ import scala.jdk.CollectionConverters._
 
 import io.omnitable.spark.catalog.{CatalogWriter, DataPaths, FeatureDef, TableSnapshot}
 import io.omnitable.spark.write.{CastFailure, FeatureOutput, PyValues}
+import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.{Row, SparkSession}
+import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.types.StructType
 
 /**
@@ -35,6 +37,17 @@ object ErrorTable {
       s"Feature ${f.id}: value ${PyValues.strRepr(value)} of (${f.expr.getOrElse("")}) cannot be converted to $ddl"
     val cps = text.codePoints().toArray
     if (cps.length <= 1024) text else new String(cps, 0, 1024)
+  }
+
+  /** Which of `fileIds` have rows in the error table (step_job.py `retry_offsets`: the records a retry recomputes). */
+  def filesWithRows(spark: SparkSession, snap: TableSnapshot, fileIds: Seq[String]): Set[String] = {
+    val loc = location(snap)
+    val log = new Path(loc, "_delta_log")
+    if (fileIds.isEmpty || !log.getFileSystem(spark.sparkContext.hadoopConfiguration).exists(log)) Set.empty
+    else {
+      spark.read.format("delta").load(loc).where(col("file_id").isin(fileIds.distinct: _*))
+        .select("file_id").distinct().collect().map(_.getString(0)).toSet
+    }
   }
 
   /** runner.py `_record_errors`: the step's error rows appended (the error table registered first); nothing when none failed. */

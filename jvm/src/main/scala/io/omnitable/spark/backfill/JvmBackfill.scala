@@ -21,8 +21,8 @@ final case class FeatureBackfilled(feature: String, fragments: Int, rows: Long, 
  */
 final class JvmBackfill(spark: SparkSession, reader: CatalogReader, failpoints: Failpoints) {
 
-  def run(table: String, branch: String, targets: Seq[String]): Seq[FeatureBackfilled] = {
-    val plan = BackfillPlanner.plan(reader, table, branch, targets)
+  def run(table: String, branch: String, targets: Seq[String], retryErrors: Boolean = false): Seq[FeatureBackfilled] = {
+    val plan = BackfillPlanner.plan(reader, table, branch, targets, retryErrors)
     if (plan.steps.isEmpty) return Nil
     val tableId = reader.loadTable(table, SnapshotSpec(branch = Some(branch))).table.tableId
     val writer = this.writer()
@@ -55,9 +55,12 @@ final class JvmBackfill(spark: SparkSession, reader: CatalogReader, failpoints: 
     "versions" -> done.map(_.version).distinct,
     "steps" -> done.map(d => Map("feature" -> d.feature, "fragments" -> d.fragments, "rows" -> d.rows)))
 
-  private def runStep(table: String, branch: String, runId: String, step: BackfillStep): Seq[FeatureBackfilled] = {
+  private def runStep(table: String, branch: String, runId: String, planned: BackfillStep)
+      : Seq[FeatureBackfilled] = {
     val h = BackfillPlanner.head(reader, table, branch)
-    checkPlanHolds(h, step)
+    checkPlanHolds(h, planned)
+    val step = withRecordedErrors(h, planned)
+    if (step.work.isEmpty) return Nil
     val work = step.work.map { case (n, fs) => n -> fs.map(f => FragmentWork(f.fragmentId, f.path, f.rowCount)) }
     val outputs =
       SqlFeatureJob.run(spark, reader.warehouse, table, h.snap, branch, h.snap.snapshot.version, step.features, work)
@@ -89,6 +92,20 @@ final class JvmBackfill(spark: SparkSession, reader: CatalogReader, failpoints: 
       FeatureBackfilled(f.id, frags.size, frags.map(_.rowCount).sum, version)
     }
   }
+
+  /**
+   * runner.py `_run_chunk`: a fragment retried for its failed records whose file has no row in the
+   * error table (nothing recorded to retry) is skipped; features left without work drop out.
+   */
+  private def withRecordedErrors(h: HeadState, step: BackfillStep): BackfillStep =
+    if (step.retry.isEmpty) step
+    else {
+      val recorded = ErrorTable.filesWithRows(spark, h.snap, step.retry.values.flatMap(_.values).toSeq)
+      val work = step.work.map { case (n, fs) =>
+        n -> fs.filter(f => step.retry.get(n).flatMap(_.get(f.fragmentId)).forall(recorded.contains))
+      }.filter(_._2.nonEmpty)
+      step.copy(features = step.features.filter(f => work.contains(f.name)), work = work)
+    }
 
   private def deleteFiles(h: HeadState, step: BackfillStep, outputs: Seq[FeatureOutput]): Unit =
     outputs.headOption.foreach { _ =>
