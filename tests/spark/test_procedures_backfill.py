@@ -1,7 +1,7 @@
 """``CALL <catalog>.system.backfill(...)`` (docs/spark.md, "Procedures"): SQL features computed
 entirely in the JVM, planned as Python plans (missing or stale fragments only, SQL features they
 read first), with the values, files, lineage and commits of Python's backfill; a pandas feature
-is refused; a concurrent recompute of an input conflicts and a later call plans again; a backfill
+is refused (values that do not convert: test_procedures_backfill_errors.py); a concurrent recompute of an input conflicts and a later call plans again; a backfill
 killed before or during its commit leaves nothing visible and no files."""
 
 from __future__ import annotations
@@ -184,8 +184,8 @@ def test_refusals(spark: Any, wh: omnitable.Warehouse, catalog: str) -> None:
     assert len(t.history()) == 4  # nothing committed
     t.register(omnitable.sql_feature("num", "text", "int", "1"))  # 'a' is no int
     msg = _error(spark, f"CALL {catalog}.system.backfill('words', 'num')")
-    assert "2 value(s) of its expression do not convert to int" in msg and "Table.backfill" in msg
-    assert len(t.history()) == 5 and t.runs()[0]["status"] == "failed"
+    assert "OMNITABLE_ERROR_RATIO_EXCEEDED" in msg and "2 of 2 records failed" in msg
+    assert len(t.history()) == 5 and t.runs()[0]["status"] == "aborted"
     _table(wh, "web")
     msg = _error(spark, f"CALL {catalog}.system.backfill('web', 'nope')")
     assert "no registered feature or output column of that name" in msg

@@ -16,7 +16,8 @@ final case class BackfillStep(
     features: Seq[FeatureDef],
     work: Map[String, Seq[FragmentRow]],
     columnIds: Map[String, Int],
-    targets: Map[(String, String), Option[String]]) {
+    targets: Map[(String, String), Option[String]],
+    retry: Map[String, Map[String, String]] = Map.empty) {
 
   /** The fragments of the step, first seen first (planner.py `Step.fragments`). */
   def fragments: Seq[FragmentRow] = {
@@ -42,7 +43,8 @@ private[backfill] final case class HeadState(
     providers: Map[(String, Int), Provider],
     readSets: Map[String, Map[String, Option[String]]],
     retired: Seq[ColumnNameRow],
-    ownedFiles: Map[(String, String), Seq[String]]) {
+    ownedFiles: Map[(String, String), Seq[String]],
+    errorCounts: Map[(String, Int), Long] = Map.empty) {
   val byName: Map[String, Int] = snap.columns.map(c => c.name -> c.columnId).toMap
 
   def provider(fragment: String, column: String): Option[Provider] =
@@ -72,7 +74,8 @@ object BackfillPlanner {
       val byName = snap.columns.map(c => c.name -> c.columnId).toMap
       val ids = features.flatMap(f => f.outputNames ++ f.inputs).flatMap(byName.get).toSet
       val (fragments, providers) = CatalogFacts.providers(q, snap, ids)
-      val readSets = q.lineage(snap).groupBy(_.fileId).map { case (file, rows) =>
+      val lineage = q.lineage(snap)
+      val readSets = lineage.groupBy(_.fileId).map { case (file, rows) =>
         file -> CatalogFacts.readSet(rows.head.inputs)
       }
       HeadState(
@@ -82,7 +85,9 @@ object BackfillPlanner {
         providers,
         readSets,
         q.columnNames(snap).filter(_.state != "active"),
-        owned(q, snap, current.keySet.toSet))
+        owned(q, snap, current.keySet.toSet),
+        lineage.filter(_.errorCount > 0).map(l => (l.fileId, l.columnId) -> l.errorCount).toMap
+      )
     }
   }
 
@@ -109,34 +114,63 @@ object BackfillPlanner {
   }
 
   /** Plan the backfill of `targets` (feature or output column names) on the head of `branch`. */
-  def plan(reader: CatalogReader, table: String, branch: String, targets: Seq[String]): BackfillPlan =
-    plan(head(reader, table, branch), table, targets)
+  def plan(reader: CatalogReader, table: String, branch: String, targets: Seq[String], retryErrors: Boolean)
+      : BackfillPlan =
+    plan(head(reader, table, branch), table, targets, retryErrors)
 
-  private[backfill] def plan(h: HeadState, table: String, targets: Seq[String]): BackfillPlan = {
+  /**
+   * With `retryErrors` (planner.py `make_plan(retry_errors=True)`), a done fragment whose current
+   * file of the feature's first output has failed records (its lineage's `error_count`) is
+   * recomputed too, and remembered in its step's `retry` (feature → fragment → that file).
+   */
+  private[backfill] def plan(h: HeadState, table: String, targets: Seq[String], retryErrors: Boolean = false)
+      : BackfillPlan = {
     val graph = Graph(h.features)
     val wanted = resolveTargets(h, graph, table, targets)
-    wanted.map(graph.features).find(_.kind != "sql").foreach(f => throw pandasFeature(table, f))
+    wanted.map(graph.features).find(_.kind != "sql").foreach(f => throw pandasFeature(table, f, retryErrors))
     val closure = graph.ancestors(wanted)
     val recompute = mutable.LinkedHashMap.empty[String, Seq[FragmentRow]]
+    val retry = mutable.HashMap.empty[String, Map[String, String]]
     val live = h.live
     closure.toSeq.sortBy(n => (graph.level(n), n)).foreach { name =>
       val f = graph.features(name)
       val deps = graph.deps(name)
       val todo = live.filter { frag =>
         state(h, f, frag) != "done" ||
-        deps.exists(d => recompute.get(d).exists(_.exists(_.fragmentId == frag.fragmentId)))
+        deps.exists(d => recompute.get(d).exists(_.exists(_.fragmentId == frag.fragmentId))) ||
+        (retryErrors && failedFile(h, f, frag).exists { file =>
+          retry(name) = retry.getOrElse(name, Map.empty) + (frag.fragmentId -> file)
+          true
+        })
       }
       if (todo.nonEmpty) recompute(name) = todo
     }
-    recompute.keys.map(graph.features).find(_.kind != "sql").foreach(f => throw pandasFeature(table, f))
-    val steps = fuse(graph, recompute.toMap).map(recordTargets(h, _))
+    recompute.keys.map(graph.features).find(_.kind != "sql").foreach(f => throw pandasFeature(table, f, retryErrors))
+    val steps = fuse(graph, recompute.toMap).map(recordTargets(h, _)).map(s =>
+      s.copy(retry = retry.filter { case (n, _) => s.work.contains(n) }.toMap))
     BackfillPlan(table, h.snap.snapshot.version, wanted, live.map(_.batchName).distinct, steps)
   }
 
-  private def pandasFeature(table: String, f: FeatureDef): Throwable = ProcedureErrors.invalidOperation(
-    s"Cannot backfill feature '${f.id}' of table '$table' in the JVM: it is a ${f.kind} feature (Python code); " +
-      "run Table.backfill(features).run(spark) from Python (or `omnitable backfill`) for it. CALL " +
-      "system.backfill computes SQL features only.")
+  /** The current file of `f`'s first output in `frag` when its lineage counts failed records (planner.py). */
+  private def failedFile(h: HeadState, f: FeatureDef, frag: FragmentRow): Option[String] =
+    f.outputNames.headOption.flatMap { out =>
+      h.provider(frag.fragmentId, out).map(_.file.fileId).filter(id =>
+        h.errorCounts.getOrElse((id, h.byName(out)), 0L) > 0)
+    }
+
+  private def pandasFeature(table: String, f: FeatureDef, retryErrors: Boolean): Throwable =
+    if (retryErrors) {
+      ProcedureErrors.needsPython(
+        "retry_errors",
+        s"Table.backfill(features, retry_errors=True).run(spark) or `omnitable backfill --retry-errors` for " +
+          s"table '$table': feature '${f.id}' is a ${f.kind} feature (Python code)"
+      )
+    } else {
+      ProcedureErrors.invalidOperation(
+        s"Cannot backfill feature '${f.id}' of table '$table' in the JVM: it is a ${f.kind} feature (Python " +
+          "code); run Table.backfill(features).run(spark) from Python (or `omnitable backfill`) for it. CALL " +
+          "system.backfill computes SQL features only.")
+    }
 
   /** state.py `fragment_status` of feature `f` (its current version) in `frag`: done, stale or missing. */
   private[backfill] def state(h: HeadState, f: FeatureDef, frag: FragmentRow): String = {

@@ -3,7 +3,7 @@ package io.omnitable.spark.backfill
 import scala.util.control.NonFatal
 
 import io.omnitable.spark.catalog._
-import io.omnitable.spark.errors.{OmniTableCommitException, ProcedureErrors, WriteErrors}
+import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableCommitException, ProcedureErrors, WriteErrors}
 import io.omnitable.spark.write.{FeatureOutput, FragmentWork, SqlFeatureJob}
 import org.apache.spark.sql.SparkSession
 
@@ -21,11 +21,11 @@ final case class FeatureBackfilled(feature: String, fragments: Int, rows: Long, 
  */
 final class JvmBackfill(spark: SparkSession, reader: CatalogReader, failpoints: Failpoints) {
 
-  def run(table: String, branch: String, targets: Seq[String]): Seq[FeatureBackfilled] = {
-    val plan = BackfillPlanner.plan(reader, table, branch, targets)
+  def run(table: String, branch: String, targets: Seq[String], retryErrors: Boolean = false): Seq[FeatureBackfilled] = {
+    val plan = BackfillPlanner.plan(reader, table, branch, targets, retryErrors)
     if (plan.steps.isEmpty) return Nil
     val tableId = reader.loadTable(table, SnapshotSpec(branch = Some(branch))).table.tableId
-    val writer = new CatalogWriter(reader.address, failpoints = failpoints)
+    val writer = this.writer()
     val described = Map[String, Any](
       "targets" -> plan.targets,
       "batches" -> plan.batches,
@@ -40,7 +40,11 @@ final class JvmBackfill(spark: SparkSession, reader: CatalogReader, failpoints: 
       writer.finishRun(runId, "succeeded", metrics(done.toSeq), None)
     } catch {
       case NonFatal(e) =>
-        try writer.finishRun(runId, "failed", metrics(done.toSeq), Option(e.getMessage))
+        val status = e match { // Python's RunScope: aborted on ErrorRatioExceeded
+          case a: OmniTableAnalysisException if a.omniErrorClass == "OMNITABLE_ERROR_RATIO_EXCEEDED" => "aborted"
+          case _ => "failed"
+        }
+        try writer.finishRun(runId, status, metrics(done.toSeq), Option(e.getMessage))
         catch { case NonFatal(_) => }
         throw e
     }
@@ -51,15 +55,21 @@ final class JvmBackfill(spark: SparkSession, reader: CatalogReader, failpoints: 
     "versions" -> done.map(_.version).distinct,
     "steps" -> done.map(d => Map("feature" -> d.feature, "fragments" -> d.fragments, "rows" -> d.rows)))
 
-  private def runStep(table: String, branch: String, runId: String, step: BackfillStep): Seq[FeatureBackfilled] = {
+  private def runStep(table: String, branch: String, runId: String, planned: BackfillStep)
+      : Seq[FeatureBackfilled] = {
     val h = BackfillPlanner.head(reader, table, branch)
-    checkPlanHolds(h, step)
+    checkPlanHolds(h, planned)
+    val step = withRecordedErrors(h, planned)
+    if (step.work.isEmpty) return Nil
     val work = step.work.map { case (n, fs) => n -> fs.map(f => FragmentWork(f.fragmentId, f.path, f.rowCount)) }
     val outputs =
       SqlFeatureJob.run(spark, reader.warehouse, table, h.snap, branch, h.snap.snapshot.version, step.features, work)
     val version =
       try {
         checkOutputs(step, outputs)
+        checkErrorRatio(h, step, outputs)
+        val batchOf = h.fragments.map(f => f.fragmentId -> f.batchName).toMap
+        ErrorTable.record(spark, writer(), h.snap, step.features, batchOf, outputs, runId)
         val commit = BackfillCommit(
           h.snap.table.tableId,
           branch,
@@ -82,6 +92,20 @@ final class JvmBackfill(spark: SparkSession, reader: CatalogReader, failpoints: 
       FeatureBackfilled(f.id, frags.size, frags.map(_.rowCount).sum, version)
     }
   }
+
+  /**
+   * runner.py `_run_chunk`: a fragment retried for its failed records whose file has no row in the
+   * error table (nothing recorded to retry) is skipped; features left without work drop out.
+   */
+  private def withRecordedErrors(h: HeadState, step: BackfillStep): BackfillStep =
+    if (step.retry.isEmpty) step
+    else {
+      val recorded = ErrorTable.filesWithRows(spark, h.snap, step.retry.values.flatMap(_.values).toSeq)
+      val work = step.work.map { case (n, fs) =>
+        n -> fs.filter(f => step.retry.get(n).flatMap(_.get(f.fragmentId)).forall(recorded.contains))
+      }.filter(_._2.nonEmpty)
+      step.copy(features = step.features.filter(f => work.contains(f.name)), work = work)
+    }
 
   private def deleteFiles(h: HeadState, step: BackfillStep, outputs: Seq[FeatureOutput]): Unit =
     outputs.headOption.foreach { _ =>
@@ -116,7 +140,9 @@ final class JvmBackfill(spark: SparkSession, reader: CatalogReader, failpoints: 
     }
   }
 
-  /** Every planned (feature, fragment) has a file; no value failed to convert to its type. */
+  private def writer(): CatalogWriter = new CatalogWriter(reader.address, failpoints = failpoints)
+
+  /** Every planned (feature, fragment) has a file. */
   private def checkOutputs(step: BackfillStep, outputs: Seq[FeatureOutput]): Unit = {
     val produced = outputs.map(o => (o.feature, o.file.fragmentId)).toSet
     val missing = for {
@@ -128,16 +154,37 @@ final class JvmBackfill(spark: SparkSession, reader: CatalogReader, failpoints: 
         s"Cannot commit backfill step of ${step.features.map(_.id).mkString(", ")}: no output for fragment(s) " +
           s"${missing.distinct.sorted.take(3).mkString(", ")} (a fragment was not read completely)")
     }
+  }
+
+  /**
+   * runner.py `_check_error_ratio`: more than `backfill.max_error_ratio` (the session's
+   * `spark.omnitable.` setting, else the table property, else 0.01) of a feature's records failed.
+   */
+  private def checkErrorRatio(h: HeadState, step: BackfillStep, outputs: Seq[FeatureOutput]): Unit = {
+    val key = "backfill.max_error_ratio"
+    val maxRatio = spark.conf.getOption(s"spark.omnitable.$key")
+      .orElse(h.snap.table.properties.get(key))
+      .map(_.trim.stripPrefix("\"").stripSuffix("\"").toDouble)
+      .getOrElse(0.01)
     step.features.foreach { f =>
-      val failed = outputs.filter(_.feature == f.name).map(_.typeErrors).sum
-      if (failed > 0) {
-        throw ProcedureErrors.invalidOperation(
-          s"Cannot backfill feature '${f.id}' in the JVM: $failed value(s) of its expression do not convert to " +
-            s"${f.outputs.head._2}; nothing of this step was committed. The JVM does not record failed records: run " +
-            "Table.backfill(features).run(spark) from Python, which records them in the error table, or fix the expression.")
+      val mine = outputs.filter(_.feature == f.name)
+      val failed = mine.map(_.typeErrors.size).sum
+      val records = mine.map(_.file.rowCount).sum
+      if (failed > 0 && failed > maxRatio * records) {
+        val sample = mine.flatMap(_.typeErrors).head
+        throw ProcedureErrors.errorRatioExceeded(
+          s"Cannot commit backfill of ${f.id}: $failed of $records records failed " +
+            s"(${percent(failed.toDouble / math.max(1L, records))}), above max_error_ratio=${percent(maxRatio)}; " +
+            s"nothing of this step was committed. First failure: type CAST_INVALID: " +
+            s"${ErrorTable.message(f, sample.value).take(300)}. Fix the feature and bump its version, or raise " +
+            "max_error_ratio.")
       }
     }
   }
+
+  /** Python's `{x:.2%}`. */
+  private def percent(x: Double): String =
+    new java.math.BigDecimal(x * 100).setScale(2, java.math.RoundingMode.HALF_EVEN).toPlainString + "%"
 
   /** The new file with its read set (the inputs' providers at the step's version) and the group files it replaces (runner.py `_owned_files`). */
   private def backfillFile(h: HeadState, step: BackfillStep, o: FeatureOutput): BackfillFile = {
@@ -148,7 +195,7 @@ final class JvmBackfill(spark: SparkSession, reader: CatalogReader, failpoints: 
       LineageInput(i, p.map(_.file.fileId), p.map(_.file.addedVersion))
     }
     val file = o.file.copy(columnIds = f.outputNames.flatMap(n => step.columnIds.get(n).map(n -> _)).toMap)
-    BackfillFile(f, file, inputs, h.ownedFiles.getOrElse((fid, f.name), Nil))
+    BackfillFile(f, file, inputs, h.ownedFiles.getOrElse((fid, f.name), Nil), o.typeErrors.size)
   }
 
   /** The read set (role input) and planned targets (role target) of the step's files. */

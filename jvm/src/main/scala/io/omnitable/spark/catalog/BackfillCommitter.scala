@@ -10,7 +10,12 @@ import io.omnitable.spark.errors.{OmniTableAnalysisException, ProcedureErrors, W
 final case class LineageInput(column: String, fileId: Option[String], version: Option[Long])
 
 /** One new output file of a backfill: the feature, the file, its read set, the files it replaces. */
-final case class BackfillFile(feature: FeatureDef, file: WrittenFile, inputs: Seq[LineageInput], replaces: Seq[String])
+final case class BackfillFile(
+    feature: FeatureDef,
+    file: WrittenFile,
+    inputs: Seq[LineageInput],
+    replaces: Seq[String],
+    errors: Int = 0)
 
 /** What an operation relied on (commit.py `ExpectedProvider`): `fileId` provides `column` in `fragmentId`. */
 final case class ExpectedFile(fragmentId: String, column: String, fileId: Option[String], role: String)
@@ -33,7 +38,8 @@ final case class BackfillCommit(
     "features" -> features.map(_.id).sorted,
     "fragments" -> files.map(_.file.fragmentId).distinct.size,
     "rows" -> files.map(_.file.rowCount).sum,
-    "errors" -> 0)
+    "errors" -> files.map(_.errors).sum
+  )
 }
 
 /**
@@ -238,7 +244,7 @@ final class BackfillCommitter(reader: CatalogReader, failpoints: Failpoints) {
         PyJson.dumps(inputs),
         c.runId,
         "spark-sql",
-        Int.box(0))
+        Int.box(f.errors))
     }
     rows.foreach(r => ctx.update(CommitSql("insert_lineage"), r: _*))
     new UndoStatements(ctx.conn, c.tableId, c.branch, version, ctx.segments)

@@ -219,6 +219,23 @@ final class CatalogWriter(
       Int.box(CatalogWriter.pid),
       startedAt)
 
+  /**
+   * Record where the table's record-level error table lives (Python's `Catalog.register_error_table`:
+   * idempotent, the first location recorded stays).
+   */
+  def registerErrorTable(tableId: String, location: String): Unit =
+    withWrite(s"the error table of table '$tableId'") { conn =>
+      val found = Jdbc.query(conn, "SELECT location FROM error_tables WHERE table_id = ?", tableId)(_.getString(1))
+      if (found.isEmpty) {
+        update(
+          conn,
+          "INSERT INTO error_tables (table_id, location, created_at) VALUES (?, ?, ?)",
+          tableId,
+          location,
+          CatalogWriter.utcNow())
+      }
+    }
+
   /** Refresh a running run's heartbeat (Python's `_Heartbeat`). */
   def heartbeatRun(runId: String): Unit =
     withWrite(s"run '$runId'")(conn => update(conn, CommitSql("heartbeat_run"), CatalogWriter.utcNow(), runId))

@@ -10,7 +10,6 @@ import scala.util.control.NonFatal
 
 import io.omnitable.spark.errors.ProcedureErrors
 import org.apache.spark.sql.catalyst.parser.CatalystSqlParser
-import org.apache.spark.sql.types._
 
 /**
  * A feature definition as the catalog's `features.definition` holds it (python/omnitable/features/
@@ -55,7 +54,6 @@ object SqlFeature {
 
   private val FeatureName = "^[A-Za-z_][A-Za-z0-9_]{0,63}$".r
   private val ColumnName = "^[A-Za-z_][A-Za-z0-9_\\-]{0,254}$".r
-  private val Plain = "^[A-Za-z_][A-Za-z0-9_]*$".r
 
   /** vocabulary/types.py `_ALIASES` Spark's parser does not know. */
   private val Aliases = Map("bool" -> "boolean", "str" -> "string", "text" -> "string")
@@ -115,36 +113,10 @@ object SqlFeature {
         case NonFatal(e) =>
           throw invalid(s"Cannot use type '$spec' for column '$column': ${e.getMessage.linesIterator.next()}")
       }
-    ddl(parsed).getOrElse(throw invalid(
+    CatalogTypes.ddl(parsed, column).toOption.getOrElse(throw invalid(
       s"Cannot use type '$spec' for column '$column': ${parsed.sql.toLowerCase(Locale.ROOT)} is not an " +
         "OmniTable type"))
   }
-
-  private def ddl(t: DataType): Option[String] = t match {
-    case BooleanType => Some("boolean")
-    case ByteType => Some("tinyint")
-    case ShortType => Some("smallint")
-    case IntegerType => Some("int")
-    case LongType => Some("bigint")
-    case FloatType => Some("float")
-    case DoubleType => Some("double")
-    case s: StringType
-        if !s.isInstanceOf[CharType] && !s.isInstanceOf[VarcharType] && s.collationId == StringType.collationId =>
-      Some("string")
-    case BinaryType => Some("binary")
-    case DateType => Some("date")
-    case TimestampType => Some("timestamp")
-    case TimestampNTZType => Some("timestamp_ntz")
-    case d: DecimalType => Some(s"decimal(${d.precision},${d.scale})")
-    case ArrayType(e, _) => ddl(e).map(x => s"array<$x>")
-    case MapType(k, v, _) => for (a <- ddl(k); b <- ddl(v)) yield s"map<$a,$b>"
-    case StructType(fields) =>
-      val parts = fields.toSeq.map(f => ddl(f.dataType).map(x => s"${quote(f.name)}:$x"))
-      Option.when(parts.forall(_.isDefined))(parts.flatten.mkString("struct<", ",", ">"))
-    case _ => None
-  }
-
-  private def quote(name: String): String = if (Plain.matches(name)) name else "`" + name.replace("`", "``") + "`"
 
   private val Ident = "(?U)`((?:[^`]|``)+)`|\\b([A-Za-z_][A-Za-z0-9_]*)\\b".r
   private val Strings = "'(?:[^'\\\\]|\\\\.)*'|\"(?:[^\"\\\\]|\\\\.)*\"".r

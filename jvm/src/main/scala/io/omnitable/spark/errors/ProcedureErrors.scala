@@ -101,6 +101,10 @@ object ProcedureErrors {
   /** An operation Python refuses with a ValidationError; `message`: Python's message. */
   def invalidOperation(message: String): OmniTableAnalysisException = analysis("OMNITABLE_INVALID_OPERATION", message)
 
+  /** Python's `ErrorRatioExceeded`: too many records of a feature failed; the step committed nothing. */
+  def errorRatioExceeded(message: String): OmniTableAnalysisException =
+    analysis("OMNITABLE_ERROR_RATIO_EXCEEDED", message)
+
   /** Something Python reports with a NotFoundError (a version, a branch); `message`: Python's message. */
   def notFound(message: String): OmniTableAnalysisException = analysis("OMNITABLE_NOT_FOUND", message)
 

@@ -112,6 +112,26 @@ object FeatureProcedures {
           InternalRow(str(d.feature), Int.box(d.fragments), Long.box(d.rows), Long.box(d.version)))
         new ProcedureResult(BackfillOutput, rows)
       }
+    },
+    new OmniTableProcedure(
+      "retry_errors",
+      Seq(
+        required("table", StringType, "the table's name"),
+        required("features", StringType, "the SQL features (or their output columns) to retry, comma-separated"),
+        optional("branch", StringType, "'main'", "the branch to retry them on")
+      ),
+      "Recomputes, in the JVM, the fragments whose current files of SQL features have failed records, and " +
+        "whatever is missing or stale (Table.backfill(features, retry_errors=True).run(spark)). A pandas feature " +
+        "fails: use the Python API."
+    ) {
+      override protected def run(a: ProcedureArgs): ProcedureResult = {
+        val spark = org.apache.spark.sql.SparkSession.active
+        val done = new JvmBackfill(spark, reader(), failpoints)
+          .run(a.string("table"), a.string("branch"), targets(a), retryErrors = true)
+        val rows = done.map(d =>
+          InternalRow(str(d.feature), Int.box(d.fragments), Long.box(d.rows), Long.box(d.version)))
+        new ProcedureResult(BackfillOutput, rows)
+      }
     }
   )
 }

@@ -44,7 +44,5 @@ object OmniTableProcedures {
   val Namespace = "system"
 
   /** The operations that need OmniTable's Python engine, with the API and CLI that perform them. */
-  val PythonOnly: Map[String, String] = Map(
-    "retry_errors" -> "Table.backfill(features, retry_errors=True).run(spark) or `omnitable backfill --retry-errors`"
-  )
+  val PythonOnly: Map[String, String] = Map.empty
 }

@@ -5,7 +5,7 @@ import java.util.Locale
 import scala.util.Try
 
 import com.fasterxml.jackson.databind.{DeserializationFeature, JsonNode, ObjectMapper}
-import io.omnitable.spark.catalog.{DdlWriter, NewColumn, PyJson, SystemColumns, TableNames}
+import io.omnitable.spark.catalog.{CatalogTypes, DdlWriter, NewColumn, PyJson, SystemColumns, TableNames}
 import io.omnitable.spark.conf.OmniTableConf
 import io.omnitable.spark.errors.DdlErrors
 import org.apache.spark.sql.connector.catalog.{Column, TableCatalog}
@@ -201,38 +201,13 @@ private[source] object Names {
 
 /** Spark types → the DDL strings Python stores (vocabulary/types.py `to_ddl` of the canonical types). */
 private[source] object DdlTypes {
-  private val Plain = "^[A-Za-z_][A-Za-z0-9_]*$".r
+  def plainString(s: StringType): Boolean = CatalogTypes.plainString(s)
 
-  def plainString(s: StringType): Boolean =
-    !s.isInstanceOf[CharType] && !s.isInstanceOf[VarcharType] && s.collationId == StringType.collationId
-
-  /** The catalog's DDL of `t`; an unsupported type is refused naming `column` and `action`. */
-  def ddl(t: DataType, column: String, action: String): String = t match {
-    case BooleanType => "boolean"
-    case ByteType => "tinyint"
-    case ShortType => "smallint"
-    case IntegerType => "int"
-    case LongType => "bigint"
-    case FloatType => "float"
-    case DoubleType => "double"
-    case s: StringType if plainString(s) => "string"
-    case BinaryType => "binary"
-    case DateType => "date"
-    case TimestampType => "timestamp"
-    case TimestampNTZType => "timestamp_ntz"
-    case d: DecimalType => s"decimal(${d.precision},${d.scale})"
-    case ArrayType(e, _) => s"array<${ddl(e, column, action)}>"
-    case MapType(k, v, _) => s"map<${ddl(k, column, action)},${ddl(v, column, action)}>"
-    case StructType(fields) =>
-      fields.map(f => s"${quote(f.name)}:${ddl(f.dataType, s"$column.${f.name}", action)}").mkString(
-        "struct<",
-        ",",
-        ">")
-    case other => throw DdlErrors.unsupportedType(action, column, other.sql.toLowerCase(Locale.ROOT))
-  }
-
-  private def quote(name: String): String =
-    if (Plain.matches(name)) name else "`" + name.replace("`", "``") + "`"
+  /** The catalog's DDL of `t` ([[CatalogTypes.ddl]]); an unsupported type is refused naming `column` and `action`. */
+  def ddl(t: DataType, column: String, action: String): String =
+    CatalogTypes.ddl(t, column).fold(
+      { case (c, other) => throw DdlErrors.unsupportedType(action, c, other.sql.toLowerCase(Locale.ROOT)) },
+      identity)
 
   /** Arrow's name of the type Python stores for `t` (`str(pa.DataType)`, in key errors). */
   def arrowName(t: DataType): String = t match {

@@ -13,14 +13,21 @@ import org.apache.spark.sql.types.{StructField, StructType}
 /** A fragment a backfill step computes: its id, directory (relative to the table) and physical rows. */
 final case class FragmentWork(fragmentId: String, path: String, rowCount: Long)
 
-/** One output file a step's task wrote for `feature`, and how many of its values did not convert to the output type. */
-final case class FeatureOutput(feature: String, file: WrittenFile, typeErrors: Long)
+/**
+ * A record whose value did not convert to its feature's output type (Python's error of kind
+ * `type`): its offset in the fragment, its row id, the value as a string, the digest of its inputs.
+ */
+final case class CastFailure(rowOffset: Long, rowId: Long, value: String, inputDigest: String)
+
+/** One output file a step's task wrote for `feature`, and its records whose value did not convert to the output type. */
+final case class FeatureOutput(feature: String, file: WrittenFile, typeErrors: Seq[CastFailure])
 
 /**
  * One Spark job of a JVM backfill step (python/omnitable/exec/step_job.py for SQL features): the
  * step's fragments read whole, in order, through the `omnitable` source at `version` of `branch`;
  * each feature's expression converted to its type as Python does (`TRY_CAST` under ANSI, `CAST`
- * otherwise) with a flag where a non-NULL value did not convert; per fragment and feature, one
+ * otherwise) with a flag where a non-NULL value did not convert (the value as a string and the
+ * inputs, Python's `sql_feature_exprs`); per fragment and feature, one
  * column file (`<fragment>/<feature>-<file_id>.parquet`, the output's name inside, deleted rows
  * NULL) written by the tasks ([[ColumnRewriter.stream]] with no current values).
  */
@@ -44,18 +51,30 @@ object SqlFeatureJob {
       .option("split_fragments", "false")
       .load(table)
     val ansi = spark.sessionState.conf.ansiEnabled
-    val exprs = Seq("_ai_fragment_", "_ai_row_offset_") ++ features.flatMap { f =>
-      val (out, ddl) = f.outputs.head
-      val converted = s"${if (ansi) "TRY_CAST" else "CAST"}((${f.expr.get}) AS $ddl)"
-      Seq(s"$converted AS `$out`", s"(($converted) IS NULL AND (${f.expr.get}) IS NOT NULL) AS `_ai_type_error_$out`")
-    }
+    val exprs = Seq("_ai_fragment_", "_ai_row_offset_", "_ai_unique_id_") ++ features.flatMap(flagged(_, ansi))
     val tasks = features.map(f => f.name -> rewriteTask(spark, snap, f)).toMap
     val plan = StepTask(
       features.map(_.name),
       tasks,
       work.map { case (n, fs) => n -> fs.map(_.fragmentId).toSet },
-      fragments.map(f => f.fragmentId -> f).toMap)
-    df.selectExpr(exprs: _*).queryExecution.toRdd.mapPartitions(plan.run).collect().toSeq
+      fragments.map(f => f.fragmentId -> f).toMap,
+      Nil)
+    val selected = df.selectExpr(exprs: _*)
+    val inputs = features.indices.map { i =>
+      selected.schema(4 + 2 * i).dataType.asInstanceOf[StructType]("inputs").dataType.asInstanceOf[StructType]
+    }
+    selected.queryExecution.toRdd.mapPartitions(plan.copy(inputTypes = inputs).run).collect().toSeq
+  }
+
+  /** python/omnitable/exec/step_job.py `sql_feature_exprs`: the converted value and its flag. */
+  private def flagged(f: FeatureDef, ansi: Boolean): Seq[String] = {
+    val (out, ddl) = f.outputs.head
+    val expr = f.expr.get
+    val converted = s"${if (ansi) "TRY_CAST" else "CAST"}(($expr) AS $ddl)"
+    val inputs = if (f.inputs.isEmpty) "'none', NULL" else f.inputs.map(i => s"'$i', `$i`").mkString(", ")
+    val flag = s"CASE WHEN ($expr) IS NOT NULL AND $converted IS NULL THEN named_struct('value', " +
+      s"CAST(($expr) AS STRING), 'inputs', named_struct($inputs)) END"
+    Seq(s"$converted AS `$out`", s"$flag AS `_ai_type_error_$out`")
   }
 
   private def rewriteTask(spark: SparkSession, snap: TableSnapshot, f: FeatureDef): RewriteTask = {
@@ -77,22 +96,24 @@ object SqlFeatureJob {
 }
 
 /**
- * The executor side: rows `(fragment, offset, value, flag, value, flag, …)` of whole fragments in
- * offset order (only live rows); each feature's values go to its fragment's new file at their
- * offsets, the other rows NULL.
+ * The executor side: rows `(fragment, offset, row id, value, flag, value, flag, …)` of whole
+ * fragments in offset order (only live rows); each feature's values go to its fragment's new file
+ * at their offsets, the other rows NULL; a flag (a struct of the value as a string and the inputs,
+ * of type `inputTypes`) marks a value that did not convert.
  */
 private final case class StepTask(
     features: Seq[String],
     tasks: Map[String, RewriteTask],
     work: Map[String, Set[String]],
-    fragments: Map[String, FragmentWork]) {
+    fragments: Map[String, FragmentWork],
+    inputTypes: Seq[StructType]) {
 
   def run(rows: Iterator[InternalRow]): Iterator[FeatureOutput] = {
     val out = mutable.ArrayBuffer.empty[FeatureOutput]
-    val open = mutable.LinkedHashMap.empty[String, (FragmentRewriteStream, Array[Long])]
+    val open = mutable.LinkedHashMap.empty[String, (FragmentRewriteStream, mutable.ArrayBuffer[CastFailure])]
     var current: String = null
     def finish(): Unit = {
-      open.foreach { case (name, (s, errors)) => out += FeatureOutput(name, s.finish().head, errors(0)) }
+      open.foreach { case (name, (s, errors)) => out += FeatureOutput(name, s.finish().head, errors.toSeq) }
       open.clear()
     }
     try {
@@ -105,15 +126,25 @@ private final case class StepTask(
             if (work(name).contains(frag)) {
               val w = fragments(frag)
               open(name) =
-                (ColumnRewriter.stream(tasks(name), FragmentRewrite(frag, w.path, w.rowCount, Map.empty)), Array(0L))
+                (
+                  ColumnRewriter.stream(tasks(name), FragmentRewrite(frag, w.path, w.rowCount, Map.empty)),
+                  mutable.ArrayBuffer.empty[CastFailure])
             }
           }
         }
         val offset = row.getLong(1)
         features.zipWithIndex.foreach { case (name, i) =>
           open.get(name).foreach { case (s, errors) =>
-            s.put(offset, row, Array(2 + 2 * i))
-            if (!row.isNullAt(3 + 2 * i) && row.getBoolean(3 + 2 * i)) errors(0) += 1
+            s.put(offset, row, Array(3 + 2 * i))
+            if (!row.isNullAt(4 + 2 * i)) {
+              val flag = row.getStruct(4 + 2 * i, 2)
+              val inputs = flag.getStruct(1, inputTypes(i).length)
+              errors += CastFailure(
+                offset,
+                row.getLong(2),
+                flag.getUTF8String(0).toString,
+                PyValues.inputDigest(inputs, inputTypes(i)))
+            }
           }
         }
       }

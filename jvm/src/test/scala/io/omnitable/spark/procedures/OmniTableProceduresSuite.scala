@@ -232,18 +232,12 @@ class OmniTableProceduresSuite extends AnyFunSuite with SharedSparkSession {
     }
   }
 
-  test("procedures of the Python engine fail naming the Python API and CLI to use") {
+  test("backfill and retry_errors run in the JVM (SQL features) and check their arguments") {
     catalogs.foreach { c =>
-      val m = refused(
-        c,
-        s"CALL $c.system.retry_errors('refs')",
-        "system.retry_errors",
-        "Table.backfill",
-        "omnitable backfill --retry-errors")
-      assert(m.contains("OMNITABLE_PROCEDURE_NEEDS_PYTHON"))
-      // backfill runs in the JVM (SQL features; tests/spark/test_procedures_backfill.py)
+      // tests/spark/test_procedures_backfill.py, test_procedures_backfill_errors.py run them on data
       refused(c, s"CALL $c.system.backfill('refs', 'nope')", "no registered feature", "registered features: none")
-      refused(c, s"CALL $c.system.retry_errors('refs')", "retry_errors=True", "omnitable backfill --retry-errors")
+      refused(c, s"CALL $c.system.retry_errors('refs', 'nope')", "no registered feature", "registered features: none")
+      refused(c, s"CALL $c.system.retry_errors('refs')", "REQUIRED_PARAMETER_NOT_FOUND", "features")
     }
   }
 
