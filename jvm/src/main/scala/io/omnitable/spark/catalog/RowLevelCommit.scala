@@ -20,7 +20,9 @@ final case class NewDeletion(
  * providing one of them in a fragment live at `baseVersion` conflicts (commit.py
  * `_check_expected_providers`). `token` finds the commit after a lost connection. `append`: the
  * new batch of a MERGE's `WHEN NOT MATCHED … INSERT` rows, committed in the same version with
- * the append's rules (op `upsert`, as Python records `Table.upsert`).
+ * the append's rules (op `upsert`, as Python records `Table.upsert`). `run`: the run of that
+ * batch's ingest, recorded already succeeded in the same transaction (the commit names it; its
+ * metrics get the version).
  */
 final case class RowLevelCommit(
     tableId: String,
@@ -35,4 +37,5 @@ final case class RowLevelCommit(
     engine: String = "spark-jvm",
     files: Seq[WrittenFile] = Nil,
     updatedColumns: Seq[String] = Nil,
-    append: Option[AppendCommit] = None)
+    append: Option[AppendCommit] = None,
+    run: Option[FinishedRun] = None)
