@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spark_tables import paused_at
+from sqlalchemy import text
 
 import omnitable
 from omnitable import ROW_ID
@@ -472,3 +473,112 @@ def test_insert_values_run_only_on_the_rows_spark_inserts(
                 "WHEN NOT MATCHED THEN INSERT (x, quality) VALUES (s.x, CAST(1 DIV (s.x - 300) AS DOUBLE))",
             )
         )  # fmt: skip
+
+
+def _run_of(t: omnitable.Table, run_id: str | None) -> dict[str, Any]:
+    (run,) = [r for r in t.runs() if r["run_id"] == run_id]
+    return run
+
+
+@pytest.mark.parametrize("matched", [True, False], ids=["upsert", "inserts_only"])
+def test_the_inserted_batch_records_its_run_as_insert_into_does(
+    spark: Any, wh: omnitable.Warehouse, catalog: str, matched: bool
+) -> None:
+    """The new batch's ingest run is recorded in the MERGE's commit transaction, already
+    succeeded, and the commit names it (op ``upsert``; ``append`` when no target row matched):
+    the same shape as the run of an ``INSERT INTO`` (plan, metrics, host and pid)."""
+    t = _table(wh)
+    xs = [1, 6, 100, 101] if matched else [100, 101]
+    spark.sql(_merge(catalog, t, _source(spark, xs, [0.5] * len(xs)), UPSERT))
+    merge = wh.table(t.name).history(1)[0]
+    assert merge.op == ("upsert" if matched else "append")
+    run = _run_of(t, merge.run_id)
+    spark.conf.set(NAME_CONF, "inserted/1")
+    spark.sql(f"INSERT INTO {catalog}.{t.name} (x) VALUES (900)").collect()
+    insert = wh.table(t.name).history(1)[0]
+    ins = _run_of(t, insert.run_id)
+    assert merge.run_id is not None and merge.run_id.startswith("ingest-")
+    assert merge.run_id != insert.run_id
+    shape = {
+        k: v for k, v in ins.items() if k not in ("run_id", "plan", "metrics") and "_at" not in k
+    }
+    assert {k: v for k, v in run.items() if k in shape} == shape  # kind, status, host, pid, ...
+    assert run["status"] == "succeeded" and run["message"] is None
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    assert run["plan"] == {**ins["plan"], "batch": "merged/1", "partitions": partitions}
+    assert run["metrics"] == {"rows": 2, "version": merge.version}
+    assert ins["metrics"] == {"rows": 1, "version": insert.version}
+    assert run["started_at"] <= run["finished_at"]
+    listed = spark.sql(f"SELECT run_id, status FROM {catalog}.{t.name}.runs").collect()
+    assert (merge.run_id, "succeeded") in [tuple(r) for r in listed]
+
+
+def test_inserted_rows_are_written_by_every_task_that_receives_them(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    """A source spread over 3 partitions, 40 new rows: the write's tasks each write the
+    inserted rows they receive (not one task for all), so the batch has several fragments; each
+    task numbers its rows from ``base + (partition << 33)`` as an append's does (ids unique and
+    contiguous per task, fragment sequence numbers from ``partition << 24`` in id order), and
+    the table's next id moves past the reservation."""
+    t = _table(wh)
+    base = int(wh.table(t.name).record.next_row_id)
+    xs = [1, 2, *range(100, 140)]
+    name = f"isrc_{next(_views)}"
+    spark.createDataFrame([(x, float(x)) for x in xs], "x bigint, quality double").repartition(3) \
+        .createOrReplaceTempView(name)  # fmt: skip
+    assert spark.table(name).rdd.getNumPartitions() == 3
+    spark.sql(_merge(catalog, t, name, UPSERT))
+    fresh = wh.table(t.name)
+    got = _values(fresh)
+    assert {x: got[x][1] for x in xs} == {x: float(x) for x in xs}
+    snap = fresh.snapshot()
+    (batch,) = [b for b in snap.batches if b.name == "merged/1"]
+    frags = [f for f in snap.fragments if f.batch_id == batch.batch_id]
+    assert len(frags) > 1 and sum(f.row_count for f in frags) == 40
+    with wh.catalog.store.read() as conn:
+        found = conn.execute(
+            text("SELECT fragment_id, seq FROM fragments WHERE batch_id = :b"),
+            {"b": batch.batch_id},
+        )
+        seqs: dict[str, int] = {r[0]: int(r[1]) for r in found}
+    ids = {r["x"]: r[ROW_ID] for r in _rows(fresh)}
+    new = sorted(ids[x] for x in range(100, 140))
+    assert len(set(new)) == 40 and all(i >= base for i in new)
+    blocks: dict[int, list[int]] = {}
+    for i in new:
+        blocks.setdefault((i - base) >> 33, []).append(i)
+    assert len(blocks) > 1  # more than one task wrote inserted rows
+    for k, block in blocks.items():
+        assert block == list(range(base + (k << 33), base + (k << 33) + len(block)))
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    assert int(fresh.record.next_row_id) == base + (partitions << 33)
+    # fragments are numbered per task in id order: task k's from k << 24
+    assert sorted({seqs[f.fragment_id] >> 24 for f in frags}) == sorted(blocks)
+    per_fragment = f"SELECT _ai_fragment_, min({ROW_ID}) FROM {catalog}.{t.name} GROUP BY 1"
+    first_ids = dict(spark.sql(per_fragment).collect())
+    in_seq = sorted(frags, key=lambda f: seqs[f.fragment_id])
+    assert [first_ids[f.fragment_id] for f in in_seq] == sorted(
+        first_ids[f.fragment_id] for f in frags
+    )
+
+
+@pytest.mark.parametrize("point", ["merge.before_commit", "commit.mid_insert", "commit.before_end"])
+def test_an_upsert_killed_at_a_commit_failpoint_leaves_no_run_batch_or_fragment(
+    spark: Any, wh: omnitable.Warehouse, catalog: str, point: str
+) -> None:
+    t = _table(wh)
+    v, files, rows, runs = t.version, _parquet(t), _rows(t), t.runs()
+    fragments = {f.fragment_id for f in t.snapshot().fragments}
+    spark.conf.set(FAILPOINT_CONF, f"{point}=raise")
+    try:
+        with pytest.raises(Exception, match=point.replace(".", r"\.")):
+            spark.sql(_merge(catalog, t, _source(spark, [1, 77, 78], [1.0, 7.0, 8.0]), UPSERT))
+    finally:
+        spark.conf.unset(FAILPOINT_CONF)
+    fresh = wh.table(t.name)
+    assert fresh.version == v and _rows(fresh) == rows
+    assert [b.name for b in fresh.batches()] == ["b1"]
+    assert {f.fragment_id for f in fresh.snapshot().fragments} == fragments
+    assert fresh.runs() == runs
+    assert _parquet(t) == files

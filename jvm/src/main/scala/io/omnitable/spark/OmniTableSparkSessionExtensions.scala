@@ -10,6 +10,7 @@ import io.omnitable.spark.optimizer.{
   RefuseOmniTableMerge,
   ResolveOmniTableInsertByPosition,
   ResolveOmniTableMerge,
+  SpreadMergeInserts,
   WriteOnlyAssignedColumns
 }
 import org.apache.spark.sql.SparkSessionExtensions
@@ -69,6 +70,9 @@ class OmniTableSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
     // FusePythonUDFs: a UDF Spark evaluates again above the filter that needed it runs once
     // (never on rows a filter removed).
     extensions.injectPlannerStrategy(session => FusePythonUDFs(session))
+    // SpreadMergeInserts: a MERGE's inserted rows (no fragment) go to every task of its write,
+    // not all to the one task that the clustering by _ai_fragment_ gives rows without one.
+    extensions.injectPlannerStrategy(_ => SpreadMergeInserts)
   }
 }
 

@@ -50,8 +50,19 @@ final class CatalogWriter(
    *         batch name already taken (nothing committed); or an unknown outcome (the connection
    *         failed during the commit and the commit token is not found).
    */
-  def commitAppend(c: AppendCommit): Long =
-    try withWrite(s"table '${c.tableName}'")(conn => applyAppend(conn, c))
+  def commitAppend(c: AppendCommit): Long = commitAppend(c, None)
+
+  /**
+   * As [[commitAppend]]; `run` (a MERGE's inserted batch) is recorded already succeeded in the
+   * same transaction (its metrics get the version) and the commit names it.
+   */
+  def commitAppend(c: AppendCommit, run: Option[FinishedRun]): Long =
+    try withWrite(s"table '${c.tableName}'") { conn =>
+        run.foreach(r => insertRun(conn, r.runId, c.tableId, "ingest", r.plan, r.startedAt))
+        val version = applyAppend(conn, c.copy(runId = run.map(_.runId).orElse(c.runId)))
+        run.foreach(r => endRun(conn, r.runId, "succeeded", r.metrics + ("version" -> version), None))
+        version
+      }
     catch {
       case e: OmniTableAnalysisException if e.getCause.isInstanceOf[SQLException] =>
         findCommit(c.tableId, c.token)

@@ -20,9 +20,11 @@ final case class NewDeletion(
  * providing one of them in a fragment live at `baseVersion` conflicts (commit.py
  * `_check_expected_providers`). `token` finds the commit after a lost connection. `append`: the
  * new batch of a MERGE's `WHEN NOT MATCHED … INSERT` rows, committed in the same version with
- * the append's rules (op `upsert`, as Python records `Table.upsert`). `keysChecked`: the version
- * an upsert into a keyed table checked its keys against (commit.py `keys_checked_version`): rows
- * of the branch added or ended after it raise [[KeysNotChecked]] (None: no such check).
+ * the append's rules (op `upsert`, as Python records `Table.upsert`). `run`: the run of that
+ * batch's ingest, recorded already succeeded in the same transaction (the commit names it; its
+ * metrics get the version). `keysChecked`: the version an upsert into a keyed table checked its
+ * keys against (commit.py `keys_checked_version`): rows of the branch added or ended after it
+ * raise [[KeysNotChecked]] (None: no such check).
  */
 final case class RowLevelCommit(
     tableId: String,
@@ -38,6 +40,7 @@ final case class RowLevelCommit(
     files: Seq[WrittenFile] = Nil,
     updatedColumns: Seq[String] = Nil,
     append: Option[AppendCommit] = None,
+    run: Option[FinishedRun] = None,
     keysChecked: Option[Long] = None)
 
 /**

@@ -11,8 +11,9 @@ import io.omnitable.spark.errors.WriteErrors
  * statement read was replaced. Then the replaced vectors end (on a branch, inherited ones through
  * `removals`), the new ones are inserted, and the commit row and branch head are written. A
  * joined append (a MERGE's inserted batch) is checked and inserted with the append's rules
- * ([[CatalogWriter.checkJoinedAppend]]) in the same transaction and version. An upsert's
- * `keysChecked` version is checked as Python's `_check_keys` ([[CatalogWriter.checkKeys]]).
+ * ([[CatalogWriter.checkJoinedAppend]]) in the same transaction and version, with its run
+ * (`c.run`) recorded ended. An upsert's `keysChecked` version is checked as Python's
+ * `_check_keys` ([[CatalogWriter.checkKeys]]).
  */
 private[catalog] final class RowLevelCommitter(w: CatalogWriter, conn: Jdbc.Conn, c: RowLevelCommit) {
 
@@ -65,7 +66,9 @@ private[catalog] final class RowLevelCommitter(w: CatalogWriter, conn: Jdbc.Conn
       }
     )
     val summary = CommitRows.summaryJson(c.summary + ("engine" -> c.engine))
-    CommitRows.insertCommit(conn, c.tableId, version, head, c.branch, c.op, None, summary, now, c.token)
+    c.run.foreach(r => w.insertRun(conn, r.runId, c.tableId, "ingest", r.plan, r.startedAt))
+    CommitRows.insertCommit(conn, c.tableId, version, head, c.branch, c.op, c.run.map(_.runId), summary, now, c.token)
+    c.run.foreach(r => w.endRun(conn, r.runId, "succeeded", r.metrics + ("version" -> version), None))
     w.hit("commit.before_end")
     version
   }

@@ -8,6 +8,7 @@ import io.omnitable.spark.catalog.{
   AppendCommit,
   CatalogWriter,
   DeletionVectors,
+  FinishedRun,
   FragmentScope,
   NewDeletion,
   RowLevelCommit,
@@ -146,15 +147,18 @@ private[write] final class OmniTableDeltaBatchWrite(
   @volatile private var keepFiles = false
   @volatile private var prepared: RowChangesFactory = changes
   @volatile private var partitions = 1
+  @volatile private var startedAt = CatalogWriter.utcNow() // the inserted batch's run: recorded at the commit
 
   /**
    * The tasks' factory; a MERGE inserting rows first reserves `partitions << 33` ids for its new
-   * batch (as an append does) and picks the batch's id.
+   * batch (as an append does: each task numbers its inserted rows from `base + (partition << 33)`)
+   * and picks the batch's id.
    */
   override def createBatchWriterFactory(info: PhysicalWriteInfo): DeltaWriterFactory = {
     prepared = changes match {
       case c: ColumnChangesFactory if c.inserts.isDefined =>
         partitions = math.max(1, info.numPartitions())
+        startedAt = CatalogWriter.utcNow()
         val task = c.inserts.get
         val base = catalog.reserveRowIds(snap.table.tableId, snap.table.name, partitions.toLong << WriteTask.IdShift)
         val withBase = task.copy(idBase = base)
@@ -210,8 +214,9 @@ private[write] final class OmniTableDeltaBatchWrite(
    * Commit a MERGE that inserted rows: their fragments are one new batch (ids checked against the
    * reserved range, as an append's), committed with the matched rows' changes in one version (op
    * `upsert`, Python's upsert summary plus the update's and delete's), or alone as an append when
-   * no target row matched. Generated ids that concurrent commits may overlap are checked exactly
-   * ([[RowIdChecks.commitWith]]).
+   * no target row matched; either way with the batch's ingest run (plan and metrics as a JVM
+   * append's), recorded succeeded in the commit's transaction. Generated ids that concurrent
+   * commits may overlap are checked exactly ([[RowIdChecks.commitWith]]).
    */
   private def commitInserts(c: ColumnChangesFactory, fragments: Seq[WrittenFragment], commit: RowLevelCommit): Long = {
     val task = c.inserts.get
@@ -226,11 +231,16 @@ private[write] final class OmniTableDeltaBatchWrite(
       fragments,
       ranges)
     val checks = new RowIdChecks(snap, task, SparkSession.active)
+    val inserted = fragments.map(_.rowCount).sum
+    val run = FinishedRun(
+      CatalogWriter.newRunId("ingest"),
+      AppendRun.plan(task.batchName, OmniTableBatchWrite.appId, partitions),
+      startedAt,
+      Map("rows" -> inserted))
     if (commit.deletions.isEmpty && commit.files.isEmpty) {
       catalog.failpoints.hit("append.before_commit")
-      return checks.commit(catalog, append, None)
+      return checks.commitWith(catalog, append, None)(a => catalog.commitAppend(a, Some(run)))
     }
-    val inserted = fragments.map(_.rowCount).sum
     val merged = commit.summary.get("columns").map(_ => commit.summary.getOrElse("rows", 0L)).getOrElse(0L)
     val deleted =
       if (commit.files.nonEmpty) commit.summary.getOrElse("deleted", 0L) else commit.summary.getOrElse("rows", 0L)
@@ -246,7 +256,7 @@ private[write] final class OmniTableDeltaBatchWrite(
     )
     catalog.failpoints.hit("merge.before_commit")
     checks.commitWith(catalog, append, None)(a =>
-      catalog.commitRowLevel(commit.copy(op = "upsert", summary = summary, append = Some(a))))
+      catalog.commitRowLevel(commit.copy(op = "upsert", summary = summary, append = Some(a), run = Some(run))))
   }
 
   /** The new cumulative vector of every fragment with deleted rows, and how many rows are newly deleted. */

@@ -61,7 +61,7 @@ private[write] final class RowIdChecks(snap: TableSnapshot, task: WriteTask, spa
    * (ingest/ids.py `commit_append`); a clash is a conflict naming some of the ids.
    */
   def commit(catalog: CatalogWriter, first: AppendCommit, ids: Option[Supplied]): Long =
-    commitWith(catalog, first, ids)(catalog.commitAppend)
+    commitWith(catalog, first, ids)(c => catalog.commitAppend(c))
 
   /** As [[commit]], committing with `run` (a row-level commit joining the append). */
   def commitWith(catalog: CatalogWriter, first: AppendCommit, ids: Option[Supplied])(run: AppendCommit => Long)
