@@ -192,6 +192,30 @@ def test_refusals(spark: Any, wh: omnitable.Warehouse, catalog: str) -> None:
     assert "registered features: label, n_len, twice" in msg
 
 
+def test_batches_limit_the_backfill_as_pythons_batches_do(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    py, jvm = _table(wh, "py"), _table(wh, "web")
+    py.backfill(["n_len"], batches=["b2"]).run(spark)
+    rows = spark.sql(
+        f"CALL {catalog}.system.backfill(table => 'web', features => 'n_len', batches => 'b2')"
+    ).collect()
+    assert [(r["feature"], r["fragments"], r["rows"]) for r in rows] == [("n_len@1", 1, 2)]
+    assert _states(jvm) == _states(py)
+    assert _states(jvm)[("b1", "n_len")] != "done" and _states(jvm)[("b2", "n_len")] == "done"
+    assert _values(jvm)["n_len"] == _values(py)["n_len"] == [None] * 4 + [9, None]
+    assert _facts(wh, "web")["lineage"] == _facts(wh, "py")["lineage"]
+    versions = len(jvm.history())
+    with pytest.raises(omnitable.NotFoundError) as py_error:
+        py.backfill(["n_len"], batches=["b1", "nope"])
+    msg = _error(spark, f"CALL {catalog}.system.backfill('web', 'n_len', 'main', 'b1, nope')")
+    assert "OMNITABLE_NOT_FOUND" in msg
+    assert str(py_error.value).replace("'py'", "'web'").split(" at version")[0] in msg
+    msg = _error(spark, f"CALL {catalog}.system.backfill('web', 'n_len', 'main', 'b1,')")
+    assert "give append names separated by commas" in msg
+    assert len(jvm.history()) == versions  # nothing committed
+
+
 def _paused(spark: Any, gate: Path, sql: str) -> tuple[threading.Thread, dict[str, Any]]:
     """Run ``sql`` in a thread until the JVM reaches backfill.before_commit."""
     spark.conf.set(FAILPOINT_CONF, f"backfill.before_commit=pause:{gate}")

@@ -113,25 +113,49 @@ object BackfillPlanner {
     out.map { case (k, v) => k -> v.toSeq }.toMap
   }
 
-  /** Plan the backfill of `targets` (feature or output column names) on the head of `branch`. */
-  def plan(reader: CatalogReader, table: String, branch: String, targets: Seq[String], retryErrors: Boolean)
-      : BackfillPlan =
-    plan(head(reader, table, branch), table, targets, retryErrors)
+  /**
+   * Plan the backfill of `targets` (feature or output column names) on the head of `branch`, on
+   * the fragments of `batches` (append names; None: every batch; an unknown name fails as
+   * snapshot.py `check_batches`).
+   */
+  def plan(
+      reader: CatalogReader,
+      table: String,
+      branch: String,
+      targets: Seq[String],
+      retryErrors: Boolean,
+      batches: Option[Seq[String]] = None): BackfillPlan = {
+    val h = head(reader, table, branch)
+    batches.foreach(checkBatches(reader.batchNames(h.snap).toSet, h.snap, _))
+    planHead(h, table, targets, retryErrors, batches)
+  }
+
+  private def checkBatches(known: Set[String], snap: TableSnapshot, wanted: Seq[String]): Unit = {
+    val missing = wanted.filterNot(known.contains)
+    if (missing.nonEmpty)
+      throw ProcedureErrors.notFound(
+        s"Cannot find batch(es) ${missing.map(PyRepr.str).mkString(", ")} in table '${snap.table.name}' at " +
+          s"version ${snap.snapshot.version}; see Table.batches()")
+  }
 
   /**
    * With `retryErrors` (planner.py `make_plan(retry_errors=True)`), a done fragment whose current
    * file of the feature's first output has failed records (its lineage's `error_count`) is
    * recomputed too, and remembered in its step's `retry` (feature → fragment → that file).
    */
-  private[backfill] def plan(h: HeadState, table: String, targets: Seq[String], retryErrors: Boolean = false)
-      : BackfillPlan = {
+  private def planHead(
+      h: HeadState,
+      table: String,
+      targets: Seq[String],
+      retryErrors: Boolean,
+      batches: Option[Seq[String]]): BackfillPlan = {
     val graph = Graph(h.features)
     val wanted = resolveTargets(h, graph, table, targets)
     wanted.map(graph.features).find(_.kind != "sql").foreach(f => throw pandasFeature(table, f, retryErrors))
     val closure = graph.ancestors(wanted)
     val recompute = mutable.LinkedHashMap.empty[String, Seq[FragmentRow]]
     val retry = mutable.HashMap.empty[String, Map[String, String]]
-    val live = h.live
+    val live = batches.fold(h.live)(bs => h.live.filter(f => bs.contains(f.batchName)))
     closure.toSeq.sortBy(n => (graph.level(n), n)).foreach { name =>
       val f = graph.features(name)
       val deps = graph.deps(name)

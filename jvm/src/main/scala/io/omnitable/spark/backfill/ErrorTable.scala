@@ -5,8 +5,8 @@ import java.time.{LocalDateTime, ZoneOffset}
 
 import scala.jdk.CollectionConverters._
 
-import io.omnitable.spark.catalog.{CatalogWriter, DataPaths, FeatureDef, TableSnapshot}
-import io.omnitable.spark.write.{CastFailure, FeatureOutput, PyValues}
+import io.omnitable.spark.catalog.{CatalogWriter, DataPaths, FeatureDef, PyRepr, TableSnapshot}
+import io.omnitable.spark.write.{CastFailure, FeatureOutput}
 import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.functions.col
@@ -34,7 +34,7 @@ object ErrorTable {
   def message(f: FeatureDef, value: String): String = {
     val (_, ddl) = f.outputs.head
     val text =
-      s"Feature ${f.id}: value ${PyValues.strRepr(value)} of (${f.expr.getOrElse("")}) cannot be converted to $ddl"
+      s"Feature ${f.id}: value ${PyRepr.str(value)} of (${f.expr.getOrElse("")}) cannot be converted to $ddl"
     val cps = text.codePoints().toArray
     if (cps.length <= 1024) text else new String(cps, 0, 1024)
   }

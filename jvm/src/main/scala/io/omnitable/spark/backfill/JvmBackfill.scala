@@ -21,8 +21,13 @@ final case class FeatureBackfilled(feature: String, fragments: Int, rows: Long, 
  */
 final class JvmBackfill(spark: SparkSession, reader: CatalogReader, failpoints: Failpoints) {
 
-  def run(table: String, branch: String, targets: Seq[String], retryErrors: Boolean = false): Seq[FeatureBackfilled] = {
-    val plan = BackfillPlanner.plan(reader, table, branch, targets, retryErrors)
+  def run(
+      table: String,
+      branch: String,
+      targets: Seq[String],
+      retryErrors: Boolean = false,
+      batches: Option[Seq[String]] = None): Seq[FeatureBackfilled] = {
+    val plan = BackfillPlanner.plan(reader, table, branch, targets, retryErrors, batches)
     if (plan.steps.isEmpty) return Nil
     val tableId = reader.loadTable(table, SnapshotSpec(branch = Some(branch))).table.tableId
     val writer = this.writer()

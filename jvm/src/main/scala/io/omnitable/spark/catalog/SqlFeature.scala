@@ -65,20 +65,20 @@ object SqlFeature {
     if (expr.strip().isEmpty) throw invalid(s"Cannot define SQL feature '$name': expr must be a SQL expression")
     if (!ColumnName.matches(name) || name.startsWith("_ai_")) {
       throw invalid(
-        s"Cannot use column name ${repr(name)}: names are 1-255 characters of letters, digits, '_' and '-', " +
+        s"Cannot use column name ${PyRepr.str(name)}: names are 1-255 characters of letters, digits, '_' and '-', " +
           "start with a letter or '_', and the prefix '_ai_' is reserved")
     }
     val ddl = typeDdl(outputType, name)
     if (!FeatureName.matches(name)) {
       throw invalid(
-        s"Cannot define feature ${repr(name)}: names are 1-64 letters, digits and '_', starting with a " +
+        s"Cannot define feature ${PyRepr.str(name)}: names are 1-64 letters, digits and '_', starting with a " +
           "letter or '_'")
     }
     if (version.strip().isEmpty || version.length > 64) {
       throw invalid(s"Cannot define feature '$name': version must be a short non-empty string like '1'")
     }
     if (inputs.distinct.size != inputs.size) {
-      throw invalid(s"Cannot define feature '$name': inputs ${pyList(inputs)} repeat a column")
+      throw invalid(s"Cannot define feature '$name': inputs ${PyRepr.list(inputs)} repeat a column")
     }
     val text = expr.strip()
     FeatureDef(name, inputs, Seq(name -> ddl), version, "sql", Some(text), fingerprint(text, name, ddl))
@@ -138,7 +138,7 @@ object SqlFeature {
       val matches = byKey.get(key).map(_.toSeq).getOrElse(Nil)
       if (matches.size > 1) {
         throw invalid(
-          s"Cannot register SQL feature '${f.name}': '$key' is ambiguous among columns ${pyList(matches)} " +
+          s"Cannot register SQL feature '${f.name}': '$key' is ambiguous among columns ${PyRepr.list(matches)} " +
             "(identifiers are case-insensitive); pass inputs=[...] explicitly")
       }
       if (matches.nonEmpty && !outputs.contains(key) && !found.contains(matches.head)) found += matches.head
@@ -196,14 +196,4 @@ object SqlFeature {
     }
     deps.keys.toSeq.sorted.foreach(visit)
   }
-
-  /** Python's `repr` of a string. */
-  def repr(s: String): String = {
-    val body = s.replace("\\", "\\\\")
-    if (s.contains("'") && !s.contains("\"")) "\"" + body + "\""
-    else "'" + body.replace("'", "\\'") + "'"
-  }
-
-  /** Python's `repr` of a list of strings. */
-  def pyList(items: Seq[String]): String = items.map(repr).mkString("[", ", ", "]")
 }

@@ -94,20 +94,35 @@ object FeatureProcedures {
     names
   }
 
+  /** `batches` as given: append names separated by commas (NULL: every batch). */
+  private def batches(a: ProcedureArgs): Option[Seq[String]] = a.optString("batches").map { text =>
+    val names = text.split(",", -1).map(_.trim).toSeq
+    if (names.exists(_.isEmpty)) throw a.invalid("batches", s"is '$text': give append names separated by commas")
+    names
+  }
+
   def backfill(reader: () => CatalogReader): Seq[OmniTableProcedure] = Seq(
     new OmniTableProcedure(
       "backfill",
       Seq(
         required("table", StringType, "the table's name"),
         required("features", StringType, "the SQL features (or their output columns) to compute, comma-separated"),
-        optional("branch", StringType, "'main'", "the branch to compute them on")
+        optional("branch", StringType, "'main'", "the branch to compute them on"),
+        optional(
+          "batches",
+          StringType,
+          "NULL",
+          "append names, comma-separated: only their fragments (NULL: every batch)")
       ),
       "Computes SQL features in the JVM where they are missing or stale (Table.backfill(features).run(spark)), " +
         "the SQL features they read first; one commit per step. A pandas feature fails: use Table.backfill."
     ) {
       override protected def run(a: ProcedureArgs): ProcedureResult = {
         val spark = org.apache.spark.sql.SparkSession.active
-        val done = new JvmBackfill(spark, reader(), failpoints).run(a.string("table"), a.string("branch"), targets(a))
+        val done = new JvmBackfill(
+          spark,
+          reader(),
+          failpoints).run(a.string("table"), a.string("branch"), targets(a), batches = batches(a))
         val rows = done.map(d =>
           InternalRow(str(d.feature), Int.box(d.fragments), Long.box(d.rows), Long.box(d.version)))
         new ProcedureResult(BackfillOutput, rows)
@@ -118,7 +133,12 @@ object FeatureProcedures {
       Seq(
         required("table", StringType, "the table's name"),
         required("features", StringType, "the SQL features (or their output columns) to retry, comma-separated"),
-        optional("branch", StringType, "'main'", "the branch to retry them on")
+        optional("branch", StringType, "'main'", "the branch to retry them on"),
+        optional(
+          "batches",
+          StringType,
+          "NULL",
+          "append names, comma-separated: only their fragments (NULL: every batch)")
       ),
       "Recomputes, in the JVM, the fragments whose current files of SQL features have failed records, and " +
         "whatever is missing or stale (Table.backfill(features, retry_errors=True).run(spark)). A pandas feature " +
@@ -127,7 +147,7 @@ object FeatureProcedures {
       override protected def run(a: ProcedureArgs): ProcedureResult = {
         val spark = org.apache.spark.sql.SparkSession.active
         val done = new JvmBackfill(spark, reader(), failpoints)
-          .run(a.string("table"), a.string("branch"), targets(a), retryErrors = true)
+          .run(a.string("table"), a.string("branch"), targets(a), retryErrors = true, batches = batches(a))
         val rows = done.map(d =>
           InternalRow(str(d.feature), Int.box(d.fragments), Long.box(d.rows), Long.box(d.version)))
         new ProcedureResult(BackfillOutput, rows)

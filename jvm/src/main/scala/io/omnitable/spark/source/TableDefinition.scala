@@ -5,7 +5,7 @@ import java.util.Locale
 import scala.util.Try
 
 import com.fasterxml.jackson.databind.{DeserializationFeature, JsonNode, ObjectMapper}
-import io.omnitable.spark.catalog.{CatalogTypes, DdlWriter, NewColumn, PyJson, SystemColumns, TableNames}
+import io.omnitable.spark.catalog.{CatalogTypes, DdlWriter, NewColumn, PyJson, PyRepr, SystemColumns, TableNames}
 import io.omnitable.spark.conf.OmniTableConf
 import io.omnitable.spark.errors.DdlErrors
 import org.apache.spark.sql.connector.catalog.{Column, TableCatalog}
@@ -147,7 +147,7 @@ private[source] object TableDefinition {
       val t = types.getOrElse(
         name,
         throw DdlErrors.invalidDefinition(
-          s"Cannot $what: key column ${Names.repr(name)} is not a column of the schema (${columns.map(_._1).mkString(", ")})")
+          s"Cannot $what: key column ${PyRepr.str(name)} is not a column of the schema (${columns.map(_._1).mkString(", ")})")
       )
       if (!keyTypeOk(t)) {
         throw DdlErrors.invalidDefinition(
@@ -173,30 +173,23 @@ private[source] object Names {
   def checkColumn(name: String): Unit =
     if (!ColumnName.matches(name) || name.startsWith("_ai_")) {
       throw DdlErrors.invalidDefinition(
-        s"Cannot use column name ${repr(name)}: names are 1-255 characters of letters, digits, '_' and '-', " +
+        s"Cannot use column name ${PyRepr.str(name)}: names are 1-255 characters of letters, digits, '_' and '-', " +
           "start with a letter or '_', and the prefix '_ai_' is reserved")
     }
 
   def checkGroup(group: String): Unit =
     if (!GroupName.matches(group)) {
       throw DdlErrors.invalidDefinition(
-        s"Cannot use column group ${repr(group)}: group names are 1-64 characters from [A-Za-z0-9_.-] and " +
+        s"Cannot use column group ${PyRepr.str(group)}: group names are 1-64 characters from [A-Za-z0-9_.-] and " +
           "start with a letter, digit or '_'")
     }
 
   def checkTable(name: String): Unit =
     if (!TableNames.validName(name)) {
       throw DdlErrors.invalidDefinition(
-        s"Cannot use table name ${repr(name)}: names are 1-128 characters of letters, digits and '_', " +
+        s"Cannot use table name ${PyRepr.str(name)}: names are 1-128 characters of letters, digits and '_', " +
           "starting with a letter or '_' (no path separators, dots, quotes or spaces)")
     }
-
-  /** Python's `repr` of a string (the quotes it picks; backslashes and quotes escaped). */
-  def repr(s: String): String = {
-    val body = s.replace("\\", "\\\\")
-    if (s.contains("'") && !s.contains("\"")) "\"" + body + "\""
-    else "'" + body.replace("'", "\\'") + "'"
-  }
 }
 
 /** Spark types → the DDL strings Python stores (vocabulary/types.py `to_ddl` of the canonical types). */
@@ -269,14 +262,14 @@ private[source] object PropertyCheck {
       case Some((_, rule)) =>
         expected(rule, value).foreach { e =>
           throw DdlErrors.invalidDefinition(
-            s"Cannot create table: property ${Names.repr(key)} must be $e, got ${Names.repr(value)}")
+            s"Cannot create table: property ${PyRepr.str(key)} must be $e, got ${PyRepr.str(value)}")
         }
       case None if Reserved.exists(key.startsWith) && !jvmReadKeys.contains(key) =>
         val known = PythonSettings.map(_._1) ++ jvmReadKeys
         val prefix = key.split("\\.", 2)(0) + "."
         val same = Some(known.filter(_.startsWith(prefix)).sorted).filter(_.nonEmpty).getOrElse(known.sorted)
         throw DdlErrors.invalidDefinition(
-          s"Cannot create table: unknown setting ${Names.repr(key)}; known: ${same.mkString(", ")}")
+          s"Cannot create table: unknown setting ${PyRepr.str(key)}; known: ${same.mkString(", ")}")
       case None =>
     }
   }

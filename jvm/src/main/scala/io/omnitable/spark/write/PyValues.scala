@@ -11,28 +11,10 @@ import org.apache.spark.sql.types._
 
 /**
  * Spark values as Python's backfill sees and prints them, for the error rows of SQL features
- * (python/omnitable/exec/task.py `_sql_outputs`): a string's `repr`, a double's `repr`, and
+ * (python/omnitable/exec/task.py `_sql_outputs`): a double's `repr` (a string's: [[PyRepr.str]]), and
  * `input_digest` (python/omnitable/isolation/policy.py) of one record's inputs.
  */
 object PyValues {
-
-  /** Python's `repr(s)` of a str: single quotes unless it holds `'` and no `"`, Python's escapes. */
-  def strRepr(s: String): String = {
-    val quote = if (s.contains('\'') && !s.contains('"')) '"' else '\''
-    val b = new StringBuilder().append(quote)
-    s.codePoints().forEach { cp =>
-      cp match {
-        case '\\' => b.append("\\\\")
-        case '\n' => b.append("\\n")
-        case '\r' => b.append("\\r")
-        case '\t' => b.append("\\t")
-        case c if c == quote => b.append('\\').append(quote)
-        case c if c < 0x20 || c == 0x7f => b.append(f"\\x$c%02x")
-        case c => b.appendAll(Character.toChars(c))
-      }
-    }
-    b.append(quote).toString
-  }
 
   /** Python's `repr(d)` of a finite, non-NaN float: the shortest digits that round-trip. */
   def floatRepr(d: Double): String = {
