@@ -113,6 +113,31 @@ def wh(catalog_spec: tuple[str, str | None]) -> Iterator[omnitable.Warehouse]:
     warehouse.close()
 
 
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def module_catalog_spec(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, str | None]:
+    """``catalog_spec`` shared by a module's tests: a module whose tests each use a table of
+    their own (a unique name) overrides ``catalog_spec`` and ``wh`` with these, and saves a
+    catalog (a PostgreSQL database) per test."""
+    tmp = tmp_path_factory.mktemp("shared-wh")
+    if request.param == "sqlite":
+        return str(tmp / "wh"), None
+    dbs = request.getfixturevalue("pg_databases")
+    return dbs.create(), str(tmp / "data")
+
+
+@pytest.fixture(scope="module")
+def module_wh(module_catalog_spec: tuple[str, str | None]) -> Iterator[omnitable.Warehouse]:
+    """``wh`` shared by a module's tests (see ``module_catalog_spec``)."""
+    uri, root = module_catalog_spec
+    warehouse = omnitable.connect(uri, root=root)
+    yield warehouse
+    warehouse.close()
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """One local[2] SparkSession with the OmniTable jar for the whole test process."""

@@ -1,7 +1,8 @@
 """Merges racing other writers, on SQLite and PostgreSQL (``wh``): a commit on the target or on
 the source lands between the merge's plan and its commit (failpoint ``merge.before_commit``),
 or a writer that planned before the merge commits after it. The merge plans again or conflicts
-cleanly; no commit of either side is ever lost, and every read equals the model."""
+cleanly; no commit of either side is ever lost, and every read equals the model. One warehouse
+per backend for the module (``module_wh``), a table of its own for each test (``name``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
@@ -37,8 +39,24 @@ Race = Callable[[str, Callable[[], Any], Callable[[], Any]], dict[str, Any]]  # 
 
 
 @pytest.fixture
-def t(wh: omnitable.Warehouse) -> omnitable.Table:
-    return make_table(wh)
+def catalog_spec(module_catalog_spec: tuple[str, str | None]) -> tuple[str, str | None]:
+    return module_catalog_spec
+
+
+@pytest.fixture
+def wh(module_wh: omnitable.Warehouse) -> omnitable.Warehouse:
+    return module_wh
+
+
+@pytest.fixture
+def name() -> str:
+    """The test's own table in the shared warehouse."""
+    return f"web_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def t(wh: omnitable.Warehouse, name: str) -> omnitable.Table:
+    return make_table(wh, name)
 
 
 def _three_way_setup(t: omnitable.Table) -> omnitable.Table:
@@ -272,8 +290,8 @@ def test_two_branches_merged_at_once(t: omnitable.Table, race: Race) -> None:
 CHILD = textwrap.dedent("""
     import sys
     import omnitable
-    uri, root = sys.argv[1:]
-    omnitable.connect(uri, root=root or None).table("web").merge("a")
+    uri, root, name = sys.argv[1:]
+    omnitable.connect(uri, root=root or None).table(name).merge("a")
     print("committed", flush=True)
 """)
 
@@ -282,13 +300,13 @@ CHILD = textwrap.dedent("""
     "point", ["commit.mid_insert", "fast_forward.mid_update"], ids=["three-way", "fast-forward"]
 )
 def test_a_merge_killed_mid_commit_leaves_both_branches_as_they_were(
-    wh: omnitable.Warehouse, catalog_spec: tuple[str, str | None], point: str
+    wh: omnitable.Warehouse, catalog_spec: tuple[str, str | None], name: str, point: str
 ) -> None:
     """The merging process dies inside its transaction (after some of its rows were written):
     main and the source read, version and list their history as before, and the merge then
     goes through."""
     uri, root = catalog_spec
-    t = make_table(wh)
+    t = make_table(wh, name)
     fast_forward = point.startswith("fast_forward")
     want = _fork_with_change(t, fast_forward)
     a = t.branch("a")
@@ -296,7 +314,7 @@ def test_a_merge_killed_mid_commit_leaves_both_branches_as_they_were(
     env = dict(os.environ, OMNITABLE_FAILPOINTS=f"{point}=exit",
                PYTHONPATH=os.pathsep.join(sys.path))  # fmt: skip
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, uri, root or ""],
+        [sys.executable, "-c", CHILD, uri, root or "", name],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 77, proc.stderr[-3000:]

@@ -5,7 +5,9 @@ the end right then (an in-process hook), then A commits. ``EXPECTED`` states eac
 outcome as data: ``None`` when both commit (they touch disjoint cells), else a pattern of A's
 ``CommitConflict`` message. Afterwards the table must satisfy the invariants of DESIGN §4: ids
 unique, every column file aligned with its fragment, no value silently NULL or wrong, ``status()``
-truthful, and nothing visible of a failed commit. On SQLite and PostgreSQL (``wh``).
+truthful, and nothing visible of a failed commit. On SQLite and PostgreSQL (``wh``): one
+warehouse per backend for the module (a catalog database costs more than a test), and a table of
+its own for each test (``name``: tables share nothing but the catalog).
 
 A second part kills a writer of each path inside the commit transaction (``commit.*``
 failpoints in a child process): nothing is visible, and the table still takes the commit.
@@ -20,6 +22,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,11 +41,28 @@ LEN_INT = omnitable.sql_feature("text_len", "length(text)", "int", "1")
 LEN_BIGINT = omnitable.sql_feature("text_len", "length(text)", "bigint", "2")
 
 
+@pytest.fixture
+def catalog_spec(module_catalog_spec: tuple[str, str | None]) -> tuple[str, str | None]:
+    return module_catalog_spec
+
+
+@pytest.fixture
+def wh(module_wh: omnitable.Warehouse) -> omnitable.Warehouse:
+    return module_wh
+
+
+@pytest.fixture
+def name() -> str:
+    """The test's own table in the shared warehouse."""
+    return f"docs_{uuid.uuid4().hex[:8]}"
+
+
 @dataclass
 class Ctx:
     """One race: the warehouse, Spark (when a writer needs it) and what each writer did."""
 
     wh: omnitable.Warehouse
+    name: str  # of the table
     spark: Any = None
     race: tuple[str, str] = ("", "")  # the kinds of writers A and B
     # column -> (ids it was given for, prefix of its values), by the last writer that ran
@@ -50,7 +70,7 @@ class Ctx:
     dropped: bool = False
 
     def table(self) -> omnitable.Table:
-        return self.wh.table("docs")
+        return self.wh.table(self.name)
 
 
 @dataclass(frozen=True)
@@ -227,9 +247,9 @@ def _upserted(ctx: Ctx, t: omnitable.Table, tag: str) -> bool:
 
 
 def _drop_recreate(ctx: Ctx, t: omnitable.Table, tag: str) -> object:
-    ctx.wh.drop_table("docs")
+    ctx.wh.drop_table(ctx.name)
     ctx.dropped = True
-    fresh = ctx.wh.create_table("docs", {"text": "string"})
+    fresh = ctx.wh.create_table(ctx.name, {"text": "string"})
     return fresh.append(pa.table({"text": ["reborn"]}), "b1")
 
 
@@ -267,7 +287,10 @@ def conflict(pattern: str) -> Outcome:
 _REMOVED = conflict(r"\d+ fragment\(s\) were removed by a concurrent commit")
 _REPLACED = conflict(r"the batch it replaces was changed by a concurrent commit")
 _CHANGED = conflict(r"column 'text_len' was renamed, retired or restored by a concurrent commit")
-_DISCARDS = conflict(r"Cannot roll back table 'docs' to version 1: version \d+ was committed after")
+# TABLE: the table's name (each test has its own)
+_DISCARDS = conflict(
+    r"Cannot roll back table 'TABLE' to version 1: version \d+ was committed after"
+)
 _REVERT_CHANGED = conflict(
     r"Cannot revert version 2 .*column id \d+ was renamed, retired or replaced"
 )
@@ -463,10 +486,10 @@ EXPECTED |= {
 def _setup(ctx: Ctx, keyed: bool = False) -> omnitable.Table:
     """Version 1: batch b1 of TEXTS; version 2: feature text_len registered."""
     if keyed:
-        t = ctx.wh.create_table("docs", {"key": "string", "text": "string"}, key="key")
+        t = ctx.wh.create_table(ctx.name, {"key": "string", "text": "string"}, key="key")
         t.upsert(pa.table({"key": KEYS, "text": TEXTS}), append_name="b1")
     else:
-        t = ctx.wh.create_table("docs", {"text": "string"})
+        t = ctx.wh.create_table(ctx.name, {"text": "string"})
         t.append(pa.table({"text": TEXTS}), "b1")
     t.register(LEN_INT)
     return t
@@ -485,11 +508,11 @@ PAIRS = [
 
 @pytest.mark.parametrize(("a", "b"), PAIRS)
 def test_racing_writers(
-    a: str, b: str, wh: omnitable.Warehouse, request: pytest.FixtureRequest
+    a: str, b: str, wh: omnitable.Warehouse, name: str, request: pytest.FixtureRequest
 ) -> None:
     wa, wb = WRITERS[a], WRITERS[b]
     spark = request.getfixturevalue("spark") if wa.spark or wb.spark else None
-    ctx = Ctx(wh, spark, (a, b))
+    ctx = Ctx(wh, name, spark, (a, b))
     _setup(ctx, wa.keyed or wb.keyed)
     ta, tb = ctx.table(), ctx.table()
     before: dict[str, int] = {}
@@ -506,7 +529,7 @@ def test_racing_writers(
             wa.run(ctx, ta, "a")
         else:
             assert not isinstance(expected, str)
-            with pytest.raises(expected[0], match=expected[1]):
+            with pytest.raises(expected[0], match=expected[1].replace("TABLE", name)):
                 wa.run(ctx, ta, "a")
     assert "version" in before, f"writer {a} never reached {wa.point}"
     t = ctx.table()
@@ -568,14 +591,14 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def run_in_child(uri: str, root: str, kind: str) -> None:
+def run_in_child(uri: str, root: str, name: str, kind: str) -> None:
     """Child process body: run writer ``kind`` against the warehouse (its commit is killed)."""
     wh = omnitable.connect(uri, root=root or None)
     spark = None
     if WRITERS[kind].spark:
         conf = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
         spark = omnitable.spark_session(wh, master="local[1]", **conf)
-    ctx = Ctx(wh, spark, (kind, ""))
+    ctx = Ctx(wh, name, spark, (kind, ""))
     WRITERS[kind].run(ctx, ctx.table(), "k")
     print("committed", flush=True)
 
@@ -602,13 +625,14 @@ def test_writer_killed_mid_commit(
     kind: str,
     wh: omnitable.Warehouse,
     catalog_spec: tuple[str, str | None],
+    name: str,
     request: pytest.FixtureRequest,
 ) -> None:
     """``os._exit`` after the commit inserted its rows (columns, features, files, lineage) but
     before the transaction ended: nothing is visible, and the same operation then commits. (The
     local append is covered, at every commit point, by tests/table/test_crash.py.)"""
     uri, root = catalog_spec
-    ctx = Ctx(wh, request.getfixturevalue("spark") if WRITERS[kind].spark else None)
+    ctx = Ctx(wh, name, request.getfixturevalue("spark") if WRITERS[kind].spark else None)
     t = _setup(ctx, WRITERS[kind].keyed)
     version, history = t.version, [h.op for h in t.history()]
     env = dict(
@@ -617,7 +641,7 @@ def test_writer_killed_mid_commit(
         PYTHONPATH=os.pathsep.join(sys.path),
     )
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, __file__, uri, root or "", kind],
+        [sys.executable, "-c", CHILD, __file__, uri, root or "", name, kind],
         env=env,
         capture_output=True,
         text=True,
@@ -636,8 +660,8 @@ def test_writer_killed_mid_commit(
 # -- upserts of the same keys ---------------------------------------------------------------
 
 
-def _keyed(wh: omnitable.Warehouse) -> omnitable.Table:
-    t = wh.create_table("keyed", {"key": "string", "text": "string", "tags": "array<string>"},
+def _keyed(wh: omnitable.Warehouse, name: str) -> omnitable.Table:
+    t = wh.create_table(name, {"key": "string", "text": "string", "tags": "array<string>"},
                         key="key")  # fmt: skip
     t.upsert(pa.table({"key": ["k0", "k1"], "text": ["t0", "t1"], "tags": [["s0"], ["s1"]]}))
     return t
@@ -659,11 +683,11 @@ def _row(t: omnitable.Table, key: str) -> list[dict[str, Any]]:
     ],
 )
 def test_upserts_inserting_the_same_key_apply_in_commit_order(
-    wh: omnitable.Warehouse, policy: str, text: str, tags: list[str]
+    wh: omnitable.Warehouse, name: str, policy: str, text: str, tags: list[str]
 ) -> None:
     """A and B both find key 'same' new; B commits first, so A's insert conflicts, A re-plans
     and merges into B's row under its policy: one row, the policy applied in commit order."""
-    t, other = _keyed(wh), wh.table("keyed")
+    t, other = _keyed(wh, name), wh.table(name)
     inserted = {}
 
     def writer_b() -> None:
@@ -676,15 +700,15 @@ def test_upserts_inserting_the_same_key_apply_in_commit_order(
     assert inserted == {"b": 1} and result.inserted == 0
     assert (result.merged, result.unchanged) == ((0, 1) if policy == "first_write_wins" else (1, 0))
     assert _row(t, "same") == [{"key": "same", "text": text, "tags": tags}]
-    check_invariants(Ctx(wh), t)
+    check_invariants(Ctx(wh, name), t)
 
 
 def test_upserts_of_disjoint_new_keys_both_commit(
-    wh: omnitable.Warehouse, caplog: pytest.LogCaptureFixture
+    wh: omnitable.Warehouse, name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """B's new rows change the table's rows after A probed its keys: A re-checks its keys
     against them at commit and commits, without re-planning."""
-    t, other = _keyed(wh), wh.table("keyed")
+    t, other = _keyed(wh, name), wh.table(name)
     b: list[Any] = []
 
     def writer_b() -> None:
@@ -700,16 +724,16 @@ def test_upserts_of_disjoint_new_keys_both_commit(
     assert not [r for r in caplog.records if "re-planning" in r.getMessage()]
     assert sorted(t.read(["key"]).column("key").to_pylist()) == ["k0", "k1", "x1", "x2"]
     assert _row(t, "x1")[0]["text"] == "one" and len(_row(t, "x2")) == 1
-    check_invariants(Ctx(wh), t)
+    check_invariants(Ctx(wh, name), t)
 
 
 @pytest.mark.parametrize("first", ["upsert", "update"])
 def test_upsert_and_update_of_the_same_cell_end_in_a_serial_order(
-    wh: omnitable.Warehouse, first: str
+    wh: omnitable.Warehouse, name: str, first: str
 ) -> None:
     """Writer ``first`` pauses before its commit while the other writes the same cell (text of
     k0): the update conflicts, the upsert re-plans; either way the end state is a serial one."""
-    t, other = _keyed(wh), wh.table("keyed")
+    t, other = _keyed(wh, name), wh.table(name)
     row_id = t.lookup(["k0"], [ROW_ID]).column(ROW_ID)[0].as_py()
 
     def upsert(table: omnitable.Table) -> object:
@@ -732,7 +756,7 @@ def test_upsert_and_update_of_the_same_cell_end_in_a_serial_order(
     assert final == serial[("update", "upsert")]  # the upsert re-planned, or the update failed
     ops = [h.op for h in t.history(2)]
     assert ops == (["upsert", "update"] if first == "upsert" else ["upsert", "upsert"])
-    check_invariants(Ctx(wh), t)
+    check_invariants(Ctx(wh, name), t)
 
 
 @pytest.mark.parametrize(
@@ -745,12 +769,12 @@ def test_upsert_and_update_of_the_same_cell_end_in_a_serial_order(
     ],
 )
 def test_an_upsert_after_a_delete_of_its_key_inserts_it_again(
-    wh: omnitable.Warehouse, policy: str, keys: list[str]
+    wh: omnitable.Warehouse, name: str, policy: str, keys: list[str]
 ) -> None:
     """The row an upsert merges into is deleted before the upsert commits: the upsert re-plans
     and inserts the key, as if it ran after the delete (its data is never merged into a deleted
     row and lost)."""
-    t, other = _keyed(wh), wh.table("keyed")
+    t, other = _keyed(wh, name), wh.table(name)
     data = pa.table({"key": keys, "text": [f"{k} again" for k in keys],
                      "tags": [[k] for k in keys]})  # fmt: skip
     with hooked("upsert.before_commit", lambda: other.delete(pc.field("key") == "k0")):
@@ -758,4 +782,4 @@ def test_an_upsert_after_a_delete_of_its_key_inserts_it_again(
     assert (result.inserted, result.merged, result.unchanged) == (len(keys), 0, 0)
     assert _row(t, "k0") == [{"key": "k0", "text": "k0 again", "tags": ["k0"]}]
     assert [h.op for h in t.history(2)] == ["upsert", "delete"]
-    check_invariants(Ctx(wh), t)
+    check_invariants(Ctx(wh, name), t)
