@@ -39,7 +39,9 @@ same commit; its Python reference appends them first, failpoint ``append.before_
 ``{"op": "rollback", "to": N}``: Table.rollback / CALL system.rollback; or ``{"op": "revert",
 "version": N}``, optionally with ``dependents``: Table.revert / CALL system.revert; or
 ``{"op": "merge_branch", "source": B}``, optionally with ``strategy``: Table.merge of branch B
-into main / CALL system.merge_branch) takes its
+into main / CALL system.merge_branch; or ``{"op": "backfill", "feature": F}``: a backfill of the
+SQL feature F, Python's ``Table.backfill([F]).run(spark)`` / the JVM's ``CALL
+system.backfill('web', F)``, failpoint ``backfill.before_commit``, after it computed) takes its
 snapshot, the ``concurrent`` steps run and commit, then the committing writer commits;
 ``expect`` is its outcome: ``version``, or a message fragment of ``conflict`` / ``not_found`` /
 ``exists`` / ``invalid``, and the table's ``batches`` (sorted names) and ``rows`` afterwards, and
@@ -122,7 +124,7 @@ def apply_step(wh: omnitable.Warehouse, step: dict[str, Any], base_next: int) ->
     """One writer step: ``append`` (optionally ``mode`` replace, ``ids_after_base``: supplied ids
     relative to the table's next free id after the base), ``drop_table``, ``add_columns``,
     ``delete`` (the row whose ``url`` is given), ``update`` (its ``score``), ``register`` (a SQL
-    feature ``name`` over ``score``), ``retire`` (``column``), ``backfill`` (``feature``, on
+    feature ``name``, a double: ``expr``, default ``score * 2``, at ``version``, default 1), ``retire`` (``column``), ``backfill`` (``feature``, on
     Spark), ``rollback`` / ``revert`` (``version``), ``create_branch`` (``name``), ``merge``
     (branch ``source`` into main), ``create_table`` (another table ``name`` keyed by ``key``).
     ``branch``: the step writes to that branch (default main)."""
@@ -187,7 +189,9 @@ _DATA_OPS: dict[str, Callable[[omnitable.Table, dict[str, Any]], Any]] = {
     "delete": _delete,
     "update": _update,
     "register": lambda t, s: t.register(
-        omnitable.sql_feature(s["name"], "score * 2", "double", "1")
+        omnitable.sql_feature(
+            s["name"], s.get("expr", "score * 2"), "double", s.get("version", "1")
+        )
     ),
     "retire": lambda t, s: t.retire(s["column"]),
     "backfill": _backfill,

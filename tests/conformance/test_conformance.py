@@ -3,7 +3,8 @@ run against the Python committer on SQLite and PostgreSQL (the ScalaTest Conform
 the same files against the JVM committer). The concurrent writer commits between the committing
 writer's snapshot and its commit (failpoint ``append.before_commit``, ``delete.before_commit``,
 ``update.before_commit``, or ``rollback.before_commit`` / ``revert.before_commit`` for a rollback
-/ revert, ``merge.before_commit`` for a ``merge_branch``)."""
+/ revert, ``merge.before_commit`` for a ``merge_branch``, ``backfill.before_commit`` for a
+``backfill``: after it computed)."""
 
 from __future__ import annotations
 
@@ -91,6 +92,13 @@ def _commit(wh: omnitable.Warehouse, scenario: dict[str, Any], base_next: int) -
             with hooked("merge.before_commit", concurrent):
                 merged = table.merge(commit["source"], strategy=commit.get("strategy", "fail"))
             return {"version": merged.version}
+        if op == "backfill":  # computed on the snapshot; the concurrent steps run at its commit
+            from pyspark.sql import SparkSession
+
+            spark = SparkSession.getActiveSession()
+            assert spark is not None
+            with hooked("backfill.before_commit", concurrent):
+                return {"version": table.backfill([commit["feature"]]).run(spark).version}
         if op == "delete":
             # one attempt, as a Spark SQL DELETE (Table.delete retries on a conflict)
             with hooked("delete.before_commit", concurrent):
@@ -120,7 +128,8 @@ def _commit(wh: omnitable.Warehouse, scenario: dict[str, Any], base_next: int) -
 
 def _uses_spark(scenario: dict[str, Any]) -> bool:
     phases = ("base", "concurrent", "around")
-    return any(s["op"] == "backfill" for p in phases for s in scenario.get(p, []))
+    steps_ = [*(s for p in phases for s in scenario.get(p, [])), scenario["commit"]]
+    return any(s.get("op") == "backfill" for s in steps_)
 
 
 @pytest.mark.parametrize("name", steps.names())

@@ -22,8 +22,9 @@ import org.scalatest.funsuite.AnyFunSuite
  * the committing append is a Spark `writeTo(...).append()` (a replace: `overwrite(lit(true))`,
  * INSERT OVERWRITE's plan), a `DELETE FROM`, an update ([[ColumnUpdate]]), a rollback
  * `CALL <catalog>.system.rollback('web', N)`, a revert `CALL <catalog>.system.revert('web', N)`, a merge
- * `CALL <catalog>.system.merge_branch('web', B)` (failpoint `merge.before_commit`),
- * and the concurrent steps run between its snapshot and its commit (failpoint
+ * `CALL <catalog>.system.merge_branch('web', B)` (failpoint `merge.before_commit`), a backfill
+ * `CALL <catalog>.system.backfill('web', F)` of a SQL feature (failpoint `backfill.before_commit`,
+ * after it computed), and the concurrent steps run between its snapshot and its commit (failpoint
  * `append.before_commit` / `delete.before_commit` / `update.before_commit` /
  * `rollback.before_commit` / `revert.before_commit`). A scenario's `around` steps (a Python
  * backfill) start first in a process of their own (the failpoint is set in its environment), held
@@ -39,6 +40,14 @@ class ConformanceSuite extends AnyFunSuite with PythonStepsSession {
     new File(root, "tests/conformance/scenarios").listFiles().map(_.getName).filter(_.endsWith(".json"))
       .map(_.stripSuffix(".json")).sorted.toSeq
   private val postgres: Option[String] = sys.env.get("OMNITABLE_TEST_POSTGRES_URL").filter(_.nonEmpty)
+
+  /**
+   * The PostgreSQL test server in the static configuration, as tests/conftest.py's session: a
+   * backfill reads its table through a read option, whose `env:` password is read only for a
+   * server configured at start (the catalogs here are set at run time, one per scenario).
+   */
+  override protected def sparkConf: Map[String, String] =
+    postgres.map("spark.omnitable.warehouses.test_postgres" -> _).toMap
 
   /** The `around` steps running in their own process, held at `backfill.before_commit`. */
   private final class Around(warehouse: String, dataRoot: String, name: String, baseNext: Long) {
@@ -121,6 +130,10 @@ class ConformanceSuite extends AnyFunSuite with PythonStepsSession {
             Failpoints.hooked("merge.before_commit")(concurrent()) {
               val (source, strategy) = (commit.get("source").asText(), commit.path("strategy").asText("fail"))
               spark.sql(s"CALL $catalog.system.merge_branch('web', '$source', strategy => '$strategy')").collect()
+            }
+          case "backfill" => // computed on its snapshot; the concurrent steps run at its commit
+            Failpoints.hooked("backfill.before_commit")(concurrent()) {
+              spark.sql(s"CALL $catalog.system.backfill('web', '${commit.get("feature").asText()}')").collect()
             }
           case _ => append(catalog, commit, baseNext, () => concurrent())
         })
