@@ -102,56 +102,53 @@ object FeatureProcedures {
   }
 
   def backfill(reader: () => CatalogReader): Seq[OmniTableProcedure] = Seq(
-    new OmniTableProcedure(
+    computing(
+      reader,
       "backfill",
-      Seq(
-        required("table", StringType, "the table's name"),
-        required("features", StringType, "the SQL features (or their output columns) to compute, comma-separated"),
-        optional("branch", StringType, "'main'", "the branch to compute them on"),
-        optional(
-          "batches",
-          StringType,
-          "NULL",
-          "append names, comma-separated: only their fragments (NULL: every batch)")
-      ),
+      "compute",
+      retryErrors = false,
       "Computes SQL features in the JVM where they are missing or stale (Table.backfill(features).run(spark)), " +
         "the SQL features they read first; one commit per step. A pandas feature fails: use Table.backfill."
-    ) {
-      override protected def run(a: ProcedureArgs): ProcedureResult = {
-        val spark = org.apache.spark.sql.SparkSession.active
-        val done = new JvmBackfill(
-          spark,
-          reader(),
-          failpoints).run(a.string("table"), a.string("branch"), targets(a), batches = batches(a))
-        val rows = done.map(d =>
-          InternalRow(str(d.feature), Int.box(d.fragments), Long.box(d.rows), Long.box(d.version)))
-        new ProcedureResult(BackfillOutput, rows)
-      }
-    },
-    new OmniTableProcedure(
+    ),
+    computing(
+      reader,
       "retry_errors",
-      Seq(
-        required("table", StringType, "the table's name"),
-        required("features", StringType, "the SQL features (or their output columns) to retry, comma-separated"),
-        optional("branch", StringType, "'main'", "the branch to retry them on"),
-        optional(
-          "batches",
-          StringType,
-          "NULL",
-          "append names, comma-separated: only their fragments (NULL: every batch)")
-      ),
+      "retry",
+      retryErrors = true,
       "Recomputes, in the JVM, the fragments whose current files of SQL features have failed records, and " +
         "whatever is missing or stale (Table.backfill(features, retry_errors=True).run(spark)). A pandas feature " +
         "fails: use the Python API."
+    )
+  )
+
+  /** `backfill` or `retry_errors` ([[JvmBackfill]] with `retryErrors`): one result row per feature computed. */
+  private def computing(
+      reader: () => CatalogReader,
+      name: String,
+      verb: String,
+      retryErrors: Boolean,
+      doc: String): OmniTableProcedure =
+    new OmniTableProcedure(
+      name,
+      Seq(
+        required("table", StringType, "the table's name"),
+        required("features", StringType, s"the SQL features (or their output columns) to $verb, comma-separated"),
+        optional("branch", StringType, "'main'", s"the branch to $verb them on"),
+        optional(
+          "batches",
+          StringType,
+          "NULL",
+          "append names, comma-separated: only their fragments (NULL: every batch)")
+      ),
+      doc
     ) {
       override protected def run(a: ProcedureArgs): ProcedureResult = {
         val spark = org.apache.spark.sql.SparkSession.active
         val done = new JvmBackfill(spark, reader(), failpoints)
-          .run(a.string("table"), a.string("branch"), targets(a), retryErrors = true, batches = batches(a))
+          .run(a.string("table"), a.string("branch"), targets(a), retryErrors, batches(a))
         val rows = done.map(d =>
           InternalRow(str(d.feature), Int.box(d.fragments), Long.box(d.rows), Long.box(d.version)))
         new ProcedureResult(BackfillOutput, rows)
       }
     }
-  )
 }

@@ -7,13 +7,12 @@ import java.time.LocalDate
 import scala.jdk.CollectionConverters._
 
 import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
-import io.omnitable.spark.PythonSteps
+import io.omnitable.spark.PythonStepsProcess
 import io.omnitable.spark.errors.OmniTableReadException
 import org.apache.hadoop.conf.Configuration
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow
 import org.apache.spark.sql.types._
 import org.apache.spark.unsafe.types.UTF8String
-import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
@@ -23,25 +22,15 @@ import org.scalatest.funsuite.AnyFunSuite
  * several columns), and [[KeyIndex]] reads the `_key_index.arrow` files the Python upsert writes,
  * masking deleted rows, finding what Python's probe finds, on SQLite and PostgreSQL.
  */
-class KeyIndexSuite extends AnyFunSuite with BeforeAndAfterAll {
+class KeyIndexSuite extends AnyFunSuite with PythonStepsProcess {
 
   private val json = new ObjectMapper()
-  private val steps = new PythonSteps("tests/spark/fixtures/key_index_steps.py")
+  override protected def stepsFile: String = "tests/spark/fixtures/key_index_steps.py"
   private val postgres: Option[String] = sys.env.get("OMNITABLE_TEST_POSTGRES_URL").filter(_.nonEmpty)
   private val conf = new Configuration()
 
-  override protected def beforeAll(): Unit = {
-    super.beforeAll()
-    steps.start()
-  }
-
-  override protected def afterAll(): Unit =
-    try steps.close()
-    finally super.afterAll()
-
-  private def python(args: String*): JsonNode =
-    try json.readTree(steps.call(args: _*))
-    catch { case e: PythonSteps.StepFailed => fail(e.getMessage) }
+  /** key_index_steps.py's answer to `args`, as JSON. */
+  private def pythonJson(args: String*): JsonNode = json.readTree(python(args: _*))
 
   private def unsigned(n: JsonNode): Long = java.lang.Long.parseUnsignedLong(n.asText())
 
@@ -66,7 +55,7 @@ class KeyIndexSuite extends AnyFunSuite with BeforeAndAfterAll {
   }
 
   test("the JVM key hash equals Python's key_hashes for every key type and width") {
-    val cases = python("vectors").elements().asScala.toSeq
+    val cases = pythonJson("vectors").elements().asScala.toSeq
     assert(cases.size >= 14)
     var checked = 0
     cases.foreach { c =>
@@ -99,9 +88,9 @@ class KeyIndexSuite extends AnyFunSuite with BeforeAndAfterAll {
       val dir = Files.createTempDirectory("omnitable-keyindex").toFile
       val (warehouse, dataRoot) = backend match {
         case "sqlite" => (new File(dir, "wh").getPath, "")
-        case _ => (python("newdb", postgres.get).asText(), new File(dir, "data").getPath)
+        case _ => (pythonJson("newdb", postgres.get).asText(), new File(dir, "data").getPath)
       }
-      val out = python("keyed", warehouse, dataRoot)
+      val out = pythonJson("keyed", warehouse, dataRoot)
       val reader = new CatalogReader(warehouse)
       val snap = reader.loadTable("kt", SnapshotSpec.Head)
       val fragments = reader.loadFragments(snap)
@@ -136,7 +125,7 @@ class KeyIndexSuite extends AnyFunSuite with BeforeAndAfterAll {
     val written = KeyIndex.write(tableUri, "frag-jvm", keys, conf)
     assert(written == KeyIndex.uri(tableUri, "frag-jvm") && new File(dir, s"frag-jvm/${KeyIndex.FileName}").isFile)
     val hashes = keys.map(k => Seq(java.lang.Long.toUnsignedString(k.h1), java.lang.Long.toUnsignedString(k.h2)))
-    val out = python("index", dir.getPath, "frag-jvm", json.writeValueAsString(hashes.map(_.toArray).toArray))
+    val out = pythonJson("index", dir.getPath, "frag-jvm", json.writeValueAsString(hashes.map(_.toArray).toArray))
     assert(out.get("same_as_python").asBoolean(), "the JVM's file differs from Python's")
     val offsets = out.get("offsets").elements().asScala.map(_.asLong()).toSeq
     assert(offsets == keys.indices.map(_.toLong) ++ Seq(-1L, -1L))
@@ -153,7 +142,7 @@ class KeyIndexSuite extends AnyFunSuite with BeforeAndAfterAll {
   test("an index file that is missing, not covering its fragment or not Arrow is refused") {
     val dir = Files.createTempDirectory("omnitable-keyindex").toFile
     val warehouse = new File(dir, "wh").getPath
-    python("keyed", warehouse, "")
+    pythonJson("keyed", warehouse, "")
     val reader = new CatalogReader(warehouse)
     val snap = reader.loadTable("kt", SnapshotSpec.Head)
     val frag = reader.loadFragments(snap).head
@@ -177,7 +166,7 @@ class KeyIndexSuite extends AnyFunSuite with BeforeAndAfterAll {
   test("two live rows holding one key are refused as a broken invariant") {
     val dir = Files.createTempDirectory("omnitable-keyindex").toFile
     val warehouse = new File(dir, "wh").getPath
-    val out = python("keyed", warehouse, "")
+    val out = pythonJson("keyed", warehouse, "")
     val reader = new CatalogReader(warehouse)
     val snap = reader.loadTable("kt", SnapshotSpec.Head)
     val frag = reader.loadFragments(snap).head.copy(deletes = None)
@@ -197,9 +186,9 @@ class KeyIndexSuite extends AnyFunSuite with BeforeAndAfterAll {
       val dir = Files.createTempDirectory("omnitable-keychecks").toFile
       val (warehouse, dataRoot) = backend match {
         case "sqlite" => (new File(dir, "wh").getPath, "")
-        case _ => (python("newdb", postgres.get).asText(), new File(dir, "data").getPath)
+        case _ => (pythonJson("newdb", postgres.get).asText(), new File(dir, "data").getPath)
       }
-      val out = python("key_checks", warehouse, dataRoot)
+      val out = pythonJson("key_checks", warehouse, dataRoot)
       val tableId = out.get("table_id").asText()
       val writer = new CatalogWriter(CatalogAddress.parse(warehouse))
       def verdicts(branch: String): (Long, Seq[Boolean], Seq[Boolean]) = {

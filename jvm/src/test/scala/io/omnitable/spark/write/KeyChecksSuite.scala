@@ -6,7 +6,7 @@ import java.nio.file.Files
 import scala.jdk.CollectionConverters._
 
 import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
-import io.omnitable.spark.PythonSteps
+import io.omnitable.spark.PythonStepsProcess
 import io.omnitable.spark.catalog.{
   CatalogAddress,
   CatalogReader,
@@ -18,7 +18,6 @@ import io.omnitable.spark.catalog.{
 }
 import io.omnitable.spark.errors.{OmniTableCommitException, WriteErrors}
 import org.apache.hadoop.conf.Configuration
-import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
@@ -28,25 +27,15 @@ import org.scalatest.funsuite.AnyFunSuite
  * deleting the row of a key it found, is Python's conflict (nothing committed); Python inserting
  * another key makes it re-check and land; no concurrent commit, it lands at once.
  */
-class KeyChecksSuite extends AnyFunSuite with BeforeAndAfterAll {
+class KeyChecksSuite extends AnyFunSuite with PythonStepsProcess {
 
   private val json = new ObjectMapper()
-  private val steps = new PythonSteps("tests/spark/fixtures/key_index_steps.py")
+  override protected def stepsFile: String = "tests/spark/fixtures/key_index_steps.py"
   private val postgres: Option[String] = sys.env.get("OMNITABLE_TEST_POSTGRES_URL").filter(_.nonEmpty)
   private val conf = new Configuration()
 
-  override protected def beforeAll(): Unit = {
-    super.beforeAll()
-    steps.start()
-  }
-
-  override protected def afterAll(): Unit =
-    try steps.close()
-    finally super.afterAll()
-
-  private def python(args: String*): JsonNode =
-    try json.readTree(steps.call(args: _*))
-    catch { case e: PythonSteps.StepFailed => fail(e.getMessage) }
+  /** key_index_steps.py's answer to `args`, as JSON. */
+  private def pythonJson(args: String*): JsonNode = json.readTree(python(args: _*))
 
   private def key(id: Long): KeyHash = KeyHash.of(Seq(id))
 
@@ -61,9 +50,9 @@ class KeyChecksSuite extends AnyFunSuite with BeforeAndAfterAll {
     val dir = Files.createTempDirectory("omnitable-keychecks").toFile
     val (warehouse, dataRoot) = backend match {
       case "sqlite" => (new File(dir, "wh").getPath, "")
-      case _ => (python("newdb", postgres.get).asText(), new File(dir, "data").getPath)
+      case _ => (pythonJson("newdb", postgres.get).asText(), new File(dir, "data").getPath)
     }
-    val base = python("kr", warehouse, dataRoot, """{"op": "create"}""").get("head").asLong()
+    val base = pythonJson("kr", warehouse, dataRoot, """{"op": "create"}""").get("head").asLong()
     val reader = new CatalogReader(warehouse)
     val snap = reader.loadTable("kr", SnapshotSpec.Head)
     assert(snap.snapshot.version == base)
@@ -72,7 +61,7 @@ class KeyChecksSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(probed(1).isEmpty, "key 100 is new")
     val at = probed(0).getOrElse(fail("key 1 is in the table"))
     val found = IndexedSeq(KeyChecks.Found(key(1L), fragments(at.fragment).fragmentId, at.offset))
-    concurrent.foreach(step => python("kr", warehouse, dataRoot, step))
+    concurrent.foreach(step => pythonJson("kr", warehouse, dataRoot, step))
     val commit = RowLevelCommit(
       snap.table.tableId,
       "kr",
@@ -91,7 +80,7 @@ class KeyChecksSuite extends AnyFunSuite with BeforeAndAfterAll {
           writer.commitRowLevel(c)
         })
       catch { case e: OmniTableCommitException => Left(e) }
-    (outcome, attempts, python("kr", warehouse, dataRoot, """{"op": "read"}"""))
+    (outcome, attempts, pythonJson("kr", warehouse, dataRoot, """{"op": "read"}"""))
   }
 
   private def conflict(outcome: Either[OmniTableCommitException, Long]): String = outcome match {
