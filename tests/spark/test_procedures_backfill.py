@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import text
 
 import omnitable
+from omnitable.spark.session import CATALOG_CLASS
 
 pytestmark = pytest.mark.spark
 
@@ -313,3 +314,42 @@ def test_a_backfill_killed_before_or_during_its_commit_leaves_nothing(
     assert all(s == "done" for (_, c), s in _states(t).items() if c == "label")
     assert _values(t)["label"] == ["x-a", "Yy-bb", "-ccc", None, "q-dddd", None]
     assert len(_parquet_files(tmp_path) - files) == 2
+
+
+def _as_localhost(uri: str) -> str:
+    """``uri`` with its host 127.0.0.1 written ``localhost``: the same server (loopback), named so
+    that the session's static configuration does not name it."""
+    assert "@127.0.0.1:" in uri, f"the test server is expected at 127.0.0.1: {uri}"
+    return uri.replace("@127.0.0.1:", "@localhost:", 1)
+
+
+@pytest.mark.postgres
+def test_a_catalog_bound_at_run_time_backfills_a_server_with_an_env_password(
+    spark: Any, pg_databases: Any, tmp_path: Path
+) -> None:
+    """A catalog added with ``spark.conf.set`` on a PostgreSQL warehouse whose password is
+    ``env:NAME`` reads its fragments through its own catalog, not a ``warehouse`` read option
+    (which the session's static configuration would have to name)."""
+    wh = omnitable.connect(pg_databases.create(), root=str(tmp_path / "data"))
+    try:
+        uri = _as_localhost(wh.uri)
+        assert ":env:" in uri
+        t = _table(wh, "web")
+        py = _table(wh, "py")
+        # the precondition: a read option naming this server is refused
+        with pytest.raises(Exception, match="OMNITABLE_CREDENTIAL_NOT_ALLOWED"):
+            spark.read.format("omnitable").option("warehouse", uri).load("web").collect()
+        name = f"omw_rt_{tmp_path.name[-8:]}".replace("-", "_")
+        spark.conf.set(f"spark.sql.catalog.{name}", CATALOG_CLASS)
+        spark.conf.set(f"spark.sql.catalog.{name}.warehouse", uri)
+        try:
+            assert [g[:3] for g in _backfill(spark, name, "twice")] == [
+                ("n_len@1", 2, 6),
+                ("twice@1", 2, 6),
+            ]
+            py.backfill(["twice"]).run(spark)
+            assert _values(t) == _values(py)
+        finally:
+            spark.conf.unset(f"spark.sql.catalog.{name}.warehouse")
+    finally:
+        wh.close()

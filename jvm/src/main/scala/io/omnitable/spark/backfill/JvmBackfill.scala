@@ -4,7 +4,7 @@ import scala.util.control.NonFatal
 
 import io.omnitable.spark.catalog._
 import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableCommitException, ProcedureErrors, WriteErrors}
-import io.omnitable.spark.write.{FeatureOutput, FragmentWork, SqlFeatureJob}
+import io.omnitable.spark.write.{FeatureOutput, FragmentWork, SqlFeatureJob, TableFrames}
 import org.apache.spark.sql.SparkSession
 
 /** What one feature's backfill did: fragments and rows computed, the version that committed them. */
@@ -19,7 +19,7 @@ final case class FeatureBackfilled(feature: String, fragments: Int, rows: Long, 
  * call plans again and skips them). Failpoints: `backfill.before_commit`, `backfill.after_commit`
  * and the commit's.
  */
-final class JvmBackfill(spark: SparkSession, reader: CatalogReader, failpoints: Failpoints) {
+final class JvmBackfill(spark: SparkSession, reader: CatalogReader, frames: TableFrames, failpoints: Failpoints) {
 
   def run(
       table: String,
@@ -68,7 +68,7 @@ final class JvmBackfill(spark: SparkSession, reader: CatalogReader, failpoints: 
     if (step.work.isEmpty) return Nil
     val work = step.work.map { case (n, fs) => n -> fs.map(f => FragmentWork(f.fragmentId, f.path, f.rowCount)) }
     val outputs =
-      SqlFeatureJob.run(spark, reader.warehouse, table, h.snap, branch, h.snap.snapshot.version, step.features, work)
+      SqlFeatureJob.run(spark, frames, table, h.snap, branch, h.snap.snapshot.version, step.features, work)
     val version =
       try {
         checkOutputs(step, outputs)

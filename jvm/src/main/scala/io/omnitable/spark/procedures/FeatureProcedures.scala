@@ -3,6 +3,7 @@ package io.omnitable.spark.procedures
 import io.omnitable.spark.backfill.JvmBackfill
 import io.omnitable.spark.catalog.{CatalogReader, Failpoints, FeatureRegistrar, RegisterOutcome, SqlFeature}
 import io.omnitable.spark.procedures.OmniTableProcedure.{optional, required}
+import io.omnitable.spark.write.TableFrames
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.util.GenericArrayData
 import org.apache.spark.sql.internal.SQLConf
@@ -101,9 +102,11 @@ object FeatureProcedures {
     names
   }
 
-  def backfill(reader: () => CatalogReader): Seq[OmniTableProcedure] = Seq(
+  /** `backfill` and `retry_errors`; their jobs read the table through `frames` (the catalog's reader). */
+  def backfill(reader: () => CatalogReader, frames: TableFrames): Seq[OmniTableProcedure] = Seq(
     computing(
       reader,
+      frames,
       "backfill",
       "compute",
       retryErrors = false,
@@ -112,6 +115,7 @@ object FeatureProcedures {
     ),
     computing(
       reader,
+      frames,
       "retry_errors",
       "retry",
       retryErrors = true,
@@ -124,6 +128,7 @@ object FeatureProcedures {
   /** `backfill` or `retry_errors` ([[JvmBackfill]] with `retryErrors`): one result row per feature computed. */
   private def computing(
       reader: () => CatalogReader,
+      frames: TableFrames,
       name: String,
       verb: String,
       retryErrors: Boolean,
@@ -144,7 +149,7 @@ object FeatureProcedures {
     ) {
       override protected def run(a: ProcedureArgs): ProcedureResult = {
         val spark = org.apache.spark.sql.SparkSession.active
-        val done = new JvmBackfill(spark, reader(), failpoints)
+        val done = new JvmBackfill(spark, reader(), frames, failpoints)
           .run(a.string("table"), a.string("branch"), targets(a), retryErrors, batches(a))
         val rows = done.map(d =>
           InternalRow(str(d.feature), Int.box(d.fragments), Long.box(d.rows), Long.box(d.version)))

@@ -2,6 +2,7 @@ package io.omnitable.spark.procedures
 
 import io.omnitable.spark.catalog.CatalogReader
 import io.omnitable.spark.errors.ProcedureErrors
+import io.omnitable.spark.write.TableFrames
 import org.apache.spark.sql.connector.catalog.Identifier
 import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure
 
@@ -11,14 +12,15 @@ import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure
  * rebases ([[UndoProcedures]]), the registration and backfill of SQL features
  * ([[FeatureProcedures]]) run in the JVM; the
  * operations only the Python engine performs are listed too, and calling one fails with the
- * Python API and CLI command to use instead.
+ * Python API and CLI command to use instead. `frames` reads tables through the catalog's reader,
+ * for the jobs procedures run.
  */
-final class OmniTableProcedures(reader: () => CatalogReader) {
+final class OmniTableProcedures(reader: () => CatalogReader, frames: TableFrames) {
   import OmniTableProcedures._
 
   private lazy val native: Map[String, OmniTableProcedure] =
     (RefProcedures.all(reader) ++ UndoProcedures.all(reader) ++ FeatureProcedures.all(reader) ++
-      FeatureProcedures.backfill(reader)).map(p =>
+      FeatureProcedures.backfill(reader, frames)).map(p =>
       p.name() -> p).toMap
 
   /** Every procedure name, sorted. */

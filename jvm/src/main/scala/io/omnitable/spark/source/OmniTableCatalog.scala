@@ -10,8 +10,9 @@ import io.omnitable.spark.conf.{OmniTableConf, SparkVersionCheck}
 import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableErrors}
 import io.omnitable.spark.metadata.{MetadataTable, MetadataTables}
 import io.omnitable.spark.procedures.OmniTableProcedures
+import io.omnitable.spark.write.TableFrames
 import org.apache.hadoop.fs.Path
-import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.analysis.{
   NamespaceAlreadyExistsException,
   NonEmptyNamespaceException,
@@ -32,6 +33,7 @@ import org.apache.spark.sql.connector.catalog.{
 import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure
 import org.apache.spark.sql.connector.expressions.Transform
 import org.apache.spark.sql.internal.SQLConf
+import org.apache.spark.sql.omnitable.SqlInternals
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
 /**
@@ -79,7 +81,17 @@ class OmniTableCatalog extends StagingTableCatalog with SupportsNamespaces with 
     cachedReader
   }
 
-  private lazy val procedures = new OmniTableProcedures(() => reader)
+  private lazy val procedures = new OmniTableProcedures(() => reader, CatalogFrames)
+
+  /** The tables of this catalog as DataFrames, read by its own reader (see [[TableFrames]]). */
+  private object CatalogFrames extends TableFrames {
+    override def read(table: String, options: Map[String, String]): DataFrame = {
+      val all = catalogOptions.filter { case (k, _) => !k.equalsIgnoreCase("warehouse") } ++ options +
+        (ReadOptions.Table -> table)
+      val handle = ReadOptions.parse(all).load(reader, all)
+      SqlInternals.dataFrame(SparkSession.active, new OmniTableTable(handle), all)
+    }
+  }
   override def loadProcedure(ident: Identifier): UnboundProcedure = procedures.load(ident)
   override def listProcedures(namespace: Array[String]): Array[Identifier] = procedures.list(namespace)
 

@@ -24,7 +24,8 @@ final case class FeatureOutput(feature: String, file: WrittenFile, typeErrors: S
 
 /**
  * One Spark job of a JVM backfill step (python/omnitable/exec/step_job.py for SQL features): the
- * step's fragments read whole, in order, through the `omnitable` source at `version` of `branch`;
+ * step's fragments read whole, in order, through the `omnitable` source at `version` of `branch`
+ * (by the catalog's own reader: [[TableFrames]]);
  * each feature's expression converted to its type as Python does (`TRY_CAST` under ANSI, `CAST`
  * otherwise) with a flag where a non-NULL value did not convert (the value as a string and the
  * inputs, Python's `sql_feature_exprs`); per fragment and feature, one
@@ -35,7 +36,7 @@ object SqlFeatureJob {
 
   def run(
       spark: SparkSession,
-      warehouse: String,
+      frames: TableFrames,
       table: String,
       snap: TableSnapshot,
       branch: String,
@@ -43,13 +44,14 @@ object SqlFeatureJob {
       features: Seq[FeatureDef],
       work: Map[String, Seq[FragmentWork]]): Seq[FeatureOutput] = {
     val fragments = work.values.flatten.toSeq.distinctBy(_.fragmentId)
-    val df = spark.read.format("omnitable")
-      .option("warehouse", warehouse)
-      .option("branch", branch)
-      .option("versionAsOf", version.toString)
-      .option("fragments", fragments.map(_.fragmentId).sorted.mkString(","))
-      .option("split_fragments", "false")
-      .load(table)
+    val df = frames.read(
+      table,
+      Map(
+        "branch" -> branch,
+        "versionAsOf" -> version.toString,
+        "fragments" -> fragments.map(_.fragmentId).sorted.mkString(","),
+        "split_fragments" -> "false")
+    )
     val ansi = spark.sessionState.conf.ansiEnabled
     val exprs = Seq("_ai_fragment_", "_ai_row_offset_", "_ai_unique_id_") ++ features.flatMap(flagged(_, ansi))
     val tasks = features.map(f => f.name -> rewriteTask(spark, snap, f)).toMap

@@ -1,10 +1,14 @@
 package org.apache.spark.sql.omnitable
 
+import scala.jdk.CollectionConverters._
+
+import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.Expression
 import org.apache.spark.sql.connector.catalog.Table
 import org.apache.spark.sql.connector.expressions.filter.Predicate
 import org.apache.spark.sql.connector.write.{RowLevelOperation, RowLevelOperationTable}
-import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Strategy
+import org.apache.spark.sql.execution.datasources.v2.{DataSourceV2Relation, DataSourceV2Strategy}
+import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
 /**
  * The `private[sql]` Spark SQL APIs OmniTable needs, in one place (this package sits inside
@@ -20,5 +24,11 @@ object SqlInternals {
   def rowLevelOperation(t: Table): Option[RowLevelOperation] = t match {
     case RowLevelOperationTable(_, op) => Some(op)
     case _ => None
+  }
+
+  /** A DataFrame reading `table` with read `options` (what `spark.read.format(...).load` builds). */
+  def dataFrame(spark: SparkSession, table: Table, options: Map[String, String]): DataFrame = {
+    val relation = DataSourceV2Relation.create(table, None, None, new CaseInsensitiveStringMap(options.asJava))
+    org.apache.spark.sql.classic.Dataset.ofRows(spark.asInstanceOf[org.apache.spark.sql.classic.SparkSession], relation)
   }
 }
