@@ -174,6 +174,39 @@ def test_named_arguments_on_a_branch(spark: Any, wh: omnitable.Warehouse, catalo
     assert set(_states(t).values()) == {"missing"}  # main untouched
 
 
+def test_checkpoint_fragments_commit_as_pythons_checkpoints_do(
+    spark: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    """``checkpoint_fragments => 1``: one commit per fragment of each step, as Python's
+    ``run(checkpoint_fragments=1)``; the result rows sum a feature's chunks."""
+    py, jvm = _table(wh, "py"), _table(wh, "web")
+    py.backfill(["twice"]).run(spark, checkpoint_fragments=1)
+    before = len(jvm.history())
+    rows = spark.sql(
+        f"CALL {catalog}.system.backfill(table => 'web', features => 'twice', "
+        "checkpoint_fragments => 1)"
+    ).collect()
+    got = [(r["feature"], r["fragments"], r["rows"], r["version"]) for r in rows]
+    assert len(jvm.history()) == before + 4  # 2 steps x 2 fragments
+    assert got == [("n_len@1", 2, 6, before + 1), ("twice@1", 2, 6, before + 3)]
+    assert _values(jvm) == _values(py)
+    assert _facts(wh, "web") == _facts(wh, "py")
+    for t in (py, jvm):
+        plans = [r["plan"] for r in t.runs() if r["kind"] == "backfill"]
+        assert [p["options"]["checkpoint_fragments"] for p in plans] == [1], plans
+        assert [p["steps"] for p in plans] == [[["n_len@1"], ["twice@1"]]]
+    # the run's plan and metrics are JSON of lists and objects (they were beans of Scala collections)
+    assert jvm.runs()[0]["metrics"]["versions"] == list(range(before, before + 4))
+    for bad in ("0", "-2"):
+        msg = _error(
+            spark,
+            f"CALL {catalog}.system.backfill(table => 'web', features => 'label', "
+            f"checkpoint_fragments => {bad})",
+        )
+        assert "checkpoint_fragments" in msg and "positive" in msg
+    assert len(jvm.history()) == before + 4  # nothing committed
+
+
 def test_refusals(spark: Any, wh: omnitable.Warehouse, catalog: str) -> None:
     t = wh.create_table("words", {"text": "string"})
     t.append(pa.table({"text": ["a", "b"]}), "b1")

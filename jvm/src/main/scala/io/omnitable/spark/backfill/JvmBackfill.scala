@@ -4,7 +4,7 @@ import scala.util.control.NonFatal
 
 import io.omnitable.spark.catalog._
 import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableCommitException, ProcedureErrors, WriteErrors}
-import io.omnitable.spark.write.{FeatureOutput, FragmentWork, SqlFeatureJob, TableFrames}
+import io.omnitable.spark.write.{CatalogRun, FeatureOutput, FragmentWork, SqlFeatureJob, TableFrames}
 import org.apache.spark.sql.SparkSession
 
 /** What one feature's backfill did: fragments and rows computed, the version that committed them. */
@@ -12,7 +12,8 @@ final case class FeatureBackfilled(feature: String, fragments: Int, rows: Long, 
 
 /**
  * `CALL system.backfill`: a backfill of SQL features run entirely in the JVM, as
- * python/omnitable/exec/runner.py runs a plan: a `backfill` run row, then per step (one commit per
+ * python/omnitable/exec/runner.py runs a plan: a `backfill` run row (its heartbeat refreshed
+ * every 30 s while it runs: [[CatalogRun]]), then per step (one commit per
  * step, as Python's default `checkpoint_fragments`) the head read again, the plan checked to
  * still hold, one Spark job computing and writing the step's files ([[SqlFeatureJob]]), and one
  * commit ([[BackfillCommitter]]). A failed step deletes its files; committed steps stay (a later
@@ -26,7 +27,8 @@ final class JvmBackfill(spark: SparkSession, reader: CatalogReader, frames: Tabl
       branch: String,
       targets: Seq[String],
       retryErrors: Boolean = false,
-      batches: Option[Seq[String]] = None): Seq[FeatureBackfilled] = {
+      batches: Option[Seq[String]] = None,
+      checkpointFragments: Option[Int] = None): Seq[FeatureBackfilled] = {
     val plan = BackfillPlanner.plan(reader, table, branch, targets, retryErrors, batches)
     if (plan.steps.isEmpty) return Nil
     val tableId = reader.loadTable(table, SnapshotSpec(branch = Some(branch))).table.tableId
@@ -36,21 +38,29 @@ final class JvmBackfill(spark: SparkSession, reader: CatalogReader, frames: Tabl
       "batches" -> plan.batches,
       "base_version" -> plan.baseVersion,
       "steps" -> plan.steps.map(_.features.map(_.id)),
-      "options" -> Map("engine" -> "spark-jvm")
+      "options" -> Map("engine" -> "spark-jvm", "checkpoint_fragments" -> checkpointFragments)
     )
-    val runId = writer.startRun(tableId, "backfill", described)
-    val done = scala.collection.mutable.ArrayBuffer.empty[FeatureBackfilled]
+    val run = CatalogRun.start(writer, tableId, "backfill", described)
+    val committed = scala.collection.mutable.ArrayBuffer.empty[FeatureBackfilled] // one per feature and chunk
+    val done = scala.collection.mutable.ArrayBuffer.empty[FeatureBackfilled] // one per feature and step
     try {
-      plan.steps.foreach(step => done ++= runStep(table, branch, runId, step))
-      writer.finishRun(runId, "succeeded", metrics(done.toSeq), None)
+      plan.steps.foreach { step =>
+        val chunks = BackfillJvmChunks.of(step, checkpointFragments)
+        val results = chunks.flatMap { c =>
+          val r = runStep(table, branch, run.runId, c)
+          committed ++= r
+          r
+        }
+        done ++= BackfillJvmChunks.merged(results)
+      }
+      run.succeeded(metrics(committed.toSeq))
     } catch {
       case NonFatal(e) =>
         val status = e match { // Python's RunScope: aborted on ErrorRatioExceeded
           case a: OmniTableAnalysisException if a.omniErrorClass == "OMNITABLE_ERROR_RATIO_EXCEEDED" => "aborted"
           case _ => "failed"
         }
-        try writer.finishRun(runId, status, metrics(done.toSeq), Option(e.getMessage))
-        catch { case NonFatal(_) => }
+        run.failed(Option(e.getMessage).getOrElse(e.toString), metrics(committed.toSeq), status)
         throw e
     }
     done.toSeq
@@ -212,4 +222,32 @@ final class JvmBackfill(spark: SparkSession, reader: CatalogReader, frames: Tabl
         ExpectedFile(fid, i, h.provider(fid, i).map(_.file.fileId), "input")) ++
         f.outputNames.flatMap(c => step.targets.get((fid, c)).map(t => ExpectedFile(fid, c, t, "target")))
     }
+}
+
+/** runner.py `_run_step`'s checkpoint chunks: a step cut into consecutive runs of fragments, each committed alone. */
+private[backfill] object BackfillJvmChunks {
+
+  /** The step's fragments (first seen first) in chunks of `size` (None: the whole step); each chunk keeps only its fragments' work, targets and retries. */
+  def of(step: BackfillStep, size: Option[Int]): Seq[BackfillStep] = {
+    val fragments = step.fragments
+    size.filter(_ < fragments.size).fold(Seq(step)) { n =>
+      fragments.grouped(n).toSeq.map { chunk =>
+        val ids = chunk.map(_.fragmentId).toSet
+        val work =
+          step.work.map { case (f, fs) => f -> fs.filter(fr => ids.contains(fr.fragmentId)) }.filter(_._2.nonEmpty)
+        step.copy(
+          features = step.features.filter(f => work.contains(f.name)),
+          work = work,
+          targets = step.targets.filter { case ((fid, _), _) => ids.contains(fid) },
+          retry = step.retry.map { case (f, m) => f -> m.filter { case (fid, _) => ids.contains(fid) } }
+        )
+      }
+    }
+  }
+
+  /** One result per feature of a step: fragments and rows summed over its chunks, the last chunk's version. */
+  def merged(results: Seq[FeatureBackfilled]): Seq[FeatureBackfilled] =
+    results.groupBy(_.feature).values.map { rs =>
+      FeatureBackfilled(rs.head.feature, rs.map(_.fragments).sum, rs.map(_.rows).sum, rs.map(_.version).max)
+    }.toSeq.sortBy(r => results.indexWhere(_.feature == r.feature))
 }

@@ -588,9 +588,22 @@ object CatalogWriter {
   lazy val host: String = java.net.InetAddress.getLocalHost.getHostName
   lazy val pid: Int = ProcessHandle.current().pid().toInt
 
-  /** JSON of a run's plan or metrics, keys sorted (Python's `json.dumps(sort_keys=True)`). */
-  def json(values: Map[String, Any]): String =
-    Json.writeValueAsString(new java.util.TreeMap[String, Any](values.asJava))
+  /**
+   * JSON of a run's plan or metrics, keys sorted at every level (Python's
+   * `json.dumps(sort_keys=True)`): nested Scala maps, sequences and options become JSON objects,
+   * arrays and values/null (Jackson alone would write a Scala collection as a bean).
+   */
+  def json(values: Map[String, Any]): String = Json.writeValueAsString(javaValue(values))
+
+  private def javaValue(v: Any): Any = v match {
+    case m: scala.collection.Map[_, _] =>
+      new java.util.TreeMap[String, Any](m.map { case (k, x) => k.toString -> javaValue(x) }.toMap.asJava)
+    case Some(x) => javaValue(x)
+    case None => null
+    case s: Iterable[_] => s.map(javaValue).toSeq.asJava
+    case a: Array[_] => a.toSeq.map(javaValue).asJava
+    case other => other
+  }
 
   private val CreateTable = """(?s)CREATE TABLE IF NOT EXISTS (\w+) \((.*)""".r
 

@@ -103,6 +103,13 @@ object FeatureProcedures {
   }
 
   /** `backfill` and `retry_errors`; their jobs read the table through `frames` (the catalog's reader). */
+  /** runner.py `RunOptions`: a positive number of fragments per commit, or None (one commit per step). */
+  private def checkpoint(a: ProcedureArgs): Option[Int] = a.optLong("checkpoint_fragments").map { n =>
+    if (n < 1 || n > Int.MaxValue)
+      throw a.invalid("checkpoint_fragments", s"is $n: give a positive number of fragments")
+    n.toInt
+  }
+
   def backfill(reader: () => CatalogReader, frames: TableFrames): Seq[OmniTableProcedure] = Seq(
     computing(
       reader,
@@ -143,14 +150,19 @@ object FeatureProcedures {
           "batches",
           StringType,
           "NULL",
-          "append names, comma-separated: only their fragments (NULL: every batch)")
+          "append names, comma-separated: only their fragments (NULL: every batch)"),
+        optional(
+          "checkpoint_fragments",
+          LongType,
+          "NULL",
+          "commit every this many fragments per step (NULL: once per step)")
       ),
       doc
     ) {
       override protected def run(a: ProcedureArgs): ProcedureResult = {
         val spark = org.apache.spark.sql.SparkSession.active
         val done = new JvmBackfill(spark, reader(), frames, failpoints)
-          .run(a.string("table"), a.string("branch"), targets(a), retryErrors, batches(a))
+          .run(a.string("table"), a.string("branch"), targets(a), retryErrors, batches(a), checkpoint(a))
         val rows = done.map(d =>
           InternalRow(str(d.feature), Int.box(d.fragments), Long.box(d.rows), Long.box(d.version)))
         new ProcedureResult(BackfillOutput, rows)

@@ -46,7 +46,7 @@ private[write] final class OmniTableBatchWrite(
   @volatile private var keepFiles = false
   @volatile private var extra: Seq[WrittenFragment] = Nil
 
-  @volatile private var run: Option[AppendRun] = None
+  @volatile private var run: Option[CatalogRun] = None
   @volatile private var startedAt = CatalogWriter.utcNow() // a CTAS's run: recorded at its commit
 
   override def createBatchWriterFactory(info: PhysicalWriteInfo): DataWriterFactory = {
@@ -121,7 +121,7 @@ private[write] final class OmniTableBatchWrite(
           run.foreach(_.failed(String.valueOf(e.getMessage)))
           throw e
       }
-    run.foreach(_.succeeded(fragments.map(_.rowCount).sum, version))
+    run.foreach(_.succeeded(AppendRun.metrics(fragments.map(_.rowCount).sum, version)))
   }
 
   override def abort(messages: Array[WriterCommitMessage]): Unit = {
