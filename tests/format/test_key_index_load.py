@@ -24,7 +24,13 @@ import omnitable
 from omnitable.exceptions import CorruptInputError
 from omnitable.format import keyindex
 from omnitable.format.fs import Location, resolve_location
-from omnitable.format.keyindex import index_path, load_key_index, write_key_index
+from omnitable.format.keyindex import (
+    FragmentSlot,
+    index_path,
+    load_key_index,
+    probe_fragments,
+    write_key_index,
+)
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self")
 
@@ -90,6 +96,54 @@ def test_mapped_and_read_indexes_agree(tmp_path: Path) -> None:
     n = len(h1)
     assert np.array_equal(found[:n], np.arange(n)) and (found[n:] == -1).all()
     assert load_key_index(location, "f0", n) is mapped  # cached
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_probes_equal_a_dict_of_the_entries(tmp_path: Path, seed: int) -> None:
+    """First halves drawn from a few values (runs of equal ones, at both ends too), queries of
+    stored, absent and out-of-range hashes: each probe answers what a dict of the entries does."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    pairs = {(int(a), int(b)) for a, b in rng.integers(1, [9, 2**40], (n, 2))}
+    h1 = np.array([a for a, _ in pairs], dtype=np.uint64)
+    h2 = np.array([b for _, b in pairs], dtype=np.uint64)
+    location = resolve_location(str(tmp_path))
+    write_key_index(location, "f0", h1, h2)
+    index = load_key_index(location, "f0", len(h1))
+    model = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(h1, h2, strict=True))}
+    q1 = np.concatenate([h1, h1, rng.integers(0, 11, 100, dtype=np.uint64)])
+    q2 = np.concatenate([h2, h2 ^ np.uint64(1), rng.integers(0, 2**40, 100, dtype=np.uint64)])
+    q2[-100:-50] = h2[rng.integers(0, len(h2), 50)]  # stored second halves, other first ones
+    order = np.argsort(q1)  # probed as probe_fragments does: sorted by first half
+    got = np.empty(len(q1), dtype=np.int64)
+    got[order] = index.probe(q1[order], q2[order])
+    want = [model.get((int(a), int(b)), -1) for a, b in zip(q1, q2, strict=True)]
+    assert got.tolist() == want
+    assert index.probe(q1[:0], q2[:0]).tolist() == []
+
+
+def test_probing_fragments_mapped_or_read_in_parallel_agrees(tmp_path: Path) -> None:
+    """Three fragments (the second with deleted rows): probed through mapped files, then
+    through the fsspec view (not cached: read in parallel), the same hits."""
+    location = resolve_location(str(tmp_path))
+    hashes = [_hashes(400, 20 + i) for i in range(3)]
+    for i, (h1, h2) in enumerate(hashes):
+        write_key_index(location, f"f{i}", h1, h2)
+    deleted = np.zeros(400, dtype=bool)
+    deleted[::3] = True
+    slots = [FragmentSlot(f"f{i}", 400, deleted if i == 1 else None) for i in range(3)]
+    q1 = np.concatenate([h for h, _ in hashes] + [np.array([5], dtype=np.uint64)])
+    q2 = np.concatenate([h for _, h in hashes] + [np.array([5], dtype=np.uint64)])
+    where, offsets = probe_fragments(location, slots, q1, q2)
+    live = np.concatenate([np.ones(400, bool), ~deleted, np.ones(400, bool), [False]])
+    assert (
+        where.tolist() == np.where(live, np.repeat([0, 1, 2, -1], [400, 400, 400, 1]), -1).tolist()
+    )
+    assert offsets.tolist() == np.where(live, np.r_[np.tile(np.arange(400), 3), 0], -1).tolist()
+    assert keyindex._CACHE.usage() == (3, 0, 3)
+    read = probe_fragments(_fsspec_view(location), slots, q1, q2)
+    assert read[0].tolist() == where.tolist() and read[1].tolist() == offsets.tolist()
+    assert keyindex._CACHE.usage() == (6, 1200, 3)
 
 
 @linux_only

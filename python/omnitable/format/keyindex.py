@@ -70,16 +70,23 @@ class KeyIndex:
     offset: np.ndarray
 
     def probe(self, q1: np.ndarray, q2: np.ndarray) -> np.ndarray:
-        """Row offset of each queried hash in this fragment (-1: absent)."""
-        lo = np.searchsorted(self.h1, q1, side="left")
-        hi = np.searchsorted(self.h1, q1, side="right")
+        """Row offset of each queried hash in this fragment (-1: absent). One binary search per
+        hash (faster when ``q1`` is sorted: numpy starts each search where the last ended)."""
         out = np.full(len(q1), -1, dtype=np.int64)
-        one = np.flatnonzero(hi - lo == 1)
+        n = len(self.h1)
+        if not n or not len(q1):
+            return out
+        lo = np.searchsorted(self.h1, q1, side="left")
+        first = self.h1[np.minimum(lo, n - 1)] == q1  # lo == n: h1[n - 1] < q1
+        nxt = np.minimum(lo + 1, n - 1)
+        run = first & (lo + 1 < n) & (self.h1[nxt] == q1)  # more than one entry: rare
+        one = np.flatnonzero(first & ~run)
         hit = one[self.h2[lo[one]] == q2[one]]
         out[hit] = self.offset[lo[hit]]
-        for i in np.flatnonzero(hi - lo > 1):  # equal first halves: rare, compare the second
-            j = lo[i] + np.searchsorted(self.h2[lo[i] : hi[i]], q2[i])
-            if j < hi[i] and self.h2[j] == q2[i]:
+        for i in np.flatnonzero(run):  # equal first halves: search the second among them
+            hi = int(np.searchsorted(self.h1, q1[i], side="right"))
+            j = lo[i] + np.searchsorted(self.h2[lo[i] : hi], q2[i])
+            if j < hi and self.h2[j] == q2[i]:
                 out[i] = self.offset[j]
         return out
 
@@ -209,8 +216,7 @@ def probe_fragments(
     offsets = np.full(len(q1), -1, dtype=np.int64)
     if not fragments or not len(q1):
         return where, offsets
-    with ThreadPoolExecutor(max_workers=min(8, len(fragments))) as pool:
-        indexes = list(pool.map(lambda s: load_key_index(location, s.path, s.row_count), fragments))
+    indexes = _load_all(location, fragments)
     order = np.argsort(q1)  # sorted queries: the binary searches walk the index in order
     q1, q2 = q1[order], q2[order]
     for pos, (slot, index) in enumerate(zip(fragments, indexes, strict=True)):
@@ -229,3 +235,13 @@ def probe_fragments(
     out_where, out_offsets = np.empty_like(where), np.empty_like(offsets)
     out_where[order], out_offsets[order] = where, offsets
     return out_where, out_offsets
+
+
+def _load_all(location: Location, fragments: Sequence[FragmentSlot]) -> list[KeyIndex]:
+    """The fragments' indexes. Files not cached are read in parallel from a remote filesystem;
+    local ones are mapped in turn (mapping reads only the footer: threads would cost more)."""
+    missing = [s for s in fragments if _CACHE.get(location.child_uri(index_path(s.path))) is None]
+    if len(missing) > 1 and not isinstance(location.fs, pafs.LocalFileSystem):
+        with ThreadPoolExecutor(max_workers=min(8, len(missing))) as pool:
+            list(pool.map(lambda s: load_key_index(location, s.path, s.row_count), missing))
+    return [load_key_index(location, s.path, s.row_count) for s in fragments]
