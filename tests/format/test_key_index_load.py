@@ -211,7 +211,8 @@ def test_index_files_of_another_layout_are_corrupt_input(tmp_path: Path, read: b
     with pytest.raises(CorruptInputError, match="it has 100 rows .* the fragment has 101 rows"):
         load_key_index(view, "f0", 101)
     scheme = {b"omnitable.key_hash": b"other-hash"}
-    good = {"h1": pa.array(h1), "h2": pa.array(h2), "offset": pa.array(np.arange(100))}
+    order = np.lexsort((h2, h1))
+    good = {"h1": pa.array(h1[order]), "h2": pa.array(h2[order]), "offset": pa.array(order)}
     bad = {
         "other scheme": pa.table(good, metadata=scheme),
         "no scheme": pa.table(good),
@@ -223,11 +224,16 @@ def test_index_files_of_another_layout_are_corrupt_input(tmp_path: Path, read: b
             metadata=keyindex._SCHEMA.metadata,
         ),
     }
+    not_null = pa.schema(
+        [f.with_nullable(False) for f in keyindex._SCHEMA], keyindex._SCHEMA.metadata
+    )
+    _write_table(location, "not-null", pa.table(good, schema=not_null))
+    assert load_key_index(view, "not-null", 100).probe(h1, h2).tolist() == list(range(100))
     for name, table in bad.items():
         _write_table(location, name.replace(" ", "-"), table)
         with pytest.raises(CorruptInputError, match="Cannot use key index"):
             load_key_index(view, name.replace(" ", "-"), 100)
-    assert keyindex._CACHE.usage() == (0, 0, 0)
+    assert keyindex._CACHE.usage()[0] == 1  # the not-null one
 
 
 def test_the_cache_bounds_read_rows_and_mapped_files_apart(tmp_path: Path) -> None:

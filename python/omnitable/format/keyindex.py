@@ -176,7 +176,8 @@ def load_key_index(location: Location, fragment_path: str, row_count: int) -> Ke
             f"{scheme or 'no scheme'!r}, the fragment has {row_count} rows and this version "
             f"reads {HASH_SCHEME!r}"
         )
-    if not table.schema.equals(_SCHEMA) or any(c.null_count for c in table.columns):
+    columns = [(f.name, f.type) for f in table.schema]  # nullable or not: any writer's
+    if columns != [(f.name, f.type) for f in _SCHEMA] or any(c.null_count for c in table.columns):
         layout = table.schema.to_string(show_schema_metadata=False).replace("\n", ", ")
         raise CorruptInputError(
             f"Cannot use key index {uri}: its columns are {layout} (nulls: "
