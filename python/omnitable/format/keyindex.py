@@ -8,6 +8,12 @@ fragment's visibility (time travel, rollback, revert) with no catalog row of its
 index of a snapshot is the union of its live fragments' files, deleted rows masked by their
 deletion vectors; keys are unique among live rows. Files are immutable, so a process keeps the
 ones it loaded in a bounded cache.
+
+Local index files are memory-mapped, not read: the arrays are zero-copy views of the mapping, so
+a probe touches only the pages its binary searches visit and a cold lookup does not read (or
+copy) whole files. The mapping lives as long as the arrays (its file descriptor is closed at
+once); a file deleted or replaced by a rename while mapped stays readable through the mapping
+(Linux keeps the old inode). Other filesystems read the file into memory.
 """
 
 from __future__ import annotations
@@ -20,13 +26,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from omnitable.exceptions import CorruptInputError
 from omnitable.format.fs import Location
 from omnitable.vocabulary.keys import HASH_SCHEME
 
 INDEX_FILE = "_key_index.arrow"
-_CACHE_ROWS = 50_000_000  # ~1.2 GB of index held in memory at most
+_CACHE_ROWS = 50_000_000  # ~1.2 GB of index read into memory at most
+_CACHE_MAPS = 4_096  # memory-mapped files kept (their pages are the kernel's to evict)
 _SCHEMA = pa.schema(
     [("h1", pa.uint64()), ("h2", pa.uint64()), ("offset", pa.int64())],
     metadata={"omnitable.key_hash": HASH_SCHEME},
@@ -62,71 +70,103 @@ class KeyIndex:
     offset: np.ndarray
 
     def probe(self, q1: np.ndarray, q2: np.ndarray) -> np.ndarray:
-        """Row offset of each queried hash in this fragment (-1: absent)."""
-        lo = np.searchsorted(self.h1, q1, side="left")
-        hi = np.searchsorted(self.h1, q1, side="right")
+        """Row offset of each queried hash in this fragment (-1: absent). One binary search per
+        hash (faster when ``q1`` is sorted: numpy starts each search where the last ended)."""
         out = np.full(len(q1), -1, dtype=np.int64)
-        one = np.flatnonzero(hi - lo == 1)
+        n = len(self.h1)
+        if not n or not len(q1):
+            return out
+        lo = np.searchsorted(self.h1, q1, side="left")
+        first = self.h1[np.minimum(lo, n - 1)] == q1  # lo == n: h1[n - 1] < q1
+        nxt = np.minimum(lo + 1, n - 1)
+        run = first & (lo + 1 < n) & (self.h1[nxt] == q1)  # more than one entry: rare
+        one = np.flatnonzero(first & ~run)
         hit = one[self.h2[lo[one]] == q2[one]]
         out[hit] = self.offset[lo[hit]]
-        for i in np.flatnonzero(hi - lo > 1):  # equal first halves: rare, compare the second
-            j = lo[i] + np.searchsorted(self.h2[lo[i] : hi[i]], q2[i])
-            if j < hi[i] and self.h2[j] == q2[i]:
+        for i in np.flatnonzero(run):  # equal first halves: search the second among them
+            hi = int(np.searchsorted(self.h1, q1[i], side="right"))
+            j = lo[i] + np.searchsorted(self.h2[lo[i] : hi], q2[i])
+            if j < hi and self.h2[j] == q2[i]:
                 out[i] = self.offset[j]
         return out
 
 
 class _Cache:
-    """Loaded index files by URI (they never change), least recently used evicted first."""
+    """Loaded index files by URI (they never change), least recently used evicted first.
 
-    def __init__(self, max_rows: int) -> None:
+    Two bounds: rows of the indexes read into memory (``max_rows``), and the number of
+    memory-mapped ones (``max_maps``: each holds a mapping and address space, not memory the
+    kernel cannot reclaim)."""
+
+    def __init__(self, max_rows: int, max_maps: int) -> None:
         self.max_rows = max_rows
-        self._items: OrderedDict[str, KeyIndex] = OrderedDict()
+        self.max_maps = max_maps
+        self._items: OrderedDict[str, tuple[KeyIndex, bool]] = OrderedDict()
         self._rows = 0
+        self._maps = 0
         self._lock = threading.Lock()
 
     def get(self, uri: str) -> KeyIndex | None:
         with self._lock:
             found = self._items.get(uri)
-            if found is not None:
-                self._items.move_to_end(uri)
-            return found
+            if found is None:
+                return None
+            self._items.move_to_end(uri)
+            return found[0]
 
-    def put(self, uri: str, index: KeyIndex) -> None:
+    def put(self, uri: str, index: KeyIndex, mapped: bool) -> None:
         with self._lock:
             if uri in self._items:
                 return
-            self._items[uri] = index
-            self._rows += len(index.h1)
-            while self._rows > self.max_rows and len(self._items) > 1:
-                _, old = self._items.popitem(last=False)
-                self._rows -= len(old.h1)
+            self._items[uri] = (index, mapped)
+            self._count(index, mapped, 1)
+            while len(self._items) > 1 and (
+                self._rows > self.max_rows or self._maps > self.max_maps
+            ):
+                _, (old, old_mapped) = self._items.popitem(last=False)
+                self._count(old, old_mapped, -1)
+
+    def _count(self, index: KeyIndex, mapped: bool, sign: int) -> None:
+        if mapped:
+            self._maps += sign
+        else:
+            self._rows += sign * len(index.h1)
+
+    def usage(self) -> tuple[int, int, int]:
+        """Files held, rows read into memory, files memory-mapped."""
+        with self._lock:
+            return len(self._items), self._rows, self._maps
 
     def clear(self) -> None:
-        """Forget every loaded index (the next probes read the files again)."""
+        """Forget every loaded index (the next probes load the files again)."""
         with self._lock:
             self._items.clear()
             self._rows = 0
+            self._maps = 0
 
 
-_CACHE = _Cache(_CACHE_ROWS)
+_CACHE = _Cache(_CACHE_ROWS, _CACHE_MAPS)
 
 
 def load_key_index(location: Location, fragment_path: str, row_count: int) -> KeyIndex:
-    """A fragment's index (cached).
+    """A fragment's index (cached; memory-mapped on the local filesystem).
 
     Raises:
-        CorruptInputError: the file is missing, unreadable, of another hash scheme, or does not
-            cover the fragment's ``row_count`` rows.
+        CorruptInputError: the file is missing, unreadable, of another hash scheme or layout,
+            or does not cover the fragment's ``row_count`` rows.
     """
     rel = index_path(fragment_path)
     uri = location.child_uri(rel)
     cached = _CACHE.get(uri)
     if cached is not None:
         return cached
+    mapped = isinstance(location.fs, pafs.LocalFileSystem)
+    path = location.child_path(rel)
     try:
-        with location.fs.open_input_file(location.child_path(rel)) as handle:
-            table = pa.ipc.open_file(handle).read_all()
+        source = pa.memory_map(path, "r") if mapped else location.fs.open_input_file(path)
+        with source:
+            table = pa.ipc.open_file(source).read_all()
+        table.validate()  # buffers cover the lengths the file claims: the views stay in bounds
     except (OSError, pa.ArrowInvalid) as exc:
         raise CorruptInputError(f"Cannot read key index {uri}: {exc}") from exc
     scheme = (table.schema.metadata or {}).get(b"omnitable.key_hash", b"").decode()
@@ -136,9 +176,23 @@ def load_key_index(location: Location, fragment_path: str, row_count: int) -> Ke
             f"{scheme or 'no scheme'!r}, the fragment has {row_count} rows and this version "
             f"reads {HASH_SCHEME!r}"
         )
-    index = KeyIndex(*(np.asarray(table.column(c).to_numpy()) for c in ("h1", "h2", "offset")))
-    _CACHE.put(uri, index)
+    columns = [(f.name, f.type) for f in table.schema]  # nullable or not: any writer's
+    if columns != [(f.name, f.type) for f in _SCHEMA] or any(c.null_count for c in table.columns):
+        layout = table.schema.to_string(show_schema_metadata=False).replace("\n", ", ")
+        raise CorruptInputError(
+            f"Cannot use key index {uri}: its columns are {layout} (nulls: "
+            f"{[c.null_count for c in table.columns]}), this version reads h1 uint64, h2 "
+            "uint64, offset int64 without nulls"
+        )
+    index = KeyIndex(*(_column(table, c) for c in ("h1", "h2", "offset")))
+    _CACHE.put(uri, index, mapped)
     return index
+
+
+def _column(table: pa.Table, name: str) -> np.ndarray:
+    """A column as numpy: a zero-copy view of the file's buffer when it is one chunk (always,
+    for the files this module writes), a copy otherwise."""
+    return np.asarray(table.column(name).to_numpy())
 
 
 @dataclass(frozen=True)
@@ -163,8 +217,7 @@ def probe_fragments(
     offsets = np.full(len(q1), -1, dtype=np.int64)
     if not fragments or not len(q1):
         return where, offsets
-    with ThreadPoolExecutor(max_workers=min(8, len(fragments))) as pool:
-        indexes = list(pool.map(lambda s: load_key_index(location, s.path, s.row_count), fragments))
+    indexes = _load_all(location, fragments)
     order = np.argsort(q1)  # sorted queries: the binary searches walk the index in order
     q1, q2 = q1[order], q2[order]
     for pos, (slot, index) in enumerate(zip(fragments, indexes, strict=True)):
@@ -183,3 +236,13 @@ def probe_fragments(
     out_where, out_offsets = np.empty_like(where), np.empty_like(offsets)
     out_where[order], out_offsets[order] = where, offsets
     return out_where, out_offsets
+
+
+def _load_all(location: Location, fragments: Sequence[FragmentSlot]) -> list[KeyIndex]:
+    """The fragments' indexes. Files not cached are read in parallel from a remote filesystem;
+    local ones are mapped in turn (mapping reads only the footer: threads would cost more)."""
+    missing = [s for s in fragments if _CACHE.get(location.child_uri(index_path(s.path))) is None]
+    if len(missing) > 1 and not isinstance(location.fs, pafs.LocalFileSystem):
+        with ThreadPoolExecutor(max_workers=min(8, len(missing))) as pool:
+            list(pool.map(lambda s: load_key_index(location, s.path, s.row_count), missing))
+    return [load_key_index(location, s.path, s.row_count) for s in fragments]
