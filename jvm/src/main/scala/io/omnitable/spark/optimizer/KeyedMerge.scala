@@ -2,11 +2,13 @@ package io.omnitable.spark.optimizer
 
 import java.util.Locale
 
-import scala.jdk.CollectionConverters._
-import scala.util.control.NonFatal
-
+import io.omnitable.spark.errors.WriteErrors
+import io.omnitable.spark.source.OmniTableTable
+import io.omnitable.spark.write.RowChanges
+import org.apache.spark.sql.catalyst.analysis.EliminateSubqueryAliases
 import org.apache.spark.sql.catalyst.expressions.{And, Attribute, AttributeSet, EqualTo, Expression}
 import org.apache.spark.sql.catalyst.plans.logical.{Assignment, InsertAction, MergeAction, MergeIntoTable, UpdateAction}
+import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation
 
 /**
  * Recognises a `MERGE INTO` a keyed table (property `table.key`) that the keyed path can commit as
@@ -27,14 +29,48 @@ object KeyedMerge {
   final case class Recognized(keys: Seq[(Attribute, Attribute)], updates: Seq[UpdateAction], inserts: Seq[InsertAction])
 
   /** The key columns of a keyed table (`table.key`: a JSON list of names, or one name); empty when not keyed. */
-  def keyColumns(properties: Map[String, String]): Seq[String] = properties.get("table.key") match {
-    case None => Nil
-    case Some(raw) =>
-      try {
-        val node = new com.fasterxml.jackson.databind.ObjectMapper().readTree(raw)
-        if (node.isArray) node.elements().asScala.map(_.asText()).toSeq else Seq(node.asText())
-      } catch { case NonFatal(_) => Seq(raw) }
+  def keyColumns(properties: Map[String, String]): Seq[String] = RowChanges.keyColumns(properties)
+
+  /**
+   * Refuses (`OMNITABLE_KEYED_TABLE`, saying what is allowed) a resolved MERGE into a keyed
+   * OmniTable table that inserts rows and is not a keyed merge ([[recognize]]), or whose UPDATE
+   * assigns a key column a value other than its own; other tables and statements pass. Called by
+   * [[ResolveOmniTableMerge]] before it aligns the clauses.
+   */
+  def check(m: MergeIntoTable): Unit = target(m).foreach { t =>
+    val props = t.handle.snapshot.table.properties
+    val key = keyColumns(props)
+    def refuse(why: String): Nothing = throw WriteErrors.keyedMerge(t.name(), props("table.key"), why)
+    if (key.nonEmpty) recognize(m, key) match {
+      case Left(why) if m.notMatchedActions.nonEmpty => refuse(why)
+      case Left(_) if assignsKey(m, key) => refuse("an UPDATE assigning a key column")
+      case _ =>
+    }
   }
+
+  /** The MERGE's target is a keyed OmniTable table. */
+  def keyed(m: MergeIntoTable): Boolean =
+    target(m).exists(t => keyColumns(t.handle.snapshot.table.properties).nonEmpty)
+
+  private def target(m: MergeIntoTable): Option[OmniTableTable] = EliminateSubqueryAliases(m.targetTable) match {
+    case r: DataSourceV2Relation =>
+      r.table match {
+        case t: OmniTableTable => Some(t)
+        case _ => None
+      }
+    case _ => None
+  }
+
+  /** An UPDATE clause assigns a key column something other than its own value. */
+  private def assignsKey(m: MergeIntoTable, key: Seq[String]): Boolean =
+    (m.matchedActions ++ m.notMatchedBySourceActions).exists {
+      case u: UpdateAction =>
+        u.assignments.exists {
+          case Assignment(a: Attribute, value) => key.exists(_.equalsIgnoreCase(a.name)) && !value.semanticEquals(a)
+          case _ => false
+        }
+      case _ => false
+    }
 
   def recognize(m: MergeIntoTable, key: Seq[String]): Either[String, Recognized] =
     recognize(
