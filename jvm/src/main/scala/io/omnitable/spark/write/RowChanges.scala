@@ -135,7 +135,8 @@ object RowChanges {
         val at = schema.fieldNames.indexWhere(_.equalsIgnoreCase(k))
         if (at < 0) throw new IllegalStateException(s"the rows a MERGE inserts into $table have no key column $k")
         (k, at, schema(at).dataType)
-      }))
+      }
+    ))
   }
 
   /**
