@@ -265,6 +265,22 @@ def test_a_keyed_merge_racing_a_python_upsert(
         assert [r["x"] for r in found] == [77, 88]
 
 
+def test_an_insert_only_keyed_merge_reads_only_the_key(
+    spark: Any, wh: omnitable.Warehouse, catalog: str, tmp_path: Path
+) -> None:
+    """An insert-only keyed MERGE reads the key alone (its never-true WHEN MATCHED clause is
+    dropped before the scan is planned): a Python upsert rewriting the quality of an existing
+    row while the MERGE waits at its commit lands next to it, no conflict."""
+    t = _table(wh)
+    before = _values(t)
+    src = _source(spark, [2, 77], [2.5, 7.0])
+    statement = lambda: spark.sql(_merge(catalog, t, src, "WHEN NOT MATCHED THEN INSERT *"))  # noqa: E731
+    with paused_at(spark, "merge.before_commit", tmp_path, statement) as out:
+        wh.table(t.name).upsert(pa.table({"x": [2], "quality": [-2.0]}), append_name="py")
+    assert "error" not in out, out
+    assert _values(wh.table(t.name)) == {**before, 2: ("a", -2.0, "t2"), 77: (None, 7.0, None)}
+
+
 def test_a_keyed_merge_killed_mid_commit_leaves_nothing(
     spark: Any, wh: omnitable.Warehouse, catalog: str
 ) -> None:
