@@ -275,13 +275,16 @@ def test_inserts_of_system_columns_are_refused(
     assert t.version == v and _parquet(t) == files
 
 
-def test_a_merge_inserting_into_a_keyed_table_is_refused(
+def test_a_merge_inserting_into_a_keyed_table_is_refused_unless_keyed(
     spark: Any, wh: omnitable.Warehouse, catalog: str
 ) -> None:
+    """A keyed table takes only MERGEs on its key that update and insert
+    (tests/spark/test_spark_keyed_merge.py); one that also deletes is refused."""
     t = _table(wh, key="x")
     v = t.version
     with pytest.raises(Exception, match="OMNITABLE_KEYED_TABLE"):
-        spark.sql(_merge(catalog, t, _source(spark, [1, 77], [1.0, 7.0]), UPSERT))
+        spark.sql(_merge(catalog, t, _source(spark, [1, 77], [1.0, 7.0]),
+                         "WHEN MATCHED AND s.quality < 0 THEN DELETE " + UPSERT))  # fmt: skip
     assert t.version == v
 
 

@@ -38,8 +38,42 @@ object WriteErrors {
   def keyedTable(table: String, key: String): OmniTableAnalysisException =
     analysis(
       "OMNITABLE_KEYED_TABLE",
-      s"Cannot append to table '$table': it is keyed by $key; add rows with upsert() in Python, " +
-        "which keeps the key index and the keys unique."
+      s"Cannot append to table '$table': it is keyed by $key; add rows with upsert() in Python or " +
+        "with MERGE INTO … ON the key equality … WHEN NOT MATCHED THEN INSERT in Spark SQL, which keep " +
+        "the key index and the keys unique."
+    )
+
+  /**
+   * A MERGE into a keyed table of a form the keyed path cannot commit as `Table.upsert` does
+   * (`why`: what the statement has that is not allowed).
+   */
+  def keyedMerge(table: String, key: String, why: String): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_KEYED_TABLE",
+      s"Cannot MERGE INTO table '$table' with $why: it is keyed by $key. A MERGE into a keyed table " +
+        "needs an ON condition that is exactly the key equality (t.<key> = s.<col> for every key " +
+        "column, AND-ed, nothing else), WHEN MATCHED [AND cond] THEN UPDATE clauses that keep the key " +
+        "columns and WHEN NOT MATCHED [AND cond] THEN INSERT clauses; or use upsert() in Python."
+    )
+
+  /** An inserted row of a MERGE into a keyed table has a NULL key column; nothing was committed. */
+  def nullKey(table: String, column: String): IllegalArgumentException = new IllegalArgumentException(
+    s"[OMNITABLE_NULL_KEY] Cannot merge into table '$table': a row it inserts has a NULL key column " +
+      s"'$column' (a NULL matches no row in the ON condition, and keys are never null); nothing was committed"
+  )
+
+  /**
+   * Rows a MERGE into a keyed table inserts share keys (duplicate source keys among the rows no
+   * target row matched), as Spark's MERGE_CARDINALITY_VIOLATION refuses a target row matched by
+   * several source rows; nothing was committed.
+   */
+  def duplicateInsertedKeys(table: String, duplicates: Int): OmniTableCommitException =
+    new OmniTableCommitException(
+      "OMNITABLE_MERGE_DUPLICATE_KEYS",
+      s"Cannot merge into table '$table': $duplicates of the rows it inserts have a key another inserted " +
+        "row has (source rows matching no target row share a key); a MERGE inserts each key at most " +
+        "once, as Spark's MERGE_CARDINALITY_VIOLATION refuses a target row matched by several source " +
+        "rows. Deduplicate the source on the key; nothing was committed"
     )
 
   def notWritableSnapshot(table: String, what: String): OmniTableAnalysisException =

@@ -56,6 +56,7 @@ object ResolveOmniTableMerge extends Rule[LogicalPlan] {
       // the (non-nullable) system columns
       val expanded = expandStars(m)
       val resolved = if (expanded.resolved) expanded else resolve(expanded)
+      if (resolved.resolved) KeyedMerge.check(resolved) // a keyed table takes keyed merges only
       if (resolved.resolved && !resolved.aligned) alignAll(resolved) else resolved
   }
 
@@ -88,8 +89,13 @@ object ResolveOmniTableMerge extends Rule[LogicalPlan] {
   private def alignAll(m: MergeIntoTable): LogicalPlan = {
     refuseSystemColumns(m)
     refuseInsertedSystemColumns(m)
-    if (m.matchedActions.isEmpty && m.notMatchedBySourceActions.isEmpty && m.notMatchedActions.nonEmpty)
-      insertOnly(m)
+    val onlyInserts =
+      m.matchedActions.isEmpty && m.notMatchedBySourceActions.isEmpty && m.notMatchedActions.nonEmpty
+    if (onlyInserts && KeyedMerge.keyed(m))
+      // a keyed table takes rows through the row-level MERGE only (keys checked, index written):
+      // a WHEN MATCHED clause that never holds keeps Spark from rewriting it as an append
+      alignAll(m.copy(matchedActions = Seq(UpdateAction(Some(Literal.FalseLiteral), Nil))))
+    else if (onlyInserts) insertOnly(m)
     else
       m.copy(
         matchedActions = m.matchedActions.map(align(m.targetTable, _)),

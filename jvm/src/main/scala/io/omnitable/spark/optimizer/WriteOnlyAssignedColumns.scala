@@ -60,10 +60,13 @@ object WriteOnlyAssignedColumns extends Rule[LogicalPlan] {
       op: OmniTableDeltaOperation,
       rows: ProjectingInternalRow,
       targetIds: Set[ExprId]): LogicalPlan = {
-    val matched = m.matchedInstructions.collect { case k: MergeRows.Keep => k }
+    // a clause whose condition is literally false never applies (a keyed MERGE that only inserts
+    // carries one, ResolveOmniTableMerge): dropped, it neither writes nor reads a column
+    val matchedLive = m.matchedInstructions.filterNot(_.condition == Literal.FalseLiteral)
+    val matched = matchedLive.collect { case k: MergeRows.Keep => k }
     val bySource = m.notMatchedBySourceInstructions.collect { case k: MergeRows.Keep => k }
     val inserts = m.notMatchedInstructions.collect { case k: MergeRows.Keep if k.context == MergeRows.Insert => k }
-    if (matched.size != m.matchedInstructions.size || inserts.size != m.notMatchedInstructions.size ||
+    if (matched.size != matchedLive.size || inserts.size != m.notMatchedInstructions.size ||
       bySource.size != m.notMatchedBySourceInstructions.size) return wd
     if (inserts.nonEmpty) op.insertRows() // the write names the new batch before any job runs
     val keeps = matched ++ bySource

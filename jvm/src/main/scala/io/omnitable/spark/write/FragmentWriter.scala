@@ -3,7 +3,8 @@ package io.omnitable.spark.write
 import scala.collection.mutable
 import scala.util.control.NonFatal
 
-import io.omnitable.spark.catalog.{FileColumnStats, WrittenFile, WrittenFragment}
+import io.omnitable.spark.catalog.{FileColumnStats, KeyHash, KeyIndex, WrittenFile, WrittenFragment}
+import io.omnitable.spark.errors.WriteErrors
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
 import org.apache.hadoop.mapreduce.TaskAttemptID
@@ -32,7 +33,10 @@ private[write] final class FragmentWriterFactory(task: WriteTask) extends DataWr
  * `data/<slug>-<batch8>/<fragment_id>/` with one Parquet file `<group>-<file_id>.parquet` per
  * column group, physical column names, `_ai_unique_id_` in the `base` file, numbered
  * `idBase + (partition << 33)` onwards (or the data's own, `WriteTask.suppliedIds`). Files go straight to their final, unique paths; nothing is
- * visible until the driver commits. `abort` deletes what this attempt wrote.
+ * visible until the driver commits. `abort` deletes what this attempt wrote. With `WriteTask.key`
+ * (a MERGE inserting into a keyed table) each fragment also gets its key index
+ * (`_key_index.arrow`, [[KeyIndex.write]], byte-equal to Python's) when it is finished; a NULL key
+ * fails the task.
  */
 private[write] final class FragmentWriter(task: WriteTask, partition: Int) extends DataWriter[InternalRow] {
 
@@ -113,6 +117,7 @@ private[write] final class FragmentWriter(task: WriteTask, partition: Int) exten
     val path: String = s"${task.batchDirectory}/$fragmentId"
     written += path
     var rows = 0L
+    private val keys = task.key.map(_ => mutable.ArrayBuffer.empty[KeyHash])
     private val files = projections.map { case (g, cols, proj) =>
       val fileId = WriteTask.newId()
       val rel = s"$path/$g-$fileId.parquet"
@@ -133,6 +138,10 @@ private[write] final class FragmentWriter(task: WriteTask, partition: Int) exten
     }
 
     def add(id: Long, row: InternalRow): Unit = {
+      task.key.foreach { k =>
+        k.columns.foreach { case (name, at, _) => if (row.isNullAt(at)) throw WriteErrors.nullKey(k.table, name) }
+        keys.get += KeyHash.ofRow(row, k.ordinals, k.types)
+      }
       files.foreach { f =>
         val out = f.projection(id, row)
         var i = 0
@@ -164,6 +173,7 @@ private[write] final class FragmentWriter(task: WriteTask, partition: Int) exten
           colStats,
           f.columns.map(c => c.name -> c.columnId).toMap)
       }
+      keys.foreach(k => KeyIndex.write(task.tableUri, path, k.toIndexedSeq, task.hadoopConf.value))
       WrittenFragment(fragmentId, task.batchId, rows, path, { val s = seq; seq += 1; s }, out)
     }
   }

@@ -1,6 +1,14 @@
 package io.omnitable.spark.write
 
-import io.omnitable.spark.catalog.{CatalogReader, KeyHash, KeyIndex, KeysNotChecked, RowLevelCommit, SnapshotSpec}
+import io.omnitable.spark.catalog.{
+  CatalogReader,
+  KeyHash,
+  KeyIndex,
+  KeysNotChecked,
+  RowLevelCommit,
+  SnapshotSpec,
+  WrittenFragment
+}
 import io.omnitable.spark.errors.WriteErrors
 import org.apache.hadoop.conf.Configuration
 
@@ -52,6 +60,27 @@ object KeyChecks {
     throw WriteErrors.conflict(
       s"Cannot commit upsert into table '$table': other commits kept changing rows while its keys were " +
         "checked; retry the upsert")
+  }
+
+  /**
+   * The keys of the rows a MERGE inserted into keyed table `table` (at `tableUri`), read from the
+   * index files its tasks wrote next to `fragments`.
+   *
+   * @throws io.omnitable.spark.errors.OmniTableCommitException (`OMNITABLE_MERGE_DUPLICATE_KEYS`)
+   *   when two inserted rows share a key
+   */
+  def insertedKeys(
+      table: String,
+      tableUri: String,
+      fragments: Seq[WrittenFragment],
+      conf: Configuration): IndexedSeq[KeyHash] = {
+    val keys = fragments.flatMap { f =>
+      val index = KeyIndex.load(KeyIndex.uri(tableUri, f.path), f.rowCount, conf)
+      index.h1.indices.map(i => KeyHash(index.h1(i), index.h2(i)))
+    }.toIndexedSeq
+    val duplicates = keys.size - keys.distinct.size
+    if (duplicates > 0) throw WriteErrors.duplicateInsertedKeys(table, duplicates)
+    keys
   }
 
   /** (inserted keys a live row of the head holds, found keys no longer at the row found) at version `head`. */

@@ -237,7 +237,7 @@ private[write] final class OmniTableDeltaBatchWrite(
       AppendRun.plan(task.batchName, OmniTableBatchWrite.appId, partitions),
       startedAt,
       Map("rows" -> inserted))
-    if (commit.deletions.isEmpty && commit.files.isEmpty) {
+    if (task.key.isEmpty && commit.deletions.isEmpty && commit.files.isEmpty) {
       catalog.failpoints.hit("append.before_commit")
       return checks.commitWith(catalog, append, None)(a => catalog.commitAppend(a, Some(run)))
     }
@@ -254,9 +254,35 @@ private[write] final class OmniTableDeltaBatchWrite(
       "deleted" -> deleted,
       "user" -> sys.props.getOrElse("user.name", "")
     )
+    val upsert = commit.copy(op = "upsert", summary = summary, run = Some(run))
+    task.key match {
+      case None =>
+        catalog.failpoints.hit("merge.before_commit")
+        checks.commitWith(catalog, append, None)(a => catalog.commitRowLevel(upsert.copy(append = Some(a))))
+      case Some(_) => commitKeyed(task, fragments, upsert, append, checks)
+    }
+  }
+
+  /**
+   * A MERGE into a keyed table (docs/spark.md, "Keyed tables in the JVM"): op `upsert` even when
+   * no row matched (as `Table.upsert`), after checking the inserted keys are distinct (read from
+   * the index files the tasks wrote), committed with `keysChecked` = the version the MERGE read
+   * (its join found these keys absent there): keys inserted by commits after it are re-probed at
+   * the new head ([[KeyChecks.commitWith]]: a clash is Python's upsert conflict).
+   */
+  private def commitKeyed(
+      task: WriteTask,
+      fragments: Seq[WrittenFragment],
+      upsert: RowLevelCommit,
+      append: AppendCommit,
+      checks: RowIdChecks): Long = {
+    val conf = task.hadoopConf.value
+    val keys = KeyChecks.insertedKeys(snap.table.name, snap.tableUri, fragments, conf)
+    val keyed = upsert.copy(keysChecked = Some(snap.snapshot.version))
     catalog.failpoints.hit("merge.before_commit")
     checks.commitWith(catalog, append, None)(a =>
-      catalog.commitRowLevel(commit.copy(op = "upsert", summary = summary, append = Some(a), run = Some(run))))
+      KeyChecks.commitWith(handle.reader, snap.table.name, keyed.copy(append = Some(a)), keys, IndexedSeq.empty, conf)(
+        catalog.commitRowLevel))
   }
 
   /** The new cumulative vector of every fragment with deleted rows, and how many rows are newly deleted. */

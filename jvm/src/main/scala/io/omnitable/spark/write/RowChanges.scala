@@ -85,12 +85,13 @@ object RowChanges {
    * The new batch of a MERGE's `WHEN NOT MATCHED … INSERT` rows, prepared before any job runs:
    * named as INSERT INTO names its batch (write option `append_name`, else the session setting
    * `spark.omnitable.write.appendName`; `OMNITABLE_MISSING_APPEND_NAME` without one), laid out
-   * with the append's settings; a keyed table refuses it, as it refuses appends. The driver
-   * reserves its ids and picks its batch id ([[OmniTableDeltaBatchWrite]]).
+   * with the append's settings. Into a keyed table (a MERGE the session extension recognised as
+   * keyed: ON the key equality, `optimizer.KeyedMerge`) the task also writes each fragment's key
+   * index ([[KeySpec]]). The driver reserves its ids and picks its batch id ([[OmniTableDeltaBatchWrite]]).
    */
   private def insertTask(handle: TableHandle, info: LogicalWriteInfo): WriteTask = {
     val snap = handle.snapshot
-    snap.table.properties.get("table.key").foreach(k => throw WriteErrors.keyedTable(snap.table.name, k))
+    val key = keySpec(snap.table.name, snap.table.properties, info.schema())
     val spark = SparkSession.active
     val conf = spark.sessionState.conf
     val settings = WriteSettings.resolve(
@@ -110,7 +111,32 @@ object RowChanges {
       groups,
       0L,
       settings,
-      new SerializableHadoopConf(jc))
+      new SerializableHadoopConf(jc),
+      key = key)
+  }
+
+  /** The key columns of a keyed table (property `table.key`: a JSON list of names, or one name); empty when not keyed. */
+  def keyColumns(properties: Map[String, String]): Seq[String] = properties.get("table.key") match {
+    case None => Nil
+    case Some(raw) =>
+      try {
+        val node = new com.fasterxml.jackson.databind.ObjectMapper().readTree(raw)
+        if (node.isArray) node.elements().asScala.map(_.asText()).toSeq else Seq(node.asText())
+      } catch { case scala.util.control.NonFatal(_) => Seq(raw) }
+  }
+
+  /** The key of a keyed table in the rows `schema` a MERGE inserts (None: not keyed). */
+  private def keySpec(table: String, properties: Map[String, String], schema: StructType): Option[KeySpec] = {
+    val key = keyColumns(properties)
+    if (key.isEmpty) None
+    else Some(KeySpec(
+      table,
+      key.map { k =>
+        val at = schema.fieldNames.indexWhere(_.equalsIgnoreCase(k))
+        if (at < 0) throw new IllegalStateException(s"the rows a MERGE inserts into $table have no key column $k")
+        (k, at, schema(at).dataType)
+      }
+    ))
   }
 
   /**

@@ -22,7 +22,9 @@ private[write] final case class TargetColumn(
  * What every task of one append needs (sent once with the writer factory): where the table
  * lives, the batch, the columns by group in file order, the first reserved id and the file
  * settings. `inputSchema` is the schema of the rows Spark hands the writer; `suppliedIds`, the
- * ordinal of its `_ai_unique_id_` column when the data supplies the ids (-1: generated).
+ * ordinal of its `_ai_unique_id_` column when the data supplies the ids (-1: generated);
+ * `key`: the key of a keyed table whose rows a MERGE inserts (each fragment then gets its
+ * `_key_index.arrow`, [[KeySpec]]).
  */
 private[write] final case class WriteTask(
     tableUri: String,
@@ -33,13 +35,23 @@ private[write] final case class WriteTask(
     idBase: Long,
     settings: WriteSettings,
     hadoopConf: SerializableHadoopConf,
-    suppliedIds: Int = -1) {
+    suppliedIds: Int = -1,
+    key: Option[KeySpec] = None) {
 
   /** `data/<slug>-<batch8>`: the batch's directory (python/omnitable/format/writer.py `batch_directory`). */
   def batchDirectory: String = {
     val slug = batchName.replaceAll("[^A-Za-z0-9._-]", "_").take(64)
     s"data/${if (slug.isEmpty) "_" else slug}-${batchId.take(8)}"
   }
+}
+
+/**
+ * The key of keyed table `table` in the written rows: each key column's name, ordinal in
+ * `WriteTask.inputSchema` and type, in the table's key order ([[io.omnitable.spark.catalog.KeyHash.ofRow]]).
+ */
+private[write] final case class KeySpec(table: String, columns: Seq[(String, Int, DataType)]) {
+  def ordinals: Seq[Int] = columns.map(_._2)
+  def types: Seq[DataType] = columns.map(_._3)
 }
 
 private[write] object WriteTask {
