@@ -38,6 +38,7 @@ _GAP = 16 * 1024  # pages closer than this are fetched in one read
 _MAX_FILES = 512  # files whose footer and offset indexes stay cached
 _SAVING = 0.5  # use pages only when they are at most this fraction of the row groups' bytes
 _DATA_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 2, 3
+_REPEATED = 2  # FieldRepetitionType
 # ColumnMetaData fields that describe the whole source chunk (statistics, encoding stats,
 # bloom filter, size and geospatial statistics, index page): dropped from the synthetic file
 _CHUNK_ONLY = (10, 12, 13, 14, 15, 16, 17)
@@ -62,6 +63,7 @@ class _FileInfo:
     group_starts: np.ndarray  # first file row of each row group
     tops: dict[str, tuple[list[Struct], list[int]]]  # top-level field -> schema elements, leaves
     arrow_schema: pa.Schema | None
+    flat: set[int]  # leaves without a repeated ancestor: a data page's values are its rows
     pages: dict[int, _Pages] = field(default_factory=dict)
 
 
@@ -175,6 +177,7 @@ def _parse_meta(meta: Struct) -> _FileInfo | None:
     schema: list[Struct] = meta.get(2).items
     groups: list[Struct] = meta.get(4, ThriftList(tc.STRUCT, [])).items
     tops: dict[str, tuple[list[Struct], list[int]]] = {}
+    flat: set[int] = set()
     pos, leaf = 1, 0
     for _ in range(schema[0].get(5, 0)):
         start = pos
@@ -191,13 +194,15 @@ def _parse_meta(meta: Struct) -> _FileInfo | None:
                 pending += children
             pos += 1
         tops[schema[start].get(4).decode()] = (schema[start:pos], leaves)
+        if all(e.get(3) != _REPEATED for e in schema[start:pos]):
+            flat.update(leaves)
     for g in groups:
         for chunk in g.get(1).items:
             if chunk.get(1) is not None or chunk.get(8) is not None or chunk.get(3) is None:
                 return None  # another file, or encrypted
     group_rows = np.array([g.get(3) for g in groups], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(group_rows)]).astype(np.int64)
-    return _FileInfo(meta, int(meta.get(3)), group_rows, starts, tops, _arrow_schema(meta))
+    return _FileInfo(meta, int(meta.get(3)), group_rows, starts, tops, _arrow_schema(meta), flat)
 
 
 def _arrow_schema(meta: Struct) -> pa.Schema | None:
@@ -362,20 +367,31 @@ def _page_values(page: bytes, expect: int) -> tuple[int, int]:
 
 
 def _chunk(
-    out: bytearray, source: Struct, dictionary: bytes | None, pages: list[bytes]
+    out: bytearray,
+    source: Struct,
+    dictionary: bytes | None,
+    pages: list[bytes],
+    rows: int | None,
 ) -> tuple[Struct, int]:
     """Append a column chunk (``dictionary`` page, then ``pages``) to ``out``; its
-    ColumnChunk and uncompressed size."""
+    ColumnChunk and uncompressed size. ``rows``: the pages' rows for a flat leaf (its values,
+    nulls included; no page header is decoded, and the uncompressed size stands at the
+    compressed one, which readers do not use to read), None to count values from the headers."""
     start = len(out)
     uncompressed = 0
     if dictionary is not None:
-        uncompressed += _page_values(dictionary, _DICTIONARY_PAGE)[1]
+        uncompressed += (
+            len(dictionary) if rows is not None else _page_values(dictionary, _DICTIONARY_PAGE)[1]
+        )
         out += dictionary
     data_start = len(out)
-    values = 0
+    values = 0 if rows is None else rows
     for page in pages:
-        n, size = _page_values(page, _DATA_PAGE)
-        values += n
+        if rows is None:
+            n, size = _page_values(page, _DATA_PAGE)
+            values += n
+        else:
+            size = len(page)
         uncompressed += size
         out += page
     md = Struct([list(f) for f in source.get(3).fields])
@@ -425,13 +441,15 @@ def _assemble(
         chunks, uncompressed, counts = [], 0, set()
         for li, (leaf, p, idx) in enumerate(zip(leaves, pages, picked, strict=True)):
             sel = idx[p.group[idx] == g]
-            counts.add(int((p.ends[sel] - p.starts[sel]).sum()))
+            rows_here = int((p.ends[sel] - p.starts[sel]).sum())
+            counts.add(rows_here)
             dict_range = dictionaries.get((li, g))
             chunk, size = _chunk(
                 out,
                 groups[g].get(1).items[leaf],
                 None if dict_range is None else fetched[dict_range[0]],
                 [fetched[o] for o in p.offsets[sel].tolist()],
+                rows_here if leaf in info.flat else None,
             )
             chunks.append(chunk)
             uncompressed += size
