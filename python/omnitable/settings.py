@@ -191,11 +191,11 @@ WRITE_PAGE_ROWS = _declare(
         None,
         _positive_int_or_none,
         "Rows per Parquet data page (at most), with dictionary pages capped at 64 KiB, so a "
-        "point read (Table.lookup) decodes only a few rows per column; None: 1,024 for keyed "
+        "point read (Table.lookup) decodes only a few rows per column; None: 512 for keyed "
         "tables, no row limit (pyarrow's 1 MiB pages) for the others.",
     )
 )
-KEYED_PAGE_ROWS = 1024  # write.page_rows of keyed tables where it is not set (docs/format.md)
+KEYED_PAGE_ROWS = 512  # write.page_rows of keyed tables where it is not set (docs/format.md)
 WRITE_TARGET_FRAGMENT_ROWS = _declare(
     Setting("write.target_fragment_rows", 1_048_576, _positive_int, "Rows per fragment (at most).")
 )
