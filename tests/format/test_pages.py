@@ -288,3 +288,34 @@ def test_lookup_reads_pages_and_sees_updates_and_deletes(wh: omnitable.Warehouse
     x_only.read_rows(frag, ["x"], rows)
     full.read_all_rows(frag, ["x"])
     assert 0 < x_only._bytes < full._bytes / 2  # a dictionary page and three data pages
+
+
+def test_a_table_file_without_a_page_index_is_read_by_row_groups(wh: omnitable.Warehouse) -> None:
+    """A column file written without a page index (another writer) still answers point reads,
+    and the same rows as a table whose files have one."""
+    n = 5000
+    t = wh.create_table(f"pn{next(_names)}", {"url": "string", "x": "bigint"}, key="url",
+                        properties={"write.page_rows": 20})  # fmt: skip
+    t.upsert(pa.table({"url": [f"u{i}" for i in range(n)], "x": range(n)}))
+    snap = t.snapshot()
+    (frag,) = snap.fragments
+    rows = np.array([3, 2500, 4999])
+    with_index = FragmentReader(t.location, snap)
+    expected = with_index.read_rows(frag, ["url", "x"], rows)
+    for file in {
+        f.path
+        for f in snap.resolve(frag.fragment_id, [c.column_id for c in snap.columns]).values()
+        if f
+    }:
+        path = t.location.child_path(file)
+        data = pq.read_table(path, filesystem=t.location.fs)
+        pq.write_table(data, path, filesystem=t.location.fs, write_page_index=False)
+    pages.clear_cache()  # the files changed under the same names (never done by the product)
+    without = FragmentReader(t.location, snap)
+    assert without.read_rows(frag, ["url", "x"], rows).equals(expected)
+    assert expected.to_pylist() == [{"url": f"u{i}", "x": i} for i in rows.tolist()]
+    assert without._bytes > with_index._bytes  # row groups, not pages
+    assert t.lookup(["u3", "u4999"], ["url", "x"]).to_pylist() == [
+        {"url": "u3", "x": 3},
+        {"url": "u4999", "x": 4999},
+    ]
