@@ -21,6 +21,7 @@ before: never a wrong answer.
 from __future__ import annotations
 
 import base64
+import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -103,6 +104,18 @@ class _Cache:
 
 
 _CACHE = _Cache(_MAX_FILES)
+# what a file this module does not read raises (a missing footer field reads as None)
+_NOT_FOR_PAGES = (
+    CorruptInputError,
+    OSError,
+    ValueError,
+    LookupError,
+    TypeError,
+    AttributeError,
+    ArithmeticError,
+    pa.ArrowException,
+)
+log = logging.getLogger(__name__)
 
 
 def clear_cache() -> None:
@@ -137,10 +150,9 @@ def read_pages(
         if picked is None or not _worth_it(info, leaves, pages, picked, max_fraction):
             return None
         return _assemble(handle, info, columns, leaves, pages, picked, rows)
-    except (CorruptInputError, OSError, ValueError, IndexError, KeyError, TypeError) as exc:
-        del exc  # not a file this module reads: the caller's row-group read reports real errors
-        return None
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+    except _NOT_FOR_PAGES as exc:
+        # not a file this module reads: the caller's row-group read answers, or reports it
+        log.debug("Point read of %s by row groups: %s: %s", uri, type(exc).__name__, exc)
         return None
 
 
