@@ -12,8 +12,8 @@ Data: a crawl-like training table keyed by ``url`` (``https://s<site>.example.or
 * (c) point lookup of 1,000 random existing keys of that table after the upsert (its index spans
   both batches): ``Table.lookup`` vs the filtered scan ``Table.read(where=url.isin(keys))``, warm
   (interleaved medians) and cold (the in-process index cache emptied before each lookup); both
-  return the same rows. Then 100 and 1 of those keys, warm: the row groups a lookup reads follow
-  the keys, and 1,000 random keys hit every row group of a 10 M-row table.
+  return the same rows. Then 100 and 1 of those keys, warm: the data pages a lookup reads (512
+  rows each in keyed tables) follow the keys.
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ def test_defaults_are_the_declared_ones() -> None:
         (
             {"write.rowgroup_size": 10},
             "Cannot create table: unknown setting 'write.rowgroup_size'; known: "
-            "write.compression, write.compression_level, write.row_group_bytes",
+            "write.compression, write.compression_level, write.page_rows, write.row_group_bytes",
         ),
         ({"backfill.max_error_ratio": 2}, "'backfill.max_error_ratio' must be between 0 and 1"),
         ({"write.row_group_size": 0}, "'write.row_group_size' must be a positive integer"),

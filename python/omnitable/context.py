@@ -6,6 +6,7 @@ or a ``Warehouse`` (docs/architecture.md).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -17,7 +18,8 @@ from omnitable.catalog.records import ColumnRecord, TableRecord
 from omnitable.catalog.snapshot import FULL_SCOPE, Snapshot, SnapshotScope
 from omnitable.format.fs import Location
 from omnitable.format.writer import WriteOptions
-from omnitable.settings import Sources
+from omnitable.settings import KEYED_PAGE_ROWS, Sources
+from omnitable.vocabulary.keys import table_key
 from omnitable.vocabulary.names import MAIN
 
 
@@ -106,7 +108,11 @@ class TableContext:
         self, row_group_size: int | None = None, target_fragment_rows: int | None = None
     ) -> WriteOptions:
         """Write options through the settings chain: an argument (None: not given), then the
-        warehouse setting, the table property, the default; validated."""
-        return WriteOptions.resolve(
+        warehouse setting, the table property, the default; validated. A keyed table's
+        ``page_rows`` left unset is ``KEYED_PAGE_ROWS`` (small pages for point lookups)."""
+        options = WriteOptions.resolve(
             self.settings, row_group_size=row_group_size, target_fragment_rows=target_fragment_rows
         )
+        if options.page_rows is None and table_key(self.record.properties) is not None:
+            options = dataclasses.replace(options, page_rows=KEYED_PAGE_ROWS)
+        return options

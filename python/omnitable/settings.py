@@ -185,6 +185,17 @@ WRITE_WIDE_ROW_BYTES = _declare(
 WRITE_WIDE_DATA_PAGE_SIZE = _declare(
     Setting("write.wide_data_page_size", 64 * 1024, _positive_int, "Page size of wide-row files.")
 )
+WRITE_PAGE_ROWS = _declare(
+    Setting[int | None](
+        "write.page_rows",
+        None,
+        _positive_int_or_none,
+        "Rows per Parquet data page (at most), with dictionary pages capped at 64 KiB, so a "
+        "point read (Table.lookup) decodes only a few rows per column; None: 512 for keyed "
+        "tables, no row limit (pyarrow's 1 MiB pages) for the others.",
+    )
+)
+KEYED_PAGE_ROWS = 512  # write.page_rows of keyed tables where it is not set (docs/format.md)
 WRITE_TARGET_FRAGMENT_ROWS = _declare(
     Setting("write.target_fragment_rows", 1_048_576, _positive_int, "Rows per fragment (at most).")
 )

@@ -28,6 +28,7 @@ from omnitable.catalog.records import ColumnRecord, FileRecord, FragmentRecord
 from omnitable.catalog.snapshot import Snapshot, columns_mentioned
 from omnitable.exceptions import CorruptInputError, UnknownColumnError, ValidationError
 from omnitable.format.fs import Location
+from omnitable.format.pages import read_pages
 from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
 from omnitable.vocabulary.names import APPEND_NAME, ROW_ID
 from omnitable.vocabulary.stats import decode_value
@@ -199,7 +200,8 @@ class FragmentReader:
 
     def read_rows(self, frag: FragmentRecord, names: list[str], offsets: np.ndarray) -> pa.Table:
         """The rows at ``offsets`` (sorted, distinct) of the fragment, deleted or not; only the
-        row groups holding them are read (a point lookup)."""
+        data pages holding them are read where the files' page indexes allow (a point lookup,
+        :mod:`omnitable.format.pages`), else the row groups holding them."""
         arrays = self._read_columns(frag, names, offsets)
         return pa.Table.from_arrays([arrays[c] for c in names], names=names)
 
@@ -393,8 +395,17 @@ class FragmentReader:
         self, frag: FragmentRecord, file: FileRecord, physical: list[str], rows: np.ndarray | None
     ) -> pa.Table:
         path = self.location.child_path(file.path)
+        few = rows is not None and len(rows) <= self.max_selectivity * frag.row_count
         try:
             handle = self.location.fs.open_input_file(path)
+            if few and rows is not None:
+                uri = self.location.child_uri(file.path)
+                got = read_pages(handle, uri, physical, rows)
+                if got is not None and got.file_rows == frag.row_count:
+                    with self._lock:
+                        self._files_opened += 1
+                        self._bytes += got.bytes_read
+                    return got.table
             pf = pq.ParquetFile(handle)
         except (OSError, pa.ArrowInvalid) as exc:
             raise CorruptInputError(
@@ -410,7 +421,7 @@ class FragmentReader:
                 f"rows, the fragment has {frag.row_count} (alignment invariant broken)"
             )
         indices = [pf.schema_arrow.get_field_index(p) for p in physical]
-        if rows is None or len(rows) > self.max_selectivity * frag.row_count:
+        if rows is None or not few:
             table = pf.read(columns=physical, use_threads=True)
             self._count_bytes(meta, range(meta.num_row_groups), indices)
             return table if rows is None else table.take(pa.array(rows))

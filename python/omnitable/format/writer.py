@@ -21,6 +21,7 @@ from omnitable.vocabulary.descriptors import FileDescriptor, FragmentDescriptor
 from omnitable.vocabulary.stats import compute_stats
 
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+SMALL_DICTIONARY_BYTES = 64 * 1024  # dictionary page limit of files with write.page_rows
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class WriteOptions:
     compression_level: int | None = settings.WRITE_COMPRESSION_LEVEL.default
     wide_row_bytes: int = settings.WRITE_WIDE_ROW_BYTES.default
     wide_data_page_size: int = settings.WRITE_WIDE_DATA_PAGE_SIZE.default
+    page_rows: int | None = settings.WRITE_PAGE_ROWS.default
     target_fragment_rows: int = settings.WRITE_TARGET_FRAGMENT_ROWS.default
     target_fragment_bytes: int = settings.WRITE_TARGET_FRAGMENT_BYTES.default
 
@@ -127,9 +129,16 @@ def row_group_rows(data: pa.Table, options: WriteOptions) -> int:
 
 
 def _page_settings(data: pa.Table, options: WriteOptions) -> dict[str, int]:
+    out: dict[str, int] = {}
     if data.num_rows and data.nbytes / data.num_rows >= options.wide_row_bytes:
-        return {"data_page_size": options.wide_data_page_size, "write_batch_size": 64}
-    return {}
+        out = {"data_page_size": options.wide_data_page_size, "write_batch_size": 64}
+    if options.page_rows is not None:
+        # small pages for point reads (format/pages.py); a column of mostly distinct values
+        # falls back from its dictionary early, so a point read decodes a small dictionary
+        out["max_rows_per_page"] = options.page_rows
+        out["dictionary_pagesize_limit"] = SMALL_DICTIONARY_BYTES
+        out["write_batch_size"] = min(out.get("write_batch_size", 1024), options.page_rows)
+    return out
 
 
 def write_fragment(

@@ -246,6 +246,7 @@ private[source] object PropertyCheck {
     "write.compression_level" -> IntOrNone,
     "write.wide_row_bytes" -> PositiveInt,
     "write.wide_data_page_size" -> PositiveInt,
+    "write.page_rows" -> PositiveIntOrNone,
     "write.target_fragment_rows" -> PositiveInt,
     "write.target_fragment_bytes" -> PositiveInt,
     "read.late_materialization_max_selectivity" -> Ratio(lowOpen = true),

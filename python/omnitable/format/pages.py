@@ -1,0 +1,526 @@
+"""Point reads of Parquet pages: decode only the data pages that hold the wanted rows.
+
+pyarrow reads whole row groups (131,072 rows by default); a point lookup wants a handful of
+rows from each. With the file's page index (every file we write has one, docs/format.md), the
+offset index of a column chunk says where each data page starts and which row it begins with.
+:func:`read_pages` reads the footer and those offset indexes (both cached per file: files never
+change), picks the pages holding the wanted rows, fetches their bytes (adjacent pages in one
+read) and assembles ONE synthetic in-memory Parquet file: the selected columns' schema, one row
+group per source row group with hits, each column chunk made of its dictionary page and the
+selected data pages, with counts, sizes and offsets rewritten. pyarrow decodes that file and
+the wanted rows are taken from it.
+
+The pages of different leaf columns need not start at the same rows, so the rows read are
+widened until every leaf's selected pages cover exactly the same rows (a fixed point; pages of
+repeated columns start at record boundaries when a page index is written). Anything this module
+does not handle (no offset index, encryption, an external column chunk, a footer or header that
+does not parse, a read that would save little) returns None and the caller reads row groups as
+before: never a wrong answer.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from omnitable.exceptions import CorruptInputError
+from omnitable.format import thrift_compact as tc
+from omnitable.format.thrift_compact import Struct, ThriftList
+
+_TAIL = 64 * 1024  # bytes read from the end of a file for its footer, in one read
+_GAP = 16 * 1024  # pages closer than this are fetched in one read
+_MAX_FILES = 512  # files whose footer and offset indexes stay cached
+_SAVING = 0.5  # use pages only when they are at most this fraction of the row groups' bytes
+_DATA_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 2, 3
+_REPEATED = 2  # FieldRepetitionType
+# ColumnMetaData fields that describe the whole source chunk (statistics, encoding stats,
+# bloom filter, size and geospatial statistics, index page): dropped from the synthetic file
+_CHUNK_ONLY = (10, 12, 13, 14, 15, 16, 17)
+
+
+@dataclass
+class _Pages:
+    """The data pages of one leaf column over all row groups (from its offset indexes)."""
+
+    starts: np.ndarray  # first row of each page, in file rows
+    ends: np.ndarray  # one past its last row
+    offsets: np.ndarray  # file offset of its header
+    sizes: np.ndarray  # bytes, header included
+    group: np.ndarray  # its row group
+
+
+@dataclass
+class _FileInfo:
+    meta: Struct  # FileMetaData
+    num_rows: int
+    group_rows: np.ndarray  # rows of each row group
+    group_starts: np.ndarray  # first file row of each row group
+    tops: dict[str, tuple[list[Struct], list[int]]]  # top-level field -> schema elements, leaves
+    arrow_schema: pa.Schema | None
+    flat: set[int]  # leaves without a repeated ancestor: a data page's values are its rows
+    pages: dict[int, _Pages] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PageRead:
+    """What :func:`read_pages` returns: the rows, the file's row count, the bytes fetched."""
+
+    table: pa.Table
+    file_rows: int
+    bytes_read: int
+
+
+class _Cache:
+    """Parsed footers by file URI (files never change), least recently used evicted first."""
+
+    def __init__(self, max_files: int) -> None:
+        self.max_files = max_files
+        self._items: OrderedDict[str, _FileInfo] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, uri: str) -> _FileInfo | None:
+        with self._lock:
+            found = self._items.get(uri)
+            if found is not None:
+                self._items.move_to_end(uri)
+            return found
+
+    def put(self, uri: str, info: _FileInfo) -> None:
+        with self._lock:
+            self._items[uri] = info
+            while len(self._items) > self.max_files:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+_CACHE = _Cache(_MAX_FILES)
+# what a file this module does not read raises (a missing footer field reads as None)
+_NOT_FOR_PAGES = (
+    CorruptInputError,
+    OSError,
+    ValueError,
+    LookupError,
+    TypeError,
+    AttributeError,
+    ArithmeticError,
+    pa.ArrowException,
+)
+log = logging.getLogger(__name__)
+
+
+def clear_cache() -> None:
+    """Forget every cached footer and offset index."""
+    _CACHE.clear()
+
+
+def read_pages(
+    handle: pa.NativeFile,
+    uri: str,
+    columns: list[str],
+    rows: np.ndarray,
+    max_fraction: float = _SAVING,
+) -> PageRead | None:
+    """The rows at ``rows`` (sorted, distinct file rows) of the top-level ``columns`` of a
+    Parquet file, decoding only the data pages holding them; None when the file or the read is
+    not one for page reads (the caller reads row groups instead), or when the pages hold more
+    than ``max_fraction`` of the bytes of the row groups they lie in."""
+    if len(rows) == 0 or len(set(columns)) != len(columns):
+        return None
+    try:
+        info = _file_info(handle, uri)
+        if info is None or any(c not in info.tops for c in columns):
+            return None
+        if rows[-1] >= info.num_rows or rows[0] < 0:
+            return None
+        leaves = [leaf for c in columns for leaf in info.tops[c][1]]
+        pages = _leaf_pages(handle, info, leaves)
+        if pages is None:
+            return None
+        picked = _cover(rows, pages)
+        if picked is None or not _worth_it(info, leaves, pages, picked, max_fraction):
+            return None
+        return _assemble(handle, info, columns, leaves, pages, picked, rows)
+    except _NOT_FOR_PAGES as exc:
+        # not a file this module reads: the caller's row-group read answers, or reports it
+        log.debug("Point read of %s by row groups: %s: %s", uri, type(exc).__name__, exc)
+        return None
+
+
+# -- footer and offset indexes ----------------------------------------------------------------
+
+
+def _file_info(handle: pa.NativeFile, uri: str) -> _FileInfo | None:
+    cached = _CACHE.get(uri)
+    if cached is not None:
+        return cached
+    size = handle.size()
+    if size < 12:
+        return None
+    tail_len = min(size, _TAIL)
+    tail = handle.read_at(tail_len, size - tail_len)
+    if tail[-4:] != b"PAR1":  # "PARE": encrypted footer
+        return None
+    footer_len = int.from_bytes(tail[-8:-4], "little")
+    if footer_len + 8 > size:
+        return None
+    if footer_len + 8 > tail_len:
+        tail = handle.read_at(footer_len + 8, size - footer_len - 8)
+    footer = tail[len(tail) - 8 - footer_len : len(tail) - 8]
+    meta, _ = tc.decode_struct(footer)
+    info = _parse_meta(meta)
+    if info is not None:
+        _CACHE.put(uri, info)
+    return info
+
+
+def _parse_meta(meta: Struct) -> _FileInfo | None:
+    if meta.get(8) is not None:  # encryption_algorithm: encrypted columns
+        return None
+    schema: list[Struct] = meta.get(2).items
+    groups: list[Struct] = meta.get(4, ThriftList(tc.STRUCT, [])).items
+    tops: dict[str, tuple[list[Struct], list[int]]] = {}
+    flat: set[int] = set()
+    pos, leaf = 1, 0
+    for _ in range(schema[0].get(5, 0)):
+        start = pos
+        pending = 1
+        leaves: list[int] = []
+        while pending:
+            element = schema[pos]
+            pending -= 1
+            children = element.get(5)
+            if children is None:
+                leaves.append(leaf)
+                leaf += 1
+            else:
+                pending += children
+            pos += 1
+        tops[schema[start].get(4).decode()] = (schema[start:pos], leaves)
+        if all(e.get(3) != _REPEATED for e in schema[start:pos]):
+            flat.update(leaves)
+    for g in groups:
+        for chunk in g.get(1).items:
+            if chunk.get(1) is not None or chunk.get(8) is not None or chunk.get(3) is None:
+                return None  # another file, or encrypted
+    group_rows = np.array([g.get(3) for g in groups], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(group_rows)]).astype(np.int64)
+    return _FileInfo(meta, int(meta.get(3)), group_rows, starts, tops, _arrow_schema(meta), flat)
+
+
+def _arrow_schema(meta: Struct) -> pa.Schema | None:
+    kv = meta.get(5)
+    for item in [] if kv is None else kv.items:
+        if item.get(1) == b"ARROW:schema" and item.get(2) is not None:
+            raw = base64.b64decode(item.get(2))
+            return pa.ipc.read_schema(pa.py_buffer(raw))
+    return None
+
+
+def _leaf_pages(handle: pa.NativeFile, info: _FileInfo, leaves: list[int]) -> list[_Pages] | None:
+    """Each leaf's pages (their offset indexes read in one read and cached); None when a chunk
+    has no offset index."""
+    missing = [leaf for leaf in leaves if leaf not in info.pages]
+    groups: list[Struct] = info.meta.get(4).items
+    spans: list[tuple[int, int, int]] = []  # (offset, length, leaf)
+    for leaf in missing:
+        for g in groups:
+            chunk = g.get(1).items[leaf]
+            off, length = chunk.get(4), chunk.get(5)
+            if off is None or length is None or length <= 0:
+                return None
+            spans.append((off, length, leaf))
+    if spans:
+        lo = min(s[0] for s in spans)
+        hi = max(s[0] + s[1] for s in spans)
+        blob = handle.read_at(hi - lo, lo)
+        for leaf in missing:
+            locs = [tc.decode_struct(blob, off - lo)[0] for off, _, lf in spans if lf == leaf]
+            info.pages[leaf] = _pages_of(info, locs)
+    return [info.pages[leaf] for leaf in leaves]
+
+
+def _pages_of(info: _FileInfo, indexes: list[Struct]) -> _Pages:
+    starts, ends, offsets, sizes, group = [], [], [], [], []
+    for g, index in enumerate(indexes):
+        locs = index.get(1).items
+        if not locs or locs[0].get(3) != 0:
+            raise CorruptInputError("an offset index does not start at the row group's row 0")
+        first = [loc.get(3) for loc in locs]
+        base = int(info.group_starts[g])
+        starts += [base + f for f in first]
+        ends += [base + f for f in first[1:]] + [base + int(info.group_rows[g])]
+        offsets += [loc.get(1) for loc in locs]
+        sizes += [loc.get(2) for loc in locs]
+        group += [g] * len(locs)
+    as64 = [np.array(x, dtype=np.int64) for x in (starts, ends, offsets, sizes, group)]
+    if np.any(as64[1] <= as64[0]):
+        raise CorruptInputError("an offset index holds an empty page")
+    return _Pages(*as64)
+
+
+# -- choosing pages ---------------------------------------------------------------------------
+
+
+def _covering(p: _Pages, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Indices of ``p``'s pages that overlap the row intervals ``[a, b)`` (sorted, distinct)."""
+    first = np.searchsorted(p.starts, a, side="right") - 1
+    last = np.searchsorted(p.starts, b - 1, side="right") - 1
+    lengths = last - first + 1
+    total = int(lengths.sum())
+    shift = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return np.unique(np.repeat(first, lengths) + np.arange(total) - shift)
+
+
+def _merge(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint sorted intervals covering the union of ``[a, b)`` (touching ones joined)."""
+    order = np.argsort(a, kind="stable")
+    a, b = a[order], b[order]
+    reach = np.maximum.accumulate(b)
+    new = np.ones(len(a), dtype=bool)
+    new[1:] = a[1:] > reach[:-1]
+    heads = np.flatnonzero(new)
+    tails = np.append(heads[1:], len(a)) - 1
+    return a[heads], reach[tails]
+
+
+def _cover(rows: np.ndarray, pages: list[_Pages]) -> list[np.ndarray] | None:
+    """Per leaf, the pages to read: the smallest sets holding ``rows`` that cover the same rows
+    in every leaf."""
+    a, b = rows.astype(np.int64), rows.astype(np.int64) + 1
+    for _ in range(64):
+        picked = [_covering(p, a, b) for p in pages]
+        na, nb = _merge(
+            np.concatenate([p.starts[i] for p, i in zip(pages, picked, strict=True)]),
+            np.concatenate([p.ends[i] for p, i in zip(pages, picked, strict=True)]),
+        )
+        if np.array_equal(na, a) and np.array_equal(nb, b):
+            return picked
+        a, b = na, nb
+    return None
+
+
+def _worth_it(
+    info: _FileInfo,
+    leaves: list[int],
+    pages: list[_Pages],
+    picked: list[np.ndarray],
+    max_fraction: float,
+) -> bool:
+    """Whether the pages are at most ``max_fraction`` of the bytes of their row groups."""
+    groups: list[Struct] = info.meta.get(4).items
+    hit = np.unique(pages[0].group[picked[0]])
+    whole = part = 0
+    for leaf, p, idx in zip(leaves, pages, picked, strict=True):
+        part += int(p.sizes[idx].sum())
+        for g in hit.tolist():
+            chunk = groups[g].get(1).items[leaf]
+            whole += chunk.get(3).get(7)
+            found = _dictionary_range(chunk, int(p.offsets[np.searchsorted(p.group, g)]))
+            part += 0 if found is None else found[1]
+    return part <= max_fraction * whole
+
+
+# -- the synthetic file -----------------------------------------------------------------------
+
+
+def _fetch(handle: pa.NativeFile, ranges: list[tuple[int, int]]) -> tuple[dict[int, bytes], int]:
+    """The bytes of each ``(offset, size)`` range by offset, ranges closer than ``_GAP`` read
+    in one read; and the bytes read."""
+    ordered = sorted(set(ranges))
+    out: dict[int, bytes] = {}
+    total = i = 0
+    while i < len(ordered):
+        lo, hi, j = ordered[i][0], ordered[i][0] + ordered[i][1], i + 1
+        while j < len(ordered) and ordered[j][0] <= hi + _GAP:
+            hi = max(hi, ordered[j][0] + ordered[j][1])
+            j += 1
+        blob = handle.read_at(hi - lo, lo)
+        if len(blob) != hi - lo:
+            raise CorruptInputError(f"short read at byte {lo}")
+        total += hi - lo
+        for off, size in ordered[i:j]:
+            out[off] = blob[off - lo : off - lo + size]
+        i = j
+    return out, total
+
+
+def _dictionary_range(chunk: Struct, first_page: int) -> tuple[int, int] | None:
+    """The bytes before a chunk's first data page (its dictionary page), if any."""
+    md = chunk.get(3)
+    start = md.get(11) or md.get(9)
+    if start is None or start >= first_page:
+        return None
+    return int(start), first_page - int(start)
+
+
+def _page_values(page: bytes, expect: int) -> tuple[int, int]:
+    """A page's value count and uncompressed size (header included); ``expect``: its type."""
+    header, end = tc.decode_struct(page)
+    kind = header.get(1)
+    if kind == _DICTIONARY_PAGE and expect == _DICTIONARY_PAGE:
+        values = 0
+    elif kind == _DATA_PAGE and expect != _DICTIONARY_PAGE:
+        values = header.get(5).get(1)
+    elif kind == _DATA_PAGE_V2 and expect != _DICTIONARY_PAGE:
+        values = header.get(8).get(1)
+    else:
+        raise CorruptInputError(f"unexpected page type {kind}")
+    return int(values), end + int(header.get(2))
+
+
+def _chunk(
+    out: bytearray,
+    source: Struct,
+    dictionary: bytes | None,
+    pages: list[bytes],
+    rows: int | None,
+) -> tuple[Struct, int]:
+    """Append a column chunk (``dictionary`` page, then ``pages``) to ``out``; its
+    ColumnChunk and uncompressed size. ``rows``: the pages' rows for a flat leaf (its values,
+    nulls included; no page header is decoded, and the uncompressed size stands at the
+    compressed one, which readers do not use to read), None to count values from the headers."""
+    start = len(out)
+    uncompressed = 0
+    if dictionary is not None:
+        uncompressed += (
+            len(dictionary) if rows is not None else _page_values(dictionary, _DICTIONARY_PAGE)[1]
+        )
+        out += dictionary
+    data_start = len(out)
+    values = 0 if rows is None else rows
+    for page in pages:
+        if rows is None:
+            n, size = _page_values(page, _DATA_PAGE)
+            values += n
+        else:
+            size = len(page)
+        uncompressed += size
+        out += page
+    md = Struct([list(f) for f in source.get(3).fields])
+    md.drop(*_CHUNK_ONLY, 11)
+    md.set(5, tc.I64, values)
+    md.set(6, tc.I64, uncompressed)
+    md.set(7, tc.I64, len(out) - start)
+    md.set(9, tc.I64, data_start)
+    if dictionary is not None:
+        md.set(11, tc.I64, start)
+    return Struct([[2, tc.I64, start], [3, tc.STRUCT, md]]), uncompressed
+
+
+def _ranges(
+    info: _FileInfo, leaves: list[int], pages: list[_Pages], picked: list[np.ndarray]
+) -> tuple[list[tuple[int, int]], dict[tuple[int, int], tuple[int, int]]]:
+    """Every byte range to fetch, and each (leaf position, row group)'s dictionary range."""
+    groups: list[Struct] = info.meta.get(4).items
+    ranges: list[tuple[int, int]] = []
+    dictionaries: dict[tuple[int, int], tuple[int, int]] = {}
+    for li, (leaf, p, idx) in enumerate(zip(leaves, pages, picked, strict=True)):
+        ranges += zip(p.offsets[idx].tolist(), p.sizes[idx].tolist(), strict=True)
+        for g in np.unique(p.group[idx]).tolist():
+            first = int(p.offsets[np.searchsorted(p.group, g)])
+            found = _dictionary_range(groups[g].get(1).items[leaf], first)
+            if found is not None:
+                dictionaries[li, g] = found
+                ranges.append(found)
+    return ranges, dictionaries
+
+
+def _assemble(
+    handle: pa.NativeFile,
+    info: _FileInfo,
+    columns: list[str],
+    leaves: list[int],
+    pages: list[_Pages],
+    picked: list[np.ndarray],
+    rows: np.ndarray,
+) -> PageRead | None:
+    ranges, dictionaries = _ranges(info, leaves, pages, picked)
+    fetched, bytes_read = _fetch(handle, ranges)
+    groups: list[Struct] = info.meta.get(4).items
+    out = bytearray(b"PAR1")
+    row_groups: list[Struct] = []
+    for g in np.unique(pages[0].group[picked[0]]).tolist():
+        chunks, uncompressed, counts = [], 0, set()
+        for li, (leaf, p, idx) in enumerate(zip(leaves, pages, picked, strict=True)):
+            sel = idx[p.group[idx] == g]
+            rows_here = int((p.ends[sel] - p.starts[sel]).sum())
+            counts.add(rows_here)
+            dict_range = dictionaries.get((li, g))
+            chunk, size = _chunk(
+                out,
+                groups[g].get(1).items[leaf],
+                None if dict_range is None else fetched[dict_range[0]],
+                [fetched[o] for o in p.offsets[sel].tolist()],
+                rows_here if leaf in info.flat else None,
+            )
+            chunks.append(chunk)
+            uncompressed += size
+        if len(counts) != 1:
+            return None
+        first = chunks[0].get(2)
+        row_groups.append(
+            Struct(
+                [
+                    [1, tc.LIST, ThriftList(tc.STRUCT, chunks)],
+                    [2, tc.I64, uncompressed],
+                    [3, tc.I64, counts.pop()],
+                    [5, tc.I64, first],
+                    [6, tc.I64, len(out) - first],
+                ]
+            )
+        )
+    out += _footer(info, columns, leaves, row_groups)
+    table = pq.ParquetFile(pa.BufferReader(pa.py_buffer(out))).read(use_threads=False)
+    a, b = _merge(pages[0].starts[picked[0]], pages[0].ends[picked[0]])
+    if table.num_rows != int((b - a).sum()):
+        return None
+    k = np.searchsorted(a, rows, side="right") - 1
+    table = table.take(pa.array((np.cumsum(b - a) - (b - a))[k] + rows - a[k]))
+    return PageRead(_with_types(table, columns, info.arrow_schema), info.num_rows, bytes_read)
+
+
+def _footer(
+    info: _FileInfo, columns: list[str], leaves: list[int], row_groups: list[Struct]
+) -> bytes:
+    """The synthetic file's footer: the selected columns' schema, no key-value metadata."""
+    meta = info.meta
+    root = Struct([list(f) for f in meta.get(2).items[0].fields])
+    root.set(5, tc.I32, len(columns))
+    schema = [root, *(e for c in columns for e in info.tops[c][0])]
+    fields: list[list[object]] = [
+        [1, tc.I32, meta.get(1)],
+        [2, tc.LIST, ThriftList(tc.STRUCT, schema)],
+        [3, tc.I64, sum(g.get(3) for g in row_groups)],
+        [4, tc.LIST, ThriftList(tc.STRUCT, row_groups)],
+    ]
+    if meta.get(6) is not None:
+        fields.append([6, tc.BINARY, meta.get(6)])  # created_by: readers key workarounds on it
+    orders = meta.get(7)
+    if orders is not None:
+        fields.append([7, tc.LIST, ThriftList(orders.elem_type, [orders.items[x] for x in leaves])])
+    footer = tc.encode_struct(Struct(fields))
+    return footer + len(footer).to_bytes(4, "little") + b"PAR1"
+
+
+def _with_types(table: pa.Table, columns: list[str], schema: pa.Schema | None) -> pa.Table:
+    """``table``'s columns in ``columns`` order, cast to the source file's Arrow types (what
+    pyarrow would have read from the file itself)."""
+    arrays = []
+    for name in columns:
+        arr = table.column(name)
+        if schema is not None and schema.get_field_index(name) >= 0:
+            target = schema.field(name).type
+            if not arr.type.equals(target):
+                arr = arr.cast(target)
+        arrays.append(arr)
+    return pa.Table.from_arrays(arrays, names=columns)
