@@ -6,6 +6,10 @@ without it they are skipped, unless ``OMNITABLE_REQUIRE_POSTGRES=1`` (CI), where
 Worker processes (``./dev test``: ``pytest -n 2 --dist loadfile``): a module's tests run in one
 worker (its module-scoped fixtures start once), except in the modules of ``SPREAD_MODULES``,
 whose tests are handed out one by one (``pytest_xdist_make_scheduler``).
+
+A module whose tests each use tables of their own names is marked ``shared_warehouse``
+(``pytestmark = pytest.mark.shared_warehouse``): ``catalog_spec`` and ``wh`` then give its tests
+one warehouse per backend for the module (per worker) instead of a catalog per test.
 """
 
 from __future__ import annotations
@@ -96,43 +100,75 @@ def pg_databases() -> Iterator[PostgresDatabases]:
     dbs.drop_all()
 
 
+SHARED_WAREHOUSE = "shared_warehouse"
+
+
+class SharedWarehouses:
+    """The warehouses of a module marked ``shared_warehouse``: one per catalog backend, made when
+    a test first asks for it and closed with the module."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self.tmp_path_factory = tmp_path_factory
+        self.specs: dict[str, tuple[str, str | None]] = {}
+        self.open: dict[str, omnitable.Warehouse] = {}
+
+    def spec(self, backend: str, dbs: PostgresDatabases | None) -> tuple[str, str | None]:
+        if backend not in self.specs:
+            tmp = self.tmp_path_factory.mktemp(f"shared-wh-{backend}")
+            if dbs is None:
+                self.specs[backend] = str(tmp / "wh"), None
+            else:
+                self.specs[backend] = dbs.create(), str(tmp / "data")
+        return self.specs[backend]
+
+    def warehouse(self, spec: tuple[str, str | None]) -> omnitable.Warehouse:
+        uri, root = spec
+        if uri not in self.open:
+            self.open[uri] = omnitable.connect(uri, root=root)
+        return self.open[uri]
+
+    def close(self) -> None:
+        for warehouse in self.open.values():
+            warehouse.close()
+        self.open.clear()
+
+
+@pytest.fixture(scope="module")
+def shared_warehouses(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedWarehouses]:
+    shared = SharedWarehouses(tmp_path_factory)
+    yield shared
+    shared.close()
+
+
+def _shares_warehouse(request: pytest.FixtureRequest) -> bool:
+    return request.node.get_closest_marker(SHARED_WAREHOUSE) is not None
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def catalog_spec(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str | None]:
-    """(warehouse uri, data root) on each catalog backend."""
-    if request.param == "sqlite":
+    """(warehouse uri, data root) on each catalog backend: a catalog of the test's own, or, in a
+    module marked ``shared_warehouse`` (``pytestmark = pytest.mark.shared_warehouse``: its tests
+    each use tables of their own names), one catalog per backend for the whole module (a
+    PostgreSQL database costs more than most tests)."""
+    dbs = request.getfixturevalue("pg_databases") if request.param == "postgres" else None
+    if _shares_warehouse(request):
+        shared: SharedWarehouses = request.getfixturevalue("shared_warehouses")
+        return shared.spec(request.param, dbs)
+    if dbs is None:
         return str(tmp_path / "wh"), None
-    dbs = request.getfixturevalue("pg_databases")
     return dbs.create(), str(tmp_path / "data")
 
 
 @pytest.fixture
-def wh(catalog_spec: tuple[str, str | None]) -> Iterator[omnitable.Warehouse]:
+def wh(
+    request: pytest.FixtureRequest, catalog_spec: tuple[str, str | None]
+) -> Iterator[omnitable.Warehouse]:
+    """A warehouse on ``catalog_spec``: the module's, open for the module, when it shares one."""
+    if _shares_warehouse(request):
+        shared: SharedWarehouses = request.getfixturevalue("shared_warehouses")
+        yield shared.warehouse(catalog_spec)
+        return
     uri, root = catalog_spec
-    warehouse = omnitable.connect(uri, root=root)
-    yield warehouse
-    warehouse.close()
-
-
-@pytest.fixture(
-    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-)
-def module_catalog_spec(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[str, str | None]:
-    """``catalog_spec`` shared by a module's tests: a module whose tests each use a table of
-    their own (a unique name) overrides ``catalog_spec`` and ``wh`` with these, and saves a
-    catalog (a PostgreSQL database) per test."""
-    tmp = tmp_path_factory.mktemp("shared-wh")
-    if request.param == "sqlite":
-        return str(tmp / "wh"), None
-    dbs = request.getfixturevalue("pg_databases")
-    return dbs.create(), str(tmp / "data")
-
-
-@pytest.fixture(scope="module")
-def module_wh(module_catalog_spec: tuple[str, str | None]) -> Iterator[omnitable.Warehouse]:
-    """``wh`` shared by a module's tests (see ``module_catalog_spec``)."""
-    uri, root = module_catalog_spec
     warehouse = omnitable.connect(uri, root=root)
     yield warehouse
     warehouse.close()

@@ -6,7 +6,9 @@ results, the merge commits' summaries and the resulting snapshots (fragments, fi
 columns, deletion vectors, columns, features, rows) with data and file paths named by where they
 first appeared; conflicts fail with Python's message; a Python commit on the target or the
 source while the JVM merge is paused before its commit makes it plan again; a JVM merge killed
-in its commit leaves nothing visible; a keyed table's three-way merge says to use Python."""
+in its commit leaves nothing visible; a keyed table's three-way merge says to use Python. One
+warehouse per backend for the module (``shared_warehouse``), tables of their own names for each
+test (``unique``)."""
 
 from __future__ import annotations
 
@@ -29,9 +31,14 @@ from omnitable.spark.session import CATALOG_CLASS, warehouse_string
 
 from .merge_helpers import delete_x, ids_of, make_table, new_rows, set_col
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.shared_warehouse]
 
 Build = Callable[[omnitable.Table], None]  # the steps after make_table: branch 'a' and main
+
+
+def unique(prefix: str) -> str:
+    """A table name of the test's own in the module's warehouse."""
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
 
 
 def catalog(spark: Any, wh: omnitable.Warehouse) -> str:
@@ -158,7 +165,7 @@ def call_result(t: omnitable.Table, wh: omnitable.Warehouse, row: dict[str, Any]
 
 
 def twins(wh: omnitable.Warehouse, build: Build) -> tuple[omnitable.Table, omnitable.Table]:
-    py, jv = make_table(wh, "py"), make_table(wh, "jv")
+    py, jv = make_table(wh, unique("py")), make_table(wh, unique("jv"))
     for t in (py, jv):
         build(t)
     return py, jv
@@ -174,10 +181,10 @@ def check_same(
     target = "a" if rebase else "main"
     if rebase:
         expected = py.rebase("a", strategy=strategy)
-        sql = f"CALL {c}.system.rebase_branch('jv', 'a', strategy => '{strategy}')"
+        sql = f"CALL {c}.system.rebase_branch('{jv.name}', 'a', strategy => '{strategy}')"
     else:
         expected = py.merge("a", strategy=strategy)
-        sql = f"CALL {c}.system.merge_branch('jv', 'a', strategy => '{strategy}')"
+        sql = f"CALL {c}.system.merge_branch('{jv.name}', 'a', strategy => '{strategy}')"
     (row,) = [r.asDict(recursive=True) for r in spark.sql(sql).collect()]
     assert call_result(jv, wh, row) == result_of(py, wh, expected)
     assert merge_commit(jv, target) == merge_commit(py, target)
@@ -309,7 +316,7 @@ def test_conflicts_fail_with_pythons_message(
     before = (jv.version, jv.history(limit=1)[0])
     c = catalog(spark, wh)
     with pytest.raises(Exception) as err:
-        spark.sql(f"CALL {c}.system.merge_branch('jv', 'a')").collect()
+        spark.sql(f"CALL {c}.system.merge_branch('{jv.name}', 'a')").collect()
     got = str(err.value)
     assert "OMNITABLE_MERGE_CONFLICT" in got
     message = str(expected.value)
@@ -334,13 +341,13 @@ def test_a_keyed_tables_three_way_merge_says_to_use_python(
     spark: Any, wh: omnitable.Warehouse
 ) -> None:
     c = catalog(spark, wh)
-    k = wh.create_table("k", {"key": "string", "v": "bigint"}, key="key")
+    k = wh.create_table(unique("k"), {"key": "string", "v": "bigint"}, key="key")
     k.upsert(pa.table({"key": ["k1"], "v": [1]}), append_name="u0")
     k.create_branch("a").upsert(pa.table({"key": ["k2"], "v": [2]}), append_name="ua")
     k.upsert(pa.table({"key": ["k3"], "v": [3]}), append_name="um")
     head = k.version
     with pytest.raises(Exception) as err:
-        spark.sql(f"CALL {c}.system.merge_branch('k', 'a')").collect()
+        spark.sql(f"CALL {c}.system.merge_branch('{k.name}', 'a')").collect()
     assert "OMNITABLE_PROCEDURE_NEEDS_PYTHON" in str(err.value) and "has a key" in str(err.value)
     assert k.version == head
 
@@ -391,7 +398,11 @@ def test_a_python_commit_during_the_call_makes_it_plan_again(
     c = catalog(spark, wh)
     try:
         thread, out = _pause_call(
-            spark, wh, f"CALL {c}.system.merge_branch('jv', 'a')", "merge.before_commit", tmp_path
+            spark,
+            wh,
+            f"CALL {c}.system.merge_branch('{jv.name}', 'a')",
+            "merge.before_commit",
+            tmp_path,
         )
         MOVES[moved](jv)
         (tmp_path / "merge.before_commit.go").touch()
@@ -413,17 +424,17 @@ def test_a_python_commit_during_the_call_makes_it_plan_again(
 def test_a_call_killed_in_its_commit_leaves_nothing_visible(
     spark: Any, wh: omnitable.Warehouse, point: str
 ) -> None:
-    t = make_table(wh, "jv")
+    t = make_table(wh, unique("jv"))
     _batches(t)
     before = (snapshot_state(wh, t, "main"), len(t.history()))
     c = catalog(spark, wh)
     spark.conf.set("spark.omnitable.test.failpoint", f"{point}=raise")
     try:
         with pytest.raises(Exception) as err:
-            spark.sql(f"CALL {c}.system.merge_branch('jv', 'a')").collect()
+            spark.sql(f"CALL {c}.system.merge_branch('{t.name}', 'a')").collect()
     finally:
         spark.conf.unset("spark.omnitable.test.failpoint")
     assert point in str(err.value)
     assert (snapshot_state(wh, t, "main"), len(t.history())) == before
-    row = spark.sql(f"CALL {c}.system.merge_branch('jv', 'a')").collect()[0]
+    row = spark.sql(f"CALL {c}.system.merge_branch('{t.name}', 'a')").collect()[0]
     assert row["version"] == t.version and row["batches"] == 1

@@ -2,7 +2,7 @@
 the source lands between the merge's plan and its commit (failpoint ``merge.before_commit``),
 or a writer that planned before the merge commits after it. The merge plans again or conflicts
 cleanly; no commit of either side is ever lost, and every read equals the model. One warehouse
-per backend for the module (``module_wh``), a table of its own for each test (``name``)."""
+per backend for the module (``shared_warehouse``), a table of its own for each test (``name``)."""
 
 from __future__ import annotations
 
@@ -38,14 +38,7 @@ POINT = "merge.before_commit"
 Race = Callable[[str, Callable[[], Any], Callable[[], Any]], dict[str, Any]]  # conftest.race
 
 
-@pytest.fixture
-def catalog_spec(module_catalog_spec: tuple[str, str | None]) -> tuple[str, str | None]:
-    return module_catalog_spec
-
-
-@pytest.fixture
-def wh(module_wh: omnitable.Warehouse) -> omnitable.Warehouse:
-    return module_wh
+pytestmark = pytest.mark.shared_warehouse  # one warehouse per backend (conftest)
 
 
 @pytest.fixture

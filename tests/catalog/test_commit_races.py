@@ -6,8 +6,8 @@ outcome as data: ``None`` when both commit (they touch disjoint cells), else a p
 ``CommitConflict`` message. Afterwards the table must satisfy the invariants of DESIGN §4: ids
 unique, every column file aligned with its fragment, no value silently NULL or wrong, ``status()``
 truthful, and nothing visible of a failed commit. On SQLite and PostgreSQL (``wh``): one
-warehouse per backend for the module (a catalog database costs more than a test), and a table of
-its own for each test (``name``: tables share nothing but the catalog).
+warehouse per backend for the module (``shared_warehouse``: a catalog database costs more than a
+test), and a table of its own for each test (``name``: tables share nothing but the catalog).
 
 A second part kills a writer of each path inside the commit transaction (``commit.*``
 failpoints in a child process): nothing is visible, and the table still takes the commit.
@@ -41,14 +41,7 @@ LEN_INT = omnitable.sql_feature("text_len", "length(text)", "int", "1")
 LEN_BIGINT = omnitable.sql_feature("text_len", "length(text)", "bigint", "2")
 
 
-@pytest.fixture
-def catalog_spec(module_catalog_spec: tuple[str, str | None]) -> tuple[str, str | None]:
-    return module_catalog_spec
-
-
-@pytest.fixture
-def wh(module_wh: omnitable.Warehouse) -> omnitable.Warehouse:
-    return module_wh
+pytestmark = pytest.mark.shared_warehouse  # one warehouse per backend (conftest)
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """``Table.upsert`` on SQLite and PostgreSQL (``wh``): the merge policies, custom policies,
 keys of several columns and types, deletes, time travel, rollback and revert, feature lineage,
 bad input that commits nothing, and rejected rows in the error table. One warehouse per backend
-for the module (``module_wh``): each test creates tables of its own names (``_names``)."""
+for the module (``shared_warehouse``): each test creates tables of its own names (``_names``)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,7 @@ from . import omt_upsert_policies as policies
 _names = itertools.count()
 
 
-@pytest.fixture
-def wh(module_wh: omnitable.Warehouse) -> omnitable.Warehouse:
-    return module_wh
+pytestmark = pytest.mark.shared_warehouse  # one warehouse per backend (conftest)
 
 
 SCHEMA = {"url": "string", "label": "bigint", "note": "string", "tags": "array<string>"}

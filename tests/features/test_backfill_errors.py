@@ -1,9 +1,11 @@
 """Record-level fault tolerance in backfills: bad records of every kind are isolated, recorded
-in the error table and retried; the ratio policy aborts; without isolation the job fails."""
+in the error table and retried; the ratio policy aborts; without isolation the job fails. One
+warehouse per backend for the module (``shared_warehouse``), a table of its own for each test."""
 
 from __future__ import annotations
 
 import random
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,7 +16,7 @@ from omnitable import ROW_ID
 
 from . import omt_faulty_features as faulty
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.shared_warehouse]
 
 KINDS = {
     "RAISE": "exception",
@@ -38,10 +40,15 @@ def _texts(n: int, bad: dict[str, int], seed: int = 7) -> tuple[list[str], dict[
     return texts, marked
 
 
+def _docs(wh: omnitable.Warehouse) -> omnitable.Table:
+    """A table ``text`` of the test's own in the module's warehouse."""
+    return wh.create_table(f"docs_{uuid.uuid4().hex[:8]}", {"text": "string"})
+
+
 @pytest.fixture
 def faulty_table(wh: omnitable.Warehouse) -> tuple[omnitable.Table, dict[int, str], list[str]]:
     texts, marked = _texts(3000, {"RAISE": 3, "SLEEP": 2, "MEM": 1, "SEGV": 1, "EXIT": 1})
-    t = wh.create_table("docs", {"text": "string"})
+    t = _docs(wh)
     t.append(pa.table({"text": texts}), "b1", target_fragment_rows=1000)
     t.register(faulty.score)
     return t, marked, texts
@@ -93,7 +100,7 @@ def test_error_ratio_policy_aborts_and_commits_nothing(faulty_table, spark) -> N
 
 def test_without_isolation_a_bad_record_fails_the_job(wh: omnitable.Warehouse, spark) -> None:  # type: ignore[no-untyped-def]
     texts, _ = _texts(200, {"RAISE": 1})
-    t = wh.create_table("docs", {"text": "string"})
+    t = _docs(wh)
     t.append(pa.table({"text": texts}), "b1")
     t.register(faulty.score)
     with pytest.raises(Exception, match="cannot score"):
@@ -111,7 +118,7 @@ def test_retry_recomputes_only_failed_records_and_resolves_them(
     texts = [f"ok {i}" for i in range(500)]
     for p in (7, 123, 444):
         texts[p] = f"FLAKY:{flag}"
-    t = wh.create_table("docs", {"text": "string"})
+    t = _docs(wh)
     t.append(pa.table({"text": texts}), "b1", target_fragment_rows=250)
     t.register(faulty.score)
     t.backfill("score").run(spark)
@@ -142,7 +149,7 @@ def test_retry_fixes_transient_failures_while_one_stays_failed(
     for p in flaky:
         texts[p] = f"FLAKY:{flag}"
     texts[250] = "RAISE forever"
-    t = wh.create_table("docs", {"text": "string"})
+    t = _docs(wh)
     t.append(pa.table({"text": texts}), "b1")
     t.register(faulty.score)
     t.backfill("score").run(spark, max_error_ratio=0.05)
@@ -163,7 +170,7 @@ def test_output_values_that_do_not_fit_the_declared_type_fail_alone(
 ) -> None:  # type: ignore[no-untyped-def]
     texts = [f"row {i}" for i in range(600)]
     texts[5], texts[400] = "FLOAT row", "HUGE row"
-    t = wh.create_table("docs", {"text": "string"})
+    t = _docs(wh)
     t.append(pa.table({"text": texts}), "b1")
     t.register(faulty.sized)
     result = t.backfill("sized").run(spark)
@@ -187,7 +194,7 @@ def test_sql_feature_values_that_do_not_convert_fail_alone(
 ) -> None:  # type: ignore[no-untyped-def]
     texts = [f"{i}" for i in range(300)]
     texts[7] = "seven"
-    t = wh.create_table("docs", {"text": "string"})
+    t = _docs(wh)
     t.append(pa.table({"text": texts}), "b1")
     t.register(omnitable.sql_feature("num", "concat(text, '')", "int", "1"))
     spark.conf.set("spark.sql.ansi.enabled", ansi)
@@ -210,7 +217,7 @@ def test_error_rows_are_visible_only_with_their_files(
     wh: omnitable.Warehouse, spark, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
     texts, _ = _texts(200, {"RAISE": 2})
-    t = wh.create_table("docs", {"text": "string"})
+    t = _docs(wh)
     t.append(pa.table({"text": texts}), "b1")
     t.register(faulty.score)
     # the error rows are written, then the catalog commit fails: nothing becomes visible

@@ -1,7 +1,10 @@
 """Metadata tables in Spark SQL (docs/spark.md, "Metadata tables"): ``omnitable.<table>.history``,
 ``.batches``, ``.fragments``, ``.files``, ``.features``, ``.lineage``, ``.status``, ``.errors``,
 ``.runs`` and ``.refs`` hold, row by row, what the Python API reports for the same table, at the
-head of main, at ``VERSION AS OF <n>`` and on a branch or tag (``VERSION AS OF '<ref>'``)."""
+head of main, at ``VERSION AS OF <n>`` and on a branch or tag (``VERSION AS OF '<ref>'``).
+
+One warehouse per backend for the module (``shared_warehouse``): the table ``web`` is built once
+in it and only read by the tests that take it; the other tests make tables of their own names."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import omnitable
 from omnitable import ROW_ID
 from omnitable.spark.session import CATALOG_CLASS
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.shared_warehouse]
 
 NAMES = [
     "history",
@@ -56,8 +59,21 @@ def sql(spark: Any, query: str) -> list[dict[str, Any]]:
     return [r.asDict(recursive=True) for r in spark.sql(query).collect()]
 
 
+@pytest.fixture(scope="module")
+def built() -> dict[str, dict[str, Any]]:
+    """``web`` of each of the module's warehouses, by warehouse uri."""
+    return {}
+
+
 @pytest.fixture
-def web(spark: Any, wh: omnitable.Warehouse) -> dict[str, Any]:
+def web(spark: Any, wh: omnitable.Warehouse, built: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``_build_web`` in the module's warehouse of the backend, once (the tests only read it)."""
+    if wh.uri not in built:
+        built[wh.uri] = _build_web(spark, wh)
+    return built[wh.uri]
+
+
+def _build_web(spark: Any, wh: omnitable.Warehouse) -> dict[str, Any]:
     """Table ``web``: appends b1 (two fragments, two records failing ``shout``) and b2, a SQL
     feature and a pandas feature registered and backfilled, then b3 (not backfilled), a delete,
     tag ``t1`` (with a retention), branch ``audit`` with its own batch b4 and a delete of its
@@ -207,14 +223,14 @@ def test_fragments_and_files_equal_the_snapshot(
 
 def test_files_page_through_the_catalog(spark: Any, catalog: str, wh: omnitable.Warehouse) -> None:
     """More fragments and files than fit one page of the catalog listing (10,000 rows)."""
-    t = wh.create_table("wide", {"x": "int"})
+    t = wh.create_table(f"wide_{uuid.uuid4().hex[:8]}", {"x": "int"})
     t.append(pa.table({"x": list(range(10_050))}), "b1", target_fragment_rows=1)
     rows = sql(
         spark,
-        f"SELECT count(*) AS n, count(DISTINCT fragment_id) AS d FROM {catalog}.wide.fragments",
+        f"SELECT count(*) AS n, count(DISTINCT fragment_id) AS d FROM {catalog}.{t.name}.fragments",
     )
     assert rows == [{"n": 10_050, "d": 10_050}]
-    files = spark.sql(f"SELECT file_id FROM {catalog}.wide.files").collect()
+    files = spark.sql(f"SELECT file_id FROM {catalog}.{t.name}.files").collect()
     assert sorted(r.file_id for r in files) == sorted(
         f.file_id for fs in t.snapshot().files_by_fragment.values() for f in fs
     )
@@ -320,24 +336,26 @@ def test_errors_and_runs_equal_the_python_api(
 def test_a_table_without_error_table_has_no_errors(
     spark: Any, catalog: str, wh: omnitable.Warehouse
 ) -> None:
-    t = wh.create_table("plain", {"x": "int"})
+    t = wh.create_table(f"plain_{uuid.uuid4().hex[:8]}", {"x": "int"})
     t.append(pa.table({"x": [1, 2]}), "b1")
-    assert spark.sql(f"SELECT * FROM {catalog}.plain.errors").count() == 0
-    assert sql(spark, f"SELECT * FROM {catalog}.plain.status") == []
-    assert sql(spark, f"SELECT * FROM {catalog}.plain.lineage") == []
+    plain = f"{catalog}.{t.name}"
+    assert spark.sql(f"SELECT * FROM {plain}.errors").count() == 0
+    assert sql(spark, f"SELECT * FROM {plain}.status") == []
+    assert sql(spark, f"SELECT * FROM {plain}.lineage") == []
 
 
 def test_unknown_metadata_table_lists_the_valid_names(
     spark: Any, catalog: str, wh: omnitable.Warehouse
 ) -> None:
-    wh.create_table("plain", {"x": "int"})
+    t = wh.create_table(f"plain_{uuid.uuid4().hex[:8]}", {"x": "int"})
+    plain = f"{catalog}.{t.name}"
     with pytest.raises(Exception, match="is not a metadata table") as err:
-        spark.sql(f"SELECT * FROM {catalog}.plain.snapshots").collect()
+        spark.sql(f"SELECT * FROM {plain}.snapshots").collect()
     for n in NAMES:
         assert n in str(err.value)
     with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
         spark.sql(f"SELECT * FROM {catalog}.nosuch.history").collect()
     # the metadata tables are tables of the catalog with their documented columns
-    described = spark.sql(f"DESCRIBE TABLE {catalog}.plain.history").collect()
+    described = spark.sql(f"DESCRIBE TABLE {plain}.history").collect()
     assert [r.col_name for r in described][:3] == ["version", "parent_version", "branch"]
-    assert spark.sql(f"SELECT * FROM {catalog}.plain.refs").collect()[0].name == "main"
+    assert spark.sql(f"SELECT * FROM {plain}.refs").collect()[0].name == "main"

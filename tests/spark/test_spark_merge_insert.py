@@ -5,7 +5,8 @@ become one new batch named as INSERT INTO names it (``spark.omnitable.write.appe
 generated ids, committed with the matched updates and deletes in one version (op ``upsert``); a
 MERGE that only inserts is an append. The classic upsert equals a model of the rows and Python's
 ``Table.upsert`` of the same data; a missing batch name, a batch name taken before or during the
-MERGE, and a commit killed midway commit nothing and leave no file."""
+MERGE, and a commit killed midway commit nothing and leave no file. One warehouse per backend for
+the module (``shared_warehouse``), a table of its own name for each test (``_table``)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from omnitable.spark.session import CATALOG_CLASS
 
 pytest.importorskip("pyspark")
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.shared_warehouse]
 
 FAILPOINT_CONF = "spark.omnitable.test.failpoint"
 NAME_CONF = "spark.omnitable.write.appendName"
