@@ -3,6 +3,7 @@ package io.omnitable.spark
 import io.omnitable.spark.conf.{OmniTableVersion, SparkVersionCheck}
 import io.omnitable.spark.optimizer.{
   AlignOmniTableUpdateAssignments,
+  BroadcastOmniTableMergeSource,
   FuseOmniTableScans,
   FusePythonUDFs,
   KeepOmniTableUpdateOrder,
@@ -61,6 +62,9 @@ class OmniTableSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
     extensions.injectOptimizerRule(_ => LateMaterializeFilteredColumns)
     // WriteOnlyAssignedColumns: an UPDATE writes (and reads) only the columns it assigns.
     extensions.injectOptimizerRule(_ => WriteOnlyAssignedColumns)
+    // BroadcastOmniTableMergeSource: a MERGE that only updates / deletes target rows broadcasts a
+    // small deterministic source, so the target scan's partitions and order reach the write.
+    extensions.injectOptimizerRule(_ => BroadcastOmniTableMergeSource)
     // KeepOmniTableUpdateOrder: an UPDATE whose rows keep the scan's order (projections and
     // filters only) and whose scan reads each fragment whole in one task skips the exchange and
     // sort Spark would plan for its write (one task still rewrites each fragment, in one pass).

@@ -59,6 +59,9 @@ object OmniTableConf {
   private def positiveLong(s: String): Either[String, Long] =
     s.trim.toLongOption.filter(_ > 0).toRight("expected a positive integer")
 
+  private def nonNegativeLong(s: String): Either[String, Long] =
+    s.trim.toLongOption.filter(_ >= 0).toRight("expected a non-negative integer")
+
   private def nonNegativeInt(max: Int)(s: String): Either[String, Int] =
     s.trim.toIntOption.filter(v => v >= 0 && v <= max).toRight(s"expected an integer in 0..$max")
 
@@ -206,6 +209,16 @@ object OmniTableConf {
     fraction
   ))
 
+  val MERGE_BROADCAST_BYTES: OmniTableConfEntry[Long] = declare(OmniTableConfEntry(
+    "spark.omnitable.optimizer.merge_broadcast_bytes",
+    None,
+    Some(64L << 20),
+    "Rule BroadcastOmniTableMergeSource: a MERGE with only WHEN MATCHED / WHEN NOT MATCHED BY SOURCE " +
+      "clauses broadcasts a deterministic source whose size estimate is at most this many bytes, so " +
+      "the target is rewritten as scanned, without an exchange and sort; 0 turns it off.",
+    nonNegativeLong
+  ))
+
   /** Session keys `spark.omnitable.warehouses.<alias>`: more warehouses configured for the session. */
   val WarehousesPrefix = "spark.omnitable.warehouses."
 
@@ -284,6 +297,7 @@ final class OmniTableConf(options: Map[String, String], session: String => Optio
   def fusePythonUdfs: Boolean = get(FUSE_PYTHON_UDFS)
   def lateMaterialization: Boolean = get(LATE_MATERIALIZATION)
   def lateMaterializationMaxSelectivity: Double = get(LATE_MATERIALIZATION_MAX_SELECTIVITY)
+  def mergeBroadcastBytes: Long = get(MERGE_BROADCAST_BYTES)
 
   /** Spark's `spark.sql.files.maxPartitionBytes` (session only): the target size of a packed partition. */
   def filesMaxPartitionBytes: Long = sparkBytes("spark.sql.files.maxPartitionBytes", "128m")

@@ -51,13 +51,15 @@ final class OmniTableDeltaOperation(
   def keepsScanOrder(kept: Boolean): Unit = orderKept = kept
 
   /**
-   * Whether the write needs no clustering by fragment and sort by offset: an UPDATE whose rows
-   * keep the scan's order ([[keepsScanOrder]]) and whose scan delivers each fragment whole, in
+   * Whether the write needs no clustering by fragment and sort by offset: an UPDATE, or a MERGE
+   * without inserted rows, whose rows keep the scan's order ([[keepsScanOrder]]; a MERGE's through
+   * a broadcast of its source) and whose scan delivers each fragment whole, in
    * offset order, to one task ([[io.omnitable.spark.read.plan.OmniTableScan.deliversWholeFragments]]).
    * Then Spark plans no exchange and no sort: each task rewrites the fragments it read.
    */
   def streamsFragments: Boolean =
-    command == RowLevelOperation.Command.UPDATE && orderKept &&
+    (command == RowLevelOperation.Command.UPDATE || command == RowLevelOperation.Command.MERGE && !inserts) &&
+      orderKept &&
       scanBuilder.flatMap(_.builtScan).exists(_.deliversWholeFragments)
 
   /**
