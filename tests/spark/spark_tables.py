@@ -77,6 +77,33 @@ def dml_rows(t: omnitable.Table) -> list[dict[str, Any]]:
     return t.read([ROW_ID, "x", "label", "quality", "text"]).sort_by("x").to_pylist()
 
 
+def fragmented_table(wh: omnitable.Warehouse, prefix: str) -> omnitable.Table:
+    """Three batches of unequal fragments (7..40 rows), some rows deleted: 61 fragments (the
+    table the streaming UPDATE and MERGE tests change)."""
+    import pyarrow.compute as pc
+
+    t = wh.create_table(
+        f"{prefix}{next(_names)}",
+        {"x": "bigint", "label": "string", "quality": "double"},
+        groups={"meta": ["label"], "q": ["quality"]},
+    )
+    start = 0
+    for batch, (n, per) in enumerate(((400, 7), (300, 40), (250, 13))):
+        xs = list(range(start, start + n))
+        t.append(
+            pa.table({"x": xs, "label": [f"l{x % 7}" for x in xs], "quality": [x / 4 for x in xs]}),
+            f"b{batch}", target_fragment_rows=per,
+        )  # fmt: skip
+        start += n
+    t.delete(pc.field("x").isin(pa.array(range(3, 950, 11))))
+    return t
+
+
+def fragmented_rows(t: omnitable.Table) -> list[dict[str, Any]]:
+    """A :func:`fragmented_table`'s rows (with their ids), by x."""
+    return t.read([ROW_ID, "x", "label", "quality"]).sort_by("x").to_pylist()
+
+
 def file_columns(t: omnitable.Table, version: int) -> list[set[str]]:
     """The column names of each file that ``version`` of ``t`` added."""
     snap = t.snapshot()

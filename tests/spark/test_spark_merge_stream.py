@@ -13,9 +13,8 @@ import itertools
 import re
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
+from spark_tables import fragmented_rows, fragmented_table
 
 import omnitable
 from omnitable import ROW_ID
@@ -36,26 +35,11 @@ def _unset_bound(spark: Any) -> Any:
 
 
 def _table(wh: omnitable.Warehouse) -> omnitable.Table:
-    """Three batches of unequal fragments (7..40 rows), some rows deleted: 61 fragments."""
-    t = wh.create_table(
-        f"ms{next(_names)}",
-        {"x": "bigint", "label": "string", "quality": "double"},
-        groups={"meta": ["label"], "q": ["quality"]},
-    )
-    start = 0
-    for batch, (n, per) in enumerate(((400, 7), (300, 40), (250, 13))):
-        xs = list(range(start, start + n))
-        t.append(
-            pa.table({"x": xs, "label": [f"l{x % 7}" for x in xs], "quality": [x / 4 for x in xs]}),
-            f"b{batch}", target_fragment_rows=per,
-        )  # fmt: skip
-        start += n
-    t.delete(pc.field("x").isin(pa.array(range(3, 950, 11))))
-    return t
+    return fragmented_table(wh, "ms")
 
 
 def _rows(t: omnitable.Table) -> list[dict[str, Any]]:
-    return t.read([ROW_ID, "x", "label", "quality"]).sort_by("x").to_pylist()
+    return fragmented_rows(t)
 
 
 def _source(spark: Any, t: omnitable.Table, xs: list[int]) -> str:
