@@ -113,6 +113,22 @@ def file_columns(t: omnitable.Table, version: int) -> list[set[str]]:
 
 
 @contextmanager
+def raising_at(spark: Any, point: str) -> Iterator[None]:
+    """The JVM statement run inside fails at failpoint ``point`` (which the block must reach:
+    the error names it); the failpoint is unset after."""
+    import re
+
+    import pytest
+
+    spark.conf.set(FAILPOINT_CONF, f"{point}=raise")
+    try:
+        with pytest.raises(Exception, match=re.escape(point)):
+            yield
+    finally:
+        spark.conf.unset(FAILPOINT_CONF)
+
+
+@contextmanager
 def paused_at(
     spark: Any, point: str, gate: Path, statement: Callable[[], Any]
 ) -> Iterator[dict[str, Any]]:

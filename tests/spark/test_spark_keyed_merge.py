@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spark_tables import (
     APPEND_NAME_CONF,
-    FAILPOINT_CONF,
     bind_catalog,
     paused_at,
+    raising_at,
     reset_write_settings,
 )
 
@@ -286,12 +286,8 @@ def test_a_keyed_merge_killed_mid_commit_leaves_nothing(
 ) -> None:
     t = _table(wh)
     v, before, files = t.version, _values(t), _files(t, ".parquet")
-    spark.conf.set(FAILPOINT_CONF, "commit.mid_insert=raise")
-    try:
-        with pytest.raises(Exception, match="commit.mid_insert"):
-            spark.sql(_merge(catalog, t, _source(spark, [1, 77], [1.0, 7.0]), UPSERT))
-    finally:
-        spark.conf.unset(FAILPOINT_CONF)
+    with raising_at(spark, "commit.mid_insert"):
+        spark.sql(_merge(catalog, t, _source(spark, [1, 77], [1.0, 7.0]), UPSERT))
     fresh = wh.table(t.name)
     assert fresh.version == v and _values(fresh) == before
     assert fresh.lookup([77]).num_rows == 0

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from spark_tables import paused_at
+from spark_tables import FAILPOINT_CONF, paused_at, raising_at
 from sqlalchemy import text
 
 import omnitable
@@ -31,7 +31,6 @@ pytest.importorskip("pyspark")
 
 pytestmark = [pytest.mark.spark, pytest.mark.shared_warehouse]
 
-FAILPOINT_CONF = "spark.omnitable.test.failpoint"
 NAME_CONF = "spark.omnitable.write.appendName"
 _names = itertools.count()
 _views = itertools.count()
@@ -294,12 +293,8 @@ def test_an_upsert_killed_mid_commit_leaves_nothing(
 ) -> None:
     t = _table(wh)
     v, files, rows = t.version, _parquet(t), _rows(t)
-    spark.conf.set(FAILPOINT_CONF, "commit.mid_insert=raise")
-    try:
-        with pytest.raises(Exception, match="commit.mid_insert"):
-            spark.sql(_merge(catalog, t, _source(spark, [1, 77], [1.0, 7.0]), UPSERT))
-    finally:
-        spark.conf.unset(FAILPOINT_CONF)
+    with raising_at(spark, "commit.mid_insert"):
+        spark.sql(_merge(catalog, t, _source(spark, [1, 77], [1.0, 7.0]), UPSERT))
     fresh = wh.table(t.name)
     assert fresh.version == v and _rows(fresh) == rows
     assert [b.name for b in fresh.batches()] == ["b1"]
@@ -574,12 +569,8 @@ def test_an_upsert_killed_at_a_commit_failpoint_leaves_no_run_batch_or_fragment(
     t = _table(wh)
     v, files, rows, runs = t.version, _parquet(t), _rows(t), t.runs()
     fragments = {f.fragment_id for f in t.snapshot().fragments}
-    spark.conf.set(FAILPOINT_CONF, f"{point}=raise")
-    try:
-        with pytest.raises(Exception, match=point.replace(".", r"\.")):
-            spark.sql(_merge(catalog, t, _source(spark, [1, 77, 78], [1.0, 7.0, 8.0]), UPSERT))
-    finally:
-        spark.conf.unset(FAILPOINT_CONF)
+    with raising_at(spark, point):
+        spark.sql(_merge(catalog, t, _source(spark, [1, 77, 78], [1.0, 7.0, 8.0]), UPSERT))
     fresh = wh.table(t.name)
     assert fresh.version == v and _rows(fresh) == rows
     assert [b.name for b in fresh.batches()] == ["b1"]
