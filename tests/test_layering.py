@@ -20,6 +20,7 @@ UNITS: list[tuple[str, str]] = [  # (unit, layer), top to bottom
     ("omnitable", "facade"),  # the package's __init__: the public API
     ("omnitable.warehouse", "facade"),
     ("omnitable.table", "facade"),
+    ("omnitable.governance", "services"),
     ("omnitable.exec", "services"),
     ("omnitable.dataops", "services"),
     ("omnitable.features", "services"),

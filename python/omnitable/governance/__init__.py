@@ -1,0 +1,1 @@
+"""Governance: maintenance jobs that keep a table's layout healthy (docs/governance.md)."""
