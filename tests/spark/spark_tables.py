@@ -72,6 +72,24 @@ def dml_table(wh: omnitable.Warehouse) -> omnitable.Table:
     return t
 
 
+def keyed_table(wh: omnitable.Warehouse, prefix: str = "km") -> omnitable.Table:
+    """A new table keyed by x holding x 0..11 (label 'a', quality x, text t<x>), upserted as
+    batch ``b1`` (one fragment), columns in groups ``meta`` (label, quality) and ``payload``
+    (text): the table the keyed MERGE tests change."""
+    t = wh.create_table(
+        f"{prefix}{next(_names)}",
+        {"x": "bigint", "label": "string", "quality": "double", "text": "string"},
+        groups={"meta": ["label", "quality"], "payload": ["text"]},
+        key="x",
+    )
+    t.upsert(
+        pa.table({"x": list(range(12)), "label": ["a"] * 12,
+                  "quality": [float(i) for i in range(12)], "text": [f"t{i}" for i in range(12)]}),
+        append_name="b1",
+    )  # fmt: skip
+    return t
+
+
 def dml_rows(t: omnitable.Table) -> list[dict[str, Any]]:
     """A :func:`dml_table`'s rows (with their ids), by x."""
     return t.read([ROW_ID, "x", "label", "quality", "text"]).sort_by("x").to_pylist()

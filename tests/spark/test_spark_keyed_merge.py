@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from spark_tables import (
     APPEND_NAME_CONF,
     bind_catalog,
+    keyed_table,
     paused_at,
     raising_at,
     reset_write_settings,
@@ -37,9 +38,7 @@ pytest.importorskip("pyspark")
 
 pytestmark = pytest.mark.spark
 
-_names = itertools.count()
 _views = itertools.count()
-ROWS = 12
 UPSERT = (
     "WHEN MATCHED THEN UPDATE SET quality = s.quality "
     "WHEN NOT MATCHED THEN INSERT (x, quality) VALUES (s.x, s.quality)"
@@ -56,19 +55,7 @@ def catalog(spark: Any, wh: omnitable.Warehouse) -> Any:
 
 def _table(wh: omnitable.Warehouse) -> omnitable.Table:
     """A table keyed by x holding x 0..11 (label 'a', quality x, text t<x>)."""
-    t = wh.create_table(
-        f"km{next(_names)}",
-        {"x": "bigint", "label": "string", "quality": "double", "text": "string"},
-        groups={"meta": ["label", "quality"], "payload": ["text"]},
-        key="x",
-    )
-    t.upsert(
-        pa.table({"x": list(range(ROWS)), "label": ["a"] * ROWS,
-                  "quality": [float(i) for i in range(ROWS)],
-                  "text": [f"t{i}" for i in range(ROWS)]}),
-        append_name="b1",
-    )  # fmt: skip
-    return t
+    return keyed_table(wh)
 
 
 def _values(t: omnitable.Table) -> dict[int, tuple[Any, ...]]:

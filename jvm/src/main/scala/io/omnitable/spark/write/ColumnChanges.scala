@@ -3,7 +3,7 @@ package io.omnitable.spark.write
 import scala.collection.mutable
 import scala.jdk.CollectionConverters._
 
-import io.omnitable.spark.catalog.{RowLevelCommit, SystemColumns, WrittenFile, WrittenFragment}
+import io.omnitable.spark.catalog.{KeyHash, KeyIndex, RowLevelCommit, SystemColumns, WrittenFile, WrittenFragment}
 import io.omnitable.spark.errors.{UpdateErrors, WriteErrors}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.types.StructType
@@ -11,9 +11,14 @@ import org.apache.spark.unsafe.types.UTF8String
 
 /**
  * What one task of an UPDATE / MERGE wrote: rewritten column files, how many rows they update,
- * and the fragments of a MERGE's inserted batch.
+ * the fragments of a MERGE's inserted batch, and (a MERGE into a keyed table) the offsets of the
+ * rows it updated by fragment id: the rows whose keys the upsert found ([[KeyChecks.Found]]).
  */
-final case class ColumnFilesWritten(files: Seq[WrittenFile], rows: Long, inserted: Seq[WrittenFragment] = Nil)
+final case class ColumnFilesWritten(
+    files: Seq[WrittenFile],
+    rows: Long,
+    inserted: Seq[WrittenFragment] = Nil,
+    matched: Map[String, java.util.BitSet] = Map.empty)
 
 /**
  * The row changes of `UPDATE` and `MERGE … WHEN MATCHED THEN UPDATE` ([[RowChanges]]): an updated
@@ -46,6 +51,24 @@ final case class ColumnChangesFactory(
   /** The fragments the tasks wrote for the inserted batch. */
   def inserted(written: Seq[Serializable]): Seq[WrittenFragment] =
     written.collect { case w: ColumnFilesWritten => w.inserted }.flatten
+
+  /** A MERGE into a keyed table (its inserted rows get key index files): an upsert. */
+  def keyed: Boolean = inserts.exists(_.key.isDefined)
+
+  /**
+   * The keys of the rows a keyed MERGE updated and where it found them (fragment id, offset): the
+   * updated offsets the tasks recorded, looked up in each fragment's key index.
+   */
+  def found(written: Seq[Serializable]): IndexedSeq[KeyChecks.Found] = {
+    val matched = written.collect { case w: ColumnFilesWritten => w.matched }.flatten
+    matched.flatMap { case (id, offsets) =>
+      val (rewrite, _) = fragments(id)
+      val index = KeyIndex.load(KeyIndex.uri(task.tableUri, rewrite.path), rewrite.rowCount, task.hadoopConf.value)
+      (0 until index.size).filter(i => offsets.get(index.offset(i).toInt)).map { i =>
+        KeyChecks.Found(KeyHash(index.h1(i), index.h2(i)), id, index.offset(i))
+      }
+    }.toIndexedSeq
+  }
 
   override def toCommit(written: Seq[Serializable], commit: RowLevelCommit): RowLevelCommit = {
     val parts = written.collect { case w: ColumnFilesWritten => w }
@@ -93,6 +116,8 @@ private[write] final class ColumnChanges(f: ColumnChangesFactory, partition: Int
   private var stream: FragmentRewriteStream = _
   private var rows = 0L
   private var inserter: FragmentWriter = _ // the inserted batch's writer, opened at the first inserted row
+  private val matched = mutable.Map.empty[String, java.util.BitSet] // a keyed MERGE's updated offsets
+  private var currentMatched: java.util.BitSet = _ // those of the fragment `stream` rewrites
 
   override def update(metadata: InternalRow, id: InternalRow, row: InternalRow): Unit = {
     val fragment = metadata.getUTF8String(fragmentAt)
@@ -106,7 +131,9 @@ private[write] final class ColumnChanges(f: ColumnChangesFactory, partition: Int
         throw UpdateErrors.systemColumn(f.table, SystemColumns.AppendName)
       }
     }
-    stream.put(metadata.getLong(offsetAt), row, ordinals)
+    val offset = metadata.getLong(offsetAt)
+    stream.put(offset, row, ordinals)
+    if (f.keyed) currentMatched.set(offset.toInt)
     rows += 1
   }
 
@@ -121,6 +148,7 @@ private[write] final class ColumnChanges(f: ColumnChangesFactory, partition: Int
     if (!seen.add(id)) throw new IllegalStateException(s"Cannot update fragment $id: its rows came out of order")
     stream = ColumnRewriter.stream(f.task, rewrite)
     current = fragment.clone()
+    if (f.keyed) currentMatched = matched.getOrElseUpdate(id, new java.util.BitSet)
     batch = UTF8String.fromString(name)
   }
 
@@ -149,7 +177,8 @@ private[write] final class ColumnChanges(f: ColumnChangesFactory, partition: Int
   override def commit(): Option[Serializable] = {
     finishCurrent()
     val inserted = Option(inserter).map(_.commit()).collect { case FragmentsWritten(fs) => fs }.getOrElse(Nil)
-    if (written.isEmpty && inserted.isEmpty) None else Some(ColumnFilesWritten(written.toSeq, rows, inserted))
+    if (written.isEmpty && inserted.isEmpty) None
+    else Some(ColumnFilesWritten(written.toSeq, rows, inserted, matched.toMap))
   }
 
   override def abort(): Unit = {

@@ -196,7 +196,9 @@ private[write] final class OmniTableDeltaBatchWrite(
     if (commit.deletions.isEmpty && written.isEmpty) return // nothing matched: nothing to commit
     try
       prepared match {
-        case c: ColumnChangesFactory if c.inserted(written).nonEmpty => commitInserts(c, c.inserted(written), commit)
+        case c: ColumnChangesFactory if c.inserted(written).nonEmpty =>
+          commitInserts(c, c.inserted(written), commit, if (c.keyed) c.found(written) else IndexedSeq.empty)
+        case c: ColumnChangesFactory if c.keyed => commitKeyedMatches(c, commit, c.found(written))
         case _ =>
           catalog.failpoints.hit(if (commit.files.nonEmpty) "update.before_commit" else "delete.before_commit")
           catalog.commitRowLevel(commit)
@@ -220,7 +222,11 @@ private[write] final class OmniTableDeltaBatchWrite(
    * append's), recorded succeeded in the commit's transaction. Generated ids that concurrent
    * commits may overlap are checked exactly ([[RowIdChecks.commitWith]]).
    */
-  private def commitInserts(c: ColumnChangesFactory, fragments: Seq[WrittenFragment], commit: RowLevelCommit): Long = {
+  private def commitInserts(
+      c: ColumnChangesFactory,
+      fragments: Seq[WrittenFragment],
+      commit: RowLevelCommit,
+      found: IndexedSeq[KeyChecks.Found]): Long = {
     val task = c.inserts.get
     val ranges = OmniTableBatchWrite.checkReserved(task, partitions, fragments)
     val append = AppendCommit(
@@ -261,29 +267,50 @@ private[write] final class OmniTableDeltaBatchWrite(
       case None =>
         catalog.failpoints.hit("merge.before_commit")
         checks.commitWith(catalog, append, None)(a => catalog.commitRowLevel(upsert.copy(append = Some(a))))
-      case Some(_) => commitKeyed(task, fragments, upsert, append, checks)
+      case Some(_) => commitKeyed(task, fragments, upsert, append, checks, found)
     }
+  }
+
+  /**
+   * A keyed MERGE that inserted no row (every source key matched a row): Python's upsert without
+   * new rows, op `upsert` (its summary: `batch`, `inserted` 0, `merged`), committed with
+   * `keysChecked` = the version the MERGE read: the rows of the keys it found (`found`) must
+   * still hold them ([[KeyChecks.commitWith]]: a deleted one is Python's upsert conflict).
+   */
+  private def commitKeyedMatches(c: ColumnChangesFactory, commit: RowLevelCommit, found: IndexedSeq[KeyChecks.Found])
+      : Long = {
+    val summary = commit.summary ++ Map(
+      "batch" -> c.inserts.get.batchName,
+      "inserted" -> 0L,
+      "merged" -> commit.summary.getOrElse("rows", 0L),
+      "user" -> sys.props.getOrElse("user.name", ""))
+    val upsert = commit.copy(op = "upsert", summary = summary, keysChecked = Some(snap.snapshot.version))
+    catalog.failpoints.hit("merge.before_commit")
+    KeyChecks.commitWith(handle.reader, snap.table.name, upsert, IndexedSeq.empty, found, c.task.hadoopConf.value)(
+      catalog.commitRowLevel)
   }
 
   /**
    * A MERGE into a keyed table (docs/spark.md, "Keyed tables in the JVM"): op `upsert` even when
    * no row matched (as `Table.upsert`), after checking the inserted keys are distinct (read from
    * the index files the tasks wrote), committed with `keysChecked` = the version the MERGE read
-   * (its join found these keys absent there): keys inserted by commits after it are re-probed at
-   * the new head ([[KeyChecks.commitWith]]: a clash is Python's upsert conflict).
+   * (its join found these keys absent there, and the `found` keys at the rows it updated): keys
+   * inserted, and rows of found keys deleted, by commits after it are re-probed at the new head
+   * ([[KeyChecks.commitWith]]: a clash is Python's upsert conflict).
    */
   private def commitKeyed(
       task: WriteTask,
       fragments: Seq[WrittenFragment],
       upsert: RowLevelCommit,
       append: AppendCommit,
-      checks: RowIdChecks): Long = {
+      checks: RowIdChecks,
+      found: IndexedSeq[KeyChecks.Found]): Long = {
     val conf = task.hadoopConf.value
     val keys = KeyChecks.insertedKeys(snap.table.name, snap.tableUri, fragments, conf)
     val keyed = upsert.copy(keysChecked = Some(snap.snapshot.version))
     catalog.failpoints.hit("merge.before_commit")
     checks.commitWith(catalog, append, None)(a =>
-      KeyChecks.commitWith(handle.reader, snap.table.name, keyed.copy(append = Some(a)), keys, IndexedSeq.empty, conf)(
+      KeyChecks.commitWith(handle.reader, snap.table.name, keyed.copy(append = Some(a)), keys, found, conf)(
         catalog.commitRowLevel))
   }
 
