@@ -56,8 +56,14 @@ The runners hold it there: in-process with a hook, across processes with the fai
 (:func:`run_around`): absent, it commits; ``{"conflict": fragment}``, it refuses its commit
 (nothing of it lands) because the committing writer changed what its plan decided on or read.
 
-Upserts race no append: both implementations refuse appends to keyed tables, and an upsert needs
-one. Python has no maintenance operations (compaction, expiry) yet.
+A scenario with ``"key": "url"`` makes the table keyed by ``url`` (its base steps then upsert:
+keyed tables take no append); the committing writer is then ``{"op": "upsert", "batch": B,
+"urls": [...], "score": S}``: Python's ``Table.upsert`` of those urls with score S (one attempt,
+failpoint ``upsert.before_commit``; the real one re-plans on a conflict, a Spark statement cannot)
+and the JVM's keyed ``MERGE INTO … ON t.url = s.url WHEN MATCHED THEN UPDATE SET score … WHEN NOT
+MATCHED THEN INSERT`` (failpoint ``merge.before_commit``), new keys as batch B. Upserts race no
+append: both implementations refuse appends to keyed tables. Python has no maintenance operations
+(compaction, expiry) yet.
 """
 
 from __future__ import annotations
@@ -113,6 +119,12 @@ def commit_rows(step: dict[str, Any], base_next: int) -> pa.Table:
     return data
 
 
+def upsert_data(step: dict[str, Any]) -> pa.Table:
+    """The rows of an ``upsert`` step or committing upsert: each of ``urls`` with ``score``."""
+    urls = step["urls"]
+    return pa.table({"url": urls, "score": [float(step.get("score", 1.0))] * len(urls)})
+
+
 def delete_where(commit: dict[str, Any]) -> pc.Expression:
     """The filter of a committing delete: ``url`` or ``score`` equal to the value given (the JVM
     runner writes the same as SQL: ``WHERE url = '…'`` / ``WHERE score = …``)."""
@@ -121,7 +133,8 @@ def delete_where(commit: dict[str, Any]) -> pc.Expression:
 
 
 def apply_step(wh: omnitable.Warehouse, step: dict[str, Any], base_next: int) -> None:
-    """One writer step: ``append`` (optionally ``mode`` replace, ``ids_after_base``: supplied ids
+    """One writer step: ``upsert`` (``urls`` with ``score`` into a keyed table, new ones as
+    batch ``batch``), ``append`` (optionally ``mode`` replace, ``ids_after_base``: supplied ids
     relative to the table's next free id after the base), ``drop_table``, ``add_columns``,
     ``delete`` (the row whose ``url`` is given), ``update`` (its ``score``), ``register`` (a SQL
     feature ``name``, a double: ``expr``, default ``score * 2``, at ``version``, default 1), ``retire`` (``column``), ``backfill`` (``feature``, on
@@ -138,7 +151,9 @@ def apply_step(wh: omnitable.Warehouse, step: dict[str, Any], base_next: int) ->
     table = wh.table(TABLE)
     if "branch" in step:
         table = table.branch(step["branch"])
-    if op == "append":
+    if op == "upsert":  # a keyed table's rows: new urls as batch ``batch``
+        table.upsert(upsert_data(step), append_name=step["batch"])
+    elif op == "append":
         data = commit_rows(step, base_next)
         table.append(data, step["batch"], mode=step.get("mode", "error"))
     elif op in _DATA_OPS:
@@ -222,7 +237,7 @@ def run_around(wh: omnitable.Warehouse, scenario: dict[str, Any], base_next: int
 
 def prepare(wh: omnitable.Warehouse, scenario: dict[str, Any]) -> int:
     """Create the table and run the base steps; returns the table's next free row id."""
-    wh.create_table(TABLE, SCHEMA)
+    wh.create_table(TABLE, SCHEMA, key=scenario.get("key"))
     for step in scenario["base"]:
         apply_step(wh, step, 0)
     return next_row_id(wh)

@@ -3,7 +3,8 @@ run against the Python committer on SQLite and PostgreSQL (the ScalaTest Conform
 the same files against the JVM committer). The concurrent writer commits between the committing
 writer's snapshot and its commit (failpoint ``append.before_commit``, ``delete.before_commit``,
 ``update.before_commit``, or ``rollback.before_commit`` / ``revert.before_commit`` for a rollback
-/ revert, ``merge.before_commit`` for a ``merge_branch``, ``backfill.before_commit`` for a
+/ revert, ``merge.before_commit`` for a ``merge_branch``, ``upsert.before_commit`` for an ``upsert`` into a
+keyed table, ``backfill.before_commit`` for a
 ``backfill``: after it computed)."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 import omnitable
 from omnitable._failpoints import hooked
 from omnitable.dataops.delete import delete_rows
+from omnitable.dataops.upsert import upsert_rows
 from omnitable.exceptions import (
     AlreadyExistsError,
     CommitConflict,
@@ -88,6 +90,11 @@ def _commit(wh: omnitable.Warehouse, scenario: dict[str, Any], base_next: int) -
         if op == "merge":  # Python's reference for the JVM's MERGE INTO: delete or update
             op = "delete" if "url" not in commit else "update"
             commit = {"url": commit["delete_url"]} if op == "delete" else commit
+        if op == "upsert":  # one attempt: the JVM's keyed MERGE cannot re-plan
+            with hooked("upsert.before_commit", concurrent):
+                upserted = upsert_rows(table._ctx, steps.upsert_data(commit), "last_write_wins",
+                                       append_name=commit["batch"], attempts=1)  # fmt: skip
+            return {"version": upserted.version}
         if op == "merge_branch":  # a three-way merge into main (re-plans when a branch moves)
             with hooked("merge.before_commit", concurrent):
                 merged = table.merge(commit["source"], strategy=commit.get("strategy", "fail"))

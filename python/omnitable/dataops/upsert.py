@@ -106,8 +106,11 @@ def upsert_rows(
     append_name: str | None = None,
     why: str | None = None,
     isolation: IsolationPolicy | None = None,
+    attempts: int = MAX_ATTEMPTS,
 ) -> UpsertResult:
-    """Insert or merge the rows of ``data`` by the table's key (see module doc).
+    """Insert or merge the rows of ``data`` by the table's key (see module doc); ``attempts``:
+    plans tried before a conflict is raised (1: the first conflict is raised, as a Spark MERGE
+    cannot re-plan; the conformance runner's reference for it).
 
     Raises:
         ValidationError: not a keyed table, an unknown policy, no key column in ``data``,
@@ -121,7 +124,7 @@ def upsert_rows(
     incoming = _incoming(ctx, data, key)
     screened = screen(incoming, key)
     with RunScope(ctx.catalog, ctx.record, "upsert", {"batch": name, "rows": incoming.num_rows}) as run:  # fmt: skip
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+        for attempt in range(1, attempts + 1):
             written: list[str] = []
             try:
                 plan = _plan(ctx, incoming, screened, key, merge_policy, written)
@@ -129,7 +132,7 @@ def upsert_rows(
                 break
             except CommitConflict as exc:
                 delete_quietly(ctx.location.fs, written)
-                if attempt == MAX_ATTEMPTS:
+                if attempt == attempts:
                     raise
                 log.info("upsert into %s: %s; re-planning (attempt %d)", ctx.name, exc, attempt + 1)
             except BaseException as exc:

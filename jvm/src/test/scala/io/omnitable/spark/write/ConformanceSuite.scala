@@ -24,7 +24,8 @@ import org.scalatest.funsuite.AnyFunSuite
  * `CALL <catalog>.system.rollback('web', N)`, a revert `CALL <catalog>.system.revert('web', N)`, a merge
  * `CALL <catalog>.system.merge_branch('web', B)` (failpoint `merge.before_commit`), a backfill
  * `CALL <catalog>.system.backfill('web', F)` of a SQL feature (failpoint `backfill.before_commit`,
- * after it computed), and the concurrent steps run between its snapshot and its commit (failpoint
+ * after it computed), an upsert into a table keyed by `url` (a keyed `MERGE INTO`, failpoint
+ * `merge.before_commit`), and the concurrent steps run between its snapshot and its commit (failpoint
  * `append.before_commit` / `delete.before_commit` / `update.before_commit` /
  * `rollback.before_commit` / `revert.before_commit`). A scenario's `around` steps (a Python
  * backfill) start first in a process of their own (the failpoint is set in its environment), held
@@ -112,6 +113,7 @@ class ConformanceSuite extends AnyFunSuite with PythonStepsSession {
       try Right(commit.path("op").asText("append") match {
           case "update" => update(catalog, warehouse, commit, () => concurrent())
           case "merge" => merge(catalog, commit, () => concurrent())
+          case "upsert" => keyedMerge(catalog, commit, () => concurrent())
           case "delete" =>
             Failpoints.hooked("delete.before_commit")(concurrent()) {
               spark.sql(s"DELETE FROM $catalog.web WHERE ${deleteWhere(commit)}").collect()
@@ -203,6 +205,26 @@ class ConformanceSuite extends AnyFunSuite with PythonStepsSession {
       Failpoints.hooked("merge.before_commit")(concurrent()) {
         spark.sql(
           s"MERGE INTO $catalog.web t USING merge_src s ON t._ai_unique_id_ = s._ai_unique_id_ " +
+            "WHEN MATCHED THEN UPDATE SET score = s.score " +
+            "WHEN NOT MATCHED THEN INSERT (url, score) VALUES (s.url, s.score)").collect()
+      }
+    finally spark.conf.unset("spark.omnitable.write.appendName")
+  }
+
+  /**
+   * The committing upsert into the table keyed by `url`: a keyed `MERGE … ON t.url = s.url WHEN
+   * MATCHED THEN UPDATE SET score … WHEN NOT MATCHED THEN INSERT` of `urls` with `score` (steps.py
+   * `upsert_data`), new keys as batch `batch`; the concurrent steps run at `merge.before_commit`.
+   */
+  private def keyedMerge(catalog: String, commit: JsonNode, concurrent: () => Unit): Unit = {
+    val score = commit.get("score").asDouble()
+    val rows = (0 until commit.get("urls").size()).map(i => (commit.get("urls").get(i).asText(), score))
+    spark.createDataFrame(rows).toDF("url", "score").createOrReplaceTempView("upsert_src")
+    spark.conf.set("spark.omnitable.write.appendName", commit.get("batch").asText())
+    try
+      Failpoints.hooked("merge.before_commit")(concurrent()) {
+        spark.sql(
+          s"MERGE INTO $catalog.web t USING upsert_src s ON t.url = s.url " +
             "WHEN MATCHED THEN UPDATE SET score = s.score " +
             "WHEN NOT MATCHED THEN INSERT (url, score) VALUES (s.url, s.score)").collect()
       }
