@@ -2,6 +2,7 @@ package io.omnitable.spark.procedures
 
 import io.omnitable.spark.backfill.JvmBackfill
 import io.omnitable.spark.catalog.{CatalogReader, Failpoints, FeatureRegistrar, RegisterOutcome, SqlFeature}
+import io.omnitable.spark.errors.ProcedureErrors
 import io.omnitable.spark.procedures.OmniTableProcedure.{optional, required}
 import io.omnitable.spark.write.TableFrames
 import org.apache.spark.sql.catalyst.InternalRow
@@ -87,20 +88,12 @@ object FeatureProcedures {
     StructField("version", LongType, nullable = false)
   ))
 
-  /** `features` as given: feature or output column names separated by commas. */
-  private def targets(a: ProcedureArgs): Seq[String] = {
-    val text = a.string("features")
-    val names = text.split(",", -1).map(_.trim).toSeq
-    if (names.exists(_.isEmpty)) throw a.invalid("features", s"is '$text': give feature names separated by commas")
-    names
-  }
+  /** `features` as given: feature or output column names separated by commas, or an array of them. */
+  private def targets(a: ProcedureArgs): Seq[String] =
+    a.optNames("features", "feature names").getOrElse(throw ProcedureErrors.nullArgument(a.procedure, "features"))
 
-  /** `batches` as given: append names separated by commas (NULL: every batch). */
-  private def batches(a: ProcedureArgs): Option[Seq[String]] = a.optString("batches").map { text =>
-    val names = text.split(",", -1).map(_.trim).toSeq
-    if (names.exists(_.isEmpty)) throw a.invalid("batches", s"is '$text': give append names separated by commas")
-    names
-  }
+  /** `batches` as given: append names separated by commas, or an array of them (NULL: every batch). */
+  private def batches(a: ProcedureArgs): Option[Seq[String]] = a.optNames("batches", "append names")
 
   /** `backfill` and `retry_errors`; their jobs read the table through `frames` (the catalog's reader). */
   /** runner.py `RunOptions`: a positive number of fragments per commit, or None (one commit per step). */
@@ -144,13 +137,16 @@ object FeatureProcedures {
       name,
       Seq(
         required("table", StringType, "the table's name"),
-        required("features", StringType, s"the SQL features (or their output columns) to $verb, comma-separated"),
+        required(
+          "features",
+          StringType,
+          s"the SQL features (or their output columns) to $verb: comma-separated, or an array"),
         optional("branch", StringType, "'main'", s"the branch to $verb them on"),
         optional(
           "batches",
           StringType,
           "NULL",
-          "append names, comma-separated: only their fragments (NULL: every batch)"),
+          "append names, comma-separated or an array: only their fragments (NULL: every batch)"),
         optional(
           "checkpoint_fragments",
           LongType,
@@ -159,6 +155,8 @@ object FeatureProcedures {
       ),
       doc
     ) {
+      override protected def lists: Set[String] = Set("features", "batches")
+
       override protected def run(a: ProcedureArgs): ProcedureResult = {
         val spark = org.apache.spark.sql.SparkSession.active
         val done = new JvmBackfill(spark, reader(), frames, failpoints)

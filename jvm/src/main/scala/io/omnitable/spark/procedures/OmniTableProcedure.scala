@@ -3,13 +3,15 @@ package io.omnitable.spark.procedures
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.connector.catalog.procedures.{BoundProcedure, ProcedureParameter, UnboundProcedure}
 import org.apache.spark.sql.connector.read.Scan
-import org.apache.spark.sql.types.{DataType, StructType}
+import org.apache.spark.sql.types.{ArrayType, DataType, NullType, StringType, StructType}
 
 /**
  * A procedure of OmniTable's `system` namespace. Its parameters do not depend on the argument
- * types, so it binds to itself; Spark matches named and positional arguments to `params`, fills
- * defaults, casts each argument to its parameter's type and reports missing, unknown and
- * mistyped arguments before `call` runs.
+ * types, so it binds to itself, except a list parameter ([[lists]]: a STRING of comma-separated
+ * names) given an `array(...)` of strings, which binds it as `ARRAY<STRING>` (an array of another
+ * element type is refused, `OMNITABLE_INVALID_PROCEDURE_ARGUMENT`); Spark matches named and
+ * positional arguments to `params`, fills defaults, casts each argument to its parameter's type
+ * and reports missing, unknown and mistyped arguments before `call` runs.
  */
 abstract class OmniTableProcedure(procedureName: String, params: Seq[ProcedureParameter], doc: String)
     extends UnboundProcedure
@@ -22,15 +24,62 @@ abstract class OmniTableProcedure(procedureName: String, params: Seq[ProcedurePa
     val args = params.map(p => Option(p.defaultValue()).fold(p.name)(d => s"${p.name} => ${d.getSql}"))
     s"$doc Arguments: ${args.mkString(", ")}."
   }
-  override def bind(inputType: StructType): BoundProcedure = this
+  override def bind(inputType: StructType): BoundProcedure = {
+    val arrays = params.zipWithIndex.filter { case (p, i) =>
+      lists(p.name) && argType(inputType, p.name, i).exists(isArray(p.name, _))
+    }
+    if (arrays.isEmpty) this
+    else {
+      val names = arrays.map(_._1.name).toSet
+      new Bound(params.map { p =>
+        if (!names(p.name)) p
+        else {
+          val b = ProcedureParameter.in(p.name, ArrayType(StringType)).comment(p.comment())
+          Option(p.defaultValue()).fold(b)(d => b.defaultValue(d)).build()
+        }
+      })
+    }
+  }
   override def parameters(): Array[ProcedureParameter] = params.toArray
   override def isDeterministic: Boolean = false
+
+  /** Parameters taking names: a STRING of comma-separated names, or an array of strings. */
+  protected def lists: Set[String] = Set.empty
+
+  /** The type of the argument given for parameter `name` (at position `i`), named or positional. */
+  private def argType(inputType: StructType, name: String, i: Int): Option[DataType] =
+    inputType.fields.find(_.name == name).orElse {
+      inputType.fields.lift(i).filter(f => f.name == s"param$i")
+    }.map(_.dataType)
+
+  /** An array of strings (or an empty `array()`); an array of anything else is refused. */
+  private def isArray(name: String, t: DataType): Boolean = t match {
+    case ArrayType(StringType | NullType, _) => true
+    case ArrayType(other, _) =>
+      throw io.omnitable.spark.errors.ProcedureErrors.invalidArgument(
+        procedureName,
+        name,
+        s"is an array of ${other.sql}: give an array of names (strings), e.g. array('a', 'b'), or one string of " +
+          "names separated by commas"
+      )
+    case _ => false
+  }
 
   /** The result rows (one per change) for the arguments in `input`, in parameter order. */
   protected def run(args: ProcedureArgs): ProcedureResult
 
   override def call(input: InternalRow): java.util.Iterator[Scan] =
     java.util.List.of[Scan](run(new ProcedureArgs(procedureName, params, input))).iterator()
+
+  /** This procedure bound with `bound` (a list parameter given as an array). */
+  private final class Bound(bound: Seq[ProcedureParameter]) extends BoundProcedure {
+    override def name(): String = procedureName
+    override def description(): String = OmniTableProcedure.this.description()
+    override def parameters(): Array[ProcedureParameter] = bound.toArray
+    override def isDeterministic: Boolean = false
+    override def call(input: InternalRow): java.util.Iterator[Scan] =
+      java.util.List.of[Scan](run(new ProcedureArgs(procedureName, bound, input))).iterator()
+  }
 }
 
 object OmniTableProcedure {

@@ -3,9 +3,10 @@ package io.omnitable.spark.procedures
 import io.omnitable.spark.errors.ProcedureErrors
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.connector.catalog.procedures.ProcedureParameter
+import org.apache.spark.sql.types.ArrayType
 
 /** The arguments of one call, in the order of `params` (Spark has cast each to its parameter's type). */
-final class ProcedureArgs(procedure: String, params: Seq[ProcedureParameter], input: InternalRow) {
+final class ProcedureArgs(val procedure: String, params: Seq[ProcedureParameter], input: InternalRow) {
 
   private def index(name: String): Int = {
     val i = params.indexWhere(_.name == name)
@@ -23,6 +24,29 @@ final class ProcedureArgs(procedure: String, params: Seq[ProcedureParameter], in
   def optLong(name: String): Option[Long] = {
     val i = index(name)
     if (input.isNullAt(i)) None else Some(input.getLong(i))
+  }
+
+  /**
+   * A list parameter's names ([[OmniTableProcedure.lists]]): the elements of an array, or a string
+   * split at commas (None: NULL); `what` names them in the error for an empty or NULL name.
+   */
+  def optNames(name: String, what: String): Option[Seq[String]] = {
+    val i = index(name)
+    if (input.isNullAt(i)) return None
+    val (names, given) = params(i).dataType() match {
+      case _: ArrayType =>
+        val array = input.getArray(i)
+        val names = (0 until array.numElements()).map(j =>
+          if (array.isNullAt(j)) "" else array.getUTF8String(j).toString)
+        (names.map(_.trim), names.map(n => s"'$n'").mkString("array(", ", ", ")"))
+      case _ =>
+        val text = input.getUTF8String(i).toString
+        (text.split(",", -1).map(_.trim).toSeq, s"'$text'")
+    }
+    if (names.isEmpty || names.exists(_.isEmpty)) {
+      throw invalid(name, s"is $given: give $what separated by commas, or an array of them")
+    }
+    Some(names)
   }
 
   def invalid(name: String, detail: String): Throwable = ProcedureErrors.invalidArgument(procedure, name, detail)
