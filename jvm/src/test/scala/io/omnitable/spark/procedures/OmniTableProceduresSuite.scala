@@ -238,6 +238,18 @@ class OmniTableProceduresSuite extends AnyFunSuite with SharedSparkSession {
       refused(c, s"CALL $c.system.backfill('refs', 'nope')", "no registered feature", "registered features: none")
       refused(c, s"CALL $c.system.retry_errors('refs', 'nope')", "no registered feature", "registered features: none")
       refused(c, s"CALL $c.system.retry_errors('refs')", "REQUIRED_PARAMETER_NOT_FOUND", "features")
+      // features and batches as arrays (bound as ARRAY<STRING>); another element type is refused at binding
+      refused(c, s"CALL $c.system.backfill('refs', array('nope'))", "no registered feature")
+      refused(
+        c,
+        s"CALL $c.system.retry_errors(table => 'refs', features => array('nope'), batches => array('b'))",
+        "Cannot find batch(es) 'b'")
+      refused(c, s"CALL $c.system.backfill('refs', array(1, 2))", "argument 'features' is an array of INT")
+      refused(
+        c,
+        s"CALL $c.system.backfill('refs', 'a', 'main', array(1.5))",
+        "argument 'batches' is an array of DECIMAL")
+      refused(c, s"CALL $c.system.retry_errors('refs', array())", "argument 'features' is array(): give feature names")
     }
   }
 
