@@ -8,9 +8,11 @@ from typing import Any
 
 from omnitable.governance.expire import ExpireJob
 from omnitable.governance.job import MaintenanceJob
+from omnitable.governance.orphans import OrphanJob
 
 JOBS: dict[str, Callable[..., MaintenanceJob]] = {
     "expire": ExpireJob,
+    "orphans": OrphanJob,
 }
 
 
