@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -246,3 +247,70 @@ def test_a_tag_or_branch_after_the_expiry_is_refused(table: omnitable.Table) -> 
     for write in ("tag", "branch"):
         with pytest.raises(NotFoundError, match="horizon, version 7"):
             WRITES[write](table)
+
+
+TEXT_LEN = omnitable.sql_feature("text_len", "length(text)", "int", "1")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("order", ["expire-prepared-first", "backfill-paused-first"])
+def test_expiry_racing_a_backfill(wh: omnitable.Warehouse, spark: Any, order: str) -> None:
+    """Old versions (a batch replaced) expire while a backfill of the head runs; the backfill's
+    column lands whole and the purged batch's files are gone."""
+    t = wh.create_table("bf", {"text": "string"})
+    t.append(pa.table({"text": ["x", "yy"]}), "a")
+    old = _paths(t, "a")
+    t.append(pa.table({"text": ["zzz", "wwww"]}), "a", mode="replace")
+    t.register(TEXT_LEN)
+    job = ExpireJob(retain_last=1)
+    if order == "expire-prepared-first":
+        plan = job.prepare(t._ctx)
+        t.backfill("text_len").run(spark)
+        result = job.commit(t._ctx, plan, job.execute(t._ctx, plan))
+    else:
+        ran = []
+        with hooked("backfill.before_commit", lambda: ran.append(run_job(t._ctx, job))):
+            t.backfill("text_len").run(spark)
+        result = ran[0]
+    assert result.outcome == "committed"
+    got = t.read(["text", "text_len"]).sort_by("text").to_pylist()
+    assert got == [{"text": "wwww", "text_len": 4}, {"text": "zzz", "text_len": 3}]
+    assert not any(_exists(t, p) for p in old)
+    with pytest.raises(NotFoundError, match="expired"):
+        t.read(version=1)
+
+
+@pytest.mark.spark
+def test_the_jvm_reader_refuses_expired_versions(
+    wh: omnitable.Warehouse,
+    table: omnitable.Table,
+    spark: Any,
+) -> None:
+    """``VERSION AS OF`` / ``versionAsOf`` of an expired version fail naming the horizon in
+    Spark too (the JVM would otherwise read the partial state the purge left); kept versions,
+    tags and heads read the same rows as in Python, and a rollback CALL to it is refused."""
+    from tests.spark.spark_tables import bind_catalog
+
+    time.sleep(1.1)  # tag "old" expires: version 1 is no longer pinned
+    run_job(table._ctx, ExpireJob(retain_last=2))
+    cat = bind_catalog(spark, wh)
+    name = f"{cat}.default.t"
+    for v in (3, 4, 6, 7):
+        got = spark.sql(f"SELECT x FROM {name} VERSION AS OF {v}").collect()
+        assert sorted(r.x for r in got) == _rows(table, version=v)
+    assert sorted(
+        r.x for r in spark.sql(f"SELECT x FROM {name} VERSION AS OF 'pinned'").collect()
+    ) == _rows(table, tag="pinned")
+    with pytest.raises(
+        Exception, match=r"OMNITABLE_VERSION_EXPIRED.*version 1 .*horizon, version 6"
+    ):
+        spark.sql(f"SELECT x FROM {name} VERSION AS OF 1").collect()
+    reader = spark.read.format("omnitable").option("warehouse", wh.uri)
+    with pytest.raises(Exception, match="OMNITABLE_VERSION_EXPIRED"):
+        reader.option("versionAsOf", 2).load("t").collect()
+    with pytest.raises(Exception, match="OMNITABLE_VERSION_EXPIRED"):
+        spark.sql(f"CALL {cat}.system.rollback('default.t', 2)").collect()
+    with pytest.raises(Exception, match="OMNITABLE_VERSION_EXPIRED|expired"):
+        spark.sql(
+            f"CALL {cat}.system.create_tag(table => 'default.t', tag => 'late', version => 2)"
+        ).collect()
