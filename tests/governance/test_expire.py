@@ -5,6 +5,10 @@ a rollback copy shares survive, bytes freed are reported, and an expiry racing e
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Callable
 from typing import Any
@@ -156,6 +160,28 @@ def test_dry_run_and_nothing_to_do(wh: omnitable.Warehouse) -> None:
         ExpireJob(retain_last=0)
 
 
+def test_a_process_killed_mid_commit_changes_nothing(
+    table: omnitable.Table, catalog_spec: tuple[str, str | None]
+) -> None:
+    """The expiring process exits abruptly inside its commit transaction (after its deletes):
+    the database rolls it back; every version still reads, every file is there."""
+    before = {v: _rows(table, version=v) for v in range(0, 8) if v != 5}
+    files = _paths(table, "b", version=2)
+    script = textwrap.dedent(f"""
+        import omnitable
+        from omnitable.governance.expire import ExpireJob
+        from omnitable.governance.job import run_job
+        wh = omnitable.connect({catalog_spec[0]!r}, root={catalog_spec[1]!r})
+        run_job(wh.table("t")._ctx, ExpireJob(retain_last=2))
+    """)
+    env = {**os.environ, "OMNITABLE_FAILPOINTS": "expire.mid_commit=exit"}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert proc.returncode == 77, proc.stderr
+    assert {v: _rows(table, version=v) for v in before} == before
+    assert all(_exists(table, p) for p in files)
+    assert (table.version, table.history()[0].op) == (7, "append")
+
+
 def test_killed_mid_commit_changes_nothing(table: omnitable.Table) -> None:
     before = {v: _rows(table, version=v) for v in range(0, 8) if v != 5}
     b_files = _paths(table, "b", version=2)
@@ -177,6 +203,7 @@ WRITES: dict[str, Callable[[omnitable.Table], object]] = {
     "append": lambda t: t.append(_x(11), "e"),
     "delete": lambda t: t.delete(pc.field("x") == 7),
     "replace": lambda t: t.append(_x(12), "d", mode="replace"),
+    "rollback": lambda t: t.rollback(2),  # copies v2's rows: their files are shared
     "tag": lambda t: t.create_tag("late", 2),  # versions the plan expires
     "branch": lambda t: t.create_branch("late", 2),
 }
@@ -205,6 +232,13 @@ def test_a_write_between_prepare_and_commit(table: omnitable.Table, write: str) 
     assert result.outcome == "committed"
     assert _rows(table) == head
     assert {k: v for k, v in _readable(table).items()} == before
+    purged = result.summary["purged_rows"].get("files", 0)
+    if write in ("tag", "branch"):  # the new ref sees b's first files (v2): kept
+        assert (purged, result.summary["files_deleted"]) == (0, 0)
+    elif write == "rollback":  # b's first rows go, but the rollback's copies share their files
+        assert (purged, result.summary["files_deleted"]) == (1, 0)
+    else:
+        assert (purged, result.summary["files_deleted"]) == (1, 1)
     if write == "tag":
         assert _rows(table, tag="late") == late["late"]
         assert 2 in result.summary["kept_versions"]
