@@ -190,6 +190,6 @@ def test_the_jvm_create_table_check_knows_every_python_setting() -> None:
     (TableDefinition.scala, PropertyCheck): the same keys."""
     (source,) = ROOT.glob("jvm/src/main/scala/**/TableDefinition.scala")
     declared = re.findall(
-        r'^\s*"((?:read|write|backfill|table)\.[a-z_]+)" -> ', source.read_text(), re.M
+        r'^\s*"((?:read|write|backfill|table|governance)\.[a-z_]+)" -> ', source.read_text(), re.M
     )
     assert sorted(declared) == sorted(settings.SETTINGS)

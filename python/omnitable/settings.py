@@ -123,6 +123,12 @@ def _int_or_none(value: object) -> int | None:
     raise ValueError("an integer or None")
 
 
+def _non_negative_number(value: object) -> int | float:
+    if _is_number(value) and value >= 0:
+        return value
+    raise ValueError("a number >= 0")
+
+
 def _ratio(low_open: bool) -> Callable[[object], float]:
     expected = "a number in (0, 1]" if low_open else "between 0 and 1"
 
@@ -245,6 +251,20 @@ BACKFILL_ON_CORRUPT = _declare(
         "skip",
         _one_of("skip", "fail"),
         "A corrupt input fragment is skipped (left missing, reported) or fails the job.",
+    )
+)
+
+
+# -- governance ----------------------------------------------------------------------------------
+
+GOVERNANCE_ORPHAN_MIN_AGE_S = _declare(
+    Setting[int | float](
+        "governance.orphan_min_age_s",
+        259_200,
+        _non_negative_number,
+        "Orphan cleanup deletes an unreferenced file under the table location only when it is "
+        "at least this many seconds old (default 3 days: longer than any write may run) and "
+        "older than the start of the table's oldest running run.",
     )
 )
 

@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 from sqlalchemy import Connection, text
 
+from omnitable.catalog.horizon import check_not_expired
 from omnitable.catalog.records import (
     BatchRecord,
     ColumnRecord,
@@ -46,7 +47,8 @@ def segments_for(
         would go to (None for tags and for versions behind a branch head).
 
     Raises:
-        NotFoundError: unknown ref or version, or a version not in the branch's history.
+        NotFoundError: unknown ref or version, a version not in the branch's history, or an
+            expired version (catalog/horizon.py).
     """
     if branch is not None and tag is not None:
         raise ValidationError("Cannot resolve snapshot: give a branch or a tag, not both")
@@ -72,6 +74,7 @@ def segments_for(
             raise NotFoundError(
                 f"Cannot find version {version} of table '{table.name}'; see Table.history()"
             )
+        check_not_expired(conn, table, row.branch, version)
         segs = _branch_segments(conn, table, row.branch, version)
         if branch is not None:
             head_segs = _branch_segments(conn, table, branch, _head(conn, table, branch))
@@ -104,6 +107,11 @@ def _head(conn: Connection, table: TableRecord, branch: str) -> int:
     if ref is None or ref.kind != "branch":
         raise NotFoundError(f"Cannot find branch '{branch}' of table '{table.name}'")
     return int(ref.version)
+
+
+def branch_segments(conn: Connection, table: TableRecord, branch: str, upto: int) -> list[Segment]:
+    """The segments of ``upto`` on ``branch``: ``[(branch, upto)]`` then its parents' forks."""
+    return _branch_segments(conn, table, branch, upto)
 
 
 def _branch_segments(conn: Connection, table: TableRecord, branch: str, upto: int) -> list[Segment]:

@@ -3,7 +3,9 @@ package io.omnitable.spark.catalog
 import java.time.Instant
 
 import scala.collection.mutable
+import scala.jdk.CollectionConverters._
 
+import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 import io.omnitable.spark.errors.OmniTableErrors
 
 /**
@@ -62,8 +64,27 @@ private[catalog] final class SnapshotResolver(conn: Jdbc.Conn, table: TableEntry
     SnapshotId(tag.version, branchSegments(parent, tag.version), s"tag $name (version ${tag.version})")
   }
 
+  /** The table's expiry record (catalog/horizon.py: `omnitable_meta` key `expiry:<table_id>`), if any. */
+  private lazy val expiry: Option[JsonNode] = Jdbc.query(
+    conn,
+    "SELECT value FROM omnitable_meta WHERE key = ?",
+    s"expiry:${table.tableId}")(_.getString(1)).headOption.map(new ObjectMapper().readTree(_))
+
+  /**
+   * catalog/horizon.py `check_not_expired`: `version`, committed on `owner`, is below that branch's expiry
+   * horizon and pinned by no ref, so an expire commit may have deleted rows it saw: refused.
+   */
+  def checkNotExpired(version: Long, owner: String): Unit = expiry.foreach { doc =>
+    val horizon = doc.path("horizons").path(owner)
+    if (horizon.isNumber && version < horizon.asLong &&
+      !doc.path("kept").elements().asScala.exists(_.asLong == version)) {
+      throw OmniTableErrors.versionExpired(table.name, version, owner, horizon.asLong, doc.path("version").asLong)
+    }
+  }
+
   private def resolveVersion(v: Long, branch: Option[String]): SnapshotId = {
     val commitBranch = commitBranchOf(v)
+    checkNotExpired(v, commitBranch)
     branch.foreach { b =>
       val head = branchSegments(b, branchHead(b))
       if (!head.exists(s => s.branch == commitBranch && v <= s.upto)) {
@@ -78,6 +99,7 @@ private[catalog] final class SnapshotResolver(conn: Jdbc.Conn, table: TableEntry
     asOfMicros match {
       case Some(ts) =>
         val v = versionAsOf(branchSegments(branch, head), ts, branch)
+        checkNotExpired(v, commitBranchOf(v))
         SnapshotId(
           v,
           branchSegments(commitBranchOf(v), v),

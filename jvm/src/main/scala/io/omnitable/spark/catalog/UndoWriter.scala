@@ -200,6 +200,7 @@ private[catalog] final case class CommitContext(
     if (!segments.exists(s => s.branch == owner && version <= s.upto)) {
       throw ProcedureErrors.notFound(s"Cannot find version $version in the history of branch '$branch'")
     }
+    resolver.checkNotExpired(version, owner)
   }
 }
 

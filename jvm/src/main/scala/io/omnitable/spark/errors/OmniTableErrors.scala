@@ -236,6 +236,16 @@ object OmniTableErrors {
       "OMNITABLE_VERSION_NOT_FOUND",
       s"Cannot read version $version of table '$table': versions run from 0 to $latest.")
 
+  /** catalog/horizon.py: `version` (committed on `branch`) lies below the branch's expiry horizon. */
+  def versionExpired(table: String, version: Long, branch: String, horizon: Long, expireCommit: Long)
+      : OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_VERSION_EXPIRED",
+      s"Cannot resolve version $version of table '$table': it was expired (the expire commit at version " +
+        s"$expireCommit removed the versions of branch '$branch' older than its horizon, version $horizon); " +
+        s"read version $horizon or later, or a tag"
+    )
+
   def versionNotOnBranch(table: String, version: Long, branch: String): OmniTableAnalysisException = {
     val what = s"version $version of table '$table' on branch '$branch'"
     analysis("OMNITABLE_VERSION_NOT_ON_BRANCH", s"Cannot read $what: that version is not in the history of '$branch'.")

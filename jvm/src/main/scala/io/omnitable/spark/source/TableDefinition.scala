@@ -236,6 +236,7 @@ private[source] object PropertyCheck {
   private case object IntOrNone extends Rule
   private case object Codec extends Rule
   private final case class Ratio(lowOpen: Boolean) extends Rule
+  private case object NonNegativeNumber extends Rule
   private final case class OneOf(values: String*) extends Rule
 
   /** Python's settings (settings.py SETTINGS), key → rule. */
@@ -252,7 +253,8 @@ private[source] object PropertyCheck {
     "read.late_materialization_max_selectivity" -> Ratio(lowOpen = true),
     "backfill.max_error_ratio" -> Ratio(lowOpen = false),
     "backfill.max_skip_ratio" -> Ratio(lowOpen = false),
-    "backfill.on_corrupt" -> OneOf("skip", "fail")
+    "backfill.on_corrupt" -> OneOf("skip", "fail"),
+    "governance.orphan_min_age_s" -> NonNegativeNumber
   )
   private val Reserved = Seq("read.", "write.", "backfill.", "table.")
   private lazy val jvmReadKeys: Seq[String] = OmniTableConf.entries.flatMap(_.tableKey)
@@ -290,6 +292,7 @@ private[source] object PropertyCheck {
       case Ratio(open) =>
         val ok = number.exists(v => if (open) v > 0 && v <= 1 else v >= 0 && v <= 1)
         Option.when(!ok)(if (open) "a number in (0, 1]" else "between 0 and 1")
+      case NonNegativeNumber => Option.when(!number.exists(_ >= 0))("a number >= 0")
       case OneOf(values @ _*) => Option.when(!values.contains(value))(s"one of ${values.mkString(", ")}")
     }
   }
