@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, LineageEntry
 from omnitable.catalog.records import BatchRecord, ColumnRecord, FileRecord, FragmentRecord
 from omnitable.catalog.snapshot import Snapshot, SnapshotScope
@@ -266,6 +267,7 @@ class _Rewriter:
                                      {c.name: c.physical_name for c in cols}, self.options,
                                      versions)  # fmt: skip
             self.out.paths.append(desc.path)
+            failpoint("governance.after_file")
             desc.column_ids = {c.name: c.column_id for c in cols}
             files.append(desc)
             written.update({c.column_id: desc.file_id for c in cols})
