@@ -198,6 +198,9 @@ OTHERS: dict[str, tuple[str, Callable[[omnitable.Table], object]]] = {
     "update": ("update.before_commit", lambda t: t.update(
         pa.table({ROW_ID: [_first_id(t)], "s": ["updated"]}))),
     "retire": ("columns.before_commit", lambda t: t.retire("s")),
+    "rename": ("columns.before_commit", lambda t: t.rename_column("s", "s2")),
+    "register": ("register.before_commit", lambda t: t.register(
+        omnitable.sql_feature("up", "upper(s)", "string", "1"))),
     "compact": ("governance.before_commit", lambda t: t.maintain(["compact"])),
 }  # fmt: skip
 
@@ -212,6 +215,10 @@ def _check_other(kind: str, t: omnitable.Table) -> None:
         assert 2 not in t.read(columns=["x"]).column(0).to_pylist()  # never resurrected
     elif kind == "update":
         assert t.read(where=pc.field("x") == 0).column("s").to_pylist() == ["updated"]
+    elif kind == "rename":
+        assert t.read(where=pc.field("x") == 1).column("s2").to_pylist() == ["s1"]
+    elif kind == "register":
+        assert [f.name for f in t.features()] == ["up"]
     elif kind == "retire":
         assert t.retired() == ["s"]
         t.restore("s")
