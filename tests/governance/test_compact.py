@@ -420,3 +420,18 @@ def test_writes_with_compactions_read_like_writes_without(
         assert _by_batch(kept) == states[kept.version]
     for version, expected in states.items():
         assert _by_batch(kept, version) == expected
+
+
+def test_compaction_on_a_branch_leaves_main_alone(wh: omnitable.Warehouse, name: str) -> None:
+    t = _table(wh, name, batches=2)
+    t.create_branch("exp")
+    exp = t.branch("exp")
+    exp.delete(pc.field("x") == 1)
+    main_before, exp_before = _state(t), _state(exp)
+    (result,) = exp.maintain(["compact"])
+    assert result.outcome == "committed" and result.plan.branch == "exp"
+    assert _state(exp) == exp_before and _state(t) == main_before
+    assert len(exp.snapshot().fragments_of(["b0"])) == 1 and _fragments(t, "b0") == 3
+    t.delete(pc.field("x") == 2)  # main still writes to its own fragments
+    assert 2 not in t.read(columns=["x"]).column(0).to_pylist()
+    assert 2 in exp.read(columns=["x"]).column(0).to_pylist()

@@ -34,7 +34,7 @@ from omnitable.catalog.snapshot import Snapshot, SnapshotScope
 from omnitable.context import TableContext
 from omnitable.exceptions import CorruptInputError
 from omnitable.format.fs import delete_quietly
-from omnitable.format.keyindex import write_key_index
+from omnitable.format.keyindex import index_path, write_key_index
 from omnitable.format.writer import WriteOptions, batch_directory, new_id, write_column_file
 from omnitable.vocabulary.descriptors import FileDescriptor, FragmentDescriptor
 from omnitable.vocabulary.keys import key_hashes, table_key
@@ -278,7 +278,7 @@ class _Rewriter:
         if self.key is not None:
             h1, h2 = key_hashes([tables[k] for k in self.key])
             write_key_index(self.ctx.location, path, h1, h2)
-            self.out.paths.append(f"{path}/_key_index.arrow")
+            self.out.paths.append(index_path(path))
         return FragmentDescriptor(frag_id, batch_id, rows, path, files, seq)
 
     def _read(self, o: OldFragment, cols: list[ColumnRecord]) -> pa.Table:
