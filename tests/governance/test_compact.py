@@ -370,8 +370,8 @@ OPS = st.lists(
         st.tuples(st.just("compact"), st.integers(2, 20), st.just(0)),
         st.tuples(st.just("fold"), st.just(0), st.just(0)),
     ),
-    min_size=1,
-    max_size=10,
+    min_size=2,
+    max_size=12,
 )
 _names = itertools.count()
 
@@ -396,7 +396,7 @@ def _apply(t: omnitable.Table, i: int, op: str, a: int, b: int) -> None:
             t.update(pa.table({ROW_ID: pick, "s": [f"u{i}"] * len(pick)}))
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ops=OPS)
 def test_writes_with_compactions_read_like_writes_without(
     wh: omnitable.Warehouse, ops: list[tuple[str, int, int]]
@@ -412,7 +412,7 @@ def test_writes_with_compactions_read_like_writes_without(
         if op == "compact":
             kept.maintain(["compact"], options={"compact": {"target_fragment_rows": a}})
         elif op == "fold":
-            kept.maintain(["fold"])
+            kept.maintain(["fold"], options={"fold": {"min_deleted_fraction": 0.01}})
         else:
             _apply(plain, i, op, a, b)
             _apply(kept, i, op, a, b)
