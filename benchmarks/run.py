@@ -22,6 +22,7 @@ BENCHMARKS = [
     "dataops",
     "branches",
     "sql_writes",
+    "governance",
 ]
 
 

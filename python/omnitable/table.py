@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -28,6 +28,8 @@ from omnitable.dataops.upsert import UpsertResult, upsert_rows
 from omnitable.exceptions import ValidationError
 from omnitable.format.fs import Location
 from omnitable.format.reader import FragmentReader, ReadPlan, ReadStats
+from omnitable.governance.job import MaintenanceResult, run_job
+from omnitable.governance.jobs import make_job
 from omnitable.ingest.append import append
 from omnitable.ingest.columns import add_columns
 from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
@@ -585,6 +587,34 @@ class Table:
     def retired(self) -> list[str]:
         """The names of the retired columns (see :meth:`retire`)."""
         return retired_names(self._ctx.all_columns()[1])
+
+    # -- governance -----------------------------------------------------------------------
+
+    def maintain(
+        self,
+        jobs: Iterable[str] = ("compact",),
+        *,
+        dry_run: bool = False,
+        options: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> list[MaintenanceResult]:
+        """Run maintenance jobs on this table's branch, in order, each Prepare -> Execute ->
+        Commit (docs/governance.md): ``compact`` merges small fragments of a batch, ``fold``
+        rewrites batches with many deleted rows or update overlays. ``options``: job name ->
+        that job's keyword options (e.g. ``{"compact": {"target_fragment_rows": 100_000}}``).
+        A dry run only prepares (each result's ``plan`` says what would be done); a job whose
+        commit conflicts prepares again, and is ``skipped`` after 3 conflicts.
+
+        Raises:
+            ValidationError: an unknown job name (the message lists the known ones), or options
+                a job does not take.
+        """
+        names = [jobs] if isinstance(jobs, str) else list(jobs)
+        options = options or {}
+        stray = sorted(set(options) - set(names))
+        if stray:
+            raise ValidationError(f"Options given for job(s) not run: {', '.join(stray)}")
+        built = [make_job(name, options.get(name)) for name in names]
+        return [run_job(self._ctx, job, dry_run=dry_run) for job in built]
 
     # -- features -------------------------------------------------------------------------
 

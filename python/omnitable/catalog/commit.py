@@ -192,6 +192,10 @@ class CommitRequest:
     exact_base: bool = False
     source_head: tuple[str, int] | None = None
     removed_deletions: list[str] = field(default_factory=list)  # vector ids ended, none added
+    # a rewrite of existing fragments (governance compaction and folding): the fragments it
+    # removes must be unchanged since base_version (no file or deletion vector of theirs added
+    # or ended), and its files may carry retired columns (their data survive for a restore)
+    rewrite: bool = False
 
     def all_new_files(self) -> list[FileDescriptor]:
         return [f for frag in self.new_fragments for f in frag.files] + list(self.new_files)
@@ -371,6 +375,7 @@ def _validate(
     vis = visible_clause("c", "columns", segments, params)
     visible_cols: dict[str, tuple[int, int]] = {}
     retired: set[str] = set()
+    retired_ids: dict[str, int] = {}
     for r in conn.execute(
         text(
             f"SELECT name, column_id, added_version, state FROM columns c "
@@ -382,7 +387,10 @@ def _validate(
             visible_cols[r.name] = (int(r.column_id), int(r.added_version))
         else:
             retired.add(r.name)
+            retired_ids[r.name] = int(r.column_id)
     column_ids = {name: cid for name, (cid, _) in visible_cols.items()}
+    if req.rewrite:  # a rewrite carries the data of retired columns over
+        column_ids.update(retired_ids)
     removed_cols = set(req.removed_columns)
     for name in removed_cols:
         if name not in visible_cols:
@@ -416,6 +424,8 @@ def _validate(
 
     _check_batches(conn, t, req, segments)
     _check_still_visible(conn, t, req, segments)
+    if req.rewrite and concurrent:
+        _check_rewritten_unchanged(conn, t, req)
 
     if concurrent:
         _check_cell_conflicts(conn, t, req, head)
@@ -500,6 +510,50 @@ def _check_still_visible(
             raise CommitConflict(
                 f"Cannot commit {req.op}: {len(gone)} file(s) it replaces were removed by a "
                 "concurrent commit; retry the operation"
+            )
+
+
+def _check_rewritten_unchanged(conn: Connection, t: str, req: CommitRequest) -> None:
+    """A rewrite read its fragments at ``base_version``: a file or deletion vector of theirs
+    added or ended on the branch since (an update, backfill, retry, delete or upsert) would be
+    lost or resurrect deleted rows, so it conflicts (the job prepares again). Commits after the
+    base version on this branch can only have changed rows of this branch, or inherited rows
+    through ``removals``."""
+    frags = sorted(set(req.removed_fragments))
+    for i in range(0, len(frags), _CHUNK):
+        params: dict[str, Any] = {"t": t, "b": req.branch, "base": req.base_version}
+        marks = _bind_ids(params, frags[i : i + _CHUNK])
+        changed = [
+            conn.execute(
+                text(
+                    f"SELECT x.fragment_id FROM {kind} x WHERE x.table_id = :t AND x.branch = :b "
+                    f"AND x.fragment_id IN ({marks}) AND (x.added_version > :base "
+                    "OR x.removed_version > :base)"
+                ),
+                params,
+            ).first()
+            for kind in ("files", "deletion_vectors")
+        ]
+        changed += [
+            conn.execute(
+                text(
+                    f"SELECT x.fragment_id FROM {kind} x JOIN removals r ON r.table_id = "
+                    f"x.table_id AND r.kind = '{kind}' AND r.row_id = x.{id_col} AND "
+                    "r.row_version = x.added_version WHERE x.table_id = :t AND r.branch = :b "
+                    f"AND r.version > :base AND x.fragment_id IN ({marks})"
+                ),
+                params,
+            ).first()
+            for kind, id_col in (("files", "file_id"), ("deletion_vectors", "vector_id"))
+        ]
+        hit = next((r for r in changed if r is not None), None)
+        if hit is not None:
+            raise CommitConflict(
+                f"Cannot commit {req.op}: a concurrent commit (after version "
+                f"{req.base_version}) changed fragment {hit.fragment_id} that it rewrote (new "
+                "or changed files or deletion vector); nothing was committed. Prepare again on "
+                "the new version.",
+                [(hit.fragment_id, "*")],
             )
 
 
