@@ -20,13 +20,25 @@ from omnitable.governance.jobs import JOBS
     help=f"Comma-separated jobs to run in order (known: {', '.join(sorted(JOBS))}).",
 )
 @click.option("--branch", default=None, help="Branch to maintain (default main).")
-@click.option("--older-than", type=float, default=None,
-              help="expire: expire versions older than this many seconds.")
-@click.option("--retain-last", type=int, default=None,
-              help="expire: keep at least the newest N versions of each branch.")
-@click.option("--orphan-min-age", type=float, default=None,
-              help="orphans: only remove files older than this many seconds "
-                   "(default: the governance.orphan_min_age_s setting).")
+@click.option(
+    "--older-than",
+    type=float,
+    default=None,
+    help="expire: expire versions older than this many seconds.",
+)
+@click.option(
+    "--retain-last",
+    type=int,
+    default=None,
+    help="expire: keep at least the newest N versions of each branch.",
+)
+@click.option(
+    "--orphan-min-age",
+    type=float,
+    default=None,
+    help="orphans: only remove files older than this many seconds "
+    "(default: the governance.orphan_min_age_s setting).",
+)
 @click.pass_obj
 def govern(
     ctx: Context, table: str, dry_run: bool, jobs: str, branch: str | None,
