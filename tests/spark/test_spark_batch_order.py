@@ -12,10 +12,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from spark_tables import APPEND_NAME_CONF
 
 import omnitable
-
-from spark_tables import APPEND_NAME_CONF
 
 pytestmark = pytest.mark.spark
 
