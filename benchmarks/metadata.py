@@ -130,7 +130,7 @@ def synthetic_rows(size: Size, layout: Layout) -> dict[str, Iterator[tuple[Any, 
         for b in range(size.batches):
             n = min(size.per_batch, size.fragments - b * size.per_batch)
             yield (t, f"ba{b:08d}", f"batch/{b:08d}", "main", base + 1 + b, None, now,
-                   n * ROWS_PER_FRAGMENT, n)  # fmt: skip
+                   n * ROWS_PER_FRAGMENT, n, base + 1 + b)  # fmt: skip
 
     def fragments() -> Iterator[tuple[Any, ...]]:
         for i in range(size.fragments):
@@ -145,6 +145,7 @@ def synthetic_rows(size: Size, layout: Layout) -> dict[str, Iterator[tuple[Any, 
                 "main",
                 base + 1 + b,
                 None,
+                base + 1 + b,
             )
 
     sets = {
@@ -202,9 +203,9 @@ COLUMNS = {
     "commits": "table_id, version, parent_version, branch, op, run_id, summary, committed_at, "
     "commit_token",
     "batches": "table_id, batch_id, name, branch, added_version, removed_version, created_at, "
-    "row_count, fragment_count",
+    "row_count, fragment_count, position",
     "fragments": "table_id, fragment_id, batch_id, seq, row_count, path, branch, added_version, "
-    "removed_version",
+    "removed_version, position",
     "column_sets": "table_id, set_id, column_id, position, feature_version",
     "files": "table_id, file_id, fragment_id, group_name, path, row_count, size_bytes, branch, "
     "added_version, removed_version, run_id, set_id, stats",

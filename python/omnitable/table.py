@@ -113,7 +113,8 @@ class Table:
         return self._ctx.branch
 
     def batches(self, version: int | None = None) -> list[BatchInfo]:
-        """Batches with their row and fragment counts, oldest first."""
+        """Batches with their row and fragment counts, in read order (by read position: a
+        rollback, revert or merge keeps a batch's place, a replace moves it last)."""
         branch = None if version is not None and self._ctx.branch == MAIN else self._ctx.branch
         counts = self._ctx.catalog.batch_counts(self.record, version, branch)
         return list(map(BatchInfo._make, counts))

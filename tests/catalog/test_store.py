@@ -12,7 +12,7 @@ from omnitable.exceptions import CatalogError, CatalogVersionError, ValidationEr
 
 
 def test_schema_file_declares_its_version_and_every_design_table() -> None:
-    assert re.search(r"omnitable-schema-version:\s*6\b", schema_script())
+    assert re.search(r"omnitable-schema-version:\s*7\b", schema_script())
     created = {
         re.search(r"CREATE TABLE IF NOT EXISTS (\w+)", s).group(1)  # type: ignore[union-attr]
         for s in schema_statements()
@@ -36,7 +36,7 @@ def test_schema_file_declares_its_version_and_every_design_table() -> None:
         "removals",
         "namespaces",
     } <= created
-    assert schema_version() == 6
+    assert schema_version() == 7
 
 
 def test_creation_is_idempotent(catalog_spec: tuple[str, str | None]) -> None:
@@ -51,7 +51,7 @@ def test_other_schema_version_fails_clearly(catalog_spec: tuple[str, str | None]
     uri, root = catalog_spec
     with omnitable.connect(uri, root=root) as wh, wh.catalog.store.write() as conn:
         conn.execute(text("UPDATE omnitable_meta SET value = '999' WHERE key = 'schema_version'"))
-    with pytest.raises(CatalogVersionError, match="schema version 999.*needs version 6"):
+    with pytest.raises(CatalogVersionError, match="schema version 999.*needs version 7"):
         omnitable.connect(uri, root=root)
 
 

@@ -1,8 +1,9 @@
 """Upgrading a version-1 catalog (no commit tokens, features without a registered version)
 through version 2 (``file_columns``), version 3 (column sets, per-file stats), version 4
-(deletion vectors) and version 5 (removals of inherited rows, tag retention) to version 6
-(namespaces), and a version-2 to 5 one to 6: the upgraded catalog resolves, plans and reads
-exactly like before, every table in namespace ``default``, on SQLite and PostgreSQL."""
+(deletion vectors), version 5 (removals of inherited rows, tag retention) and version 6
+(namespaces) to version 7 (batch read positions), and a version-2 to 6 one to 7: the upgraded
+catalog resolves, plans and reads exactly like before, every table in namespace ``default``,
+on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -85,8 +86,18 @@ V5_TABLES = """CREATE TABLE tables (
 _TABLE_COLUMNS = "table_id, name, location, next_row_id, next_column_id, properties, created_at"
 
 
+def _as_version_6(store: CatalogStore) -> None:
+    """Rewrite a version-7 catalog into the version-6 layout: no read positions (a batch read in
+    ``added_version`` order)."""
+    with store.write() as conn:
+        for table in ("batches", "fragments"):
+            conn.execute(text(f"ALTER TABLE {table} DROP COLUMN position"))
+        conn.execute(text("UPDATE omnitable_meta SET value = '6' WHERE key = 'schema_version'"))
+
+
 def _as_version_5(store: CatalogStore) -> None:
-    """Rewrite a version-6 catalog (every table in ``default``) into the version-5 layout."""
+    """Rewrite a version-7 catalog (every table in ``default``) into the version-5 layout."""
+    _as_version_6(store)
     with store.write() as conn:
         others = conn.execute(text("SELECT COUNT(*) FROM tables WHERE namespace <> 'default'"))
         assert others.scalar() == 0
@@ -106,7 +117,7 @@ def _as_version_5(store: CatalogStore) -> None:
 
 
 def _as_version_4(store: CatalogStore) -> None:
-    """Rewrite a version-6 catalog (main only: no removals; one registration per feature
+    """Rewrite a version-7 catalog (main only: no removals; one registration per feature
     version; every table in ``default``) into the version-4 layout."""
     _as_version_5(store)
     with store.write() as conn:
@@ -181,7 +192,7 @@ def _as_version_2(store: CatalogStore) -> int:
 
 
 def _as_version_1(store: CatalogStore) -> int:
-    """Rewrite a version-6 catalog into the version-1 layout (``_as_version_2``, then no commit
+    """Rewrite a version-7 catalog into the version-1 layout (``_as_version_2``, then no commit
     tokens, no run driver columns, no registered versions: version 1 wrote a registration's
     ``registered_at`` with its commit's ``committed_at``, as the synthetic rows must too)."""
     written = _as_version_2(store)
@@ -282,10 +293,10 @@ def test_upgrade_keeps_every_file_column_statistic_and_row(
         written = _as_version_2(wh.catalog.store)
     assert written > 50
     with pytest.raises(
-        CatalogVersionError, match="schema version 2.*needs version 6.*upgrade-catalog"
+        CatalogVersionError, match="schema version 2.*needs version 7.*upgrade-catalog"
     ):
         omnitable.connect(uri, root=root)
-    assert omnitable.upgrade_catalog(uri) == (2, 6)
+    assert omnitable.upgrade_catalog(uri) == (2, 7)
     with omnitable.connect(uri, root=root) as wh:
         after = _state(wh)
         with wh.catalog.store.read() as conn:
@@ -293,7 +304,7 @@ def test_upgrade_keeps_every_file_column_statistic_and_row(
             files = conn.execute(text("SELECT COUNT(*) FROM files")).scalar()
     assert after == before
     assert 0 < sets < files  # files share their sets
-    assert omnitable.upgrade_catalog(uri) == (6, 6)  # idempotent
+    assert omnitable.upgrade_catalog(uri) == (7, 7)  # idempotent
 
 
 def test_upgrade_from_version_3_adds_deletion_vectors(populated: tuple[str, str | None]) -> None:
@@ -301,9 +312,9 @@ def test_upgrade_from_version_3_adds_deletion_vectors(populated: tuple[str, str 
     with omnitable.connect(uri, root=root) as wh:
         before = _state(wh)
         _as_version_3(wh.catalog.store)
-    with pytest.raises(CatalogVersionError, match="schema version 3.*needs version 6"):
+    with pytest.raises(CatalogVersionError, match="schema version 3.*needs version 7"):
         omnitable.connect(uri, root=root)
-    assert omnitable.upgrade_catalog(uri) == (3, 6)
+    assert omnitable.upgrade_catalog(uri) == (3, 7)
     with omnitable.connect(uri, root=root) as wh:
         assert _state(wh) == before
         docs = wh.table("docs")
@@ -319,9 +330,9 @@ def test_upgrade_from_version_4_takes_branches_and_tags(populated: tuple[str, st
     with omnitable.connect(uri, root=root) as wh:
         before = _state(wh)
         _as_version_4(wh.catalog.store)
-    with pytest.raises(CatalogVersionError, match="schema version 4.*needs version 6"):
+    with pytest.raises(CatalogVersionError, match="schema version 4.*needs version 7"):
         omnitable.connect(uri, root=root)
-    assert omnitable.upgrade_catalog(uri) == (4, 6)
+    assert omnitable.upgrade_catalog(uri) == (4, 7)
     with omnitable.connect(uri, root=root) as wh:
         assert _state(wh) == before
         docs = wh.table("docs")
@@ -343,7 +354,7 @@ def test_cli_upgrades_and_refuses_an_unknown_version(
     with omnitable.connect(uri, root=root) as wh, wh.catalog.store.write() as conn:
         conn.execute(text("UPDATE omnitable_meta SET value = '0' WHERE key = 'schema_version'"))
     assert cli_main(["-w", uri, "upgrade-catalog"]) == 1
-    assert "upgrades only versions 1 to 5 to" in " ".join(capsys.readouterr().err.split())
+    assert "upgrades only versions 1 to 6 to" in " ".join(capsys.readouterr().err.split())
 
 
 def test_upgrade_killed_mid_transaction_leaves_the_old_catalog(
@@ -361,7 +372,7 @@ def test_upgrade_killed_mid_transaction_leaves_the_old_catalog(
     assert proc.returncode != 0, proc.stderr
     with pytest.raises(CatalogVersionError, match="schema version 2"):
         omnitable.connect(uri, root=root)
-    assert omnitable.upgrade_catalog(uri) == (2, 6)
+    assert omnitable.upgrade_catalog(uri) == (2, 7)
     with omnitable.connect(uri, root=root) as wh:
         assert _state(wh) == before
 
@@ -375,9 +386,9 @@ def test_upgrade_from_version_1_goes_through_every_step(
         before, features = _state(wh), _features(wh)
         assert features
         _as_version_1(wh.catalog.store)
-    with pytest.raises(CatalogVersionError, match="schema version 1.*needs version 6"):
+    with pytest.raises(CatalogVersionError, match="schema version 1.*needs version 7"):
         omnitable.connect(uri, root=root)
-    assert omnitable.upgrade_catalog(uri) == (1, 6)
+    assert omnitable.upgrade_catalog(uri) == (1, 7)
     with omnitable.connect(uri, root=root) as wh:
         assert _state(wh) == before
         assert _features(wh) == features  # the registering commit's version, recovered
@@ -395,9 +406,9 @@ def test_upgrade_from_version_5_puts_every_table_in_default(
         before = _state(wh)
         locations = {n: wh.table(n).record.location for n in wh.tables()}
         _as_version_5(wh.catalog.store)
-    with pytest.raises(CatalogVersionError, match="schema version 5.*needs version 6"):
+    with pytest.raises(CatalogVersionError, match="schema version 5.*needs version 7"):
         omnitable.connect(uri, root=root)
-    assert omnitable.upgrade_catalog(uri) == (5, 6)
+    assert omnitable.upgrade_catalog(uri) == (5, 7)
     with omnitable.connect(uri, root=root) as wh:
         assert _state(wh) == before
         assert {n: wh.table(n).record.location for n in wh.tables()} == locations
@@ -408,3 +419,46 @@ def test_upgrade_from_version_5_puts_every_table_in_default(
 
 def _double_x() -> omnitable.Feature:
     return omnitable.sql_feature("x2", "x * 2", output_type="bigint", version="1")
+
+
+def _order(t: omnitable.Table, **kw: Any) -> tuple[list[str], list[Any]]:
+    """Batch names and the rows' ``x`` values, in read order."""
+    return [b.name for b in t.batches(**kw)], t.read(["x"], **kw)["x"].to_pylist()
+
+
+def test_upgrade_from_version_6_keeps_the_read_order_of_every_version(
+    populated: tuple[str, str | None],
+) -> None:
+    """Version 6 read batches in ``added_version`` order: after the upgrade every version reads
+    in that order (a batch a version-6 rollback restored stays last), and later rollbacks keep
+    the order of their target."""
+    uri, root = populated
+    with omnitable.connect(uri, root=root) as wh:
+        t = wh.create_table("order", {"x": "bigint"})
+        for x, name in enumerate(["b0", "b1", "b2"]):
+            t.append(pa.table({"x": [x]}), name)
+        target = t.version
+        t.append(pa.table({"x": [9]}), "b0", mode="replace")
+        t.rollback(target)  # version 7: b0 is back in its place
+        before = _state(wh)
+        _as_version_6(wh.catalog.store)
+    with pytest.raises(CatalogVersionError, match="schema version 6.*needs version 7"):
+        omnitable.connect(uri, root=root)
+    assert omnitable.upgrade_catalog(uri) == (6, 7)
+    with omnitable.connect(uri, root=root) as wh:
+        t = wh.table("order")
+        with wh.catalog.store.read() as conn:
+            for table in ("batches", "fragments"):
+                differ = f"SELECT COUNT(*) FROM {table} WHERE position <> added_version"
+                assert conn.execute(text(differ)).scalar() == 0
+        # what version 6 showed: the batch its rollback restored is the newest
+        assert _order(t) == (["b1", "b2", "b0"], [1, 2, 0])
+        assert _order(t, version=target) == (["b0", "b1", "b2"], [0, 1, 2])
+        assert {n: v for n, v in _state(wh).items() if n != "order"} == {
+            n: v for n, v in before.items() if n != "order"
+        }
+        t.append(pa.table({"x": [5]}), "b1", mode="replace")
+        t.rollback(t.version - 1)  # a version-7 rollback keeps the upgraded order
+        assert _order(t) == (["b1", "b2", "b0"], [1, 2, 0])
+        t.append(pa.table({"x": [7]}), "b3")  # and a new append goes last
+        assert _order(t)[0] == ["b1", "b2", "b0", "b3"]

@@ -45,8 +45,9 @@ system.backfill('web', F)``, failpoint ``backfill.before_commit``, after it comp
 snapshot, the ``concurrent`` steps run and commit, then the committing writer commits;
 ``expect`` is its outcome: ``version``, or a message fragment of ``conflict`` / ``not_found`` /
 ``exists`` / ``invalid``, and the table's ``batches`` (sorted names) and ``rows`` afterwards, and
-when given its ``columns`` (sorted) and ``status`` (derived column -> batch -> done / stale /
-missing / partial).
+when given its ``columns`` (sorted), ``status`` (derived column -> batch -> done / stale /
+missing / partial) and ``batch_order``: ``[name, read position]`` of each batch in read order
+(``Table.batches()``; docs/catalog.md, "Read order").
 
 ``around`` (optional) are steps that start before the committing writer and commit after it: a
 backfill planned (and computed) on the base state that reaches its commit (failpoint
@@ -248,14 +249,18 @@ def next_row_id(wh: omnitable.Warehouse) -> int:
 
 
 def state(wh: omnitable.Warehouse) -> dict[str, Any]:
-    """What ``expect`` checks after the commit: sorted batch names and the row count."""
+    """What ``expect`` checks after the commit: sorted batch names, the row count, the columns,
+    the status grid and the batches in read order with their read positions."""
     if TABLE not in wh.tables():
-        return {"batches": None, "rows": None, "columns": None, "status": None}
+        return {"batches": None, "rows": None, "columns": None, "status": None,
+                "batch_order": None}  # fmt: skip
     table = wh.table(TABLE)
     data = table.read()
     grid = table.status()
     status = {c: {b: grid.state(b, c) for b in grid.batches} for c in grid.columns}
+    positions = {b.name: b.position for b in table.snapshot().batches}
     return {
+        "batch_order": [[b.name, positions[b.name]] for b in table.batches()],
         "batches": sorted(b.name for b in table.batches()),
         "rows": data.num_rows,
         "columns": sorted(c for c in data.column_names if not c.startswith("_ai_")),

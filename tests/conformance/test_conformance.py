@@ -159,6 +159,8 @@ def test_scenario(wh: omnitable.Warehouse, name: str, request: pytest.FixtureReq
         assert after["status"] == expect["status"]
     if "columns" in expect:
         assert after["columns"] == expect["columns"]
+    if "batch_order" in expect:
+        assert after["batch_order"] == expect["batch_order"]
 
 
 def test_every_scenario_says_what_it_expects() -> None:

@@ -22,9 +22,9 @@ _names = itertools.count()
 
 
 def _state(t: omnitable.Table, **kw: Any) -> tuple[list[str], list[dict[str, Any]], list[Any]]:
-    """Everything a reader sees: schema, rows (by id), batches (name, rows)."""
+    """Everything a reader sees: schema, rows (in read order), batches (name, rows, in order)."""
     got = t.read(**kw)
-    rows = sorted(got.to_pylist(), key=lambda r: r[ROW_ID])
+    rows = got.to_pylist()
     batches = [(b.name, b.rows) for b in t.batches(kw.get("version"))]  # type: ignore[arg-type]
     return got.schema.names, rows, batches
 
@@ -103,27 +103,16 @@ def test_a_commit_racing_the_rollback_is_never_discarded_unseen(wh: omnitable.Wa
     assert sorted(t.read(["x"])["x"].to_pylist()) == [1, 2]
 
 
-def _in_any_batch_order(state: tuple[list[str], list[dict[str, Any]], list[Any]]) -> Any:
-    """``state`` with its batches sorted: a rollback restores batches after the ones it kept
-    (docs/dataops.md, "Known limitation: batch order";
-    ``test_rollback_keeps_the_batch_order_of_its_target``)."""
-    names, rows, batches = state
-    return names, rows, sorted(batches)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limitation (docs/dataops.md): a batch a rollback restores is listed after the "
-    "batches it kept; restoring the order needs a batch position in the catalog schema",
-)
 def test_rollback_keeps_the_batch_order_of_its_target(wh: omnitable.Warehouse) -> None:
     t = wh.create_table(f"o{next(_names)}", {"x": "bigint"})
     t.append(pa.table({"x": [1]}), "b0")
     t.append(pa.table({"x": [2]}), "b1")
     target = t.version
     t.append(pa.table({"x": [3]}), "b0", mode="replace")
+    t.append(pa.table({"x": [4]}), "b2")
     t.rollback(target)
     assert [b.name for b in t.batches()] == ["b0", "b1"]
+    assert t.read(["x"])["x"].to_pylist() == [1, 2]
 
 
 OPS = st.lists(
@@ -171,7 +160,7 @@ def test_rollback_reads_like_the_version_it_rolled_back_to(
                 continue
             target = earlier[a % len(earlier)]
             t.rollback(target)
-            assert _in_any_batch_order(_state(t)) == _in_any_batch_order(seen[target])
+            assert _state(t) == seen[target]  # batches and rows in the target's order too
         seen[t.version] = _state(t)
     for version, state in seen.items():
         assert _state(t, version=version) == state

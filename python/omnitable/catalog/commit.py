@@ -167,6 +167,9 @@ class CommitRequest:
     removed_columns: list[str] = field(default_factory=list)  # names
     features: list[FeatureRow] = field(default_factory=list)
     new_batches: list[tuple[str, str]] = field(default_factory=list)  # (batch_id, name)
+    # batch_id -> read position of a new batch that keeps a copied batch's place (a merge, a
+    # compaction); a new batch not listed takes the commit's version (it goes last)
+    batch_positions: dict[str, int] = field(default_factory=dict)
     removed_batches: list[str] = field(default_factory=list)
     new_fragments: list[FragmentDescriptor] = field(default_factory=list)
     removed_fragments: list[str] = field(default_factory=list)
@@ -1031,6 +1034,7 @@ def _insert_data(
 ) -> None:
     """Insert the request's new batches, fragments, files (with their columns) and lineage."""
     b = req.branch
+    position = {bid: req.batch_positions.get(bid, version) for bid, _ in req.new_batches}
     if req.new_batches:
         counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         for f in req.new_fragments:
@@ -1040,7 +1044,7 @@ def _insert_data(
             text(sql("insert_batch")),
             [
                 {"t": t, "id": bid, "name": name, "b": b, "v": version, "now": now,
-                 "rows": counts[bid][0], "frags": counts[bid][1]}
+                 "rows": counts[bid][0], "frags": counts[bid][1], "pos": position[bid]}
                 for bid, name in req.new_batches
             ],
         )  # fmt: skip
@@ -1049,7 +1053,8 @@ def _insert_data(
             text(sql("insert_fragment")),
             [
                 {"t": t, "id": f.fragment_id, "bid": f.batch_id, "seq": f.seq,
-                 "n": f.row_count, "p": f.path, "b": b, "v": version}
+                 "n": f.row_count, "p": f.path, "b": b, "v": version,
+                 "pos": position[f.batch_id]}
                 for f in req.new_fragments
             ],
         )  # fmt: skip

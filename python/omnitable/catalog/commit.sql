@@ -45,12 +45,13 @@ SELECT COALESCE(MAX(version), -1) + 1 FROM commits WHERE table_id = :t
 SELECT MAX(committed_at) FROM commits WHERE table_id = :t
 
 -- name: insert_batch
--- (t, id, name, b, v, now, rows, frags)
-INSERT INTO batches (table_id, batch_id, name, branch, added_version, removed_version, created_at, row_count, fragment_count) VALUES (:t, :id, :name, :b, :v, NULL, :now, :rows, :frags)
+-- (t, id, name, b, v, now, rows, frags, pos) pos: the batch's read position (the commit's version,
+-- or the position of the batch row it copies)
+INSERT INTO batches (table_id, batch_id, name, branch, added_version, removed_version, created_at, row_count, fragment_count, position) VALUES (:t, :id, :name, :b, :v, NULL, :now, :rows, :frags, :pos)
 
 -- name: insert_fragment
--- (t, id, bid, seq, n, p, b, v)
-INSERT INTO fragments (table_id, fragment_id, batch_id, seq, row_count, path, branch, added_version, removed_version) VALUES (:t, :id, :bid, :seq, :n, :p, :b, :v, NULL)
+-- (t, id, bid, seq, n, p, b, v, pos) pos: its batch's position
+INSERT INTO fragments (table_id, fragment_id, batch_id, seq, row_count, path, branch, added_version, removed_version, position) VALUES (:t, :id, :bid, :seq, :n, :p, :b, :v, NULL, :pos)
 
 -- name: existing_sets
 -- (t, set ids)

@@ -76,6 +76,7 @@ class BatchRecord:
     name: str
     added_version: int
     created_at: str
+    position: int  # the read position (schema.sql, ``batches.position``)
 
 
 @dataclass(frozen=True, slots=True)

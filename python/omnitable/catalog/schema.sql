@@ -7,7 +7,7 @@
 -- UTC text ('2026-11-29T11:24:37.123456Z'), JSON documents as TEXT.
 -- Statements are separated by lines holding a single ';'.
 --
--- omnitable-schema-version: 6
+-- omnitable-schema-version: 7
 
 CREATE TABLE IF NOT EXISTS omnitable_meta (
     key   TEXT PRIMARY KEY,
@@ -136,7 +136,11 @@ CREATE INDEX IF NOT EXISTS removals_by_branch ON removals (table_id, branch, ver
 -- and a new batch_id. Visibility rules are the same as for files (see below). `row_count` and
 -- `fragment_count` are the batch's rows and fragments: a batch's fragments are added with it and
 -- removed with it, so they hold in every snapshot that sees the batch (a commit that changed a
--- batch's fragments would replace the batch row, as `mode="replace"` does).
+-- batch's fragments would replace the batch row, as `mode="replace"` does). `position` is the
+-- batch's read position: the version of the append (or replace) that gave the batch its place.
+-- Readers list batches, and return rows, ordered by (position, name). A copy of a batch row (a
+-- rollback, a revert, a branch merge or rebase, a compaction) keeps the position of the row it
+-- copies, so the batch keeps its place; a replace gets its own version (the batch moves last).
 CREATE TABLE IF NOT EXISTS batches (
     table_id        TEXT NOT NULL,
     batch_id        TEXT NOT NULL,
@@ -147,6 +151,7 @@ CREATE TABLE IF NOT EXISTS batches (
     created_at      TEXT NOT NULL,
     row_count       BIGINT NOT NULL DEFAULT 0,
     fragment_count  BIGINT NOT NULL DEFAULT 0,
+    position        BIGINT NOT NULL,
     PRIMARY KEY (table_id, batch_id)
 )
 ;
@@ -155,8 +160,10 @@ CREATE INDEX IF NOT EXISTS batches_by_name ON batches (table_id, name)
 ;
 -- Fragments: immutable, ordered slices of one batch's rows. A row's address is
 -- (fragment_id, offset). `path` is the fragment's directory relative to the table location.
--- `seq` orders the fragments of a batch: readers return rows ordered by (the batch's
--- added_version, batch_id, seq, offset).
+-- `seq` orders the fragments of a batch: readers return rows ordered by (position, batch_id,
+-- seq, offset). `position` is a copy of the batch's `position` (fragments are added with their
+-- batch and never move, and a copied fragment keeps it like its copied batch): the read order
+-- comes from the fragments alone, without a join to `batches` (docs/catalog.md, "Read order").
 CREATE TABLE IF NOT EXISTS fragments (
     table_id        TEXT NOT NULL,
     fragment_id     TEXT NOT NULL,
@@ -167,6 +174,7 @@ CREATE TABLE IF NOT EXISTS fragments (
     branch          TEXT NOT NULL,
     added_version   BIGINT NOT NULL,
     removed_version BIGINT,
+    position        BIGINT NOT NULL,
     PRIMARY KEY (table_id, fragment_id)
 )
 ;

@@ -459,13 +459,15 @@ def _load_batches(
         where += " AND " + in_list("b.name", "bn", sorted(names), params)
     rows = conn.execute(
         text(
-            "SELECT b.batch_id, b.name, b.added_version, b.created_at FROM batches b "
-            f"WHERE b.table_id = :t AND {where} ORDER BY b.added_version, b.name"
+            "SELECT b.batch_id, b.name, b.added_version, b.created_at, b.position FROM batches b "
+            f"WHERE b.table_id = :t AND {where} ORDER BY b.position, b.name"
         ),
         params,
     )
     with gc_paused():  # one fetch: a table has thousands of batches
-        return [BatchRecord(bid, name, int(v), at) for bid, name, v, at in rows.all()]
+        return [
+            BatchRecord(bid, name, int(v), at, int(pos)) for bid, name, v, at, pos in rows.all()
+        ]
 
 
 def _load_fragments(
@@ -484,7 +486,7 @@ def _load_fragments(
         text(
             "SELECT f.fragment_id, f.batch_id, f.row_count, f.path, f.added_version "
             f"FROM fragments f WHERE f.table_id = :t AND {where} "
-            "ORDER BY f.added_version, f.batch_id, f.seq"
+            "ORDER BY f.position, f.batch_id, f.seq"
         ),
         params,
     )
@@ -551,7 +553,7 @@ def batch_counts(
     rows = conn.execute(
         text(
             "SELECT b.batch_id, b.name, b.row_count, b.fragment_count, b.created_at FROM batches b "
-            f"WHERE b.table_id = :t AND {visible} ORDER BY b.added_version, b.name"
+            f"WHERE b.table_id = :t AND {visible} ORDER BY b.position, b.name"
         ),
         params,
     )

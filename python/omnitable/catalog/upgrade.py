@@ -14,7 +14,8 @@ branch other than main), the tags' retention ``refs.max_age_s``, and ``features`
 registration and branch (keyed by (table, name, version, registered_version); every old row is
 main's). Version 5 -> 6: the ``namespaces`` table with ``default``, and ``tables`` keyed by
 (namespace, name) (a table rebuild); every existing table is in ``default`` and keeps its
-location.
+location. Version 6 -> 7: batches and fragments get their read ``position``, the batch's
+``added_version`` for every existing row (the order readers used until version 7, exactly).
 An older catalog goes through every step from its version. Everything runs in one write transaction: a crash or
 an error leaves the older catalog as it was.
 """
@@ -59,10 +60,10 @@ def upgrade_catalog(address: CatalogAddress) -> tuple[int, int]:
             target = schema_version()
             if str(found) == str(target):
                 return target, target
-            if str(found) not in ("1", "2", "3", "4", "5") or target != 6:
+            if str(found) not in ("1", "2", "3", "4", "5", "6") or target != 7:
                 raise CatalogVersionError(
                     f"Cannot upgrade catalog {address.redacted()}: it has schema version "
-                    f"{found}, and this omnitable upgrades only versions 1 to 5 to {target}; use "
+                    f"{found}, and this omnitable upgrades only versions 1 to 6 to {target}; use "
                     "the omnitable release that matches it"
                 )
             _upgrade_steps(conn, int(str(found)), store.is_sqlite)
@@ -78,7 +79,14 @@ def upgrade_catalog(address: CatalogAddress) -> tuple[int, int]:
 
 def _upgrade_steps(conn: Connection, found: int, is_sqlite: bool) -> None:
     """Every step from version ``found`` to the current one, in order."""
-    steps = (_upgrade_1_to_2, _upgrade_2_to_3, _upgrade_3_to_4, _upgrade_4_to_5, _upgrade_5_to_6)
+    steps = (
+        _upgrade_1_to_2,
+        _upgrade_2_to_3,
+        _upgrade_3_to_4,
+        _upgrade_4_to_5,
+        _upgrade_5_to_6,
+        _upgrade_6_to_7,
+    )
     for step in steps[found - 1 :]:
         step(conn, is_sqlite)
 
@@ -225,3 +233,15 @@ def _upgrade_5_to_6(conn: Connection, is_sqlite: bool) -> None:
         {"ns": DEFAULT_NAMESPACE},
     )
     conn.execute(text("DROP TABLE tables_v5"))
+
+
+def _upgrade_6_to_7(conn: Connection, is_sqlite: bool) -> None:
+    """Give batches and fragments their read position: a batch's ``added_version`` (today's
+    order exactly), a fragment's that of its batch (its own: fragments are added with their
+    batch). The column is added with a default (SQLite adds a NOT NULL column only with one);
+    PostgreSQL drops it again, so both catalogs refuse a writer that forgets the position."""
+    for table in ("batches", "fragments"):
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN position BIGINT NOT NULL DEFAULT 0"))
+        conn.execute(text(f"UPDATE {table} SET position = added_version"))
+        if not is_sqlite:
+            conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN position DROP DEFAULT"))

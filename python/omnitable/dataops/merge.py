@@ -261,6 +261,8 @@ class _Request:
         and deleted rows, plus the rows whose keys the target inserted too (``ours``)."""
         batch_id = uuid.uuid4().hex
         self.req.new_batches.append((batch_id, name))
+        source = next(b for b in self.src.snap.batches if b.name == name)
+        self.req.batch_positions[batch_id] = source.position  # the batch keeps its place
         for seq, path in enumerate(self.src.batches[name]):
             frag = self.src.frags[path]
             new = FragmentDescriptor(uuid.uuid4().hex, batch_id, frag.row_count, path, seq=seq)

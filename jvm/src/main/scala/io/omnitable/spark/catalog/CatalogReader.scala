@@ -246,7 +246,7 @@ final class CatalogReader(
     Jdbc.query(
       conn,
       s"SELECT b.name FROM batches b WHERE b.table_id = ? AND $where " +
-        "ORDER BY b.added_version, b.name",
+        "ORDER BY b.position, b.name",
       (table.tableId +: params): _*)(_.getString(1))
   }
 

@@ -433,13 +433,23 @@ final class CatalogWriter(
       Long.box(version),
       now,
       Long.box(c.fragments.map(_.rowCount).sum),
-      Long.box(c.fragments.size.toLong)
+      Long.box(c.fragments.size.toLong),
+      Long.box(version) // read position: an append (or replace) goes last
     )
     batch(
       conn,
       CommitSql("insert_fragment"),
       c.fragments.map { f =>
-        Seq(t, f.fragmentId, f.batchId, Long.box(f.seq), Long.box(f.rowCount), f.path, c.branch, Long.box(version))
+        Seq(
+          t,
+          f.fragmentId,
+          f.batchId,
+          Long.box(f.seq),
+          Long.box(f.rowCount),
+          f.path,
+          c.branch,
+          Long.box(version),
+          Long.box(version))
       }
     )
     val files = c.fragments.flatMap(_.files)

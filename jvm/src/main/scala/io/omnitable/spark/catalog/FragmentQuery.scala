@@ -101,7 +101,7 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
       conn,
       "SELECT f.fragment_id, f.batch_id, f.row_count, f.path, b.name FROM fragments f JOIN batches b " +
         s"ON b.table_id = f.table_id AND b.batch_id = f.batch_id WHERE $cond " +
-        "ORDER BY f.added_version, f.batch_id, f.seq",
+        "ORDER BY f.position, f.batch_id, f.seq",
       params: _*
     ) { rs =>
       FragmentEntry(rs.getString(1), rs.getString(2), rs.getString(5), rs.getLong(3), rs.getString(4), Nil)

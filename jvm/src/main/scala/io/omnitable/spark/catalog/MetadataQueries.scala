@@ -52,7 +52,8 @@ final case class FragmentRow(
     rowCount: Long,
     deletedRows: Long,
     path: String,
-    addedVersion: Long)
+    addedVersion: Long,
+    position: Long)
 
 /** A visible file (of a visible fragment) with its batch's name and its column set. */
 final case class FileRow(
@@ -124,7 +125,7 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
     val rows = Jdbc.query(
       conn,
       "SELECT b.batch_id, b.name, b.row_count, b.fragment_count, b.created_at FROM batches b " +
-        s"WHERE b.table_id = ? AND $visible ORDER BY b.added_version, b.name",
+        s"WHERE b.table_id = ? AND $visible ORDER BY b.position, b.name",
       (snap.table.tableId +: params): _*
     ) { rs =>
       BatchRow(rs.getString(1), rs.getString(2), rs.getLong(3), rs.getLong(4), rs.getString(5))
@@ -213,7 +214,7 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
   }
 
   /**
-   * The visible fragments of `snap` in table order (batch version, batch id, seq), in keyset
+   * The visible fragments of `snap` in table order (read position, batch id, seq), in keyset
    * pages, each row handed to `emit` (`Table.snapshot().fragments`).
    */
   def foreachFragment(snap: TableSnapshot, pageSize: Int = PageSize)(emit: FragmentRow => Unit): Unit = {
@@ -226,16 +227,16 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
     while (more) {
       val (after, afterParams) = last.fold(("1 = 1", Seq.empty[AnyRef])) { r =>
         (
-          "(f.added_version > ? OR (f.added_version = ? AND (f.batch_id > ? OR (f.batch_id = ? AND f.seq > ?))))",
-          Seq[AnyRef](Long.box(r.addedVersion), Long.box(r.addedVersion), r.batchId, r.batchId, Long.box(r.seq)))
+          "(f.position > ? OR (f.position = ? AND (f.batch_id > ? OR (f.batch_id = ? AND f.seq > ?))))",
+          Seq[AnyRef](Long.box(r.position), Long.box(r.position), r.batchId, r.batchId, Long.box(r.seq)))
       }
       val page = Jdbc.query(
         conn,
-        "SELECT f.fragment_id, f.batch_id, b.name, f.seq, f.row_count, d.deleted_count, f.path, f.added_version " +
+        "SELECT f.fragment_id, f.batch_id, b.name, f.seq, f.row_count, d.deleted_count, f.path, f.added_version, f.position " +
           "FROM fragments f JOIN batches b ON b.table_id = f.table_id AND b.batch_id = f.batch_id " +
           "LEFT JOIN deletion_vectors d ON d.table_id = f.table_id AND d.fragment_id = f.fragment_id " +
           s"AND $dVisible WHERE f.table_id = ? AND $fVisible AND $bVisible AND $after " +
-          s"ORDER BY f.added_version, f.batch_id, f.seq LIMIT $pageSize",
+          s"ORDER BY f.position, f.batch_id, f.seq LIMIT $pageSize",
         ((dParams :+ snap.table.tableId) ++ fParams ++ bParams ++ afterParams): _*
       ) { rs =>
         FragmentRow(
@@ -246,7 +247,9 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
           rs.getLong(5),
           Jdbc.optLong(rs, 6).getOrElse(0L),
           rs.getString(7),
-          rs.getLong(8))
+          rs.getLong(8),
+          rs.getLong(9)
+        )
       }
       page.foreach(emit)
       last = page.lastOption

@@ -21,7 +21,7 @@ private[catalog] final class MergeRequest(src: MergeView, dst: MergeView, plan: 
   val features = mutable.ArrayBuffer.empty[MergeFeature]
   val newColumns = mutable.ArrayBuffer.empty[MergeColumn]
   val columnChanges = mutable.ArrayBuffer.empty[(Int, Long, String, String)] // id, read version, name, state
-  val newBatches = mutable.ArrayBuffer.empty[(String, String)]
+  val newBatches = mutable.ArrayBuffer.empty[(String, String, String)] // id, name, the source's batch id
   val newFragments = mutable.ArrayBuffer.empty[(String, String, Int, Long, String)] // id, batch, seq, rows, path
   val newFiles = mutable.ArrayBuffer.empty[MergedFile]
   val removedBatches = mutable.ArrayBuffer.empty[String]
@@ -83,7 +83,7 @@ private[catalog] final class MergeRequest(src: MergeView, dst: MergeView, plan: 
 
   private def copyBatch(name: String): Unit = {
     val batchId = UndoStatements.newId()
-    newBatches += ((batchId, name))
+    newBatches += ((batchId, name, src.batchId(name).get))
     src.batchPaths(name).zipWithIndex.foreach { case (path, seq) =>
       val frag = src.frags(path)
       val id = UndoStatements.newId()
@@ -156,7 +156,8 @@ private[catalog] final class MergeStatements(c: CommitContext, version: Long, no
         c.branch
       )
     }
-    r.newBatches.foreach { case (id, name) =>
+    val positions = r.newBatches.map { case (id, _, from) => id -> sourcePosition(from) }.toMap
+    r.newBatches.foreach { case (id, name, _) =>
       val frags = r.newFragments.filter(_._2 == id)
       update(
         CommitSql("insert_batch"),
@@ -167,10 +168,22 @@ private[catalog] final class MergeStatements(c: CommitContext, version: Long, no
         Long.box(version),
         now,
         Long.box(frags.map(_._4).sum),
-        Long.box(frags.size.toLong))
+        Long.box(frags.size.toLong),
+        Long.box(positions(id))
+      )
     }
     r.newFragments.foreach { case (id, bid, seq, n, path) =>
-      update(CommitSql("insert_fragment"), t, id, bid, Int.box(seq), Long.box(n), path, c.branch, Long.box(version))
+      update(
+        CommitSql("insert_fragment"),
+        t,
+        id,
+        bid,
+        Int.box(seq),
+        Long.box(n),
+        path,
+        c.branch,
+        Long.box(version),
+        Long.box(positions(bid)))
     }
     insertFiles(r)
     insertLineage(r)
@@ -310,6 +323,14 @@ private[catalog] final class MergeStatements(c: CommitContext, version: Long, no
       }
     }
   }
+
+  /** The read position of the source's batch a merge copies: the copy keeps the batch's place (merge.py `_copy_batch`). */
+  private def sourcePosition(batchId: String): Long =
+    Jdbc.query(
+      c.conn,
+      "SELECT position FROM batches WHERE table_id = ? AND batch_id = ?",
+      t,
+      batchId)(_.getLong(1)).head
 
   private def update(sql: String, params: AnyRef*): Int = c.update(sql, params: _*)
 }

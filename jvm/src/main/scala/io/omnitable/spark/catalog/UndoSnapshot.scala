@@ -81,14 +81,14 @@ private[catalog] object UndoSnapshot {
     val (bv, bp) = Jdbc.visible("b", "batches", segments)
     val batches = Jdbc.query(
       conn,
-      s"SELECT b.batch_id, b.name FROM batches b WHERE b.table_id = ? AND $bv ORDER BY b.added_version, b.name",
+      s"SELECT b.batch_id, b.name FROM batches b WHERE b.table_id = ? AND $bv ORDER BY b.position, b.name",
       (tableId +: bp): _*)(rs => (rs.getString(1), rs.getString(2)))
     val batchSet = batches.map(_._1).toSet
     val (fv, fp) = Jdbc.visible("f", "fragments", segments)
     val fragments = Jdbc.query(
       conn,
       s"SELECT f.fragment_id, f.batch_id FROM fragments f WHERE f.table_id = ? AND $fv " +
-        "ORDER BY f.added_version, f.batch_id, f.seq",
+        "ORDER BY f.position, f.batch_id, f.seq",
       (tableId +: fp): _*
     )(rs => (rs.getString(1), rs.getString(2))).filter(f => batchSet.contains(f._2))
     val fragSet = fragments.map(_._1).toSet

@@ -56,8 +56,8 @@ class BranchRemovalsSuite extends AnyFunSuite with BeforeAndAfterAll {
     }
     removal("deletion_vectors", "dv-main", 3, "audit", 4) // a delete replaces F0's vector
     removal("columns", "2", 0, "audit", 4) // c2 renamed to c2r
-    hand.insert("batches", Iterator(Seq(t, "B4", "b000001", "audit", 4L, null, At, 10L, 1L)))
-    hand.insert("fragments", Iterator(Seq(t, "F4", "B4", 0L, 10L, "data/F4", "audit", 4L, null)))
+    hand.insert("batches", Iterator(Seq(t, "B4", "b000001", "audit", 4L, null, At, 10L, 1L, 4L)))
+    hand.insert("fragments", Iterator(Seq(t, "F4", "B4", 0L, 10L, "data/F4", "audit", 4L, null, 4L)))
     hand.insertFiles(Iterator(
       file(s"$f1-g1-v4", f1, "g1", Seq(1)),
       file("F4-g0", "F4", "g0", Seq(0, 2)),

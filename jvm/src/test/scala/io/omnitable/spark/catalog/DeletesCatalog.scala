@@ -51,7 +51,7 @@ final class DeletesCatalog(warehouse: String) {
   def fragments(table: String): Seq[(String, String, Long)] =
     query(
       "SELECT fragment_id, batch_id, row_count FROM fragments WHERE table_id = ? AND removed_version IS NULL " +
-        "ORDER BY added_version, batch_id, seq",
+        "ORDER BY position, batch_id, seq",
       tableId(table)
     )(rs => (rs.getString(1), rs.getString(2), rs.getLong(3)))
 

@@ -42,7 +42,7 @@ object SyntheticTables {
       "batches",
       (0 until shape.batches).iterator.map { b =>
         val n = math.min(shape.fragmentsPerBatch, shape.fragments - b * shape.fragmentsPerBatch).toLong
-        Seq(t, s"B$b", batchName(b), "main", b + 1L, null, At, n * rowsPerFragment, n)
+        Seq(t, s"B$b", batchName(b), "main", b + 1L, null, At, n * rowsPerFragment, n, b + 1L)
       }
     )
     def version(f: Int): Long = f / shape.fragmentsPerBatch + 1L
@@ -59,7 +59,8 @@ object SyntheticTables {
           s"data/${fragmentId(f)}",
           "main",
           version(f),
-          null)
+          null,
+          version(f))
       }
     )
     hand.insertFiles(
@@ -165,14 +166,16 @@ object SyntheticTables {
     val counts = (0 until 1 + rng.nextInt(3)).map { seq =>
       val id = s"F$v-$seq"
       val rows = if (rng.nextInt(5) == 0) 0L else 1L + rng.nextInt(60)
-      hand.insert("fragments", Iterator(Seq(hand.tableId, id, batchId, seq.toLong, rows, s"data/$id", branch, v, null)))
+      hand.insert(
+        "fragments",
+        Iterator(Seq(hand.tableId, id, batchId, seq.toLong, rows, s"data/$id", branch, v, null, v)))
       fragments += id
       (0 until 3).foreach(g => addFile(hand, rng, v, branch, id, (0 to columns).filter(_ % 3 == g), s"g$g", rows))
       rows
     }
     hand.insert(
       "batches",
-      Iterator(Seq(hand.tableId, batchId, name, branch, v, null, At, counts.sum, counts.size.toLong)))
+      Iterator(Seq(hand.tableId, batchId, name, branch, v, null, At, counts.sum, counts.size.toLong, v)))
   }
 
   private def addFile(

@@ -148,6 +148,7 @@ class ConformanceSuite extends AnyFunSuite with PythonStepsSession {
     assert(state.get("rows") == Option(expect.get("rows")).getOrElse(json.nullNode()))
     if (expect.has("status")) assert(state.get("status") == expect.get("status"), state)
     if (expect.has("columns")) assert(state.get("columns") == expect.get("columns"))
+    if (expect.has("batch_order")) assert(state.get("batch_order") == expect.get("batch_order"), state)
   }
 
   /**
