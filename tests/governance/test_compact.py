@@ -174,7 +174,6 @@ def test_keyed_table_lookup_after_compaction(wh: omnitable.Warehouse, name: str)
     assert t.lookup(["k2", "k3"], ["v"]).column("v").to_pylist() == [20, 30]
 
 
-@pytest.mark.xfail(strict=True, reason="needs batches.position")
 def test_a_compacted_batch_keeps_its_place(wh: omnitable.Warehouse, name: str) -> None:
     t = _table(wh, name, batches=2)
     t.append(pa.table({"x": [7], "s": ["last"]}), "b_last")  # one fragment: not compacted

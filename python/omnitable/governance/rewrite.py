@@ -107,6 +107,7 @@ class Rewritten:
     """What rewriting the planned batches wrote: the commit's pieces and every path written."""
 
     new_batches: list[tuple[str, str]] = field(default_factory=list)
+    positions: dict[str, int] = field(default_factory=dict)  # new batch -> the read position kept
     removed_batches: list[str] = field(default_factory=list)
     fragments: list[FragmentDescriptor] = field(default_factory=list)
     removed_fragments: list[str] = field(default_factory=list)
@@ -120,6 +121,7 @@ class Rewritten:
             base_version=base_version,
             summary=dict(self.summary),
             new_batches=self.new_batches,
+            batch_positions=self.positions,
             removed_batches=self.removed_batches,
             new_fragments=self.fragments,
             removed_fragments=self.removed_fragments,
@@ -189,6 +191,7 @@ class _Rewriter:
     def batch(self, batch: BatchRecord, new_batch: str) -> None:
         olds = [self._old(f) for f in self.snap.fragments if f.batch_id == batch.batch_id]
         self.out.new_batches.append((new_batch, batch.name))
+        self.out.positions[new_batch] = batch.position  # the batch keeps its place in reads
         self.out.removed_batches.append(batch.batch_id)
         self.out.removed_fragments += [o.record.fragment_id for o in olds]
         s = self.out.summary
