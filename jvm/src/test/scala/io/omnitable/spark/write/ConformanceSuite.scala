@@ -37,7 +37,6 @@ class ConformanceSuite extends AnyFunSuite with PythonStepsSession {
 
   private val json = new ObjectMapper()
   private val root = TestWarehouses.repoRoot
-  private val stepsScript = new File(root, "tests/conformance/steps.py").getPath
   private val scenarios: Seq[String] =
     new File(root, "tests/conformance/scenarios").listFiles().map(_.getName).filter(_.endsWith(".json"))
       .map(_.stripSuffix(".json")).sorted.toSeq
