@@ -14,7 +14,7 @@ concurrent writer's steps, done with the Python API. Both runners use it: the py
     python tests/conformance/steps.py run WAREHOUSE ROOT STEPS_JSON     # a list of steps
     python tests/conformance/steps.py merge WAREHOUSE ROOT SOURCE       # Table.merge into main
 
-    python tests/conformance/steps.py around WAREHOUSE ROOT SCENARIO BASE_NEXT_ROW_ID
+    python tests/conformance/steps.py around WAREHOUSE ROOT SCENARIO BASE_NEXT_ROW_ID [PAUSE_DIR]
 
     python tests/conformance/steps.py serve    # every command above, in one long-lived process
 
@@ -53,7 +53,9 @@ missing / partial) and ``batch_order``: ``[name, read position]`` of each batch 
 backfill planned (and computed) on the base state that reaches its commit (failpoint
 ``backfill.before_commit``) before the committing writer starts, and commits once it is done.
 The runners hold it there: in-process with a hook, across processes with the failpoint's
-``pause:DIR`` action (the ``around`` command). ``around_expect`` is the backfill's own outcome
+``pause:DIR`` action (the ``around`` command: set in its environment, or given as PAUSE_DIR, for
+that command only, so one ``serve`` process, one Spark session, runs the around steps of every
+scenario of a suite). ``around_expect`` is the backfill's own outcome
 (:func:`run_around`): absent, it commits; ``{"conflict": fragment}``, it refuses its commit
 (nothing of it lands) because the committing writer changed what its plan decided on or read.
 
@@ -356,6 +358,24 @@ def answer(line: str, run: Callable[[list[str]], None]) -> dict[str, str]:
     return {"out": out.getvalue()}
 
 
+@contextlib.contextmanager
+def _paused_at_backfill_commit(folder: str | None) -> Any:
+    """With ``folder``: failpoint ``backfill.before_commit=pause:<folder>`` while in the block
+    (the first backfill reaching its commit waits there for ``<folder>/backfill.before_commit.go``)."""
+    if folder is None:
+        yield
+        return
+    key, before = "OMNITABLE_FAILPOINTS", os.environ.get("OMNITABLE_FAILPOINTS")
+    os.environ[key] = f"backfill.before_commit=pause:{folder}"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
+
+
 def main(argv: list[str]) -> None:
     cmd = argv[0]
     if cmd == "serve":
@@ -372,7 +392,8 @@ def main(argv: list[str]) -> None:
             for step in load(argv[3])["concurrent"]:
                 apply_step(wh, step, int(argv[4]))
         elif cmd == "around":
-            run_around(wh, load(argv[3]), int(argv[4]))
+            with _paused_at_backfill_commit(argv[5] if len(argv) > 5 else None):
+                run_around(wh, load(argv[3]), int(argv[4]))
         elif cmd == "state":
             print(json.dumps(state(wh)))
         elif cmd == "history":

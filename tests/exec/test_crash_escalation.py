@@ -2,8 +2,10 @@
 
 Local mode (``local[N]``, what ``omnitable.spark_session()`` and the CLI use) runs each task once,
 so a record that kills the Python worker cannot rely on Spark's task retry: the driver re-runs
-what did not complete with the crashing feature in the child process. Each case runs in its own
-process (one SparkContext per process, and these masters differ from the test session's).
+what did not complete with the crashing feature in the child process. The cases run in processes
+of their own (one SparkContext per process, and these masters differ from the test session's):
+one for the plain session, which backfills on SQLite and on PostgreSQL in turn (one Spark start
+for both; each backend's test checks its own result), one for the CLI.
 """
 
 from __future__ import annotations
@@ -29,20 +31,41 @@ import omnitable
 from omnitable import ROW_ID
 from features import omt_faulty_features as faulty
 
-uri, root, how, texts = sys.argv[1], sys.argv[2] or None, sys.argv[3], json.loads(sys.argv[4])
-wh = omnitable.connect(uri, root=root)
-t = wh.create_table("docs", {"text": "string"})
-t.append(pa.table({"text": texts}), "b1", target_fragment_rows=500)
-t.register(faulty.score)
+how, texts, specs = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+
+
+def docs(uri, root):
+    wh = omnitable.connect(uri, root=root)
+    t = wh.create_table("docs", {"text": "string"})
+    t.append(pa.table({"text": texts}), "b1", target_fragment_rows=500)
+    t.register(faulty.score)
+    return wh
+
+
+def report(wh, spark, summary):
+    t = wh.table("docs")
+    out = t.read(columns=[ROW_ID, "score"])
+    ids = out.column(ROW_ID).to_pylist()
+    errors = {r[ROW_ID]: r.kind for r in t.errors(spark=spark).collect()}
+    return dict(
+        summary,
+        scores=out.column("score").to_pylist(),
+        kinds={str(ids.index(i)): k for i, k in errors.items()},
+        state=t.status().state("b1", "score"),
+    )
+
+
+from pyspark.sql import SparkSession
+
+results = {}
 if how == "cli":
-    from pyspark.sql import SparkSession
     from omnitable.cli.main import main
 
+    ((backend, uri, root),) = specs
+    wh = docs(uri, root)
     code = main(["-w", uri, "backfill", "docs", "-f", "score"])
-    spark = SparkSession.getActiveSession()
-    summary = {"code": code}
+    results[backend] = report(wh, SparkSession.getActiveSession(), {"code": code})
 else:
-    from pyspark.sql import SparkSession
     from omnitable.spark import session as s
 
     jars = [str(s.jar_path())] + [str(p) for p in s.delta_jar_paths()]
@@ -53,21 +76,16 @@ else:
         .config("spark.sql.catalog.spark_catalog", s.DELTA_CATALOG)
         .config("spark.ui.enabled", "false")
     )
-    if uri.startswith("postgresql"):  # env: passwords resolve only for configured servers
-        builder = builder.config("spark.omnitable.warehouse", uri)
+    for backend, uri, _ in specs:  # env: passwords resolve only for configured servers
+        if uri.startswith("postgresql"):
+            builder = builder.config("spark.omnitable.warehouses.crash_" + backend, uri)
     spark = builder.getOrCreate()
-    result = t.backfill("score").run(spark)
-    summary = {"code": 0, "errors": result.errors, "escalated": result.steps[0].escalated}
-t = wh.table("docs")
-out = t.read(columns=[ROW_ID, "score"])
-ids = out.column(ROW_ID).to_pylist()
-errors = {r[ROW_ID]: r.kind for r in t.errors(spark=spark).collect()}
-summary.update(
-    scores=out.column("score").to_pylist(),
-    kinds={str(ids.index(i)): k for i, k in errors.items()},
-    state=t.status().state("b1", "score"),
-)
-print("RESULT " + json.dumps(summary))
+    for backend, uri, root in specs:
+        wh = docs(uri, root)
+        result = wh.table("docs").backfill("score").run(spark)
+        summary = {"code": 0, "errors": result.errors, "escalated": result.steps[0].escalated}
+        results[backend] = report(wh, spark, summary)
+print("RESULT " + json.dumps(results))
 """
 
 
@@ -83,12 +101,14 @@ def _texts() -> tuple[list[str], dict[int, str]]:
     return texts, marked
 
 
-def _run(how: str, uri: str, root: str | None) -> dict:  # type: ignore[type-arg]
+def _run(how: str, specs: list[tuple[str, str, str | None]]) -> dict[str, dict]:  # type: ignore[type-arg]
+    """Run the case ``how`` in a process of its own on each (backend, uri, root) of ``specs``;
+    backend -> its summary (with the process's stdout)."""
     texts, _ = _texts()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([*sys.path, str(TESTS)])
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, uri, root or "", how, json.dumps(texts)],
+        [sys.executable, "-c", SCRIPT, how, json.dumps(texts), json.dumps(specs)],
         capture_output=True,
         text=True,
         env=env,
@@ -96,7 +116,22 @@ def _run(how: str, uri: str, root: str | None) -> dict:  # type: ignore[type-arg
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert lines, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return dict(json.loads(lines[-1][len("RESULT ") :]), stdout=proc.stdout)
+    results = json.loads(lines[-1][len("RESULT ") :])
+    return {backend: dict(r, stdout=proc.stdout) for backend, r in results.items()}
+
+
+@pytest.fixture(scope="module")
+def plain_session_runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict]:  # type: ignore[type-arg]
+    """The plain session's backfills on SQLite and (when the test server is configured) on
+    PostgreSQL, in one process: backend -> summary."""
+    tmp = tmp_path_factory.mktemp("crash-escalation")
+    specs: list[tuple[str, str, str | None]] = [("sqlite", str(tmp / "wh"), None)]
+    if os.environ.get("OMNITABLE_TEST_POSTGRES_URL"):
+        dbs = request.getfixturevalue("pg_databases")
+        specs.append(("postgres", dbs.create(), str(tmp / "data")))
+    return _run("builder", specs)
 
 
 def _check(summary: dict) -> None:  # type: ignore[type-arg]
@@ -108,15 +143,24 @@ def _check(summary: dict) -> None:  # type: ignore[type-arg]
     assert summary["kinds"] == {str(p): KINDS[m] for p, m in marked.items()}
 
 
-def test_plain_local_session_isolates_crashes(catalog_spec: tuple[str, str | None]) -> None:
-    summary = _run("builder", *catalog_spec)
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_plain_local_session_isolates_crashes(
+    backend: str,
+    plain_session_runs: dict[str, dict],  # type: ignore[type-arg]
+    request: pytest.FixtureRequest,
+) -> None:
+    if backend == "postgres":  # skips (fails under OMNITABLE_REQUIRE_POSTGRES) without a server
+        request.getfixturevalue("pg_databases")
+    summary = plain_session_runs[backend]
     _check(summary)
     assert summary["errors"] == {"score@1": sum(BAD.values())}
     assert summary["escalated"] == ["score"]
 
 
 def test_cli_with_its_default_master_isolates_crashes(tmp_path: Path) -> None:
-    summary = _run("cli", str(tmp_path / "wh"), None)
+    summary = _run("cli", [("sqlite", str(tmp_path / "wh"), None)])["sqlite"]
     _check(summary)
     assert "re-run in the child process after a crash: score" in summary["stdout"]
 

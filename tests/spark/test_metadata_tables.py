@@ -221,19 +221,32 @@ def test_fragments_and_files_equal_the_snapshot(
     assert shout == [{"n": 3}]  # one per fragment of b1 and b2; b3 is not backfilled
 
 
+PAGE_SIZE = "spark.omnitable.metadata.page_size"
+
+
 def test_files_page_through_the_catalog(spark: Any, catalog: str, wh: omnitable.Warehouse) -> None:
-    """More fragments and files than fit one page of the catalog listing (10,000 rows)."""
+    """More fragments and files than fit one page of the catalog listing: 120 fragments in pages of
+    50 (the session's ``spark.omnitable.metadata.page_size``; 10,000 by default), so the last
+    page is partial and two keyset pages follow the first."""
     t = wh.create_table(f"wide_{uuid.uuid4().hex[:8]}", {"x": "int"})
-    t.append(pa.table({"x": list(range(10_050))}), "b1", target_fragment_rows=1)
-    rows = sql(
-        spark,
-        f"SELECT count(*) AS n, count(DISTINCT fragment_id) AS d FROM {catalog}.{t.name}.fragments",
-    )
-    assert rows == [{"n": 10_050, "d": 10_050}]
-    files = spark.sql(f"SELECT file_id FROM {catalog}.{t.name}.files").collect()
-    assert sorted(r.file_id for r in files) == sorted(
-        f.file_id for fs in t.snapshot().files_by_fragment.values() for f in fs
-    )
+    t.append(pa.table({"x": list(range(120))}), "b1", target_fragment_rows=1)
+    spark.conf.set(PAGE_SIZE, "50")
+    try:
+        snap = t.snapshot()
+        fragments = sql(spark, f"SELECT * FROM {catalog}.{t.name}.fragments")
+        assert len(fragments) == 120 and len({r["fragment_id"] for r in fragments}) == 120
+        assert [tuple(r.values()) for r in fragments] == _fragments(snap)  # in table order
+        cols = (
+            "file_id, fragment_id, batch, group_name, path, row_count, size_bytes, "
+            "added_version, column_ids, columns, feature_versions"
+        )
+        files = sql(spark, f"SELECT {cols} FROM {catalog}.{t.name}.files ORDER BY file_id")
+        assert len(files) == 120 and [tuple(r.values()) for r in files] == _files(snap)
+        spark.conf.set(PAGE_SIZE, "0")  # the setting is read (and checked) when a scan is built
+        with pytest.raises(Exception, match=f"{PAGE_SIZE}.*expected an integer in 1"):
+            spark.sql(f"SELECT * FROM {catalog}.{t.name}.files").collect()
+    finally:
+        spark.conf.unset(PAGE_SIZE)
 
 
 def test_features_lineage_and_status_equal_the_python_api(

@@ -2,6 +2,8 @@ package io.omnitable.spark.catalog
 
 import scala.collection.mutable
 
+import io.omnitable.spark.conf.OmniTableConf
+
 /** A commit in a snapshot's history (`commits`); times as stored (ISO-8601 UTC text). */
 final case class CommitRow(
     version: Long,
@@ -332,8 +334,11 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
 
 object MetadataQueries {
 
-  /** Rows per page of the fragment and file listings. */
-  val PageSize = 10000
+  /**
+   * Rows per page of the fragment and file listings (the metadata tables pass the session's
+   * `spark.omnitable.metadata.page_size`).
+   */
+  val PageSize: Int = OmniTableConf.METADATA_PAGE_SIZE.default.get
 
   /** `(branch = ? AND col <= ?)` for each segment, OR-ed (the rows of a snapshot's history). */
   private def withinSegments(column: String, segments: Seq[Segment]): (String, Seq[AnyRef]) = (

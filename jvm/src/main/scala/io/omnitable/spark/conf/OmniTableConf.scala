@@ -168,6 +168,18 @@ object OmniTableConf {
     boolean
   ))
 
+  // --- metadata tables (session settings only; docs/spark.md, "Metadata tables") -------------
+
+  val METADATA_PAGE_SIZE: OmniTableConfEntry[Int] = declare(OmniTableConfEntry(
+    "spark.omnitable.metadata.page_size",
+    None,
+    Some(10000),
+    "Rows per catalog query when the metadata tables .fragments and .files (and .errors) page " +
+      "through a table's fragments and files (keyset pages: the driver holds one page of catalog " +
+      "rows at a time).",
+    positiveInt(1 << 20)
+  ))
+
   private def fraction(s: String): Either[String, Double] =
     s.trim.toDoubleOption.filter(v => v > 0 && v <= 1).toRight("expected a number in (0, 1]")
 
@@ -298,6 +310,7 @@ final class OmniTableConf(options: Map[String, String], session: String => Optio
   def lateMaterialization: Boolean = get(LATE_MATERIALIZATION)
   def lateMaterializationMaxSelectivity: Double = get(LATE_MATERIALIZATION_MAX_SELECTIVITY)
   def mergeBroadcastBytes: Long = get(MERGE_BROADCAST_BYTES)
+  def metadataPageSize: Int = get(METADATA_PAGE_SIZE)
 
   /** Spark's `spark.sql.files.maxPartitionBytes` (session only): the target size of a packed partition. */
   def filesMaxPartitionBytes: Long = sparkBytes("spark.sql.files.maxPartitionBytes", "128m")

@@ -21,7 +21,7 @@ private[metadata] object ErrorRows {
 
   private val FileId = "file_id"
 
-  def rows(reader: CatalogReader, snap: TableSnapshot): Seq[Row] = {
+  def rows(reader: CatalogReader, snap: TableSnapshot, pageSize: Int): Seq[Row] = {
     val location = reader.withMetadata(s"the error table of table '${snap.table.name}'")(
       _.errorTableLocation(snap.table))
     val spark = SparkSession.active
@@ -29,7 +29,7 @@ private[metadata] object ErrorRows {
       case None => Nil
       case Some(loc) =>
         val files = mutable.ArrayBuffer.empty[Row]
-        reader.withMetadata(s"the files of table '${snap.table.name}'")(_.foreachFile(snap)(f =>
+        reader.withMetadata(s"the files of table '${snap.table.name}'")(_.foreachFile(snap, pageSize)(f =>
           files += Row(f.fileId)))
         val columns = MetadataTables.Errors.fieldNames.map(col).toSeq
         try {

@@ -12,13 +12,14 @@ import org.apache.spark.sql.Row
 /**
  * The rows of the catalog-backed metadata tables ([[MetadataTables]]) of one snapshot, in the
  * order of their Python API, handed one by one to `emit` (fragments and files page through the
- * catalog: none of them is held here). `.errors` reads the error table ([[ErrorRows]]).
+ * catalog, `pageSize` rows per query: none of them is held here). `.errors` reads the error
+ * table ([[ErrorRows]]).
  */
-private[metadata] final class MetadataRows(reader: CatalogReader, snap: TableSnapshot) {
+private[metadata] final class MetadataRows(reader: CatalogReader, snap: TableSnapshot, pageSize: Int) {
   import MetadataRows._
 
   def foreach(name: String)(emit: Row => Unit): Unit = name match {
-    case "errors" => ErrorRows.rows(reader, snap).foreach(emit)
+    case "errors" => ErrorRows.rows(reader, snap, pageSize).foreach(emit)
     case _ => reader.withMetadata(s"the $name of table '${snap.table.name}'")(q => fromCatalog(q, name, emit))
   }
 
@@ -27,7 +28,7 @@ private[metadata] final class MetadataRows(reader: CatalogReader, snap: TableSna
         emit(Row(c.version, opt(c.parentVersion), c.branch, c.op, c.runId.orNull, c.summary, instant(c.committedAt)))
       }
     case "batches" => q.batches(snap).foreach(b => emit(Row(b.name, b.rows, b.fragments, instant(b.createdAt))))
-    case "fragments" => q.foreachFragment(snap) { f =>
+    case "fragments" => q.foreachFragment(snap, pageSize) { f =>
         emit(Row(
           f.fragmentId,
           f.batchName,
@@ -90,7 +91,7 @@ private[metadata] final class MetadataRows(reader: CatalogReader, snap: TableSna
   private def files(q: MetadataQueries, emit: Row => Unit): Unit = {
     val names = q.columnNames(snap).map(c => c.columnId -> c.name).toMap
     val sets = q.columnSets(snap.table)
-    q.foreachFile(snap) { f =>
+    q.foreachFile(snap, pageSize) { f =>
       val columns = sets.getOrElse(f.setId, Nil)
       emit(Row(
         f.fileId,

@@ -3,6 +3,7 @@ package io.omnitable.spark.metadata
 import java.util
 
 import io.omnitable.spark.catalog.{CatalogReader, TableSnapshot}
+import io.omnitable.spark.conf.OmniTableConf
 import org.apache.spark.sql.connector.catalog.{SupportsRead, Table, TableCapability}
 import org.apache.spark.sql.connector.read.ScanBuilder
 import org.apache.spark.sql.types.StructType
@@ -31,8 +32,11 @@ final class MetadataTable(reader: CatalogReader, snap: TableSnapshot, metadataNa
     "version",
     snap.snapshot.version.toString)
 
-  override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder =
-    () => new MetadataScan(new MetadataRows(reader, snap), metadataName, schema())
+  /** The session's `spark.omnitable.metadata.page_size` is read when the scan is built. */
+  override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = {
+    val pageSize = OmniTableConf(Map.empty).metadataPageSize
+    () => new MetadataScan(new MetadataRows(reader, snap, pageSize), metadataName, schema())
+  }
 
   override def toString: String = s"MetadataTable(${name()}, ${snap.snapshot.label})"
 }

@@ -3,10 +3,11 @@ package io.omnitable.spark.write
 import java.io.File
 import java.nio.file.Files
 
-import scala.sys.process._
+import scala.concurrent.{Await, ExecutionContext, Future}
+import scala.concurrent.duration._
 
 import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
-import io.omnitable.spark.{PythonStepsSession, TestWarehouses}
+import io.omnitable.spark.{PythonSteps, PythonStepsSession, TestWarehouses}
 import io.omnitable.spark.catalog.{CatalogReader, Failpoints, SnapshotSpec}
 import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableCommitException, ProcedureErrors, WriteErrors}
 import io.omnitable.spark.source.OmniTableCatalog
@@ -28,15 +29,15 @@ import org.scalatest.funsuite.AnyFunSuite
  * `merge.before_commit`), and the concurrent steps run between its snapshot and its commit (failpoint
  * `append.before_commit` / `delete.before_commit` / `update.before_commit` /
  * `rollback.before_commit` / `revert.before_commit`). A scenario's `around` steps (a Python
- * backfill) start first in a process of their own (the failpoint is set in its environment), held
- * at their commit (failpoint `backfill.before_commit=pause:DIR`) while the committing writer runs,
+ * backfill) start first in a process of their own (a second `steps.py serve` process, for the
+ * around steps of every scenario: its Spark session starts once), held at their commit (failpoint
+ * `backfill.before_commit=pause:DIR`, DIR the scenario's own) while the committing writer runs,
  * then let go.
  */
 class ConformanceSuite extends AnyFunSuite with PythonStepsSession {
 
   private val json = new ObjectMapper()
   private val root = TestWarehouses.repoRoot
-  private val stepsScript = new File(root, "tests/conformance/steps.py").getPath
   private val scenarios: Seq[String] =
     new File(root, "tests/conformance/scenarios").listFiles().map(_.getName).filter(_.endsWith(".json"))
       .map(_.stripSuffix(".json")).sorted.toSeq
@@ -50,31 +51,32 @@ class ConformanceSuite extends AnyFunSuite with PythonStepsSession {
   override protected def sparkConf: Map[String, String] =
     postgres.map("spark.omnitable.warehouses.test_postgres" -> _).toMap
 
-  /** The `around` steps running in their own process, held at `backfill.before_commit`. */
+  /** The process that runs the `around` steps of every scenario (held at their commit). */
+  private lazy val aroundSteps = new PythonSteps()
+
+  override protected def afterAll(): Unit =
+    try aroundSteps.close()
+    finally super.afterAll()
+
+  /** The `around` steps running in [[aroundSteps]], held at `backfill.before_commit`. */
   private final class Around(warehouse: String, dataRoot: String, name: String, baseNext: Long) {
     private val dir = Files.createTempDirectory("omnitable-around").toFile
     private val reached = new File(dir, "backfill.before_commit.reached")
-    private val err = new StringBuilder
-    private val process = Process(
-      Seq(TestWarehouses.python, stepsScript, "around", warehouse, dataRoot, name, baseNext.toString),
-      root,
-      "SPARK_LOCAL_IP" -> "127.0.0.1",
-      "OMNITABLE_FAILPOINTS" -> s"backfill.before_commit=pause:${dir.getPath}"
-    )
-      .run(ProcessLogger(_ => (), l => err.synchronized(err.append(l).append('\n'))))
+    private val done = Future(aroundSteps.call("around", warehouse, dataRoot, name, baseNext.toString, dir.getPath))(
+      ExecutionContext.global)
 
     /** Blocks until the steps reached their commit (they plan and compute first). */
     def awaitCommitPoint(): Unit =
       while (!reached.exists()) {
-        if (!process.isAlive()) fail(s"the around steps ended (${process.exitValue()}) before their commit:\n$err")
+        done.value.foreach(r => fail(s"the around steps ended before their commit: $r"))
         Thread.sleep(100)
       }
 
-    /** Lets them commit and waits for the process. */
+    /** Lets them commit and waits for them (a failed step fails the test). */
     def release(): Unit = {
       assert(new File(dir, "backfill.before_commit.go").createNewFile())
-      val rc = process.exitValue()
-      if (rc != 0) fail(s"the around steps failed ($rc):\n$err")
+      try Await.result(done, 5.minutes)
+      catch { case e: PythonSteps.StepFailed => fail(s"the around steps failed:\n${e.getMessage}") }
     }
   }
 
