@@ -26,7 +26,7 @@ STATEMENTS = {
 }
 
 REFUSAL = {
-    "update": "its input column(s) x were recomputed",
+    "update": "fragment(s) it read were removed by a concurrent commit",
     "delete": "fragment(s) were removed by a concurrent commit",
 }
 

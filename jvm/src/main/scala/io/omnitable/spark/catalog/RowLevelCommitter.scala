@@ -133,6 +133,20 @@ private[catalog] final class RowLevelCommitter(w: CatalogWriter, conn: Jdbc.Conn
     val now = providers(fragments, head)
     val stale = before.keySet.union(now.keySet).filter(k => before.get(k) != now.get(k)).toSeq.sorted
     if (stale.nonEmpty) {
+      val (hv, hp) = Jdbc.visible("f", "fragments", head)
+      val live = Jdbc
+        .query(
+          conn,
+          CommitSql("fragments_of_batches").replace("{vis}", hv).replace("{in}", "1 = 1"),
+          (c.tableId +: hp): _*)(_.getString(1))
+        .toSet
+      val gone = stale.map(_._1).distinct.filterNot(live.contains)
+      if (gone.nonEmpty) {
+        throw WriteErrors.conflict(
+          s"Cannot commit ${c.op}: ${gone.size} fragment(s) it read were removed by a concurrent commit " +
+            s"(batch replaced or compacted), e.g. ${gone.head}; nothing was committed. Re-run the operation " +
+            "on the new version.")
+      }
       val names = c.readColumns.map(_.swap)
       val cols = stale.map(_._2).distinct.sorted.map(names).mkString(", ")
       throw WriteErrors.conflict(
