@@ -36,7 +36,8 @@ private[write] final class FragmentWriterFactory(task: WriteTask) extends DataWr
  * visible until the driver commits. `abort` deletes what this attempt wrote. With `WriteTask.key`
  * (a MERGE inserting into a keyed table) each fragment also gets its key index
  * (`_key_index.arrow`, [[KeyIndex.write]], byte-equal to Python's) when it is finished; a NULL key
- * fails the task.
+ * fails the task. A file of `optional` columns (a feature's outputs a MERGE inserts,
+ * [[WriteSchema.insertTargets]]) holding only NULLs is deleted when its fragment is finished.
  */
 private[write] final class FragmentWriter(task: WriteTask, partition: Int) extends DataWriter[InternalRow] {
 
@@ -157,9 +158,21 @@ private[write] final class FragmentWriter(task: WriteTask, partition: Int) exten
 
     def close(): Unit = files.foreach(_.writer.close())
 
+    /**
+     * Closes the files and describes the fragment; a file of `optional` columns only whose rows
+     * are all NULL in them is deleted instead (its columns stay without a file: `missing`).
+     */
     def finish(): WrittenFragment = {
       close()
-      val out = files.map { f =>
+      val (dropped, kept) =
+        files.partition(f => f.columns.forall(_.optional) && f.stats.forall(_.result.nullCount.contains(rows)))
+      dropped.foreach { f =>
+        val p = new Path(FragmentWriter.uri(task, f.path))
+        if (!p.getFileSystem(task.hadoopConf.value).delete(p, false)) {
+          throw new IllegalStateException(s"Cannot delete the file of NULLs ${f.path} of batch '${task.batchName}'")
+        }
+      }
+      val out = kept.map { f =>
         val p = new Path(FragmentWriter.uri(task, f.path))
         val size = p.getFileSystem(task.hadoopConf.value).getFileStatus(p).getLen
         val colStats: Seq[(String, FileColumnStats)] = f.columns.zip(f.stats).map { case (c, s) => c.name -> s.result }

@@ -83,20 +83,24 @@ private[write] object WriteSchema {
   /**
    * The columns a MERGE's inserted batch fills from the rows of its row-level write (`input`:
    * every table column, the system ones ignored): every raw user column (those no INSERT assigns
-   * hold NULL), `_ai_unique_id_` generated; by group as [[targets]]. A feature's output columns get
-   * no file: the new rows are `missing` for the feature until a backfill computes them, as the rows
-   * of Python's upsert (Spark's MERGE gives them NULL; a file of NULLs would make them `stale`).
+   * hold NULL), `_ai_unique_id_` generated; by group as [[targets]]. Spark gives the columns an
+   * INSERT does not assign NULL, so a feature's output column is `optional`, in a file of its own
+   * (after the raw groups): a fragment keeps it only when its rows hold a non-NULL value in it
+   * ([[FragmentWriter]]), as Python's `Table.append` stores supplied values; all NULL, the new
+   * rows are `missing` for the feature until a backfill computes them, as the rows of Python's
+   * upsert (a file of NULLs would make them `stale`).
    */
   def insertTargets(snap: TableSnapshot, input: StructType): Seq[(String, Seq[TargetColumn])] = {
     val id = snap.rowIdColumn
     val idCol = TargetColumn(id.name, id.columnId, id.physicalName, id.groupName, id.dataType, -1, nullable = false)
-    val present = snap.userColumns.filter(_.feature.isEmpty).flatMap { c =>
+    val present = snap.userColumns.flatMap { c =>
       Some(input.fieldNames.indexOf(c.name)).filter(_ >= 0).map { i =>
-        TargetColumn(c.name, c.columnId, c.physicalName, c.groupName, c.dataType, i, c.nullable)
+        TargetColumn(c.name, c.columnId, c.physicalName, c.groupName, c.dataType, i, c.nullable, c.feature.nonEmpty)
       }
     }
-    val all = idCol +: present
-    all.map(_.group).distinct.map(g => g -> all.filter(_.group == g))
+    val (outputs, raw) = present.partition(_.optional)
+    val all = idCol +: raw
+    all.map(_.group).distinct.map(g => g -> all.filter(_.group == g)) ++ outputs.map(c => c.group -> Seq(c))
   }
 
 }
