@@ -14,6 +14,7 @@ plan's version (``CommitRequest.rewrite``, docs/catalog.md "Commits and concurre
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,15 +27,16 @@ from omnitable.governance.rewrite import BatchStats, Rewritten, batch_stats, rew
 
 
 @dataclass
-class _RewriteJob:
+class _RewriteJob(ABC):
     """Prepare (choose batches), Execute (rewrite them), Commit (one replace of them all)."""
 
     name = "rewrite"
     target_fragment_rows: int | None = None
     batches: tuple[str, ...] | None = None  # only these batch names (None: all)
 
+    @abstractmethod
     def _chosen(self, st: BatchStats, target: int) -> bool:
-        raise NotImplementedError
+        """Whether this job rewrites a batch with these statistics."""
 
     def _target(self, ctx: TableContext) -> int:
         return ctx.options(target_fragment_rows=self.target_fragment_rows).target_fragment_rows
