@@ -203,15 +203,7 @@ class ConformanceSuite extends AnyFunSuite with PythonStepsSession {
     val fresh = (0 until ins.get("rows").asInt()).map(i => (Option.empty[Long], s"$batch-$i", i.toDouble))
     spark.createDataFrame((Some(id), url, commit.get("score").asDouble()) +: fresh)
       .toDF("_ai_unique_id_", "url", "score").createOrReplaceTempView("merge_src")
-    spark.conf.set("spark.omnitable.write.appendName", batch)
-    try
-      Failpoints.hooked("merge.before_commit")(concurrent()) {
-        spark.sql(
-          s"MERGE INTO $catalog.web t USING merge_src s ON t._ai_unique_id_ = s._ai_unique_id_ " +
-            "WHEN MATCHED THEN UPDATE SET score = s.score " +
-            "WHEN NOT MATCHED THEN INSERT (url, score) VALUES (s.url, s.score)").collect()
-      }
-    finally spark.conf.unset("spark.omnitable.write.appendName")
+    mergeInto(catalog, "merge_src", "t._ai_unique_id_ = s._ai_unique_id_", batch, concurrent)
   }
 
   /**
@@ -223,11 +215,19 @@ class ConformanceSuite extends AnyFunSuite with PythonStepsSession {
     val score = commit.get("score").asDouble()
     val rows = (0 until commit.get("urls").size()).map(i => (commit.get("urls").get(i).asText(), score))
     spark.createDataFrame(rows).toDF("url", "score").createOrReplaceTempView("upsert_src")
-    spark.conf.set("spark.omnitable.write.appendName", commit.get("batch").asText())
+    mergeInto(catalog, "upsert_src", "t.url = s.url", commit.get("batch").asText(), concurrent)
+  }
+
+  /**
+   * `MERGE INTO web t USING source s ON on` updating `score` of matched rows and inserting the
+   * others as batch `batch`; the concurrent steps run at `merge.before_commit`.
+   */
+  private def mergeInto(catalog: String, source: String, on: String, batch: String, concurrent: () => Unit): Unit = {
+    spark.conf.set("spark.omnitable.write.appendName", batch)
     try
       Failpoints.hooked("merge.before_commit")(concurrent()) {
         spark.sql(
-          s"MERGE INTO $catalog.web t USING upsert_src s ON t.url = s.url " +
+          s"MERGE INTO $catalog.web t USING $source s ON $on " +
             "WHEN MATCHED THEN UPDATE SET score = s.score " +
             "WHEN NOT MATCHED THEN INSERT (url, score) VALUES (s.url, s.score)").collect()
       }
