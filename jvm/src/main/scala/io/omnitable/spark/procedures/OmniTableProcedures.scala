@@ -10,7 +10,8 @@ import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure
  * OmniTable's stored procedures, `CALL <catalog>.system.<name>(...)` (docs/spark.md,
  * "Procedures"): the branch and tag procedures ([[RefProcedures]]), rollback, revert, merges and
  * rebases ([[UndoProcedures]]), the registration and backfill of SQL features
- * ([[FeatureProcedures]]) run in the JVM; the
+ * ([[FeatureProcedures]]) run in the JVM; the governance jobs ([[GovernanceProcedures]]) run in
+ * OmniTable's Python engine on the driver; the
  * operations only the Python engine performs are listed too, and calling one fails with the
  * Python API and CLI command to use instead. `frames` reads tables through the catalog's reader,
  * for the jobs procedures run.
@@ -20,7 +21,8 @@ final class OmniTableProcedures(reader: () => CatalogReader, frames: TableFrames
 
   private lazy val native: Map[String, OmniTableProcedure] =
     (RefProcedures.all(reader) ++ UndoProcedures.all(reader) ++ FeatureProcedures.all(reader) ++
-      FeatureProcedures.backfill(reader, frames)).map(p =>
+      FeatureProcedures.backfill(reader, frames) ++
+      GovernanceProcedures.all(reader)).map(p =>
       p.name() -> p).toMap
 
   /** Every procedure name, sorted. */

@@ -26,6 +26,17 @@ final class ProcedureArgs(val procedure: String, params: Seq[ProcedureParameter]
     if (input.isNullAt(i)) None else Some(input.getLong(i))
   }
 
+  def optDouble(name: String): Option[Double] = {
+    val i = index(name)
+    if (input.isNullAt(i)) None else Some(input.getDouble(i))
+  }
+
+  /** A BOOLEAN argument; NULL is refused. */
+  def bool(name: String): Boolean = {
+    val i = index(name)
+    if (input.isNullAt(i)) throw ProcedureErrors.nullArgument(procedure, name) else input.getBoolean(i)
+  }
+
   /**
    * A list parameter's names ([[OmniTableProcedure.lists]]): the elements of an array, or a string
    * split at commas (None: NULL); `what` names them in the error for an empty or NULL name.

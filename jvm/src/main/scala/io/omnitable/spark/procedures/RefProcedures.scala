@@ -117,7 +117,7 @@ object RefProcedures {
   }
 
   /** The length of interval `text` in microseconds, if it is a fixed-length interval. */
-  private def intervalMicros(text: String): Option[Long] = {
+  private[procedures] def intervalMicros(text: String): Option[Long] = {
     val sql = if (text.toLowerCase.startsWith("interval")) text else s"INTERVAL $text"
     val literal =
       try Some(CatalystSqlParser.parseExpression(sql))
