@@ -15,6 +15,7 @@ runs ``python -m omnitable.cli.procedure`` on the Spark driver, so the jobs run 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -108,7 +109,8 @@ def main() -> int:
     except ValueError as exc:
         sys.stderr.write(f"the procedure request on stdin is not JSON: {exc}\n")
         return 2
-    answer = run(warehouse, raw)
+    with contextlib.redirect_stdout(sys.stderr):  # whatever a job prints stays out of the answer
+        answer = run(warehouse, raw)
     sys.stdout.write(json.dumps(answer, default=str) + "\n")
     return 0
 
