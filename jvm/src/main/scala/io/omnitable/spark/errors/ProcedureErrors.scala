@@ -117,16 +117,6 @@ object ProcedureErrors {
         s"engine. Use Table.merge('$source', into='$target', strategy=...) or `omnitable branch merge`."
     )
 
-  /** A three-way merge of a keyed table: the keys both branches inserted are checked in the key index files (Python). */
-  def keyedMerge(table: String, source: String, target: String): OmniTableAnalysisException =
-    analysis(
-      "OMNITABLE_PROCEDURE_NEEDS_PYTHON",
-      s"Cannot merge branch '$source' into '$target' of table '$table' in Spark SQL: the table has a key and " +
-        s"'$target' moved since '$source' forked, so the keys both branches inserted are checked in the key index, " +
-        s"which needs OmniTable's Python engine. Use Table.merge('$source', into='$target', strategy=...) or " +
-        "`omnitable branch merge`."
-    )
-
   /** merge.py's MergeConflict: conflicts with strategy 'fail'; `message`: Python's message. */
   def mergeConflict(message: String): OmniTableCommitException = new OmniTableCommitException(MergeConflict, message)
 
