@@ -121,13 +121,4 @@ object ProcedureErrors {
   def mergeConflict(message: String): OmniTableCommitException = new OmniTableCommitException(MergeConflict, message)
 
   val MergeConflict = "OMNITABLE_MERGE_CONFLICT"
-
-  /** A revert of a keyed table: the keys of the rows it brings back are checked in the data files (Python). */
-  def keyedRevert(table: String, version: Long): OmniTableAnalysisException =
-    analysis(
-      "OMNITABLE_PROCEDURE_NEEDS_PYTHON",
-      s"Cannot revert version $version of table '$table' in Spark SQL: the table has a key, and the rows a " +
-        "revert brings back are checked against it in the data, which needs OmniTable's Python engine. Use " +
-        s"Table.revert($version, dependents=...) or `omnitable revert $table $version`."
-    )
 }
