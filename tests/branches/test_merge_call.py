@@ -419,6 +419,13 @@ def test_a_keyed_merge_by_call_equals_python(
     assert jv.lookup(sorted(keys)).column("v").to_pylist() == [keys[k] for k in sorted(keys)]
 
 
+def test_a_keyed_rebase_by_call_equals_python(spark: Any, wh: omnitable.Warehouse) -> None:
+    """``rebase_branch`` of a keyed table: main's batch holding a key the branch inserted too keeps
+    the branch's row with ``ours``."""
+    row = check_same(spark, wh, _keyed_both, "ours", rebase=True, make=make_keyed)
+    assert [(c["kind"], c["where"]) for c in row["resolved"]] == [("key", "um")]
+
+
 def test_a_keyed_key_conflict_fails_or_is_refused_as_in_python(
     spark: Any, wh: omnitable.Warehouse
 ) -> None:
