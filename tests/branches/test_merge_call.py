@@ -6,7 +6,8 @@ results, the merge commits' summaries and the resulting snapshots (fragments, fi
 columns, deletion vectors, columns, features, rows) with data and file paths named by where they
 first appeared; conflicts fail with Python's message; a Python commit on the target or the
 source while the JVM merge is paused before its commit makes it plan again; a JVM merge killed
-in its commit leaves nothing visible; a keyed table's three-way merge says to use Python. One
+in its commit leaves nothing visible; a keyed table's merge checks the keys both branches inserted
+as Python does. One
 warehouse per backend for the module (``shared_warehouse``), tables of their own names for each
 test (``unique``)."""
 
@@ -164,19 +165,45 @@ def call_result(t: omnitable.Table, wh: omnitable.Warehouse, row: dict[str, Any]
     return out
 
 
-def twins(wh: omnitable.Warehouse, build: Build) -> tuple[omnitable.Table, omnitable.Table]:
-    py, jv = make_table(wh, unique("py")), make_table(wh, unique("jv"))
+def make_keyed(wh: omnitable.Warehouse, name: str) -> omnitable.Table:
+    """A keyed table (``key`` string, ``v`` bigint) of keys k1, k2 (batch ``u0``)."""
+    k = wh.create_table(name, {"key": "string", "v": "bigint"}, key="key")
+    k.upsert(pa.table({"key": ["k1", "k2"], "v": [1, 2]}), append_name="u0")
+    return k
+
+
+def twins(
+    wh: omnitable.Warehouse, build: Build, make: Callable[..., omnitable.Table] = make_table
+) -> tuple[omnitable.Table, omnitable.Table]:
+    py, jv = make(wh, unique("py")), make(wh, unique("jv"))
     for t in (py, jv):
         build(t)
     return py, jv
 
 
 def check_same(
-    spark: Any, wh: omnitable.Warehouse, build: Build, strategy: str = "fail", rebase: bool = False
+    spark: Any,
+    wh: omnitable.Warehouse,
+    build: Build,
+    strategy: str = "fail",
+    rebase: bool = False,
+    make: Callable[..., omnitable.Table] = make_table,
 ) -> dict[str, Any]:
-    """Merge ``a`` into main (``rebase``: main into ``a``) on both twins; assert every outcome
-    equal; returns the CALL's row."""
-    py, jv = twins(wh, build)
+    """Merge ``a`` into main (``rebase``: main into ``a``) on both twins (made by ``make``);
+    assert every outcome equal; returns the CALL's row."""
+    return merged_twins(spark, wh, build, strategy, rebase, make)[0]
+
+
+def merged_twins(
+    spark: Any,
+    wh: omnitable.Warehouse,
+    build: Build,
+    strategy: str = "fail",
+    rebase: bool = False,
+    make: Callable[..., omnitable.Table] = make_table,
+) -> tuple[dict[str, Any], omnitable.Table]:
+    """``check_same``, returning the CALL's row and the table the CALL merged."""
+    py, jv = twins(wh, build, make)
     c = catalog(spark, wh)
     target = "a" if rebase else "main"
     if rebase:
@@ -190,7 +217,7 @@ def check_same(
     assert merge_commit(jv, target) == merge_commit(py, target)
     for branch in ("main", "a"):
         assert snapshot_state(wh, jv, branch) == snapshot_state(wh, py, branch), branch
-    return row
+    return row, jv
 
 
 def _cells(t: omnitable.Table) -> None:
@@ -337,19 +364,92 @@ def _parts(message: str) -> tuple[str, set[str], str]:
     return head, set(listed.split("; ")), tail.split("(see MergeConflict.details)")[0]
 
 
-def test_a_keyed_tables_three_way_merge_says_to_use_python(
+def _upsert(t: omnitable.Table, batch: str, **kv: int) -> None:
+    t.upsert(pa.table({"key": list(kv), "v": list(kv.values())}), append_name=batch)
+
+
+def _keyed_clean(k: omnitable.Table) -> None:
+    a = k.create_branch("a")
+    _upsert(a, "ua", k1=11, a_only=12)  # k1 updated in place, a_only inserted
+    _upsert(k, "um", m_only=21)
+
+
+def _keyed_both(k: omnitable.Table) -> None:
+    a = k.create_branch("a")
+    _upsert(a, "ua", new=10, k1=11, a_only=12)
+    _upsert(k, "um", new=20, m_only=21)  # "new" inserted on both: a key conflict
+
+
+def _keyed_both_deleted(k: omnitable.Table) -> None:
+    """The rows ``ours`` leaves out add to the rows the source deleted in the copied batch."""
+    a = k.create_branch("a")
+    _upsert(a, "ua", p=10, q=11, r=12)
+    a.delete(ids=[r[ROW_ID] for r in a.lookup(["p"], [ROW_ID]).to_pylist()])
+    _upsert(k, "um", q=20, p=21)  # only q conflicts: p is deleted on a
+
+
+def _keyed_rows(k: omnitable.Table) -> None:
+    a = k.create_branch("a")
+    a.delete(ids=[r[ROW_ID] for r in a.lookup(["k1"], [ROW_ID]).to_pylist()])
+    _upsert(k, "um", k1=5)  # updated on main, deleted on a: a rows conflict
+
+
+def _by_key(k: omnitable.Table) -> dict[str, int]:
+    return {r["key"]: r["v"] for r in k.read(["key", "v"]).to_pylist()}
+
+
+@pytest.mark.parametrize(
+    ("name", "strategy"),
+    [("clean", "fail"), ("both", "ours"), ("both_deleted", "ours"), ("rows", "theirs")],
+)
+def test_a_keyed_merge_by_call_equals_python(
+    spark: Any, wh: omnitable.Warehouse, name: str, strategy: str
+) -> None:
+    """A keyed table's three-way merge in the JVM: the keys both branches inserted are probed in
+    the key index as Python probes them; ``ours`` leaves the source's rows of those keys out."""
+    build = {"clean": _keyed_clean, "both": _keyed_both, "both_deleted": _keyed_both_deleted,
+             "rows": _keyed_rows}[name]  # fmt: skip
+    row, jv = merged_twins(spark, wh, build, strategy, make=make_keyed)
+    kinds = {"clean": [], "both": ["key"], "both_deleted": ["key"], "rows": ["rows"]}[name]
+    assert [c["kind"] for c in row["resolved"]] == kinds
+    if name == "both":
+        assert [(c["where"], c["source"]) for c in row["resolved"]] == [("ua", "1 key(s) inserted")]
+    keys = _by_key(jv)
+    assert jv.count() == len(keys)  # keys unique among live rows
+    assert jv.lookup(sorted(keys)).column("v").to_pylist() == [keys[k] for k in sorted(keys)]
+
+
+def test_a_keyed_rebase_by_call_equals_python(spark: Any, wh: omnitable.Warehouse) -> None:
+    """``rebase_branch`` of a keyed table: main's batch holding a key the branch inserted too keeps
+    the branch's row with ``ours``."""
+    row = check_same(spark, wh, _keyed_both, "ours", rebase=True, make=make_keyed)
+    assert [(c["kind"], c["where"]) for c in row["resolved"]] == [("key", "um")]
+
+
+def test_a_keyed_key_conflict_fails_or_is_refused_as_in_python(
     spark: Any, wh: omnitable.Warehouse
 ) -> None:
+    """``fail`` and ``theirs`` on keys inserted on both branches commit nothing, with Python's
+    messages (the batch and how many of its keys)."""
+    py, jv = twins(wh, _keyed_both, make_keyed)
     c = catalog(spark, wh)
-    k = wh.create_table(unique("k"), {"key": "string", "v": "bigint"}, key="key")
-    k.upsert(pa.table({"key": ["k1"], "v": [1]}), append_name="u0")
-    k.create_branch("a").upsert(pa.table({"key": ["k2"], "v": [2]}), append_name="ua")
-    k.upsert(pa.table({"key": ["k3"], "v": [3]}), append_name="um")
-    head = k.version
-    with pytest.raises(Exception) as err:
-        spark.sql(f"CALL {c}.system.merge_branch('{k.name}', 'a')").collect()
-    assert "OMNITABLE_PROCEDURE_NEEDS_PYTHON" in str(err.value) and "has a key" in str(err.value)
-    assert k.version == head
+    before = (jv.version, len(jv.history()), _by_key(jv))
+    for strategy, error, kind in (
+        ("fail", MergeConflict, "OMNITABLE_MERGE_CONFLICT"),
+        ("theirs", omnitable.ValidationError, "OMNITABLE_INVALID_OPERATION"),
+    ):
+        with pytest.raises(error) as expected:
+            py.merge("a", strategy=strategy)
+        with pytest.raises(Exception) as err:
+            spark.sql(
+                f"CALL {c}.system.merge_branch('{jv.name}', 'a', strategy => '{strategy}')"
+            ).collect()
+        assert kind in str(err.value) and str(expected.value) in str(err.value)
+        assert (jv.version, len(jv.history()), _by_key(jv)) == before
+        if strategy == "fail":
+            assert "1 conflict(s): key ua (source: 1 key(s) inserted, target: inserted too)" in str(
+                err.value
+            )
 
 
 def _pause_call(

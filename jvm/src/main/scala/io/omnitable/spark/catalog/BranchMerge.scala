@@ -26,7 +26,7 @@ final case class MergeOutcome(
  * table's commit lock (no row copied, no data file touched); otherwise a three-way merge at
  * column grain ([[MergeDiff]]) commits one `merge` with the source's files (no data file
  * written), as Python's; rows deleted on one side and changed on the other are compared by value
- * ([[MergeRows]]). A keyed table's three-way merge is refused with the Python API to use.
+ * ([[MergeRows]]); in a keyed table, keys both branches inserted are conflicts too ([[MergeKeys]]).
  * Failpoints: `merge.before_commit` (planned, lock not taken), `fast_forward.mid_update`,
  * `commit.before_insert`, `commit.mid_insert`, `commit.before_end`.
  */
@@ -93,27 +93,32 @@ final class BranchMergeWriter(reader: CatalogReader, failpoints: Failpoints = Fa
       strategy: String,
       sourceHead: Long,
       base: (String, Long)): MergeOutcome = {
-    val (targetHead, views) = reader.withConnection(s"the branches of table '$table'") { conn =>
+    val (targetHead, keyed, views) = reader.withConnection(s"the branches of table '$table'") { conn =>
       val entry = reader.findTable(conn, table).filter(_.tableId == tableId).getOrElse(
         throw WriteErrors.dropped("merge", tableId))
-      if (entry.properties.contains("table.key")) throw ProcedureErrors.keyedMerge(table, source, into)
       val resolver = new SnapshotResolver(conn, entry, reader.display)
       val head = resolver.resolve(SnapshotSpec(branch = Some(into))).version
       def view(b: String, v: Long) =
         MergeView.load(conn, tableId, resolver.resolve(SnapshotSpec(branch = Some(b), version = Some(v))).segments, v)
-      (head, (view(base._1, base._2), view(source, sourceHead), view(into, head)))
+      (
+        head,
+        entry.properties.contains("table.key"),
+        (view(base._1, base._2), view(source, sourceHead), view(into, head)))
     }
     val (baseView, src, dst) = views
     val plan = new MergeDiff(baseView, src, dst, table).plan()
-    if (plan.rowChecks.nonEmpty) {
-      val uri = reader.loadTable(table, SnapshotSpec(branch = Some(into))).tableUri
-      plan.conflicts ++= MergeRows.check(uri, plan, baseView, src, dst)
+    lazy val uri = reader.loadTable(table, SnapshotSpec(branch = Some(into))).tableUri
+    if (plan.rowChecks.nonEmpty) plan.conflicts ++= MergeRows.check(uri, plan, baseView, src, dst)
+    if (keyed && plan.copyBatches.nonEmpty) {
+      val conf = org.apache.spark.sql.SparkSession.active.sessionState.newHadoopConf()
+      plan.conflicts ++= MergeKeys.check(uri, table, plan, baseView, src, dst, conf)
     }
     if (plan.conflicts.nonEmpty && strategy == "fail") {
       throw ProcedureErrors.mergeConflict(BranchMergeWriter.conflictMessage(source, into, plan.conflicts.toSeq))
     }
+    if (strategy == "theirs") MergeKeys.refuseTheirs(plan)
     MergeRows.resolve(plan, dst, strategy == "theirs", table)
-    val req = new MergeRequest(src, dst, plan, strategy == "theirs").build()
+    val req = new MergeRequest(src, dst, plan, strategy == "theirs", table).build()
     val counts = plan.counts
     val summary = Map[String, Any](
       "source" -> source,

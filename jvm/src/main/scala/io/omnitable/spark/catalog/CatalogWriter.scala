@@ -361,24 +361,6 @@ final class CatalogWriter(
       }
     }
 
-  /**
-   * commit.py `_check_keys`: an upsert checked its keys against the rows of `branch` as of version
-   * `since`; when a commit after it (up to `head`) added or ended fragments or deletion vectors of
-   * the branch (its own rows, or rows it inherits ended through `removals`), raises
-   * [[KeysNotChecked]] (the exact check reads the key index, outside the transaction).
-   */
-  private[catalog] def checkKeys(conn: Jdbc.Conn, tableId: String, branch: String, op: String, since: Long, head: Long)
-      : Unit =
-    if (since < head) {
-      val s = Long.box(since)
-      val changed = Seq("fragments", "deletion_vectors").exists { kind =>
-        Jdbc.query(conn, CommitSql("key_rows_changed_since").replace("{kind}", kind), tableId, branch, s, s)(_ => true)
-          .nonEmpty ||
-        Jdbc.query(conn, CommitSql("key_rows_removed_since"), tableId, branch, kind, s)(_ => true).nonEmpty
-      }
-      if (changed) throw new KeysNotChecked(op, since, head)
-    }
-
   /** Moves `next_row_id` past the supplied ids (commit.py `next_row_id_at_least`). */
   private def moveNextRowId(conn: Jdbc.Conn, c: AppendCommit): Unit = c.supplied.foreach { case (_, hi) =>
     val atLeast = if (hi >= CatalogWriter.MaxRowId) CatalogWriter.MaxRowId else hi + 1
@@ -581,6 +563,24 @@ final class CatalogWriter(
 private[catalog] final case class Replaced(batchIds: Seq[String], fragmentIds: Seq[String])
 
 object CatalogWriter {
+
+  /**
+   * commit.py `_check_keys`: an upsert checked its keys against the rows of `branch` as of version
+   * `since`; when a commit after it (up to `head`) added or ended fragments or deletion vectors of
+   * the branch (its own rows, or rows it inherits ended through `removals`), raises
+   * [[KeysNotChecked]] (the exact check reads the key index, outside the transaction).
+   */
+  private[catalog] def checkKeys(conn: Jdbc.Conn, tableId: String, branch: String, op: String, since: Long, head: Long)
+      : Unit =
+    if (since < head) {
+      val s = Long.box(since)
+      val changed = Seq("fragments", "deletion_vectors").exists { kind =>
+        Jdbc.query(conn, CommitSql("key_rows_changed_since").replace("{kind}", kind), tableId, branch, s, s)(_ => true)
+          .nonEmpty ||
+        Jdbc.query(conn, CommitSql("key_rows_removed_since"), tableId, branch, kind, s)(_ => true).nonEmpty
+      }
+      if (changed) throw new KeysNotChecked(op, since, head)
+    }
 
   /** The largest `_ai_unique_id_` (python/omnitable/vocabulary/names.py `MAX_ROW_ID`). */
   val MaxRowId: Long = Long.MaxValue

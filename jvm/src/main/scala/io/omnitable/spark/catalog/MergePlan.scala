@@ -6,8 +6,8 @@ import scala.collection.mutable
 
 /**
  * One merge conflict (python/omnitable/dataops/merge_plan.py `Conflict`): `kind` cell, batch,
- * column, feature or rows (a keyed table's `key` conflicts are Python's: its three-way merge is
- * refused); `where` the fragment path, batch or column name; `column` the column of a cell or
+ * column, feature, rows or key (a batch of a keyed table whose keys both branches inserted,
+ * [[MergeKeys]]); `where` the fragment path, batch or column name; `column` the column of a cell or
  * rows; `source` / `target` what each side has; `rows` the offsets of a `rows` conflict.
  */
 final case class MergeConflictEntry(
@@ -45,6 +45,9 @@ private[catalog] final class MergePlan {
    * column id, offsets), checked against the values before they are conflicts ([[MergeRows]]).
    */
   val rowChecks: mutable.ArrayBuffer[(String, String, Int, Seq[Int])] = mutable.ArrayBuffer.empty
+
+  /** Source fragment path → offsets of rows whose keys the target inserted too ([[MergeKeys]]; merge_plan.py `key_drops`). */
+  val keyDrops: mutable.Map[String, Seq[Int]] = mutable.Map.empty
 
   /** merge.py `_counts`. */
   def counts: Map[String, Int] = Map(

@@ -32,7 +32,7 @@ private[catalog] object MergeRows {
   }
 
   /** The values of column `cid` at offsets `rows` of the fragment at `path` in `view` (NULL: none there). */
-  private def values(tableUri: String, view: MergeView, path: String, cid: Int, rows: Seq[Int]): Seq[Any] = {
+  def values(tableUri: String, view: MergeView, path: String, cid: Int, rows: Seq[Int]): Seq[Any] = {
     val column = view.columns(cid)
     view.cells(path).get(cid) match {
       case Some(f) if column.state == "active" =>

@@ -42,7 +42,7 @@ private[catalog] final class RowLevelCommitter(w: CatalogWriter, conn: Jdbc.Conn
     val updated = UpdateCommit(c.tableId, c.tableName, c.branch, c.baseVersion, c.updatedColumns, 0L, c.files)
     val prepared = if (c.files.nonEmpty) Some(updates.prepare(conn, updated, segments, head)) else None
     val appended = c.append.map(a => a -> w.checkJoinedAppend(conn, a, segments, head))
-    c.keysChecked.foreach(since => w.checkKeys(conn, c.tableId, c.branch, c.op, since, head))
+    c.keysChecked.foreach(since => CatalogWriter.checkKeys(conn, c.tableId, c.branch, c.op, since, head))
     val version = Jdbc.query(conn, CommitSql("next_version"), c.tableId)(_.getLong(1)).head
     w.hit("commit.before_insert")
     val now = w.commitTime(conn, c.tableId)

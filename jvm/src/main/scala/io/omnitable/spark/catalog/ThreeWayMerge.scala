@@ -16,7 +16,12 @@ private[catalog] final case class MergedFile(fileId: String, fragmentId: String,
  * from the diff: the source's files (no data file is written), copied batches under new ids,
  * deletion vectors, columns, features and lineage.
  */
-private[catalog] final class MergeRequest(src: MergeView, dst: MergeView, plan: MergePlan, theirs: Boolean) {
+private[catalog] final class MergeRequest(
+    src: MergeView,
+    dst: MergeView,
+    plan: MergePlan,
+    theirs: Boolean,
+    table: String) {
 
   val features = mutable.ArrayBuffer.empty[MergeFeature]
   val newColumns = mutable.ArrayBuffer.empty[MergeColumn]
@@ -89,7 +94,13 @@ private[catalog] final class MergeRequest(src: MergeView, dst: MergeView, plan: 
       val id = UndoStatements.newId()
       newFragments += ((id, batchId, seq, frag.rowCount, path))
       src.files.getOrElse(frag.fragmentId, Nil).foreach(f => file(id, path, f, f.file.columns.keys.toSeq.sorted))
-      src.deletions.get(frag.fragmentId).foreach(v => deletions += ((id, batchId, v.deletedCount, v.vector, None)))
+      plan.keyDrops.get(path) match {
+        case Some(drops) => // `ours`: the rows whose keys the target inserted too are deleted
+          val mask = MergeKeys.mask(src, path, table, drops)
+          deletions += ((id, batchId, mask.cardinality().toLong, DeletionVectors.encode(mask, frag.rowCount), None))
+        case None =>
+          src.deletions.get(frag.fragmentId).foreach(v => deletions += ((id, batchId, v.deletedCount, v.vector, None)))
+      }
     }
   }
 

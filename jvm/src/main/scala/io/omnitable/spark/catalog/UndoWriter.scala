@@ -42,7 +42,8 @@ final class UndoWriter(reader: CatalogReader, failpoints: Failpoints = Failpoint
   /**
    * Commit the inverse of commit `reverted` on `branch`, keeping every later commit
    * (python/omnitable/dataops/revert.py); `dependents`: `fail` or `stale`. A keyed table's
-   * revert checks the keys of the rows it brings back in the data: Python only.
+   * revert checks the keys of the rows it brings back in the key index first ([[RevertKeys]]) and
+   * commits only when no rows changed since the version checked (else checks again, 20 rounds).
    */
   def revert(table: String, branch: String, reverted: Long, dependents: String, why: Option[String]): UndoOutcome = {
     if (reverted < 0) {
@@ -55,12 +56,33 @@ final class UndoWriter(reader: CatalogReader, failpoints: Failpoints = Failpoint
           s"${UndoWriter.Dependents.mkString(", ")}, got '$dependents'")
     }
     val snap = reader.loadTable(table, SnapshotSpec(branch = Some(branch)))
-    snap.table.properties.get("table.key").foreach(_ => throw ProcedureErrors.keyedRevert(table, reverted))
     val summary = Map[String, Any]("reverted" -> reverted) ++ why.map("why" -> _)
-    failpoints.hit("revert.before_commit")
-    commit(snap.table.tableId, branch, "revert", snap.snapshot.version, summary) { (c, version) =>
-      Revert.check(c, reverted)
-      Revert.apply(c, reverted, version, dependents, hit)
+    val (tableId, head) = (snap.table.tableId, snap.snapshot.version)
+    def revertAt(keysChecked: Option[Long]): UndoOutcome = {
+      failpoints.hit("revert.before_commit")
+      commit(tableId, branch, "revert", head, summary) { (c, version) =>
+        keysChecked.foreach(since => CatalogWriter.checkKeys(c.conn, tableId, branch, "revert", since, c.head))
+        Revert.check(c, reverted)
+        Revert.apply(c, reverted, version, dependents, hit)
+      }
+    }
+    snap.table.properties.get("table.key") match {
+      case None => revertAt(None)
+      case Some(raw) => // the rows it brings back must not duplicate a key (revert.py, 20 rounds)
+        val key = RevertKeys.columns(raw)
+        val conf = org.apache.spark.sql.SparkSession.active.sessionState.newHadoopConf()
+        var checked = head
+        var done: Option[UndoOutcome] = None
+        var round = 0
+        while (done.isEmpty && round < UndoWriter.KeyRounds) {
+          RevertKeys.check(reader, table, tableId, snap.tableUri, branch, key, reverted, checked, conf)
+          try done = Some(revertAt(Some(checked)))
+          catch { case e: KeysNotChecked => checked = e.head }
+          round += 1
+        }
+        done.getOrElse(throw WriteErrors.conflict(
+          s"Cannot revert version $reverted of table '$table': other commits kept changing rows while the keys it " +
+            "brings back were checked; retry"))
     }
   }
 
@@ -286,6 +308,9 @@ object UndoWriter {
 
   /** What a revert does when later backfills read what the commit wrote (revert.py `DEPENDENTS`). */
   val Dependents: Seq[String] = Seq("fail", "stale")
+
+  /** Times a keyed revert checks its keys again when rows changed meanwhile (revert.py `_KEY_ROUNDS`). */
+  val KeyRounds = 20
 
   /** `json.dumps(value, sort_keys=True)` of a commit summary ([[PyJson]]). */
   def pythonJson(value: Map[String, Any]): String = PyJson.dumps(value)

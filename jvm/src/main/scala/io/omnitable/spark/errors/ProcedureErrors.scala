@@ -117,27 +117,8 @@ object ProcedureErrors {
         s"engine. Use Table.merge('$source', into='$target', strategy=...) or `omnitable branch merge`."
     )
 
-  /** A three-way merge of a keyed table: the keys both branches inserted are checked in the key index files (Python). */
-  def keyedMerge(table: String, source: String, target: String): OmniTableAnalysisException =
-    analysis(
-      "OMNITABLE_PROCEDURE_NEEDS_PYTHON",
-      s"Cannot merge branch '$source' into '$target' of table '$table' in Spark SQL: the table has a key and " +
-        s"'$target' moved since '$source' forked, so the keys both branches inserted are checked in the key index, " +
-        s"which needs OmniTable's Python engine. Use Table.merge('$source', into='$target', strategy=...) or " +
-        "`omnitable branch merge`."
-    )
-
   /** merge.py's MergeConflict: conflicts with strategy 'fail'; `message`: Python's message. */
   def mergeConflict(message: String): OmniTableCommitException = new OmniTableCommitException(MergeConflict, message)
 
   val MergeConflict = "OMNITABLE_MERGE_CONFLICT"
-
-  /** A revert of a keyed table: the keys of the rows it brings back are checked in the data files (Python). */
-  def keyedRevert(table: String, version: Long): OmniTableAnalysisException =
-    analysis(
-      "OMNITABLE_PROCEDURE_NEEDS_PYTHON",
-      s"Cannot revert version $version of table '$table' in Spark SQL: the table has a key, and the rows a " +
-        "revert brings back are checked against it in the data, which needs OmniTable's Python engine. Use " +
-        s"Table.revert($version, dependents=...) or `omnitable revert $table $version`."
-    )
 }

@@ -11,8 +11,8 @@ import org.apache.spark.unsafe.types.UTF8String
 /**
  * The catalog-only history procedures run in the JVM: `rollback` (Table.rollback), `revert`
  * (Table.revert; a keyed table's needs Python), and
- * `merge_branch` / `fast_forward` (Table.merge: fast-forward or three-way; a keyed table's
- * three-way merge fails with the Python API to use; docs/spark.md, "Procedures").
+ * `merge_branch` / `fast_forward` (Table.merge: fast-forward or three-way, keyed tables' keys
+ * checked in the key index as Python checks them; docs/spark.md, "Procedures").
  */
 object UndoProcedures {
 
@@ -131,7 +131,7 @@ object UndoProcedures {
       ),
       "Merges a branch (Table.merge): a fast-forward when the target has not moved since the source " +
         "forked (the source's rows are re-labelled, nothing copied), else a three-way merge at column grain " +
-        "committed as one merge (no data file written); a keyed table's three-way merge needs Python."
+        "committed as one merge (no data file written); in a keyed table, keys both branches inserted are conflicts."
     ) {
       override protected def run(a: ProcedureArgs): ProcedureResult =
         merge(reader, a, source = a.string("source_branch"), into = a.string("into"))
@@ -145,7 +145,7 @@ object UndoProcedures {
         optional("strategy", StringType, "'fail'", "fail, ours (keep the branch's side) or theirs (take onto's)")
       ),
       "Brings onto's changes since the merge base into the branch (Table.rebase: a merge of onto into " +
-        "the branch, one merge commit on it; a keyed table's three-way merge needs Python)."
+        "the branch, one merge commit on it)."
     ) {
       override protected def run(a: ProcedureArgs): ProcedureResult =
         merge(reader, a, source = a.string("onto"), into = a.string("branch"))

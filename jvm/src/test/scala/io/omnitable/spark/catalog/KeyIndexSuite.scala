@@ -196,7 +196,7 @@ class KeyIndexSuite extends AnyFunSuite with PythonStepsProcess {
         val (start, head) = (b.get("start").asLong(), b.get("head").asLong())
         val jvm = writer.withWrite("key checks") { conn =>
           (start to head).map { since =>
-            try { writer.checkKeys(conn, tableId, branch, "upsert", since, head); false }
+            try { CatalogWriter.checkKeys(conn, tableId, branch, "upsert", since, head); false }
             catch { case e: KeysNotChecked => assert(e.head == head && e.since == since); true }
           }
         }

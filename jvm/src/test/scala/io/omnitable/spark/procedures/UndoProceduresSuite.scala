@@ -107,7 +107,7 @@ class UndoProceduresSuite extends AnyFunSuite with PythonStepsSession {
     }
   }
 
-  test("revert: a note, stale dependents refused as Python refuses them, a keyed table needs Python") {
+  test("revert: a note, stale dependents refused as Python refuses them, a keyed table checked in the JVM") {
     val wh = new File(freshDir(), "wh")
     python("history", wh.getPath, "", "3")
     val c = catalogFor(wh)
@@ -122,7 +122,7 @@ class UndoProceduresSuite extends AnyFunSuite with PythonStepsSession {
     assert(!dump(wh).get("batches").toString.contains("n1"))
     python("run", wh.getPath, "", """[{"op": "create_table", "name": "keyed", "key": "url"}]""")
     val (k3, m3) = error(spark.sql(s"CALL $c.system.revert('keyed', 1)").collect())
-    assert(k3 == "OMNITABLE_PROCEDURE_NEEDS_PYTHON" && m3.contains("Table.revert(1"), m3)
+    assert(k3 == "OMNITABLE_NOT_FOUND" && m3.contains("Cannot revert version 1 of table 'keyed': no such version"), m3)
   }
 
   test("rollback with a note, on a branch, and a second rollback that brings the rolled-back state back") {
