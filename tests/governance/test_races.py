@@ -106,3 +106,20 @@ def test_a_compaction_commits_while_an_expiry_is_prepared(
     assert expire.summary["horizons"] == {"main": head}
     assert t.read(version=head).to_pylist() == rows == t.read().to_pylist()
     assert [h.version for h in t.history() if not h.expired][-1] == head
+
+
+def test_an_error_after_the_commit_keeps_the_committed_files(
+    wh: omnitable.Warehouse, name: str
+) -> None:
+    """An error once the commit's transaction ended (a lost connection, an interrupt) must not
+    remove the files the commit references: run_job removes only unreferenced ones."""
+    t = _table(wh, name)
+    rows, version = t.read().to_pylist(), t.version
+
+    def fail() -> None:
+        raise KeyboardInterrupt
+
+    with hooked("commit.after_commit", fail), pytest.raises(KeyboardInterrupt):
+        t.maintain(["compact"], options={"compact": MAINTAIN["compact"]})
+    assert t.version == version + 1 and len(t.snapshot().fragments_of(["b0"])) == 1
+    assert t.read().to_pylist() == rows
