@@ -129,6 +129,12 @@ def _non_negative_number(value: object) -> int | float:
     raise ValueError("a number >= 0")
 
 
+def _positive_number(value: object) -> int | float:
+    if _is_number(value) and value > 0:
+        return value
+    raise ValueError("a number > 0")
+
+
 def _ratio(low_open: bool) -> Callable[[object], float]:
     expected = "a number in (0, 1]" if low_open else "between 0 and 1"
 
@@ -265,6 +271,17 @@ GOVERNANCE_ORPHAN_MIN_AGE_S = _declare(
         "Orphan cleanup deletes an unreferenced file under the table location only when it is "
         "at least this many seconds old (default 3 days: longer than any write may run) and "
         "older than the start of the table's oldest running run.",
+    )
+)
+
+GOVERNANCE_LEASE_TTL_S = _declare(
+    Setting[int | float](
+        "governance.lease_ttl_s",
+        60,
+        _positive_number,
+        "A governance service's lease on one job of a table lasts this many seconds unless "
+        "renewed (it is renewed every third of it while the job runs): a service killed "
+        "mid-job is taken over by another once its lease has expired.",
     )
 )
 

@@ -30,6 +30,7 @@ from omnitable.format.fs import Location
 from omnitable.format.reader import FragmentReader, ReadPlan, ReadStats
 from omnitable.governance.job import MaintenanceResult, run_job
 from omnitable.governance.jobs import make_job
+from omnitable.governance.service import GovernService
 from omnitable.ingest.append import append
 from omnitable.ingest.columns import add_columns
 from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
@@ -616,6 +617,29 @@ class Table:
             raise ValidationError(f"Options given for job(s) not run: {', '.join(stray)}")
         built = [make_job(name, options.get(name)) for name in names]
         return [run_job(self._ctx, job, dry_run=dry_run) for job in built]
+
+    def governor(
+        self,
+        jobs: Iterable[str] = ("compact",),
+        *,
+        interval: str | float,
+        rounds: int | None = None,
+        options: Mapping[str, Mapping[str, Any]] | None = None,
+        ttl_s: float | None = None,
+        owner: str | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> GovernService:
+        """A governance service for this table's branch (docs/governance.md, "Running as a
+        service"): ``.run()`` runs ``jobs`` every ``interval`` (seconds or ``"10m"``) for
+        ``rounds`` rounds (None: until ``.stop()``), each job under a lease so two services
+        never run the same job at once; returns one report per round.
+
+        Raises:
+            ValidationError: unknown jobs or options, a bad interval, TTL or number of rounds.
+        """
+        names = [jobs] if isinstance(jobs, str) else list(jobs)
+        return GovernService(self._ctx, names, interval=interval, rounds=rounds, options=options,
+                             ttl_s=ttl_s, owner=owner, progress=progress)  # fmt: skip
 
     # -- features -------------------------------------------------------------------------
 

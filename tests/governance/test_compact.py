@@ -5,20 +5,16 @@ rewritten batch reads back, what the commit records, and how it races every othe
 from __future__ import annotations
 
 import hashlib
-import itertools
 import os
 import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import omnitable
 from omnitable._failpoints import hooked
@@ -357,68 +353,6 @@ def test_the_commit_refuses_fragments_changed_since_its_plan(
         job.commit(t._ctx, plan, executed)
     assert _fragments(t, "b0") == 3
     _check_other(kind, t)
-
-
-# -- a property: compactions change no read ----------------------------------------------------
-
-OPS = st.lists(
-    st.one_of(
-        st.tuples(st.just("append"), st.integers(0, 12), st.integers(1, 5)),
-        st.tuples(st.just("delete"), st.integers(2, 5), st.integers(0, 4)),
-        st.tuples(st.just("update"), st.integers(0, 2**16), st.integers(1, 4)),
-        st.tuples(st.just("compact"), st.integers(2, 20), st.just(0)),
-        st.tuples(st.just("fold"), st.just(0), st.just(0)),
-    ),
-    min_size=2,
-    max_size=12,
-)
-_names = itertools.count()
-
-
-def _by_batch(t: omnitable.Table, version: int | None = None) -> dict[str, list[tuple[Any, ...]]]:
-    out: dict[str, list[tuple[Any, ...]]] = {}
-    for r in t.read(version=version).to_pylist():
-        out.setdefault(r["_ai_append_name_"], []).append((r[ROW_ID], r["x"], r["s"]))
-    return out
-
-
-def _apply(t: omnitable.Table, i: int, op: str, a: int, b: int) -> None:
-    if op == "append" and a:
-        xs = [i * 100 + k for k in range(a)]
-        t.append(pa.table({"x": xs, "s": [f"s{x}" for x in xs]}), f"b{i}", target_fragment_rows=b)
-    elif op == "delete":
-        t.delete((pc.field("x") - (pc.field("x") / a) * a) == b)  # x % a == b
-    elif op == "update":
-        ids = sorted(t.read(columns=[ROW_ID]).column(0).to_pylist())
-        if ids:
-            pick = sorted(set(np.random.default_rng(a).choice(ids, min(b, len(ids)))))
-            t.update(pa.table({ROW_ID: pick, "s": [f"u{i}"] * len(pick)}))
-
-
-@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
-@given(ops=OPS)
-def test_writes_with_compactions_read_like_writes_without(
-    wh: omnitable.Warehouse, ops: list[tuple[str, int, int]]
-) -> None:
-    """The same appends, deletes and updates on two tables, with compactions and folds
-    interleaved on one: every batch reads the same rows (ids and order within the batch), at
-    the head and at every version the compacted table went through."""
-    n = next(_names)
-    plain = wh.create_table(f"p{n}_{os.getpid()}", {"x": "bigint", "s": "string"})
-    kept = wh.create_table(f"k{n}_{os.getpid()}", {"x": "bigint", "s": "string"})
-    states: dict[int, dict[str, list[tuple[Any, ...]]]] = {}
-    for i, (op, a, b) in enumerate(ops):
-        if op == "compact":
-            kept.maintain(["compact"], options={"compact": {"target_fragment_rows": a}})
-        elif op == "fold":
-            kept.maintain(["fold"], options={"fold": {"min_deleted_fraction": 0.01}})
-        else:
-            _apply(plain, i, op, a, b)
-            _apply(kept, i, op, a, b)
-        states[kept.version] = _by_batch(plain)
-        assert _by_batch(kept) == states[kept.version]
-    for version, expected in states.items():
-        assert _by_batch(kept, version) == expected
 
 
 def test_compaction_on_a_branch_leaves_main_alone(wh: omnitable.Warehouse, name: str) -> None:

@@ -93,6 +93,8 @@ def test_expiry_keeps_every_ref_and_fails_expired_versions(table: omnitable.Tabl
     assert result.summary["files_deleted"] == len(b_files)
     history = t.history()
     assert [h.version for h in history] == [8, 7, 6, 4, 3, 2, 1, 0]  # expired ones listed
+    assert [h.version for h in history if h.expired] == [2, 1, 0]  # 3 and 4 are kept
+    assert [h.version for h in dev.history() if h.expired] == [2, 1, 0]  # main's, through dev
     assert history[0].op == "expire" and history[0].summary["horizons"] == {"main": 6}
 
 

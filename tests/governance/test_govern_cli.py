@@ -69,5 +69,8 @@ def test_govern_expire_and_orphans(tmp_path: Path, capsys: pytest.CaptureFixture
         assert docs.read().column("x").to_pylist() == [2]
         with pytest.raises(omnitable.NotFoundError, match="horizon"):
             docs.read(version=head - 1)
+    code, out, err = _run(capsys, "--json", "-w", wh_dir, "history", "docs")
+    assert code == 0, err
+    assert {h["version"] for h in json.loads(out) if h["expired"]} == set(range(head))
     code, _, err = _run(capsys, "-w", wh_dir, "govern", "docs", "--older-than", "60")
     assert code == 2 and "expire" in err

@@ -15,7 +15,7 @@ import threading
 import uuid
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Boolean, text
 from sqlalchemy.exc import IntegrityError
 
 from omnitable._failpoints import failpoint
@@ -30,6 +30,7 @@ from omnitable.catalog.commit import (
 )
 from omnitable.catalog.commit_sql import sql
 from omnitable.catalog.features import feature_rows
+from omnitable.catalog.horizon import read_record
 from omnitable.catalog.records import ColumnRecord, CommitRecord, TableRecord
 from omnitable.catalog.snapshot import (
     FULL_SCOPE,
@@ -437,14 +438,19 @@ class Catalog:
             within = within_clause("version", segments, params)
             rows = conn.execute(
                 text(
-                    "SELECT version, parent_version, branch, op, run_id, summary, committed_at "
-                    f"FROM commits WHERE table_id = :t AND {within} "
+                    "SELECT version, parent_version, branch, op, run_id, summary, committed_at, "
+                    f"1 = 0 AS expired FROM commits WHERE table_id = :t AND {within} "
                     "ORDER BY version DESC" + ("" if limit is None else f" LIMIT {int(limit)}")
-                ),
+                ).columns(expired=Boolean),
                 params,
             )
             with gc_paused():
-                return list(map(CommitRecord._make, rows.all()))
+                out = list(map(CommitRecord._make, rows.all()))
+            record = read_record(conn, table.table_id)  # marks the versions an expiry gave up
+            if record is not None:
+                out = [c._replace(expired=True) if record.expired(c.branch, c.version) else c
+                       for c in out]  # fmt: skip
+            return out
 
     # -- branches and tags ------------------------------------------------------------------
 

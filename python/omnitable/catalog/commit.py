@@ -22,6 +22,7 @@ from sqlalchemy import Connection, text
 from omnitable._failpoints import failpoint
 from omnitable.catalog.commit_sql import sql
 from omnitable.catalog.features import feature_rows
+from omnitable.catalog.lease import check_held
 from omnitable.catalog.records import TableRecord
 from omnitable.catalog.removals import end_rows
 from omnitable.catalog.rollback import apply_revert, apply_rollback
@@ -224,6 +225,7 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
                 "process; nothing was committed (a table re-created under its name is another "
                 "table: open it again)"
             )
+        check_held(conn, table_id)  # a governance job whose lease was taken commits nothing
         table = TableRecord.from_row(table_row)
         segments, head, _ = segments_for(conn, table, branch=req.branch)
         _check_read_this_branch(conn, table, req, segments)

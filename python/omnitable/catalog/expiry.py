@@ -31,6 +31,7 @@ from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import utcnow
 from omnitable.catalog.commit_sql import sql
 from omnitable.catalog.horizon import ExpiryRecord, read_record, write_record
+from omnitable.catalog.lease import check_held
 from omnitable.catalog.records import TableRecord
 from omnitable.catalog.refs import Ref, delete_tag, list_refs
 from omnitable.catalog.snapshot import branch_segments
@@ -211,6 +212,7 @@ def commit_expiry(
         table_row = row.first()
         if table_row is None:
             raise NotFoundError(f"Cannot expire versions: the table (id {table_id}) was dropped")
+        check_held(conn, table_id)
         table = TableRecord.from_row(table_row)
         now = utcnow()
         deleted = _delete_tags(conn, table, tags_to_delete, now)

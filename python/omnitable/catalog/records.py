@@ -168,7 +168,9 @@ class FileRecord:
 
 class CommitRecord(NamedTuple):
     """One commit (a named tuple: a history of 15,000 commits lists in milliseconds).
-    ``summary`` decodes ``summary_json`` when asked (listing a history parses no summary)."""
+    ``summary`` decodes ``summary_json`` when asked (listing a history parses no summary).
+    ``expired``: an ``expire`` commit gave this version up (catalog/horizon.py): it is still
+    listed, but no longer readable."""
 
     version: int
     parent_version: int | None
@@ -177,6 +179,7 @@ class CommitRecord(NamedTuple):
     run_id: str | None
     summary_json: str
     time: str
+    expired: bool = False
 
     @property
     def summary(self) -> dict[str, Any]:

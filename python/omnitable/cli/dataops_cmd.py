@@ -315,7 +315,7 @@ def history(ctx: Context, table: str, limit: int, branch: str) -> None:
     with ctx.connect() as wh:
         rows: list[dict[str, Any]] = [
             {"version": h.version, "branch": h.branch, "op": h.op, "time": h.time,
-             "summary": h.summary}
+             "summary": h.summary, "expired": h.expired}
             for h in wh.table(table).branch(branch).history(limit)
         ]  # fmt: skip
 
@@ -324,7 +324,15 @@ def history(ctx: Context, table: str, limit: int, branch: str) -> None:
             ctx.out.table(
                 f"History of {table}",
                 ["version", "op", "time", "summary"],
-                [[r["version"], r["op"], r["time"], short_summary(r["summary"])] for r in rows],
+                [
+                    [
+                        f"{r['version']}{' (expired)' if r['expired'] else ''}",
+                        r["op"],
+                        r["time"],
+                        short_summary(r["summary"]),
+                    ]
+                    for r in rows
+                ],
             )
         )
 

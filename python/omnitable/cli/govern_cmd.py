@@ -1,13 +1,25 @@
-"""``omnitable govern TABLE [--dry-run] [--jobs compact,fold,expire,orphans]``: one pass of maintenance jobs,
-printing each plan and what it changed (docs/governance.md)."""
+"""``omnitable govern TABLE [--dry-run] [--jobs compact,fold,expire,orphans] [--interval 10m]``:
+one pass of maintenance jobs, or a service running them every interval under leases, printing
+each plan or round and what it changed (docs/governance.md)."""
 
 from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import click
 from rich.console import Console
 
 from omnitable.cli.context import Context
+from omnitable.exceptions import NotFoundError, ValidationError
 from omnitable.governance.jobs import JOBS
+from omnitable.governance.service import GovernService, RoundReport
+from omnitable.table import Table
 
 
 @click.command()
@@ -39,14 +51,29 @@ from omnitable.governance.jobs import JOBS
     help="orphans: only remove files older than this many seconds "
     "(default: the governance.orphan_min_age_s setting).",
 )
+@click.option(
+    "--interval",
+    default=None,
+    help="Run as a service: a round of the jobs every INTERVAL (30s, 10m, 1h) until "
+    "SIGINT/SIGTERM, each job under a lease.",
+)
+@click.option("--rounds", type=int, default=None, help="With --interval: stop after N rounds.")
+@click.option(
+    "--lease-ttl",
+    type=float,
+    default=None,
+    help="With --interval: lease TTL in seconds (default: the governance.lease_ttl_s setting).",
+)
 @click.pass_obj
 def govern(
     ctx: Context, table: str, dry_run: bool, jobs: str, branch: str | None,
     older_than: float | None, retain_last: int | None, orphan_min_age: float | None,
+    interval: str | None, rounds: int | None, lease_ttl: float | None,
 ) -> None:  # fmt: skip
-    """Run maintenance jobs once on TABLE: each prepares a plan on the head, writes new files,
-    and commits atomically (a concurrent write makes it prepare again; after 3 conflicts it is
-    skipped). Nothing is rewritten with --dry-run."""
+    """Run maintenance jobs on TABLE: each prepares a plan on the head, writes new files, and
+    commits atomically (a concurrent write makes it prepare again; after 3 conflicts it is
+    skipped). Nothing is rewritten with --dry-run. With --interval, runs them every interval
+    as a service (two services never run the same job of a table at once)."""
     names = [j.strip() for j in jobs.split(",") if j.strip()]
     options = {
         "expire": {k: v for k, v in (("older_than", older_than), ("retain_last", retain_last))
@@ -54,10 +81,17 @@ def govern(
         "orphans": {"min_age_s": orphan_min_age} if orphan_min_age is not None else {},
     }  # fmt: skip
     options = {job: given for job, given in options.items() if given}
+    if interval is None and (rounds is not None or lease_ttl is not None):
+        raise ValidationError("--rounds and --lease-ttl need --interval (the service mode)")
+    if interval is not None and dry_run:
+        raise ValidationError("--dry-run runs once: give it without --interval")
     with ctx.connect() as wh:
         t = wh.table(table)
         if branch is not None:
             t = t.branch(branch)
+        if interval is not None:
+            _serve(ctx, t, names, options, interval, rounds, lease_ttl)
+            return
         results = t.maintain(names, dry_run=dry_run, options=options)
     data = [
         {"job": r.job, "outcome": r.outcome, "version": r.version, "plan": r.plan.to_dict(),
@@ -72,3 +106,49 @@ def govern(
             console.print(f"{r.job}: {r.outcome} ({done}) {dict(r.summary)}", markup=False)
 
     ctx.out.result(data, render)
+
+
+def _serve(
+    ctx: Context, t: Table, names: list[str], options: dict[str, Any], interval: str,
+    rounds: int | None, lease_ttl: float | None,
+) -> None:  # fmt: skip
+    """The service: progress lines (stderr with --json), one summary per round (a JSON line
+    with --json); a dropped table ends it (NotFoundError, exit code 3)."""
+    service = t.governor(names, interval=interval, rounds=rounds, options=options,
+                         ttl_s=lease_ttl, progress=lambda line: ctx.out.message(line))  # fmt: skip
+    ctx.out.message(f"governing {t.name} every {service.interval_s:g}s as {service.owner}")
+
+    def summary(report: RoundReport) -> None:
+        if ctx.out.as_json:
+            sys.stdout.write(json.dumps(report.to_dict(), default=str) + "\n")
+            sys.stdout.flush()
+            return
+        counts: dict[str, int] = {}
+        for j in report.jobs:
+            counts[j.outcome] = counts.get(j.outcome, 0) + 1
+        ctx.out.message(f"round {report.round} done: {counts}")
+
+    with _stopped_by_signals(service):
+        reports = service.run(on_round=summary)
+    if reports and reports[-1].dropped:
+        raise NotFoundError(f"Table '{t.name}' was dropped while governed; stopped governing it")
+
+
+@contextmanager
+def _stopped_by_signals(service: GovernService) -> Iterator[None]:
+    """SIGINT/SIGTERM stop the service after the job in flight (a second SIGINT interrupts
+    it: the job removes what it wrote and releases its lease)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        service.stop()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

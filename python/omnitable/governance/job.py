@@ -11,7 +11,8 @@
   concurrent write touched what the plan rewrote.
 
 :func:`run_job` drives the phases. A failed or conflicting commit removes the files ``execute``
-wrote, so nothing is left behind and the old layout keeps serving; a conflict re-prepares from
+wrote (after another error, those no catalog row references: it may have come after the commit
+landed), so nothing is left behind and the old layout keeps serving; a conflict re-prepares from
 the new head, and after ``attempts`` conflicts the job is skipped (never forced).
 """
 
@@ -23,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from omnitable._failpoints import failpoint
+from omnitable.catalog.references import still_referenced
 from omnitable.context import TableContext
 from omnitable.exceptions import CommitConflict, ValidationError
 from omnitable.format.fs import delete_quietly
@@ -114,7 +117,9 @@ def run_job(
 
     A dry run returns after Prepare. A :class:`CommitConflict` removes what Execute wrote and
     starts over from a fresh Prepare, at most ``attempts`` times in all; then the job is
-    ``skipped``. Any other error removes what Execute wrote and propagates.
+    ``skipped``. Any other error removes what Execute wrote that no catalog row references (the
+    error may come after the commit landed; all is kept when the catalog cannot be asked) and
+    propagates.
 
     Raises:
         ValidationError: ``attempts`` is below 1.
@@ -125,19 +130,21 @@ def run_job(
     plan: MaintenancePlan | None = None
     for attempt in range(1, attempts + 1):
         plan = job.prepare(ctx)
+        failpoint("governance.after_prepare")
         if dry_run:
             return MaintenanceResult(job.name, "dry_run", None, plan, plan.summary)
         if plan.empty:
             return MaintenanceResult(job.name, "nothing_to_do", None, plan, plan.summary)
         executed = job.execute(ctx, plan)
         try:
+            failpoint("governance.after_execute")
             return job.commit(ctx, plan, executed)
         except CommitConflict as exc:
             _remove(ctx, executed)
             last = exc
             log.info("%s on %s: conflict on attempt %d: %s", job.name, ctx.name, attempt, exc)
         except BaseException:
-            _remove(ctx, executed)
+            _remove_unreferenced(ctx, executed)
             raise
     assert plan is not None
     return MaintenanceResult(job.name, "skipped", None, plan, {"conflict": str(last)})
@@ -145,3 +152,19 @@ def run_job(
 
 def _remove(ctx: TableContext, executed: Executed) -> None:
     delete_quietly(ctx.location.fs, [ctx.location.child_path(p) for p in executed.paths])
+
+
+def _remove_unreferenced(ctx: TableContext, executed: Executed) -> None:
+    """After a failure that may have come after the commit landed (a connection lost during
+    COMMIT, an interrupt or a crash after it): remove only the files no catalog row references.
+    When the catalog cannot tell, keep them all (the orphan job removes them later)."""
+    if not executed.paths:
+        return
+    try:
+        with ctx.catalog.store.read() as conn:
+            kept = still_referenced(conn, ctx.record.table_id, executed.paths)
+    except Exception as exc:  # the catalog is unreachable: the commit may have landed
+        log.warning("%s: keeping %d written files: %s", ctx.name, len(executed.paths), exc)
+        return
+    gone = [p for p in executed.paths if p not in kept]
+    delete_quietly(ctx.location.fs, [ctx.location.child_path(p) for p in gone])

@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from omnitable.catalog.lease import check_held
 from omnitable.catalog.references import references, still_referenced
 from omnitable.context import TableContext
 from omnitable.governance.job import Executed, MaintenancePlan, MaintenanceResult
@@ -83,6 +84,7 @@ class OrphanJob:
         freed: dict[str, int] = {}
         with store.write() as conn:
             store.lock_table(conn, table_id)  # no commit can reference a candidate meanwhile
+            check_held(conn, table_id)
             gone = still_referenced(conn, table_id, sizes)
             oldest = _oldest_running(ctx)
             for rel, size in sorted(sizes.items()):

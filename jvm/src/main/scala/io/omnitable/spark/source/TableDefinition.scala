@@ -237,6 +237,7 @@ private[source] object PropertyCheck {
   private case object Codec extends Rule
   private final case class Ratio(lowOpen: Boolean) extends Rule
   private case object NonNegativeNumber extends Rule
+  private case object PositiveNumber extends Rule
   private final case class OneOf(values: String*) extends Rule
 
   /** Python's settings (settings.py SETTINGS), key → rule. */
@@ -254,7 +255,8 @@ private[source] object PropertyCheck {
     "backfill.max_error_ratio" -> Ratio(lowOpen = false),
     "backfill.max_skip_ratio" -> Ratio(lowOpen = false),
     "backfill.on_corrupt" -> OneOf("skip", "fail"),
-    "governance.orphan_min_age_s" -> NonNegativeNumber
+    "governance.orphan_min_age_s" -> NonNegativeNumber,
+    "governance.lease_ttl_s" -> PositiveNumber
   )
   private val Reserved = Seq("read.", "write.", "backfill.", "table.")
   private lazy val jvmReadKeys: Seq[String] = OmniTableConf.entries.flatMap(_.tableKey)
@@ -293,6 +295,7 @@ private[source] object PropertyCheck {
         val ok = number.exists(v => if (open) v > 0 && v <= 1 else v >= 0 && v <= 1)
         Option.when(!ok)(if (open) "a number in (0, 1]" else "between 0 and 1")
       case NonNegativeNumber => Option.when(!number.exists(_ >= 0))("a number >= 0")
+      case PositiveNumber => Option.when(!number.exists(_ > 0))("a number > 0")
       case OneOf(values @ _*) => Option.when(!values.contains(value))(s"one of ${values.mkString(", ")}")
     }
   }
