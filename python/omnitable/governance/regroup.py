@@ -7,7 +7,7 @@
   1. ``groups`` given (a declared grouping, group name -> column names): exactly those;
   2. otherwise every co-read column set of at least ``min_scans`` scans, most scanned first,
      becomes one group (at most ``max_group_columns`` columns; a column joins the first set
-     that claims it); a set that already is one whole group stays as it is;
+     that claims it); a set that already is one group (or what earlier sets left of it) stays;
   3. the rest of an over-wide group (more than ``max_group_columns`` columns) is split into
      chunks, and groups of fewer than ``min_group_columns`` columns nobody co-reads are merged
      together ("cold" groups), both in column order.
@@ -174,8 +174,10 @@ class RegroupJob:
             cols = sorted(i for i in ids if i in raw and i not in target)
             if not cols:
                 continue
-            whole = current[raw[cols[0]].group_name]
-            if cols == whole and len(cols) <= self.max_group_columns:
+            rest = [c for c in current[raw[cols[0]].group_name] if c not in target]
+            if (
+                cols == rest and len(cols) <= self.max_group_columns
+            ):  # already (what is left of) a group
                 group = raw[cols[0]].group_name
                 target.update(dict.fromkeys(cols, group))
                 continue
