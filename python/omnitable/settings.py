@@ -237,8 +237,8 @@ READ_ACCESS_LOG = _declare(
         "read.access_log",
         True,
         _bool,
-        "Table.read records the columns each scan reads in the table's access log (`_access/`, "
-        "one small file per scan; the regroup job reads it).",
+        "Table.read and Spark scans record the columns each scan reads in the table's access "
+        "log (`_access/`, one small file per scan; the regroup job reads it).",
     )
 )
 

@@ -123,9 +123,14 @@ def _write(location: Location, name: str, text: str) -> None:
         out.write(text.encode())
 
 
-def _listing(location: Location) -> list[pafs.FileInfo]:
+def _listing(location: Location, *, entries_only: bool = True) -> list[pafs.FileInfo]:
+    """The log's files; ``entries_only``: only ``*.json`` (not Hadoop's ``.*.crc`` sidecars)."""
     selector = pafs.FileSelector(location.child_path(ACCESS_DIR), allow_not_found=True)
-    return [i for i in location.fs.get_file_info(selector) if i.type == pafs.FileType.File]
+    return [
+        i for i in location.fs.get_file_info(selector)
+        if i.type == pafs.FileType.File
+        and (not entries_only or (i.base_name.endswith(".json") and not i.base_name.startswith(".")))
+    ]  # fmt: skip
 
 
 def count_access_files(location: Location) -> int:
@@ -153,7 +158,7 @@ def _entries(location: Location, path: str) -> list[AccessEntry]:
     try:
         with location.fs.open_input_stream(path) as handle:
             text = handle.read().decode()
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return []
     out = []
     for line in text.splitlines():
@@ -177,10 +182,12 @@ def compact_access_log(location: Location, *, keep_since: dt.datetime) -> dict[s
     ``keep_since`` merged by (branch, column set, reader), each with its scan count and newest
     time; older entries are dropped. Files written meanwhile are kept. Returns
     ``{"files_before", "entries_kept", "entries_dropped"}``."""
-    infos = _listing(location)
+    infos = _listing(location, entries_only=False)
     merged: dict[tuple[Any, ...], AccessEntry] = {}
     dropped = 0
     for info in infos:
+        if not info.base_name.endswith(".json") or info.base_name.startswith("."):
+            continue
         for e in _entries(location, info.path):
             if e.time < keep_since:
                 dropped += e.count
