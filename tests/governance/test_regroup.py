@@ -119,15 +119,33 @@ def test_declared_groups_and_cold_merge(wh: omnitable.Warehouse, name: str) -> N
                                                      "max_group_columns": 3}})  # fmt: skip
 
 
-def test_a_racing_delete_conflicts_and_is_kept(wh: omnitable.Warehouse, name: str) -> None:
+def _delete(t: omnitable.Table) -> None:
+    t.delete(pc.field("c0") == 20)
+
+
+def _update(t: omnitable.Table) -> None:
+    rid = t.read(columns=["_ai_unique_id_", "c0"]).filter(pc.field("c0") == 20).column(0)
+    t.update(pa.table({"_ai_unique_id_": rid, "c2": [-7]}))
+
+
+@pytest.mark.parametrize("racer", [_delete, _update], ids=["delete", "update"])
+def test_a_racing_write_conflicts_and_is_kept(
+    wh: omnitable.Warehouse, name: str, racer: Any
+) -> None:
+    """A delete or update between the regroup's Execute and Commit makes it conflict; it
+    prepares again on the new head and commits, and the other write is not lost."""
     t = _table(wh, name)
     t.read(columns=HOT)
     other = wh.table(name)
-    with hooked("governance.before_commit", lambda: other.delete(pc.field("c0") == 20)):
+    with hooked("governance.before_commit", lambda: racer(other)):
         (res,) = t.maintain(["regroup"])
     assert res.outcome == "committed"
-    assert 20 not in t.read(columns=["c0"]).column(0).to_pylist()
-    assert t.count() == 9 and len(_groups_of(t, HOT)) == 1
+    rows = t.read(columns=["c0", "c2"]).to_pylist()
+    if racer is _delete:
+        assert 20 not in [r["c0"] for r in rows] and t.count() == 9
+    else:
+        assert {"c0": 20, "c2": -7} in rows and t.count() == 10
+    assert len(_groups_of(t, HOT)) == 1
     assert [h.op for h in t.history()].count("regroup") == 1
 
 
