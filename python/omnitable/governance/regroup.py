@@ -109,9 +109,9 @@ class RegroupJob:
             scans = sum(e.count for e in entries)
             target, reasons = self._from_log(raw, co_read_sets(entries))
         actions: list[dict[str, Any]] = []
-        members: dict[str, list[str]] = defaultdict(list)
+        members: dict[str, list[int]] = defaultdict(list)
         for cid in sorted(target):
-            members[target[cid]].append(raw[cid].name)
+            members[target[cid]].append(cid)
         moved = _moved(snap, target)
         wanted = [b for b in snap.batches if self.batches is None or b.name in self.batches]
         chosen = [b for b in wanted if moved.get(b.batch_id)]
@@ -119,7 +119,8 @@ class RegroupJob:
         for g in sorted(members):
             if any(target[cid] == g for cid in moving):
                 actions.append({"kind": "group", "group": g, "reason": reasons.get(g, ""),
-                                "columns": members[g]})  # fmt: skip
+                                "columns": [raw[c].name for c in members[g]],
+                                "column_ids": members[g]})  # fmt: skip
         for b in chosen:
             frags = [f for f in snap.fragments if f.batch_id == b.batch_id]
             files = sum(len(snap.files_by_fragment.get(f.fragment_id, [])) for f in frags)
@@ -136,7 +137,6 @@ class RegroupJob:
             "columns_moved": len(moving),
             "scans": scans, "access_log_files": log_files,
             "target_fragment_rows": ctx.options().target_fragment_rows,
-            "regroup": {str(cid): g for cid, g in sorted(target.items())},
         }  # fmt: skip
         return MaintenancePlan(self.name, ctx.name, ctx.branch, base, tuple(actions), summary)
 
@@ -208,7 +208,8 @@ class RegroupJob:
         ids = [str(a["batch_id"]) for a in plan.actions if a["kind"] == "batch"]
         if not ids:
             return Executed(payload=Rewritten())
-        target = {int(k): str(v) for k, v in plan.summary["regroup"].items()}
+        target = {int(cid): str(a["group"]) for a in plan.actions if a["kind"] == "group"
+                  for cid in a["column_ids"]}  # fmt: skip
         rows = int(plan.summary["target_fragment_rows"])
         out = rewrite_batches(ctx, plan.base_version, ids, rows, regroup=target)
         return Executed(paths=tuple(out.paths), payload=out)
