@@ -8,7 +8,16 @@
   tables read back equal (checked). Goal: >= 5x faster after. The compaction's own time is
   reported too.
 
+* (c) a ``--columns``-column table (default 2,500 bigint columns, ``--wide-rows`` rows in 4
+  fragments) stored as groups of 5 columns, and 10 columns spread over 10 groups read together
+  (recorded in the access log): planning (``Table.plan``) and reading those 10 columns before
+  vs after ``Table.maintain(["regroup"])`` (the 10 columns in one group, the other small groups
+  merged), side by side on two copies; both read back equal (checked). The regroup's own time
+  and the access log's cost per scan (one ``record_access`` against the 10-column read) are
+  reported too.
+
 Run: ./dev bench governance [--fragments 1000] [--rows 50000] [--repeats 1] [--no-spark]
+     [--columns 2500] [--wide-rows 2000]
 """
 
 from __future__ import annotations
@@ -75,12 +84,70 @@ def _backfills(tiny: Any, compacted: Any, repeats: int) -> dict[str, float]:
     )
 
 
+def _wide(path: Any, columns: int, rows: int) -> tuple[Any, Any, list[str], float]:
+    """(c): ``grouped`` (groups of 5 columns) and ``regrouped`` (the same, then regrouped after
+    scans of 10 columns of 10 groups); returns the 10 columns and the regroup's time."""
+    import pyarrow as pa
+
+    import omnitable
+
+    wh = omnitable.connect(str(path / "wide"))
+    names = [f"c{i:04d}" for i in range(columns)]
+    groups = {f"g{i // 5:03d}": names[i : i + 5] for i in range(0, columns, 5)}
+    hot = names[:: max(5, columns // 10)][:10]
+    data = pa.table({n: pa.array(range(j, j + rows), pa.int64()) for j, n in enumerate(names)})
+    tables = []
+    for name in ("grouped", "regrouped"):
+        t = wh.create_table(name, dict.fromkeys(names, "bigint"), groups=groups)
+        t.append(data, "batch", target_fragment_rows=max(1, rows // 4))
+        t.read(columns=hot)  # the access log: these are read together
+        tables.append(t)
+    grouped, regrouped = tables
+    start = time.perf_counter()
+    (result,) = regrouped.maintain(["regroup"])
+    took = time.perf_counter() - start
+    assert result.outcome == "committed", result
+    assert grouped.read(columns=hot).equals(regrouped.read(columns=hot))
+    return grouped, regrouped, hot, took
+
+
+def _wide_rows(args: Any, path: Any, out: dict[str, float]) -> list[tuple[str, str, str]]:
+    from omnitable.format.access import record_access
+
+    grouped, regrouped, hot, took = _wide(path, args.columns, args.wide_rows)
+    plans = time_interleaved(
+        {"grouped": lambda: grouped.plan(columns=hot),
+         "regrouped": lambda: regrouped.plan(columns=hot)}, repeats=5 * args.repeats,
+    )  # fmt: skip
+    reads = time_interleaved(
+        {"grouped": lambda: grouped.read(columns=hot),
+         "regrouped": lambda: regrouped.read(columns=hot)}, repeats=5 * args.repeats,
+    )  # fmt: skip
+    ids = [(i, n) for i, n in enumerate(hot)]
+    log = time_interleaved({"log": lambda: record_access(
+        grouped.location, table_id="bench", branch="main", version=1, columns=ids)}, repeats=20)  # fmt: skip
+    out["wide_plan_ratio"] = plans["grouped"] / plans["regrouped"]
+    out["wide_read_ratio"] = reads["grouped"] / reads["regrouped"]
+    out["access_log_fraction"] = log["log"] / reads["regrouped"]
+    label = f"{args.columns:,} columns, 10 co-read"
+    return [
+        (f"(c) regroup of {args.columns:,} columns in groups of 5", fmt_seconds(took), ""),
+        (f"(c) plan, {label}: before / after", fmt_ratio(out["wide_plan_ratio"]), ""),
+        (f"(c) read, {label}: before", fmt_seconds(reads["grouped"]), ""),
+        (f"(c) read, {label}: after", fmt_seconds(reads["regrouped"]), ""),
+        ("(c) read: before / after", fmt_ratio(out["wide_read_ratio"]), ""),
+        ("(c) access log entry / 10-column read", f"{out['access_log_fraction']:.1%}", "< 5%"),
+    ]
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(prog="./dev bench governance")
     parser.add_argument("--fragments", type=int, default=1000)
     parser.add_argument("--rows", type=int, default=50_000)
     parser.add_argument("--repeats", type=int, default=1, help="backfills (reads: 5x this)")
     parser.add_argument("--no-spark", action="store_true", help="skip the backfill (Spark)")
+    parser.add_argument("--columns", type=int, default=2500, help="(c): the wide table")
+    parser.add_argument("--wide-rows", type=int, default=2000, help="(c): its rows")
     args = parser.parse_args(argv)
     path, wh, tiny, compacted, took = _tables(args.fragments, args.rows)
     out: dict[str, float] = {}
@@ -106,6 +173,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 ("(a) one-batch backfill, compacted", fmt_seconds(fills["compacted"]), ""),
                 ("(a) backfill: before / after", fmt_ratio(out["backfill_ratio"]), ">= 5x"),
             ]  # fmt: skip
+        rows += _wide_rows(args, path, out)
         report("governance", rows)
     finally:
         wh.close()

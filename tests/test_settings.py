@@ -105,7 +105,10 @@ def test_defaults_are_the_declared_ones() -> None:
         ({"write.row_group_size": True}, "must be a positive integer, got True"),
         ({"backfill.on_corrupt": "ignore"}, "must be one of skip, fail, got 'ignore'"),
         ({"write.target_fragment_rows": "many"}, "must be a positive integer, got 'many'"),
-        ({"read.batchsize": 10}, "unknown setting 'read.batchsize'; known: read.batch_size"),
+        (
+            {"read.batchsize": 10},
+            "unknown setting 'read.batchsize'; known: read.access_log, read.batch_size",
+        ),
     ],
 )
 def test_invalid_table_properties_fail_and_create_nothing(

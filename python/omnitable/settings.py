@@ -146,6 +146,12 @@ def _ratio(low_open: bool) -> Callable[[object], float]:
     return parse
 
 
+def _bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ValueError("true or false")
+
+
 def _one_of(*values: str) -> Callable[[object], str]:
     def parse(value: object) -> str:
         if value not in values:
@@ -229,6 +235,16 @@ READ_LATE_MATERIALIZATION_MAX_SELECTIVITY = _declare(
         _ratio(low_open=True),
         "Table.read decodes only the row groups holding surviving rows of a non-filter column "
         "when at most this fraction of a fragment's rows pass the filter.",
+    )
+)
+
+READ_ACCESS_LOG = _declare(
+    Setting(
+        "read.access_log",
+        True,
+        _bool,
+        "Table.read and Spark scans record the columns each scan reads in the table's access "
+        "log (`_access/`, one small file per scan; the regroup job reads it).",
     )
 )
 

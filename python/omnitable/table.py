@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -26,6 +27,7 @@ from omnitable.dataops.rollback import rollback
 from omnitable.dataops.update import UpdateResult, update_rows
 from omnitable.dataops.upsert import UpsertResult, upsert_rows
 from omnitable.exceptions import ValidationError
+from omnitable.format.access import read_access, record_access, summarize
 from omnitable.format.fs import Location
 from omnitable.format.reader import FragmentReader, ReadPlan, ReadStats
 from omnitable.governance.job import MaintenanceResult, run_job
@@ -33,7 +35,7 @@ from omnitable.governance.jobs import make_job
 from omnitable.governance.service import GovernService
 from omnitable.ingest.append import append
 from omnitable.ingest.columns import add_columns
-from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
+from omnitable.settings import READ_ACCESS_LOG, READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
 from omnitable.vocabulary.keys import table_key
 from omnitable.vocabulary.names import APPEND_NAME, MAIN, ROW_ID
 
@@ -334,7 +336,37 @@ class Table:
         batches = _batch_list(batches)
         reader = self._reader(SnapshotScope.of(batches, columns, where), version, branch, tag)
         table, stats = reader.read(columns, where, batches)
+        if columns is not None and self._ctx.settings.resolve(READ_ACCESS_LOG):
+            self._record_access(reader.snapshot, table.column_names, where)
         return ScanResult(table, stats)
+
+    def _record_access(self, snap: Snapshot, names: list[str], where: Any) -> None:
+        """One entry in the access log for a scan of ``names`` and the columns ``where`` names
+        (best effort, never raises)."""
+        read = set(names)
+        if where is not None:  # a superset of the filter's columns is harmless
+            read.update(re.findall(r"[^\s()<>=!,&|~\"']+", str(where)))
+        ids = [(c.column_id, c.name) for c in snap.columns if c.name in read]
+        record_access(self.location, table_id=self.record.table_id, branch=snap.branch,
+                      version=snap.version, columns=ids)  # fmt: skip
+
+    def access_log(
+        self, since: dt.datetime | dt.timedelta | None = None, *, branch: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The column sets scans read together (docs/governance.md, "Access log"), most scanned
+        first: ``{"columns": [names at the head], "count": scans, "last": newest time}``.
+
+        Args:
+            since: only scans at or after this time (a ``timedelta``: that long ago); None: all.
+            branch: only scans of this branch (None: every branch).
+
+        Raises:
+            ValidationError: ``since`` is neither a datetime, a timedelta nor None.
+        """
+        cutoff = _since(since, "read the access log")
+        entries = read_access(self.location, since=cutoff, branch=branch)
+        names = {c.column_id: c.name for c in self.snapshot(scope=FULL_SCOPE).columns}
+        return summarize(entries, names)
 
     def plan(
         self,
@@ -787,3 +819,16 @@ def _max_age(name: str, max_age: object) -> int | None:
             f"or a datetime.timedelta), got {max_age!r}"
         )
     return int(seconds)
+
+
+def _since(since: dt.datetime | dt.timedelta | None, action: str) -> dt.datetime | None:
+    """``since`` as an aware UTC datetime (a timedelta: that long before now)."""
+    if since is None:
+        return None
+    if isinstance(since, dt.timedelta):
+        return dt.datetime.now(dt.timezone.utc) - since
+    if isinstance(since, dt.datetime):
+        return since if since.tzinfo is not None else since.replace(tzinfo=dt.timezone.utc)
+    raise ValidationError(
+        f"Cannot {action}: since must be a datetime, a timedelta or None, got {since!r}"
+    )

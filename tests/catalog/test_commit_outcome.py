@@ -14,7 +14,7 @@ from omnitable.exceptions import CatalogError, CommitOutcomeUnknown
 
 def data_files(t: omnitable.Table) -> set[Path]:
     root = Path(t.location.path)
-    return {p for p in root.rglob("*") if p.is_file() and "errors" not in p.parts}
+    return {p for p in root.rglob("*") if p.is_file() and not {"errors", "_access"} & set(p.parts)}
 
 
 def test_commit_that_landed_before_the_connection_dropped_keeps_its_files(

@@ -12,6 +12,8 @@
 - **Commit** takes the table lock, re-checks that each candidate is still unreferenced and that
   no run older than it has started since, deletes the candidates and reports how many and the
   bytes freed. It makes no catalog commit (``version`` is None).
+
+The access log (``_access/``, format/access.py) is never a candidate: the regroup job trims it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import pyarrow.fs as pafs
 from omnitable.catalog.lease import check_held
 from omnitable.catalog.references import references, still_referenced
 from omnitable.context import TableContext
+from omnitable.format.access import ACCESS_DIR
 from omnitable.governance.job import Executed, MaintenancePlan, MaintenanceResult
 from omnitable.settings import GOVERNANCE_ORPHAN_MIN_AGE_S
 
@@ -61,7 +64,7 @@ class OrphanJob:
         actions: list[Mapping[str, Any]] = []
         young = 0
         for rel, info in sorted(_listing(ctx).items()):
-            if refs.covers(rel):
+            if refs.covers(rel) or rel.startswith(f"{ACCESS_DIR}/"):  # the access log is kept
                 continue
             if info.mtime is None or info.mtime.astimezone(dt.timezone.utc) >= before:
                 young += 1

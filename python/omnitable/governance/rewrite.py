@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,14 +131,16 @@ class Rewritten:
 
 
 def rewrite_batches(
-    ctx: TableContext, base_version: int, batch_ids: Sequence[str], target_rows: int
-) -> Rewritten:
+    ctx: TableContext, base_version: int, batch_ids: Sequence[str], target_rows: int,
+    regroup: Mapping[int, str] | None = None,
+) -> Rewritten:  # fmt: skip
     """Write the batches ``batch_ids`` of ``base_version`` again (see the module docstring)
-    under new names; nothing is committed. On an error the files already written are removed
-    before it propagates."""
+    under new names; nothing is committed. ``regroup``: column id -> the column group its raw
+    values are written to (columns with a lineage or feature version keep theirs). On an error
+    the files already written are removed before it propagates."""
     out = Rewritten()
     try:
-        return _rewrite(ctx, base_version, batch_ids, target_rows, out)
+        return _rewrite(ctx, base_version, batch_ids, target_rows, out, regroup or {})
     except BaseException:
         delete_quietly(ctx.location.fs, [ctx.location.child_path(p) for p in out.paths])
         raise
@@ -146,7 +148,7 @@ def rewrite_batches(
 
 def _rewrite(
     ctx: TableContext, base_version: int, batch_ids: Sequence[str], target_rows: int,
-    out: Rewritten,
+    out: Rewritten, regroup: Mapping[int, str],
 ) -> Rewritten:  # fmt: skip
     head = ctx.snapshot(version=base_version, scope=SnapshotScope(fragments=False))
     names = [b.name for b in head.batches if b.batch_id in set(batch_ids)]
@@ -154,6 +156,7 @@ def _rewrite(
                                                                   stats=False))  # fmt: skip
     columns = ctx.catalog.columns_at(ctx.record, ctx.branch, base_version)
     rewriter = _Rewriter(ctx, snap, columns, ctx.options(target_fragment_rows=target_rows), out)
+    rewriter.regroup = regroup
     prefix = new_id()[:24]  # new ids sort like the batches they replace (one commit adds them)
     first: dict[str, int] = {}
     for i, f in enumerate(snap.fragments):  # the table's row order
@@ -181,6 +184,7 @@ class _Rewriter:
         self.by_name = {c.name: c for c in columns}
         self.key = table_key(ctx.record.properties)
         self.lineage_rows = self._lineage()
+        self.regroup: Mapping[int, str] = {}
 
     def _lineage(self) -> dict[tuple[str, int], dict[str, Any]]:
         ids = sorted({f.file_id for fs in self.snap.files_by_fragment.values() for f in fs
@@ -218,7 +222,10 @@ class _Rewriter:
         slots: dict[tuple[str, Lineage | None], list[tuple[int, str]]] = defaultdict(list)
         for cid, p in sorted(providers.items()):
             lineage = self._lineage_key(p, cid, providers)
-            slots[(p.group_name, lineage)].append((cid, p.columns[cid].feature_version or ""))
+            version = p.columns[cid].feature_version or ""
+            raw = lineage is None and not version
+            group = self.regroup.get(cid, p.group_name) if raw else p.group_name
+            slots[(group, lineage)].append((cid, version))
         layout = tuple(sorted(Slot(g, tuple(cs), ln) for (g, ln), cs in slots.items()))
         return OldFragment(frag, keep, live, layout, providers)
 

@@ -231,6 +231,18 @@ object OmniTableConf {
     nonNegativeLong
   ))
 
+  // --- the access log (session setting; the table property read.access_log where unset) ------
+
+  val ACCESS_LOG: OmniTableConfEntry[Boolean] = declare(OmniTableConfEntry(
+    "spark.omnitable.access_log",
+    None,
+    Some(true),
+    "Record the columns each scan reads in the table's access log (_access/, one small file per " +
+      "scan, written on the driver; docs/governance.md, 'Access log'). Where the session does not " +
+      "set it, the table property read.access_log decides.",
+    boolean
+  ))
+
   /** Session keys `spark.omnitable.warehouses.<alias>`: more warehouses configured for the session. */
   val WarehousesPrefix = "spark.omnitable.warehouses."
 

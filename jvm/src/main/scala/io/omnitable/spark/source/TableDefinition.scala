@@ -252,6 +252,7 @@ private[source] object PropertyCheck {
     "write.target_fragment_rows" -> PositiveInt,
     "write.target_fragment_bytes" -> PositiveInt,
     "read.late_materialization_max_selectivity" -> Ratio(lowOpen = true),
+    "read.access_log" -> OneOf("true", "false"),
     "backfill.max_error_ratio" -> Ratio(lowOpen = false),
     "backfill.max_skip_ratio" -> Ratio(lowOpen = false),
     "backfill.on_corrupt" -> OneOf("skip", "fail"),

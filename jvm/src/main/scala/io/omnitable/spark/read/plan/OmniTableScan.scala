@@ -27,7 +27,19 @@ final class OmniTableScan(
 
   override def readSchema(): StructType = schema
 
-  override def toBatch: Batch = new OmniTableBatch(snap.table.name, plan, schema, pushdown, conf, lateMaterialization)
+  override def toBatch: Batch = {
+    recordAccess()
+    new OmniTableBatch(snap.table.name, plan, schema, pushdown, conf, lateMaterialization)
+  }
+
+  @volatile private var recorded = false
+
+  /** One access-log entry per scan (Spark may ask for the batch more than once). */
+  private def recordAccess(): Unit = if (!recorded) {
+    recorded = true
+    val filtered = pushdown.predicates.flatMap(_.references().toSeq.map(_.fieldNames().mkString(".")))
+    AccessLog.record(snap, (schema.fieldNames.toSeq ++ filtered).toSet)
+  }
 
   /**
    * Whether each fragment read comes whole to one task, its rows in offset order: no fragment is

@@ -1,0 +1,167 @@
+"""The access log (format/access.py, Table.access_log) and the regroup job
+(governance/regroup.py) on SQLite and PostgreSQL: what scans record, what a regroup rewrites,
+what reads back (now and by time travel), and how it races other writers."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pytest
+
+import omnitable
+from omnitable._failpoints import hooked
+from omnitable.exceptions import ValidationError
+from omnitable.format.access import ACCESS_DIR
+from omnitable.governance.job import run_job
+from omnitable.governance.orphans import OrphanJob
+
+pytestmark = pytest.mark.shared_warehouse  # one warehouse per backend; each test its own table
+
+COLS = [f"c{i}" for i in range(12)]
+GROUPS = {f"g{i}": COLS[i * 2 : i * 2 + 2] for i in range(6)}  # six groups of two columns
+HOT = ["c0", "c2", "c4", "c6"]  # co-read, spread over four groups
+
+
+@pytest.fixture
+def name(request: pytest.FixtureRequest) -> str:
+    return "r_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:16]
+
+
+def _table(wh: omnitable.Warehouse, name: str, **props: Any) -> omnitable.Table:
+    t = wh.create_table(name, dict.fromkeys(COLS, "bigint"), groups=GROUPS, properties=props)
+    for b in range(2):
+        base = b * 100
+        t.append(pa.table({c: [base + i * 10 + j for i in range(5)] for j, c in enumerate(COLS)}),
+                 f"b{b}", target_fragment_rows=2)  # fmt: skip
+    return t
+
+
+def _access_files(t: omnitable.Table) -> list[str]:
+    sel = pafs.FileSelector(t.location.child_path(ACCESS_DIR), allow_not_found=True)
+    return [i.path for i in t.location.fs.get_file_info(sel) if i.type == pafs.FileType.File]
+
+
+def _groups_of(t: omnitable.Table, columns: list[str]) -> set[str]:
+    """The groups of the files that provide ``columns`` at the head."""
+    snap = t.snapshot()
+    ids = [c.column_id for c in snap.columns if c.name in columns]
+    return {f.group_name for frag in snap.fragments
+            for f in snap.resolve(frag.fragment_id, ids).values() if f is not None}  # fmt: skip
+
+
+def test_scans_are_recorded_and_summarized(wh: omnitable.Warehouse, name: str) -> None:
+    t = _table(wh, name)
+    for _ in range(3):
+        t.read(columns=HOT)
+    t.read(columns=["c1"], where=pc.field("c3") > 0)
+    t.read()  # every column: not recorded
+    log = t.access_log()
+    assert [(e["columns"], e["count"]) for e in log] == [(HOT, 3), (["c1", "c3"], 1)]
+    assert len(_access_files(t)) == 4
+    assert t.access_log(branch="other") == []
+    with pytest.raises(ValidationError, match="since must be"):
+        t.access_log(since="yesterday")  # type: ignore[arg-type]
+    # the orphan job never removes the log
+    run_job(t._ctx, OrphanJob(min_age_s=0))
+    assert len(_access_files(t)) == 4
+
+
+def test_the_setting_turns_recording_off(wh: omnitable.Warehouse, name: str) -> None:
+    t = _table(wh, name, **{"read.access_log": False})
+    t.read(columns=HOT)
+    assert t.access_log() == [] and _access_files(t) == []
+
+
+def _state(t: omnitable.Table, version: int | None = None) -> list[dict[str, Any]]:
+    return t.read(version=version).to_pylist()
+
+
+def test_regroup_puts_co_read_columns_in_one_file(wh: omnitable.Warehouse, name: str) -> None:
+    t = _table(wh, name)
+    t.delete(pc.field("c0") == 10)
+    rid = t.read(columns=["_ai_unique_id_"]).column(0)[3].as_py()
+    t.update(pa.table({"_ai_unique_id_": [rid], "c2": [-1]}))
+    for _ in range(2):
+        t.read(columns=HOT)
+    before, old, status = _state(t), t.version, dict(t.status().cells)
+    opts = {"regroup": {"min_group_columns": 1}}
+    (plan,) = t.maintain(["regroup"], dry_run=True, options=opts)
+    assert plan.plan.summary["columns_moved"] == 4
+    assert [a["columns"] for a in plan.plan.actions if a["kind"] == "group"] == [HOT]
+    (res,) = t.maintain(["regroup"], options=opts)
+    assert res.outcome == "committed" and res.version == t.version
+    assert _state(t) == before and dict(t.status().cells) == status
+    assert len(_groups_of(t, HOT)) == 1 and _groups_of(t, ["c1"]) == {"g0"}
+    assert _state(t, old) == before  # time travel reads the old files
+    assert len(_access_files(t)) == 1  # the log is compacted: one file of distinct sets
+    assert t.access_log()[0]["count"] == 2
+    (again,) = t.maintain(["regroup"], options=opts)
+    assert again.outcome == "nothing_to_do"
+
+
+def test_declared_groups_and_cold_merge(wh: omnitable.Warehouse, name: str) -> None:
+    t = _table(wh, name)
+    before = _state(t)
+    (res,) = t.maintain(["regroup"], options={"regroup": {"groups": {"pair": ["c1", "c11"]}}})
+    assert res.outcome == "committed" and _groups_of(t, ["c1", "c11"]) == {"pair"}
+    # no log: the small groups nobody co-reads merge into one (max 512 columns)
+    (cold,) = t.maintain(["regroup"])
+    assert cold.outcome == "committed" and _state(t) == before
+    assert len(_groups_of(t, [c for c in COLS if c not in ("c1", "c11")])) == 1
+    with pytest.raises(ValidationError, match="not a raw column"):
+        t.maintain(["regroup"], options={"regroup": {"groups": {"x": ["nope"]}}})
+    with pytest.raises(ValidationError, match="must not exceed"):
+        t.maintain(["regroup"], options={"regroup": {"min_group_columns": 9,
+                                                     "max_group_columns": 3}})  # fmt: skip
+
+
+def _delete(t: omnitable.Table) -> None:
+    t.delete(pc.field("c0") == 20)
+
+
+def _update(t: omnitable.Table) -> None:
+    rid = t.read(columns=["_ai_unique_id_", "c0"]).filter(pc.field("c0") == 20).column(0)
+    t.update(pa.table({"_ai_unique_id_": rid, "c2": [-7]}))
+
+
+@pytest.mark.parametrize("racer", [_delete, _update], ids=["delete", "update"])
+def test_a_racing_write_conflicts_and_is_kept(
+    wh: omnitable.Warehouse, name: str, racer: Any
+) -> None:
+    """A delete or update between the regroup's Execute and Commit makes it conflict; it
+    prepares again on the new head and commits, and the other write is not lost."""
+    t = _table(wh, name)
+    t.read(columns=HOT)
+    other = wh.table(name)
+    with hooked("governance.before_commit", lambda: racer(other)):
+        (res,) = t.maintain(["regroup"])
+    assert res.outcome == "committed"
+    rows = t.read(columns=["c0", "c2"]).to_pylist()
+    if racer is _delete:
+        assert 20 not in [r["c0"] for r in rows] and t.count() == 9
+    else:
+        assert {"c0": 20, "c2": -7} in rows and t.count() == 10
+    assert len(_groups_of(t, HOT)) == 1
+    assert [h.op for h in t.history()].count("regroup") == 1
+
+
+def test_a_crash_before_commit_leaves_the_old_layout(wh: omnitable.Warehouse, name: str) -> None:
+    t = _table(wh, name)
+    t.read(columns=HOT)
+    before, version = _state(t), t.version
+    data = t.location.child_path("data")
+    sel = pafs.FileSelector(data, recursive=True)
+    files = {i.path for i in t.location.fs.get_file_info(sel) if i.type == pafs.FileType.File}
+
+    def crash() -> None:
+        raise RuntimeError("killed")
+
+    with hooked("governance.before_commit", crash), pytest.raises(RuntimeError, match="killed"):
+        t.maintain(["regroup"])
+    assert t.version == version and _state(t) == before and len(_groups_of(t, HOT)) == 4
+    after = {i.path for i in t.location.fs.get_file_info(sel) if i.type == pafs.FileType.File}
+    assert after == files
