@@ -11,12 +11,14 @@ from omnitable.governance.compact import CompactJob, FoldJob
 from omnitable.governance.expire import ExpireJob
 from omnitable.governance.job import MaintenanceJob
 from omnitable.governance.orphans import OrphanJob
+from omnitable.governance.views import ViewsJob
 
 JOBS: dict[str, Callable[..., MaintenanceJob]] = {
     "compact": CompactJob,
     "fold": FoldJob,
     "expire": ExpireJob,
     "orphans": OrphanJob,
+    "views": ViewsJob,
 }
 
 
