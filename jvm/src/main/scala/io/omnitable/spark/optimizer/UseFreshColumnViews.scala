@@ -11,6 +11,7 @@ import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.{Alias, AttributeSet, NamedExpression}
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LogicalPlan, Project, RowLevelWrite}
 import org.apache.spark.sql.catalyst.rules.Rule
+import org.apache.spark.sql.catalyst.trees.TreeNodeTag
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation
 import org.apache.spark.sql.omnitable.SqlInternals
 
@@ -33,6 +34,9 @@ object UseFreshColumnViews extends Rule[LogicalPlan] {
 
   override val ruleName: String = "UseFreshColumnViews"
 
+  /** On a relation: the needed columns for which no fresh view was found. */
+  private val Checked = TreeNodeTag[Set[String]]("omnitable.columnViewsChecked")
+
   override def apply(plan: LogicalPlan): LogicalPlan =
     if (!OmniTableConf.fromSQLConf().views || plan.exists(_.isInstanceOf[RowLevelWrite])) plan
     else plan.transformDown {
@@ -40,11 +44,16 @@ object UseFreshColumnViews extends Rule[LogicalPlan] {
         below(p) match {
           case Some(Read(rel, table)) =>
             val needed = AttributeSet(chain(p).flatMap(_.references)).intersect(rel.outputSet)
-            viewRead(rel, table, needed) match {
+            val names = needed.toSeq.map(_.name).toSet
+            // the batch runs this rule to a fixed point: ask the catalog once per relation and columns
+            if (rel.getTagValue(Checked).contains(names)) p
+            else viewRead(rel, table, needed) match {
               case Some((name, view)) =>
                 val replaced = p.transformDown { case r: DataSourceV2Relation if r eq rel => view }
                 ColumnViewRead(table.name(), name, replaced)
-              case None => p
+              case None =>
+                rel.setTagValue(Checked, names)
+                p
             }
           case _ => p
         }
@@ -67,7 +76,12 @@ object UseFreshColumnViews extends Rule[LogicalPlan] {
   private def viewRead(rel: DataSourceV2Relation, table: OmniTableTable, needed: AttributeSet)
       : Option[(String, LogicalPlan)] = {
     val handle = table.handle
-    if (handle.batches.nonEmpty || handle.fragments.nonEmpty || !table.marks.isEmpty) return None
+    // a batch / fragment option, or per-fragment partitions (split_fragments=false: the reader's
+    // order is relied on), read the table itself
+    val perFragment = (handle.options ++ OmniTableRelations.options(rel)).exists { case (k, v) =>
+      k.equalsIgnoreCase("split_fragments") && v.trim.equalsIgnoreCase("false")
+    }
+    if (handle.batches.nonEmpty || handle.fragments.nonEmpty || !table.marks.isEmpty || perFragment) return None
     val names = needed.toSeq.map(_.name).toSet
     val snap = handle.snapshot
     val ids = snap.columns.map(c => c.name -> c.columnId).toMap
