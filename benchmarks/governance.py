@@ -11,7 +11,8 @@
   double columns in 50 column groups; a view of 4 hot columns (one per group), refreshed by the
   ``views`` job. A 1 % filtered export (``c0 < 0.01``, 4 hot columns, written as Parquet) through
   the fresh view against the zip read (``spark.omnitable.optimizer.views.enabled=false``),
-  interleaved, ``3 x --repeats`` each; both exports read back equal (checked). Goal: >= 4x. The
+  interleaved, ``3 x --repeats`` each (``--view-fragment-rows``: fragment size, default a quarter
+  of a batch); both exports read back equal (checked). Goal: >= 4x. The
   view's storage overhead (its Delta bytes / the table's data bytes) and refresh time are printed.
 
 Run: ./dev bench governance [--fragments 1000] [--rows 50000] [--repeats 1] [--no-spark]
@@ -103,7 +104,9 @@ def _dir_bytes(path: str) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
-def _views(wh: Any, path: Any, rows: int, batches: int, repeats: int) -> tuple[list[Any], dict]:
+def _views(
+    wh: Any, path: Any, rows: int, batches: int, repeats: int, fragment_rows: int | None = None
+) -> tuple[list[Any], dict]:
     """(b): export through a fresh view vs the zip read; report rows and figures."""
     import numpy as np
     import pyarrow as pa
@@ -114,7 +117,7 @@ def _views(wh: Any, path: Any, rows: int, batches: int, repeats: int) -> tuple[l
     rng = np.random.default_rng(7)
     for b in range(batches):
         cols = {f"c{i}": rng.random(rows) for i in range(200)}
-        t.append(pa.table(cols), f"b{b}", target_fragment_rows=max(1, rows // 4))
+        t.append(pa.table(cols), f"b{b}", target_fragment_rows=fragment_rows or max(1, rows // 4))
     t.create_view("hot", hot)
     spark = _spark(wh)
     start = time.perf_counter()
@@ -164,6 +167,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "--no-spark", action="store_true", help="skip the Spark parts (backfill, views)"
     )
     parser.add_argument("--view-batches", type=int, default=4, help="(b): batches of --rows rows")
+    parser.add_argument(
+        "--view-fragment-rows", type=int, default=None, help="(b): rows per fragment (--rows / 4)"
+    )
     args = parser.parse_args(argv)
     path, wh, tiny, compacted, took = _tables(args.fragments, args.rows)
     out: dict[str, float] = {}
@@ -189,7 +195,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 ("(a) one-batch backfill, compacted", fmt_seconds(fills["compacted"]), ""),
                 ("(a) backfill: before / after", fmt_ratio(out["backfill_ratio"]), ">= 5x"),
             ]  # fmt: skip
-            view_rows, figures = _views(wh, path, args.rows, args.view_batches, args.repeats)
+            view_rows, figures = _views(
+                wh, path, args.rows, args.view_batches, args.repeats, args.view_fragment_rows
+            )
             rows += view_rows
             out.update(figures)
         report("governance", rows)
