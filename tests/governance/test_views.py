@@ -70,3 +70,11 @@ def test_orphan_cleanup_keeps_view_files(wh: omnitable.Warehouse) -> None:
     with ctx.catalog.store.read() as conn:
         refs = references(conn, ctx.record.table_id, ctx.location.uri)
     assert refs.covers("views/hot-0123/_delta_log/00000000000000000000.json")
+
+
+def test_views_job_without_views_has_nothing_to_do(wh: omnitable.Warehouse) -> None:
+    t = _table(wh)
+    (res,) = t.maintain(["views"])
+    assert res.outcome == "nothing_to_do" and res.summary == {"views": 0}
+    with pytest.raises(ValidationError, match="not declared"):
+        t.maintain(["views"], options={"views": {"views": ["nope"]}})

@@ -84,6 +84,8 @@ class ViewsJob:
                     f"declared; declared views: {', '.join(sorted(records)) or 'none'}"
                 )
             records = {n: records[n] for n in self.views}
+        if not records:
+            return MaintenancePlan(self.name, ctx.name, ctx.branch, base, (), {"views": 0})
         names = frozenset(c for r in records.values() for c in r.columns)
         snap = ctx.snapshot(version=base, scope=SnapshotScope(columns=names, stats=False))
         known = {c.name: c.column_id for c in snap.columns}
