@@ -7,6 +7,13 @@
   warmed up; ``--repeats`` each, a new feature per run, so each run computes every row). Both
   tables read back equal (checked). Goal: >= 5x faster after. The compaction's own time is
   reported too.
+* (b) hot column-group views: a table of ``--rows`` rows (x ``--view-batches`` batches) with 200
+  double columns in 50 column groups; a view of 4 hot columns (one per group), refreshed by the
+  ``views`` job. A 1 % filtered export (``c0 < 0.01``, 4 hot columns, written as Parquet) through
+  the fresh view against the zip read (``spark.omnitable.optimizer.views.enabled=false``),
+  interleaved, ``3 x --repeats`` each (``--view-fragment-rows``: fragment size, default a quarter
+  of a batch); both exports read back equal (checked). Goal: >= 4x. The
+  view's storage overhead (its Delta bytes / the table's data bytes) and refresh time are printed.
 
 * (c) a ``--columns``-column table (default 2,500 bigint columns, ``--wide-rows`` rows in 4
   fragments) stored as groups of 5 columns, and 10 columns spread over 10 groups read together
@@ -28,7 +35,16 @@ import time
 import uuid
 from typing import Any
 
-from benchmarks.common import BENCH_DIR, fmt_ratio, fmt_seconds, report, time_interleaved
+from benchmarks.common import (
+    BENCH_DIR,
+    fmt_bytes,
+    fmt_ratio,
+    fmt_seconds,
+    report,
+    time_interleaved,
+)
+
+VIEW_SWITCH = "spark.omnitable.optimizer.views.enabled"
 
 
 def _tables(fragments: int, rows: int) -> tuple[Any, Any, Any, Any, float]:
@@ -64,11 +80,7 @@ def _tables(fragments: int, rows: int) -> tuple[Any, Any, Any, Any, float]:
 def _backfills(tiny: Any, compacted: Any, repeats: int) -> dict[str, float]:
     import omnitable
 
-    spark = omnitable.spark_session(
-        tiny.warehouse,
-        master="local[2]",
-        **{"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"},
-    )
+    spark = _spark(tiny.warehouse)
     counter = iter(range(10_000))
 
     def backfill(t: Any) -> None:
@@ -140,14 +152,91 @@ def _wide_rows(args: Any, path: Any, out: dict[str, float]) -> list[tuple[str, s
     ]
 
 
+def _spark(wh: Any) -> Any:
+    import omnitable
+
+    return omnitable.spark_session(
+        wh,
+        master="local[2]",
+        **{"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+           "spark.databricks.delta.snapshotPartitions": "2"},
+    )  # fmt: skip
+
+
+def _dir_bytes(path: str) -> int:
+    from pathlib import Path
+
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def _views(
+    wh: Any, path: Any, rows: int, batches: int, repeats: int, fragment_rows: int | None = None
+) -> tuple[list[Any], dict]:
+    """(b): export through a fresh view vs the zip read; report rows and figures."""
+    import numpy as np
+    import pyarrow as pa
+
+    groups = {f"g{g}": [f"c{g * 4 + k}" for k in range(4)] for g in range(50)}
+    hot = ["c0", "c4", "c8", "c12"]  # one column of each of 4 groups
+    t = wh.create_table("wide", {f"c{i}": "double" for i in range(200)}, groups=groups)
+    rng = np.random.default_rng(7)
+    for b in range(batches):
+        cols = {f"c{i}": rng.random(rows) for i in range(200)}
+        t.append(pa.table(cols), f"b{b}", target_fragment_rows=fragment_rows or max(1, rows // 4))
+    t.create_view("hot", hot)
+    spark = _spark(wh)
+    start = time.perf_counter()
+    (res,) = t.maintain(["views"], options={"views": {"spark": spark}})
+    refresh = time.perf_counter() - start
+    assert res.outcome == "committed", res
+    out_dir = path / "export"
+
+    def export(view: bool) -> None:
+        spark.conf.set(VIEW_SWITCH, str(view).lower())
+        df = t.to_spark(spark).where("c0 < 0.01").select(*hot)
+        df.write.mode("overwrite").parquet(str(out_dir / ("view" if view else "zip")))
+
+    export(True)
+    export(False)
+    got = sorted(map(tuple, spark.read.parquet(str(out_dir / "view")).collect()))
+    assert got == sorted(map(tuple, spark.read.parquet(str(out_dir / "zip")).collect()))
+    spark.conf.set(VIEW_SWITCH, "true")
+    plan = t.to_spark(spark).where("c0 < 0.01").select(*hot)._jdf.queryExecution()
+    assert "ColumnViewRead" in plan.executedPlan().toString(), "the view was not used"
+    times = time_interleaved(
+        {"view": lambda: export(True), "zip": lambda: export(False)}, repeats=3 * repeats
+    )
+    spark.conf.unset(VIEW_SWITCH)
+    table_dir = t._ctx.location.path
+    view_bytes = _dir_bytes(t._ctx.location.child_path(t.views()[0]["path"]))
+    data_bytes = _dir_bytes(table_dir) - view_bytes
+    ratio = times["zip"] / times["view"]
+    label = f"{rows * batches:,} rows x 200 columns / 50 groups"
+    rows_out = [
+        (f"(b) view refresh (4 hot columns, {label})", fmt_seconds(refresh), ""),
+        ("(b) 1 % export of 4 hot columns, zip read", fmt_seconds(times["zip"]), ""),
+        ("(b) 1 % export of 4 hot columns, fresh view", fmt_seconds(times["view"]), ""),
+        ("(b) export: zip / view", fmt_ratio(ratio), ">= 4x"),
+        ("(b) view storage", fmt_bytes(view_bytes), ""),
+        ("(b) view storage / table data", f"{100 * view_bytes / max(1, data_bytes):.1f} %", ""),
+    ]
+    return rows_out, {"view_export_ratio": ratio, "view_overhead": view_bytes / max(1, data_bytes)}
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(prog="./dev bench governance")
     parser.add_argument("--fragments", type=int, default=1000)
     parser.add_argument("--rows", type=int, default=50_000)
     parser.add_argument("--repeats", type=int, default=1, help="backfills (reads: 5x this)")
-    parser.add_argument("--no-spark", action="store_true", help="skip the backfill (Spark)")
     parser.add_argument("--columns", type=int, default=2500, help="(c): the wide table")
     parser.add_argument("--wide-rows", type=int, default=2000, help="(c): its rows")
+    parser.add_argument(
+        "--no-spark", action="store_true", help="skip the Spark parts (backfill, views)"
+    )
+    parser.add_argument("--view-batches", type=int, default=4, help="(b): batches of --rows rows")
+    parser.add_argument(
+        "--view-fragment-rows", type=int, default=None, help="(b): rows per fragment (--rows / 4)"
+    )
     args = parser.parse_args(argv)
     path, wh, tiny, compacted, took = _tables(args.fragments, args.rows)
     out: dict[str, float] = {}
@@ -173,6 +262,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 ("(a) one-batch backfill, compacted", fmt_seconds(fills["compacted"]), ""),
                 ("(a) backfill: before / after", fmt_ratio(out["backfill_ratio"]), ">= 5x"),
             ]  # fmt: skip
+            view_rows, figures = _views(
+                wh, path, args.rows, args.view_batches, args.repeats, args.view_fragment_rows
+            )
+            rows += view_rows
+            out.update(figures)
         rows += _wide_rows(args, path, out)
         report("governance", rows)
     finally:

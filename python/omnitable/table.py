@@ -673,6 +673,36 @@ class Table:
         return GovernService(self._ctx, names, interval=interval, rounds=rounds, options=options,
                              ttl_s=ttl_s, owner=owner, progress=progress)  # fmt: skip
 
+    def create_view(self, name: str, columns: list[str]) -> dict[str, Any]:
+        """Declare a hot column-group view: ``columns`` (and ``_ai_unique_id_``) materialized as
+        a Delta table under the table location, kept fresh per batch by the ``views`` job
+        (``maintain(["views"])``); Spark answers reads covered by a fresh view from it
+        (docs/governance.md "Hot column-group views"). Returns the view's description.
+
+        Raises:
+            ValidationError: an invalid or taken name, no columns, or an unknown column.
+        """
+        from omnitable.governance.views import declare_view
+
+        return _view_info(declare_view(self._ctx, name, columns))
+
+    def drop_view(self, name: str) -> None:
+        """Forget view ``name`` and delete its Delta table.
+
+        Raises:
+            ValidationError: no such view.
+        """
+        from omnitable.governance.views import drop_view
+
+        drop_view(self._ctx, name)
+
+    def views(self) -> list[dict[str, Any]]:
+        """The declared views: name, columns, Delta path, recorded Delta version and batches,
+        the table version and branch of the last refresh."""
+        from omnitable.governance.views import list_views
+
+        return [_view_info(v) for v in list_views(self._ctx)]
+
     # -- features -------------------------------------------------------------------------
 
     def register(self, *features: Feature) -> int | None:
@@ -832,3 +862,10 @@ def _since(since: dt.datetime | dt.timedelta | None, action: str) -> dt.datetime
     raise ValidationError(
         f"Cannot {action}: since must be a datetime, a timedelta or None, got {since!r}"
     )
+
+
+def _view_info(view: Any) -> dict[str, Any]:
+    doc = view.to_doc()
+    return {"name": view.name, "columns": doc["columns"], "path": doc["path"],
+            "delta_version": doc["delta_version"], "batches": len(doc["batches"]),
+            "refreshed_version": doc["refreshed_version"], "branch": doc["branch"]}  # fmt: skip

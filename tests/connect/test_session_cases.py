@@ -170,3 +170,16 @@ def test_errors_of_a_table_without_error_table(session: Any, wh: omnitable.Wareh
     t = wh.create_table("docs", {"text": "string"})
     t.append(pa.table({"text": ["a"]}), "b1")
     assert t.errors(spark=session).count() == 0
+
+
+def test_hot_column_view_refresh_and_read(
+    session: Any, wh: omnitable.Warehouse, catalog: str
+) -> None:
+    t = wh.create_table("hotv", {"a": "bigint", "b": "string"}, groups={"g": ["b"]})
+    t.append(pa.table({"a": list(range(10)), "b": [f"s{i}" for i in range(10)]}), "b1")
+    t.create_view("hot", ["a"])
+    (res,) = t.maintain(["views"], options={"views": {"spark": session}})
+    assert res.outcome == "committed"
+    query = f"SELECT a FROM {catalog}.hotv WHERE a > 6"
+    assert "ColumnViewRead" in session.sql(f"EXPLAIN {query}").first()[0]
+    assert sorted(r.a for r in session.sql(query).collect()) == [7, 8, 9]

@@ -6,7 +6,8 @@ every version, removed rows included) names it; when it is the key index
 (``<fragment path>/_key_index.arrow``, format/keyindex.py) of any ``fragments`` row; when a
 ``features`` row's definition names it as its pickled payload (``payload.path``,
 features/payload.py); or when it lies under the table's error table (``error_tables.location``,
-a Delta table that manages its own files) or under ``errors/`` (where exec/errors.py puts it).
+a Delta table that manages its own files) or under ``errors/`` (where exec/errors.py puts it) or ``views/`` (the Delta tables of hot
+column-group views, catalog/views.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from sqlalchemy import Connection, text
 
 KEY_INDEX_FILE = "_key_index.arrow"  # format/keyindex.py INDEX_FILE (catalog sits below format)
 ERRORS_DIR = "errors"  # exec/errors.py error_location
+VIEWS_DIR = "views"
+"""Where catalog/views.py puts the Delta tables of hot column-group views."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ def references(conn: Connection, table_id: str, location_uri: str) -> References
     paths.update(f"{r[0]}/{KEY_INDEX_FILE}" for r in frags)
     defs = conn.execute(text("SELECT definition FROM features WHERE table_id = :t"), p)
     paths.update(_payload_paths(r[0] for r in defs))
-    prefixes = [ERRORS_DIR + "/"]
+    prefixes = [ERRORS_DIR + "/", VIEWS_DIR + "/"]
     errs = conn.execute(text("SELECT location FROM error_tables WHERE table_id = :t"), p)
     base = location_uri.rstrip("/") + "/"
     for (loc,) in errs:

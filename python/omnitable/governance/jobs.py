@@ -12,6 +12,7 @@ from omnitable.governance.expire import ExpireJob
 from omnitable.governance.job import MaintenanceJob
 from omnitable.governance.orphans import OrphanJob
 from omnitable.governance.regroup import RegroupJob
+from omnitable.governance.views import ViewsJob
 
 JOBS: dict[str, Callable[..., MaintenanceJob]] = {
     "compact": CompactJob,
@@ -19,6 +20,7 @@ JOBS: dict[str, Callable[..., MaintenanceJob]] = {
     "expire": ExpireJob,
     "orphans": OrphanJob,
     "regroup": RegroupJob,
+    "views": ViewsJob,
 }
 
 

@@ -4,6 +4,7 @@ import io.omnitable.spark.conf.{OmniTableVersion, SparkVersionCheck}
 import io.omnitable.spark.optimizer.{
   AlignOmniTableUpdateAssignments,
   BroadcastOmniTableMergeSource,
+  ColumnViewReadStrategy,
   FuseOmniTableScans,
   FusePythonUDFs,
   KeepOmniTableUpdateOrder,
@@ -12,6 +13,7 @@ import io.omnitable.spark.optimizer.{
   ResolveOmniTableInsertByPosition,
   ResolveOmniTableMerge,
   SpreadMergeInserts,
+  UseFreshColumnViews,
   WriteOnlyAssignedColumns
 }
 import org.apache.spark.sql.SparkSessionExtensions
@@ -57,6 +59,9 @@ class OmniTableSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
     // --- optimizer (operator optimization batch, before Spark pushes filters into scans) ---
     // FuseOmniTableScans: reads of one snapshot joined on _ai_unique_id_ read the files once.
     extensions.injectOptimizerRule(_ => FuseOmniTableScans)
+    // UseFreshColumnViews: a read covered by a hot column-group view that is fresh for the
+    // snapshot reads the view's Delta table (docs/optimizer.md).
+    extensions.injectOptimizerRule(_ => UseFreshColumnViews)
     // LateMaterializeFilteredColumns: a selective filter's columns are read first, payload only
     // for the rows that pass (runs after fusion so a fused scan is marked as a whole).
     extensions.injectOptimizerRule(_ => LateMaterializeFilteredColumns)
@@ -74,6 +79,9 @@ class OmniTableSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
     // FusePythonUDFs: a UDF Spark evaluates again above the filter that needed it runs once
     // (never on rows a filter removed).
     extensions.injectPlannerStrategy(session => FusePythonUDFs(session))
+    // ColumnViewReadStrategy: plans the marker UseFreshColumnViews puts over a read it answers
+    // from a view (a pass-through node, so EXPLAIN names the view).
+    extensions.injectPlannerStrategy(_ => ColumnViewReadStrategy)
     // SpreadMergeInserts: a MERGE's inserted rows (no fragment) go to every task of its write,
     // not all to the one task that the clustering by _ai_fragment_ gives rows without one.
     extensions.injectPlannerStrategy(_ => SpreadMergeInserts)

@@ -160,6 +160,12 @@ final class CatalogReader(
       new FragmentQuery(conn, snap, scope, maxPushedValues).run()
     }
 
+  /** The hot column-group views declared on `snap`'s table (docs/governance.md). */
+  def columnViews(snap: TableSnapshot): Seq[ColumnView] =
+    withConnection(s"the views of table '${snap.table.name}'") { conn =>
+      meta(conn, ColumnViews.metaKey(snap.table.tableId)).map(ColumnViews.parse).getOrElse(Nil)
+    }
+
   /**
    * Runs `body` with the metadata tables' queries on one read connection (docs/spark.md,
    * "Metadata tables"); `what` names the fact for errors.

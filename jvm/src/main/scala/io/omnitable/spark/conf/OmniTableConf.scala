@@ -221,6 +221,15 @@ object OmniTableConf {
     fraction
   ))
 
+  val VIEWS: OmniTableConfEntry[Boolean] = declare(OmniTableConfEntry(
+    "spark.omnitable.optimizer.views.enabled",
+    None,
+    Some(true),
+    "Rule UseFreshColumnViews: a read whose columns a hot column-group view covers, and for every " +
+      "batch of whose snapshot the view is fresh, reads the view's Delta table instead.",
+    boolean
+  ))
+
   val MERGE_BROADCAST_BYTES: OmniTableConfEntry[Long] = declare(OmniTableConfEntry(
     "spark.omnitable.optimizer.merge_broadcast_bytes",
     None,
@@ -321,6 +330,7 @@ final class OmniTableConf(options: Map[String, String], session: String => Optio
   def fusePythonUdfs: Boolean = get(FUSE_PYTHON_UDFS)
   def lateMaterialization: Boolean = get(LATE_MATERIALIZATION)
   def lateMaterializationMaxSelectivity: Double = get(LATE_MATERIALIZATION_MAX_SELECTIVITY)
+  def views: Boolean = get(VIEWS)
   def mergeBroadcastBytes: Long = get(MERGE_BROADCAST_BYTES)
   def metadataPageSize: Int = get(METADATA_PAGE_SIZE)
 

@@ -26,6 +26,10 @@ object SqlInternals {
     case _ => None
   }
 
+  /** The analyzed logical plan of `df` (a classic session's DataFrame). */
+  def analyzedPlan(df: DataFrame): org.apache.spark.sql.catalyst.plans.logical.LogicalPlan =
+    df.asInstanceOf[org.apache.spark.sql.classic.Dataset[_]].queryExecution.analyzed
+
   /** A DataFrame reading `table` with read `options` (what `spark.read.format(...).load` builds). */
   def dataFrame(spark: SparkSession, table: Table, options: Map[String, String]): DataFrame = {
     val relation = DataSourceV2Relation.create(table, None, None, new CaseInsensitiveStringMap(options.asJava))

@@ -1,0 +1,120 @@
+package io.omnitable.spark.optimizer
+
+import scala.util.control.NonFatal
+
+import io.omnitable.spark.catalog.{ColumnView, ColumnViews, FragmentScope, SystemColumns}
+import io.omnitable.spark.conf.OmniTableConf
+import io.omnitable.spark.optimizer.OmniTableRelations.Read
+import io.omnitable.spark.read.plan.OptimizerMarks
+import io.omnitable.spark.source.OmniTableTable
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.expressions.{Alias, AttributeSet, NamedExpression}
+import org.apache.spark.sql.catalyst.plans.logical.{Filter, LogicalPlan, Project, RowLevelWrite}
+import org.apache.spark.sql.catalyst.rules.Rule
+import org.apache.spark.sql.catalyst.trees.TreeNodeTag
+import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation
+import org.apache.spark.sql.omnitable.SqlInternals
+
+/**
+ * Hot column-group views (docs/optimizer.md, docs/governance.md): a read of an OmniTable table
+ * whose needed columns a declared view covers is answered from the view's Delta table when the
+ * view is **fresh** for the snapshot read — the catalog's per-batch fingerprints of the snapshot
+ * (its batch ids, fragments, deletion vectors and the files carrying the view's columns) equal
+ * the ones the view recorded with its Delta version, and the view's column ids still carry their
+ * names. The Delta table is then read at exactly that version; filters above are pushed into it by
+ * Spark. Any other case (stale, never refreshed, a batch or fragment read option, a metadata
+ * column, a type difference) reads the table as before.
+ *
+ * Matches a `Project` over Projects and Filters over one OmniTable relation (the columns those
+ * operators reference are the ones the read needs) and replaces only the relation: every operator
+ * above stays, so filters and UDFs see exactly the rows they would have seen. EXPLAIN shows a
+ * `ColumnViewRead <table>.<view>` node over the chain, which reads the Delta table. Off with `spark.omnitable.optimizer.views.enabled=false`.
+ */
+object UseFreshColumnViews extends Rule[LogicalPlan] {
+
+  override val ruleName: String = "UseFreshColumnViews"
+
+  /** On a relation: the needed columns for which no fresh view was found. */
+  private val Checked = TreeNodeTag[Set[String]]("omnitable.columnViewsChecked")
+
+  override def apply(plan: LogicalPlan): LogicalPlan =
+    if (!OmniTableConf.fromSQLConf().views || plan.exists(_.isInstanceOf[RowLevelWrite])) plan
+    else plan.transformDown {
+      case p: Project if !p.exists(_.isInstanceOf[ColumnViewRead]) =>
+        below(p) match {
+          case Some(Read(rel, table)) =>
+            val needed = AttributeSet(chain(p).flatMap(_.references)).intersect(rel.outputSet)
+            val names = needed.toSeq.map(_.name).toSet
+            // the batch runs this rule to a fixed point: ask the catalog once per relation and columns
+            if (rel.getTagValue(Checked).contains(names)) p
+            else viewRead(rel, table, needed) match {
+              case Some((name, view)) =>
+                val replaced = p.transformDown { case r: DataSourceV2Relation if r eq rel => view }
+                ColumnViewRead(table.name(), name, replaced)
+              case None =>
+                rel.setTagValue(Checked, names)
+                p
+            }
+          case _ => p
+        }
+    }
+
+  /** The relation under a chain of Projects and Filters, if that is what `plan` is. */
+  private def below(plan: LogicalPlan): Option[LogicalPlan] = plan match {
+    case r @ Read(_, _) => Some(r)
+    case Project(_, child) => below(child)
+    case Filter(_, child) => below(child)
+    case _ => None
+  }
+
+  private def chain(plan: LogicalPlan): Seq[LogicalPlan] = plan match {
+    case p @ (_: Project | _: Filter) => p +: plan.children.flatMap(chain)
+    case _ => Nil
+  }
+
+  /** The fresh view's Delta read standing for `rel` (same output attributes), if one applies. */
+  private def viewRead(rel: DataSourceV2Relation, table: OmniTableTable, needed: AttributeSet)
+      : Option[(String, LogicalPlan)] = {
+    val handle = table.handle
+    // a batch / fragment option, or per-fragment partitions (split_fragments=false: the reader's
+    // order is relied on), read the table itself
+    val perFragment = (handle.options ++ OmniTableRelations.options(rel)).exists { case (k, v) =>
+      k.equalsIgnoreCase("split_fragments") && v.trim.equalsIgnoreCase("false")
+    }
+    if (handle.batches.nonEmpty || handle.fragments.nonEmpty || !table.marks.isEmpty || perFragment) return None
+    val names = needed.toSeq.map(_.name).toSet
+    val snap = handle.snapshot
+    val ids = snap.columns.map(c => c.name -> c.columnId).toMap
+    val candidates = handle.reader.columnViews(snap).filter { v =>
+      v.deltaVersion.isDefined && v.batches.size == snap.batchCount &&
+      names.subsetOf(v.columns.toSet + SystemColumns.AppendName) &&
+      v.columnIds.forall { case (n, id) => ids.get(n).contains(id) }
+    }.sortBy(v => (v.columns.size, v.name))
+    candidates.find(v => fresh(table, v)).flatMap(v => plan(rel, table, v, needed).map(v.name -> _))
+  }
+
+  private def fresh(table: OmniTableTable, v: ColumnView): Boolean = {
+    val scope = FragmentScope(columns = Some(v.columnIds.values.toSet), statsColumns = Some(Set.empty))
+    val listing = table.handle.reader.listFragments(table.handle.snapshot, scope)
+    ColumnViews.fingerprints(listing.fragments) == v.batches
+  }
+
+  private def plan(rel: DataSourceV2Relation, table: OmniTableTable, v: ColumnView, needed: AttributeSet)
+      : Option[LogicalPlan] =
+    try {
+      val path = table.handle.snapshot.tableUri + "/" + v.path
+      val df = SparkSession.active.read.format("delta").option("versionAsOf", v.deltaVersion.get.toString).load(path)
+      val delta = SqlInternals.analyzedPlan(df)
+      val byName = delta.output.map(a => a.name -> a).toMap
+      val list: Seq[Option[NamedExpression]] = rel.output.filter(needed.contains).map { a =>
+        byName.get(a.name).filter(_.dataType == a.dataType).map(d => Alias(d, a.name)(a.exprId, a.qualifier))
+      }
+      // the attributes above reference only covered columns; each must come with its type
+      if (list.exists(_.isEmpty)) None
+      else {
+        val out = Project(list.flatten, delta)
+        out.setTagValue(OptimizerMarks.FiredRules, Seq(s"$ruleName(${v.name})"))
+        Some(out)
+      }
+    } catch { case NonFatal(_) => None }
+}

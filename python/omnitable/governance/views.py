@@ -1,0 +1,286 @@
+"""Refreshing hot column-group views (docs/governance.md "Hot column-group views").
+
+:class:`ViewsJob` follows the maintenance contract (governance/job.py), with Spark and Delta Lake:
+
+- **Prepare** reads the head of the branch (the files of the views' columns only), computes each
+  batch's fingerprint (catalog/views.py) and, per view, the batches to write (new or changed
+  fingerprint) and to drop (no longer in the snapshot). A view whose Delta table is not at the
+  version its record names (a refresh that crashed or lost a race after its Delta commit) is
+  rewritten whole. Views already fresh are left out.
+- **Execute** writes each view's Delta table in ONE Delta commit: the rows of the batches to
+  write, read through the ``omnitable`` source at the plan's version, replace the partitions
+  (``_view_batch_``) of those batches and of the dropped ones (``replaceWhere``). The catalog is
+  not touched: readers keep reading the recorded Delta version.
+- **Commit** records, per view and in one catalog transaction under the table lock, the new
+  Delta version and fingerprints, after checking that nobody changed the view's record since
+  Prepare and that the Delta commit sits directly on the recorded version
+  (:class:`~omnitable.exceptions.CommitConflict` otherwise: the next attempt rewrites it whole).
+
+A crash between the Delta commit and the record leaves the record naming the old Delta version
+and the old fingerprints: the view is stale for the new data, never wrongly fresh.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from omnitable._failpoints import failpoint
+from omnitable.catalog.references import VIEWS_DIR
+from omnitable.catalog.snapshot import SnapshotScope
+from omnitable.catalog.views import (
+    BATCH_COLUMN,
+    ViewRecord,
+    fingerprints,
+    read_views,
+    view_columns,
+    write_views,
+)
+from omnitable.context import TableContext
+from omnitable.exceptions import CommitConflict, ValidationError
+from omnitable.governance.job import Executed, MaintenancePlan, MaintenanceResult
+from omnitable.vocabulary.names import APPEND_NAME, MAIN
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass(frozen=True)
+class _Written:
+    """One view's Delta commit: its version and the version it was written on top of."""
+
+    view: str
+    delta_version: int
+    parent_version: int | None
+
+
+class ViewsJob:
+    """Refresh the declared views (``views``: only these names; None: all) with ``spark`` (None:
+    the active session or a new local one)."""
+
+    name = "views"
+
+    def __init__(
+        self, *, views: list[str] | None = None, spark: SparkSession | None = None
+    ) -> None:
+        if isinstance(views, str):
+            views = [views]
+        self.views = None if views is None else tuple(views)
+        self.spark = spark
+
+    def prepare(self, ctx: TableContext) -> MaintenancePlan:
+        base = ctx.head_version()
+        with ctx.catalog.store.read() as conn:
+            records = read_views(conn, ctx.record.table_id)
+        if self.views is not None:
+            unknown = sorted(set(self.views) - set(records))
+            if unknown:
+                raise ValidationError(
+                    f"Cannot refresh view(s) {', '.join(unknown)} of table '{ctx.name}': not "
+                    f"declared; declared views: {', '.join(sorted(records)) or 'none'}"
+                )
+            records = {n: records[n] for n in self.views}
+        if not records:
+            return MaintenancePlan(self.name, ctx.name, ctx.branch, base, (), {"views": 0})
+        names = frozenset(c for r in records.values() for c in r.columns)
+        snap = ctx.snapshot(version=base, scope=SnapshotScope(columns=names, stats=False))
+        known = {c.name: c.column_id for c in snap.columns}
+        batch_names = {b.batch_id: b.name for b in snap.batches}
+        actions: list[Mapping[str, Any]] = []
+        broken: list[str] = []
+        for rec in sorted(records.values(), key=lambda r: r.name):
+            if any(known.get(c) != i for c, i in rec.column_ids.items()):
+                broken.append(rec.name)  # a column was dropped or renamed: drop the view
+                continue
+            fps = fingerprints(snap, set(rec.column_ids.values()))
+            action = _action(ctx, rec, fps, batch_names)
+            if action is not None:
+                actions.append(action)
+        summary = {
+            "views": len(actions),
+            "batches_written": sum(len(a["write"]) for a in actions),
+            "batches_dropped": sum(len(a["drop"]) for a in actions),
+            "broken": broken,
+        }
+        return MaintenancePlan(self.name, ctx.name, ctx.branch, base, tuple(actions), summary)
+
+    def execute(self, ctx: TableContext, plan: MaintenancePlan) -> Executed:
+        from omnitable.spark.session import active_or_new_session, require_delta
+
+        spark = active_or_new_session(self.spark, ctx)
+        require_delta(spark)
+        written = [_write_view(spark, ctx, plan.base_version, a) for a in plan.actions]
+        return Executed(payload=written)
+
+    def commit(
+        self, ctx: TableContext, plan: MaintenancePlan, executed: Executed
+    ) -> MaintenanceResult:
+        written = {w.view: w for w in executed.payload}
+        failpoint("views.before_record")
+        store = ctx.catalog.store
+        with store.write() as conn:
+            store.lock_table(conn, ctx.record.table_id)
+            records = read_views(conn, ctx.record.table_id)
+            for a in plan.actions:
+                name = str(a["view"])
+                rec, w = records.get(name), written[name]
+                if rec is None or rec.to_doc() != a["record"]:
+                    raise CommitConflict(f"View '{name}' changed while it was being refreshed")
+                if w.parent_version != rec.delta_version and not a["full"]:
+                    raise CommitConflict(
+                        f"View '{name}': its Delta table moved past version {rec.delta_version} "
+                        "outside a recorded refresh; it is rewritten whole next time"
+                    )
+                records[name] = rec.refreshed(
+                    w.delta_version, dict(a["fingerprints"]), plan.base_version, ctx.branch
+                )
+            write_views(conn, ctx.record.table_id, records)
+        summary = dict(plan.summary)
+        summary["delta_versions"] = {w.view: w.delta_version for w in written.values()}
+        return MaintenanceResult(self.name, "committed", None, plan, summary)
+
+
+def _action(
+    ctx: TableContext, rec: ViewRecord, fps: dict[str, str], batch_names: dict[str, str]
+) -> dict[str, Any] | None:
+    """What refreshing ``rec`` to fingerprints ``fps`` takes (None: it is fresh)."""
+    head = _delta_head(ctx, rec)
+    full = rec.delta_version is None or head != rec.delta_version
+    if full:
+        write = sorted(fps)
+        drop: list[str] = []
+    else:
+        write = sorted(b for b, fp in fps.items() if rec.batches.get(b) != fp)
+        drop = sorted(set(rec.batches) - set(fps))
+        if not write and not drop:
+            return None
+    return {
+        "view": rec.name,
+        "full": full,
+        "write": write,
+        "drop": drop,
+        "names": {b: batch_names[b] for b in write},
+        "fingerprints": fps,
+        "record": rec.to_doc(),
+    }
+
+
+def _delta_head(ctx: TableContext, rec: ViewRecord) -> int | None:
+    """The newest version of the view's Delta table (from its log directory; None: no table)."""
+    import pyarrow.fs as pafs
+
+    log_dir = ctx.location.child_path(f"{rec.path}/_delta_log")
+    selector = pafs.FileSelector(log_dir, allow_not_found=True)
+    versions = [
+        int(info.base_name.split(".")[0])
+        for info in ctx.location.fs.get_file_info(selector)
+        if info.base_name.endswith(".json") and info.base_name.split(".")[0].isdigit()
+    ]
+    return max(versions) if versions else None
+
+
+def _write_view(
+    spark: SparkSession, ctx: TableContext, version: int, action: Mapping[str, Any]
+) -> _Written:
+    """One Delta commit replacing the view's partitions of the written and dropped batches."""
+    from pyspark.sql import functions as F
+
+    from omnitable.spark.session import warehouse_string
+
+    record = ViewRecord.from_doc(str(action["view"]), dict(action["record"]))
+    uri = ctx.location.child_uri(record.path)
+    write, names = list(action["write"]), dict(action["names"])
+    columns = [F.col(c) for c in record.columns] + [F.col(APPEND_NAME)]
+    reader = spark.read.format("omnitable").option("warehouse", warehouse_string(ctx))
+    reader = reader.option("versionAsOf", str(version))
+    if ctx.branch != MAIN:
+        reader = reader.option("branch", ctx.branch)
+    if write:
+        df = reader.option("batches", ",".join(sorted(set(names.values())))).load(ctx.name)
+        by_name = F.create_map(*[F.lit(x) for b in write for x in (names[b], b)])
+        df = df.select(*columns, by_name[F.col(APPEND_NAME)].alias(BATCH_COLUMN))
+    else:  # only drops: an empty frame of the view's schema
+        df = reader.load(ctx.name).select(*columns, F.lit("").alias(BATCH_COLUMN)).limit(0)
+    token = f"omnitable-view-{uuid.uuid4().hex}"
+    writer = df.write.format("delta").mode("overwrite").option("userMetadata", token)
+    if action["full"]:
+        writer = writer.option("overwriteSchema", "true").partitionBy(BATCH_COLUMN)
+    else:
+        ids = ", ".join(f"'{b}'" for b in sorted(set(write) | set(action["drop"])))
+        writer = writer.option("replaceWhere", f"{BATCH_COLUMN} IN ({ids})")
+    writer.save(uri)
+    return _committed(spark, uri, record.name, token)
+
+
+def _committed(spark: SparkSession, uri: str, view: str, token: str) -> _Written:
+    """The Delta version the write tagged ``token`` made, and the one before it."""
+    rows = spark.sql(f"DESCRIBE HISTORY delta.`{uri}` LIMIT 20").select(
+        "version", "userMetadata"
+    ).collect()  # fmt: skip
+    mine = [int(r["version"]) for r in rows if r["userMetadata"] == token]
+    if not mine:
+        raise CommitConflict(f"View '{view}': its Delta commit is not in the table's history")
+    version = mine[0]
+    return _Written(view, version, version - 1 if version > 0 else None)
+
+
+_VIEW_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+def declare_view(ctx: TableContext, name: str, columns: list[str]) -> ViewRecord:
+    """Record view ``name`` of ``columns`` (checked against the head of the branch); it holds no
+    rows until the ``views`` job refreshes it.
+
+    Raises:
+        ValidationError: an invalid or taken name, no columns, or an unknown column.
+    """
+    if not isinstance(name, str) or not _VIEW_NAME.fullmatch(name):
+        raise ValidationError(
+            f"Cannot create view {name!r}: a view name is 1-64 letters, digits or underscores, "
+            "not starting with a digit"
+        )
+    snap = ctx.snapshot(with_files=False, scope=SnapshotScope(fragments=False, files=False))
+    names, ids = view_columns(snap, name, list(columns))
+    rec = ViewRecord(name, names, ids, f"{VIEWS_DIR}/{name}-{uuid.uuid4().hex[:12]}")
+    store = ctx.catalog.store
+    with store.write() as conn:
+        store.lock_table(conn, ctx.record.table_id)
+        records = read_views(conn, ctx.record.table_id)
+        if name in records:
+            raise ValidationError(
+                f"Cannot create view '{name}' of table '{ctx.name}': it exists; drop it first"
+            )
+        records[name] = rec
+        write_views(conn, ctx.record.table_id, records)
+    return rec
+
+
+def drop_view(ctx: TableContext, name: str) -> None:
+    """Forget view ``name``, then delete its Delta table.
+
+    Raises:
+        ValidationError: no such view.
+    """
+    store = ctx.catalog.store
+    with store.write() as conn:
+        store.lock_table(conn, ctx.record.table_id)
+        records = read_views(conn, ctx.record.table_id)
+        rec = records.pop(name, None)
+        if rec is None:
+            raise ValidationError(
+                f"Cannot drop view '{name}' of table '{ctx.name}': no such view; declared "
+                f"views: {', '.join(sorted(records)) or 'none'}"
+            )
+        write_views(conn, ctx.record.table_id, records)
+    with contextlib.suppress(OSError):
+        ctx.location.fs.delete_dir(ctx.location.child_path(rec.path))
+
+
+def list_views(ctx: TableContext) -> list[ViewRecord]:
+    """The declared views, by name."""
+    with ctx.catalog.store.read() as conn:
+        return [v for _, v in sorted(read_views(conn, ctx.record.table_id).items())]

@@ -1,0 +1,80 @@
+"""Declaring hot column-group views (governance/views.py, catalog/views.py): records in
+``omnitable_meta``, validation, fingerprints; orphan cleanup keeps the views' files. The refresh
+job and the optimizer rule need Spark: tests/spark/test_spark_views.py."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+import omnitable
+from omnitable.catalog.references import references
+from omnitable.catalog.snapshot import SnapshotScope
+from omnitable.catalog.views import fingerprints
+from omnitable.exceptions import ValidationError
+
+
+def _table(wh: omnitable.Warehouse) -> omnitable.Table:
+    t = wh.create_table(
+        "t", {"a": "bigint", "b": "string", "c": "double"}, groups={"g1": ["a", "b"], "g2": ["c"]}
+    )
+    t.append(pa.table({"a": [1, 2, 3], "b": ["x", "y", "z"], "c": [0.5, 1.5, 2.5]}), "b1")
+    return t
+
+
+def _fps(t: omnitable.Table, cols: frozenset[str]) -> dict[str, str]:
+    snap = t._ctx.snapshot(scope=SnapshotScope(columns=cols, stats=False))
+    return fingerprints(snap, {snap.column(c).column_id for c in cols})
+
+
+def test_declare_list_drop_and_validation(wh: omnitable.Warehouse) -> None:
+    t = _table(wh)
+    info = t.create_view("hot", ["b", "a", "b"])
+    assert info["columns"] == ["_ai_unique_id_", "b", "a"]
+    assert info["path"].startswith("views/hot-") and info["delta_version"] is None
+    assert [v["name"] for v in t.views()] == ["hot"]
+    with pytest.raises(ValidationError, match="exists"):
+        t.create_view("hot", ["a"])
+    with pytest.raises(ValidationError, match="unknown column"):
+        t.create_view("other", ["nope"])
+    with pytest.raises(ValidationError, match="non-empty list"):
+        t.create_view("other", [])
+    with pytest.raises(ValidationError, match="view name"):
+        t.create_view("bad name", ["a"])
+    with pytest.raises(ValidationError, match="no such view"):
+        t.drop_view("other")
+    t.drop_view("hot")
+    assert t.views() == []
+
+
+def test_fingerprints_follow_covered_columns_and_deletes(wh: omnitable.Warehouse) -> None:
+    t = _table(wh)
+    hot = frozenset({"_ai_unique_id_", "a"})
+    before = _fps(t, hot)
+    assert len(before) == 1
+    ids = t.to_pandas(["_ai_unique_id_"])["_ai_unique_id_"].tolist()
+    t.update(pa.table({"_ai_unique_id_": ids[:1], "c": [9.0]}), ["c"])  # not covered
+    assert _fps(t, hot) == before
+    t.update(pa.table({"_ai_unique_id_": ids[:1], "a": [10]}), ["a"])  # covered
+    after_update = _fps(t, hot)
+    assert after_update.keys() == before.keys() and after_update != before
+    t.delete(ids=ids[1:2])
+    assert _fps(t, hot) != after_update
+    t.append(pa.table({"a": [4], "b": ["w"], "c": [3.5]}), "b2")
+    assert len(_fps(t, hot)) == 2
+
+
+def test_orphan_cleanup_keeps_view_files(wh: omnitable.Warehouse) -> None:
+    t = _table(wh)
+    ctx = t._ctx
+    with ctx.catalog.store.read() as conn:
+        refs = references(conn, ctx.record.table_id, ctx.location.uri)
+    assert refs.covers("views/hot-0123/_delta_log/00000000000000000000.json")
+
+
+def test_views_job_without_views_has_nothing_to_do(wh: omnitable.Warehouse) -> None:
+    t = _table(wh)
+    (res,) = t.maintain(["views"])
+    assert res.outcome == "nothing_to_do" and res.summary == {"views": 0}
+    with pytest.raises(ValidationError, match="not declared"):
+        t.maintain(["views"], options={"views": {"views": ["nope"]}})

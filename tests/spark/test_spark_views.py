@@ -1,0 +1,170 @@
+"""Hot column-group views through Spark: the ``views`` job (governance/views.py) refreshes a
+view's Delta table per batch, and the optimizer rule UseFreshColumnViews answers covered reads
+from a fresh view only (docs/governance.md "Hot column-group views", docs/optimizer.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import omnitable
+from omnitable._failpoints import hooked
+
+pytestmark = pytest.mark.spark
+
+SWITCH = "spark.omnitable.optimizer.views.enabled"
+
+
+@pytest.fixture(scope="module")
+def wh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[omnitable.Warehouse]:
+    warehouse = omnitable.connect(tmp_path_factory.mktemp("views") / "wh")
+    yield warehouse
+    warehouse.close()
+
+
+def _make(wh: omnitable.Warehouse, name: str) -> omnitable.Table:
+    t = wh.create_table(
+        name,
+        {"a": "bigint", "b": "string", "c": "double", "d": "string"},
+        groups={"hot": ["a", "b"], "cold": ["c", "d"]},
+    )
+    for i, batch in enumerate(["b1", "b2"]):
+        n = range(i * 50, i * 50 + 50)
+        t.append(
+            pa.table({"a": list(n), "b": [f"s{k}" for k in n], "c": [k / 2 for k in n],
+                      "d": ["x" * (k % 7) for k in n]}),
+            batch, target_fragment_rows=20,
+        )  # fmt: skip
+    return t
+
+
+def _query(spark: Any, t: omnitable.Table, version: int | None = None) -> Any:
+    df = t.to_spark(spark, version)
+    return df.where("a % 3 = 0").select("_ai_unique_id_", "a", "b")
+
+
+def _rows(df: Any) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r) for r in df.collect())
+
+
+def _plan(df: Any) -> str:
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
+def _uses_view(df: Any) -> bool:
+    return "ColumnViewRead" in _plan(df)
+
+
+def _check(spark: Any, t: omnitable.Table, *, fresh: bool, version: int | None = None) -> None:
+    """The query reads the view exactly when ``fresh``, and equals the zip read either way."""
+    got = _query(spark, t, version)
+    assert _uses_view(got) == fresh
+    spark.conf.set(SWITCH, "false")
+    try:
+        zipped = _query(spark, t, version)
+        assert not _uses_view(zipped)
+        assert _rows(got) == _rows(zipped)
+    finally:
+        spark.conf.unset(SWITCH)
+
+
+def _refresh(t: omnitable.Table, spark: Any) -> Any:
+    (res,) = t.maintain(["views"], options={"views": {"spark": spark}})
+    return res
+
+
+def test_refresh_per_batch_and_fall_back_when_stale(spark: Any, wh: omnitable.Warehouse) -> None:
+    t = _make(wh, "incr")
+    t.create_view("hot", ["a", "b"])
+    _check(spark, t, fresh=False)  # never refreshed
+    res = _refresh(t, spark)
+    assert res.outcome == "committed" and res.summary["batches_written"] == 2
+    assert _refresh(t, spark).outcome == "nothing_to_do"
+    _check(spark, t, fresh=True)
+
+    ids = t.to_pandas(["_ai_unique_id_"])["_ai_unique_id_"].tolist()
+    t.update(pa.table({"_ai_unique_id_": ids[:3], "c": [0.0] * 3}), ["c"])  # not covered
+    _check(spark, t, fresh=True)
+
+    t.append(pa.table({"a": [999], "b": ["new"], "c": [1.0], "d": ["n"]}), "b3")
+    _check(spark, t, fresh=False)
+    assert _refresh(t, spark).summary["batches_written"] == 1
+    _check(spark, t, fresh=True)
+
+    t.delete(ids=ids[:4])  # rows of b1 (fingerprints: tests/governance/test_views.py)
+    t.update(pa.table({"_ai_unique_id_": ids[60:62], "a": [3000, 3003]}), ["a"])  # b2, covered
+    _check(spark, t, fresh=False)
+    res = _refresh(t, spark)
+    assert (res.summary["batches_written"], res.summary["batches_dropped"]) == (2, 0)
+    _check(spark, t, fresh=True)
+
+    t.append(pa.table({"a": [5], "b": ["r"], "c": [1.0], "d": ["r"]}), "b3", mode="replace")
+    _check(spark, t, fresh=False)
+    res = _refresh(t, spark)
+    assert (res.summary["batches_written"], res.summary["batches_dropped"]) == (1, 1)
+    _check(spark, t, fresh=True)
+
+
+def test_crash_before_record_leaves_view_stale(spark: Any, wh: omnitable.Warehouse) -> None:
+    t = _make(wh, "crash")
+    t.create_view("hot", ["a", "b"])
+    _refresh(t, spark)
+    old = t._ctx.head_version()
+    ids = t.to_pandas(["_ai_unique_id_"])["_ai_unique_id_"].tolist()
+    t.update(pa.table({"_ai_unique_id_": ids[:2], "a": [-3, -6]}), ["a"])
+
+    def boom() -> None:
+        raise RuntimeError("crash after the Delta commit")
+
+    with hooked("views.before_record", boom), pytest.raises(RuntimeError):
+        _refresh(t, spark)
+    # the Delta table moved on, the record did not: stale at the head, and the old version,
+    # whose fingerprints the record still names, reads the recorded Delta version (old rows)
+    _check(spark, t, fresh=False)
+    _check(spark, t, fresh=True, version=old)
+    assert _refresh(t, spark).plan.actions[0]["full"]  # rewritten whole
+    _check(spark, t, fresh=True)
+
+
+def test_filters_and_udfs_see_the_rows_spark_gives_them(
+    spark: Any, wh: omnitable.Warehouse
+) -> None:
+    from pyspark.sql.functions import col, udf
+
+    t = _make(wh, "udf")
+    t.create_view("hot", ["a", "b"])
+    _refresh(t, spark)
+
+    @udf("int")
+    def strict(a):  # type: ignore[no-untyped-def]
+        if a < 90:
+            raise ValueError(f"ran on a filtered row: {a}")
+        return a * 2
+
+    df = t.to_spark(spark).where(col("a") >= 90).select(strict(col("a")).alias("x"), "b")
+    assert _uses_view(df)
+    assert sorted(r.x for r in df.collect()) == [k * 2 for k in range(90, 100)]
+    assert t.to_spark(spark).where(col("a") >= 90).count() == 10
+
+
+def test_explain_names_the_view_and_switch_turns_it_off(
+    spark: Any, wh: omnitable.Warehouse
+) -> None:
+    t = _make(wh, "explain")
+    path = t.create_view("hot", ["a", "b"])["path"]
+    _refresh(t, spark)
+    assert "ColumnViewRead explain.hot" in _plan(_query(spark, t))
+    spark.conf.set(SWITCH, "false")
+    try:
+        assert not _uses_view(_query(spark, t))
+    finally:
+        spark.conf.unset(SWITCH)
+    # a column the view lacks: the zip read
+    assert not _uses_view(t.to_spark(spark).select("a", "c"))
+    t.drop_view("hot")
+    assert not Path(t._ctx.location.child_path(path)).exists()
+    assert not _uses_view(_query(spark, t))
