@@ -36,6 +36,7 @@ PG_ENV = "OMNITABLE_TEST_POSTGRES_URL"
 SPREAD_MODULES = frozenset({
     "tests/catalog/test_commit_races.py",
     "tests/conformance/test_conformance.py",
+    "tests/test_benchmarks.py",  # each test a child process of its own (minutes in all)
 })  # fmt: skip
 
 

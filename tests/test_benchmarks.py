@@ -3,6 +3,11 @@
 This guards the one-command benchmarks against rot; the figures printed at this scale mean
 nothing and nothing here checks a timing. Each benchmark asserts its own correctness checks
 (equal results across variants, the expected failures in the dirty isolation run).
+
+The child's Spark gets defaults suited to tiny data (``SMOKE_SPARK``, through spark-submit, so a
+benchmark's own settings win): Delta's snapshot state in 2 partitions instead of 50 (the Delta
+variants spent most of their smoke time there), 2 shuffle partitions, no UI. ``./dev bench``
+never sees them.
 """
 
 from __future__ import annotations
@@ -35,6 +40,14 @@ TINY = {
     "governance": "--fragments 20 --rows 2000 --repeats 1 --columns 60 --wide-rows 40",
 }
 
+SMOKE_SPARK = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.databricks.delta.snapshotPartitions": "2",
+}
+
 
 def test_every_benchmark_has_a_tiny_scale() -> None:
     sys.path.insert(0, str(ROOT))
@@ -46,7 +59,13 @@ def test_every_benchmark_has_a_tiny_scale() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(TINY))
 def test_benchmark_runs(name: str, tmp_path: Path) -> None:
-    env = {**os.environ, "OMNITABLE_BENCH_DIR": str(tmp_path), "SPARK_LOCAL_IP": "127.0.0.1"}
+    submit = " ".join(f"--conf {k}={v}" for k, v in SMOKE_SPARK.items())
+    env = {
+        **os.environ,
+        "OMNITABLE_BENCH_DIR": str(tmp_path),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell",
+    }
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "run.py"), name, *TINY[name].split()],

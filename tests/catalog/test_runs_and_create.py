@@ -36,19 +36,17 @@ def test_concurrent_create_table_of_one_name(
     while not (tmp_path / f"{point}.reached").exists():  # checked the name, not yet inserted
         assert thread.is_alive() and time.monotonic() < deadline, out
         time.sleep(0.02)
-    if wh.catalog.store.is_sqlite:  # the first holds the write lock: the second waits for it
-        second = threading.Thread(target=lambda: out.update(second=_create(wh)))
-        second.start()
-        (tmp_path / f"{point}.go").touch()
-        second.join(120)
-        thread.join(120)
-    else:  # PostgreSQL: the second commits first, then the first inserts the same name
-        out["second"] = _create(wh)
-        (tmp_path / f"{point}.go").touch()
-        thread.join(120)
+    # the first holds the namespace's lock (SQLite: the write lock; PostgreSQL: its row, FOR
+    # UPDATE) until it commits: the second waits for it, then finds the name taken
+    second = threading.Thread(target=lambda: out.update(second=_create(wh)))
+    second.start()
+    (tmp_path / f"{point}.go").touch()
+    second.join(120)
+    thread.join(120)
     outcomes = [out.get("table") or out.get("error"), out["second"]]
     assert sum(isinstance(o, omnitable.AlreadyExistsError) for o in outcomes) == 1, outcomes
     assert sum(isinstance(o, omnitable.Table) for o in outcomes) == 1, outcomes
+    assert isinstance(out.get("table"), omnitable.Table), outcomes  # the first holder wins
     assert wh.tables() == ["t"]
 
 

@@ -2,10 +2,10 @@
 
 Local mode (``local[N]``, what ``omnitable.spark_session()`` and the CLI use) runs each task once,
 so a record that kills the Python worker cannot rely on Spark's task retry: the driver re-runs
-what did not complete with the crashing feature in the child process. The cases run in processes
-of their own (one SparkContext per process, and these masters differ from the test session's):
-one for the plain session, which backfills on SQLite and on PostgreSQL in turn (one Spark start
-for both; each backend's test checks its own result), one for the CLI.
+what did not complete with the crashing feature in the child process. The cases run in a process
+of their own (these masters differ from the test session's), one after the other in one JVM (one
+Spark start): the plain session backfills on SQLite and on PostgreSQL in turn, then it stops and
+the CLI starts its own session with its default master; each test checks its own result.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,7 @@ import omnitable
 from omnitable import ROW_ID
 from features import omt_faulty_features as faulty
 
-how, texts, specs = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+texts, cases = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 
 
 def docs(uri, root):
@@ -57,15 +58,17 @@ def report(wh, spark, summary):
 
 from pyspark.sql import SparkSession
 
-results = {}
-if how == "cli":
+
+def cli(specs):
     from omnitable.cli.main import main
 
     ((backend, uri, root),) = specs
     wh = docs(uri, root)
     code = main(["-w", uri, "backfill", "docs", "-f", "score"])
-    results[backend] = report(wh, SparkSession.getActiveSession(), {"code": code})
-else:
+    return {backend: report(wh, SparkSession.getActiveSession(), {"code": code})}
+
+
+def builder(specs):
     from omnitable.spark import session as s
 
     jars = [str(s.jar_path())] + [str(p) for p in s.delta_jar_paths()]
@@ -80,12 +83,19 @@ else:
         if uri.startswith("postgresql"):
             builder = builder.config("spark.omnitable.warehouses.crash_" + backend, uri)
     spark = builder.getOrCreate()
+    results = {}
     for backend, uri, root in specs:
         wh = docs(uri, root)
         result = wh.table("docs").backfill("score").run(spark)
         summary = {"code": 0, "errors": result.errors, "escalated": result.steps[0].escalated}
         results[backend] = report(wh, spark, summary)
-print("RESULT " + json.dumps(results))
+    spark.stop()  # the next case starts a session of its own settings (its master)
+    return results
+
+
+for how, specs in cases:
+    print("#### case " + how, flush=True)
+    print("RESULT " + json.dumps({"builder": builder, "cli": cli}[how](specs)), flush=True)
 """
 
 
@@ -101,37 +111,45 @@ def _texts() -> tuple[list[str], dict[int, str]]:
     return texts, marked
 
 
-def _run(how: str, specs: list[tuple[str, str, str | None]]) -> dict[str, dict]:  # type: ignore[type-arg]
-    """Run the case ``how`` in a process of its own on each (backend, uri, root) of ``specs``;
-    backend -> its summary (with the process's stdout)."""
+Spec = tuple[str, str, str | None]  # (backend, warehouse uri, data root)
+Runs = dict[str, dict[str, dict[str, Any]]]  # how -> backend -> summary
+
+
+def _run(cases: list[tuple[str, list[Spec]]]) -> Runs:
+    """Run the cases (``how``, its specs) one after the other in a process of their own:
+    how -> backend -> its summary (with the case's stdout)."""
     texts, _ = _texts()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([*sys.path, str(TESTS)])
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, how, json.dumps(texts), json.dumps(specs)],
+        [sys.executable, "-c", SCRIPT, json.dumps(texts), json.dumps(cases)],
         capture_output=True,
         text=True,
         env=env,
-        timeout=600,
+        timeout=900,
     )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert lines, proc.stdout[-3000:] + proc.stderr[-6000:]
-    results = json.loads(lines[-1][len("RESULT ") :])
-    return {backend: dict(r, stdout=proc.stdout) for backend, r in results.items()}
+    runs: Runs = {}
+    for part in proc.stdout.split("#### case ")[1:]:
+        how, _, stdout = part.partition("\n")
+        lines = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
+        if lines:
+            results = json.loads(lines[-1][len("RESULT ") :])
+            runs[how] = {backend: dict(r, stdout=stdout) for backend, r in results.items()}
+    missing = [how for how, _ in cases if how not in runs]
+    assert not missing, f"no result for {missing}: " + proc.stdout[-3000:] + proc.stderr[-6000:]
+    return runs
 
 
 @pytest.fixture(scope="module")
-def plain_session_runs(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, dict]:  # type: ignore[type-arg]
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Runs:
     """The plain session's backfills on SQLite and (when the test server is configured) on
-    PostgreSQL, in one process: backend -> summary."""
+    PostgreSQL, then the CLI's on SQLite, in one process: how -> backend -> summary."""
     tmp = tmp_path_factory.mktemp("crash-escalation")
-    specs: list[tuple[str, str, str | None]] = [("sqlite", str(tmp / "wh"), None)]
+    specs: list[Spec] = [("sqlite", str(tmp / "wh"), None)]
     if os.environ.get("OMNITABLE_TEST_POSTGRES_URL"):
         dbs = request.getfixturevalue("pg_databases")
         specs.append(("postgres", dbs.create(), str(tmp / "data")))
-    return _run("builder", specs)
+    return _run([("builder", specs), ("cli", [("sqlite", str(tmp / "cli-wh"), None)])])
 
 
 def _check(summary: dict) -> None:  # type: ignore[type-arg]
@@ -148,19 +166,21 @@ def _check(summary: dict) -> None:  # type: ignore[type-arg]
 )
 def test_plain_local_session_isolates_crashes(
     backend: str,
-    plain_session_runs: dict[str, dict],  # type: ignore[type-arg]
+    runs: Runs,
     request: pytest.FixtureRequest,
 ) -> None:
     if backend == "postgres":  # skips (fails under OMNITABLE_REQUIRE_POSTGRES) without a server
         request.getfixturevalue("pg_databases")
-    summary = plain_session_runs[backend]
+    summary = runs["builder"][backend]
     _check(summary)
     assert summary["errors"] == {"score@1": sum(BAD.values())}
     assert summary["escalated"] == ["score"]
 
 
-def test_cli_with_its_default_master_isolates_crashes(tmp_path: Path) -> None:
-    summary = _run("cli", [("sqlite", str(tmp_path / "wh"), None)])["sqlite"]
+def test_cli_with_its_default_master_isolates_crashes(
+    runs: Runs,
+) -> None:
+    summary = runs["cli"]["sqlite"]
     _check(summary)
     assert "re-run in the child process after a crash: score" in summary["stdout"]
 
