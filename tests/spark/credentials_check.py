@@ -10,6 +10,10 @@ through the catalog and a read option (password ``env:OMNITABLE_LEAK_PW``), chec
 ``?password=``), then looks for SECRET in ``SET`` output,
 ``DESCRIBE EXTENDED``, ``EXPLAIN EXTENDED``, error messages, the session's Hadoop configuration,
 the JVM's command line and the event log. Prints ``LEAK <where>`` for each finding, ``OK`` if none.
+
+The same session also has a statically configured catalog ``foreign`` whose warehouse names
+``env:AWS_SECRET_ACCESS_KEY`` (set in the environment): a variable outside the allowed prefixes,
+which the catalog plugin must refuse to read (``READ foreign`` if it did not). One JVM for both.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from sqlalchemy.engine import make_url
 import omnitable
 from omnitable.catalog.address import parse_address
 from omnitable.exceptions import ValidationError
+from omnitable.spark.session import CATALOG_CLASS
 
 
 def with_password(url: str, user: str, password: str | None, query: str = "") -> str:
@@ -52,6 +57,9 @@ def main() -> None:
         "spark.eventLog.dir": Path(log_dir).as_uri(),
         "spark.eventLog.compress": "false",  # searched as text
         "spark.sql.shuffle.partitions": "1",
+        "spark.sql.catalog.foreign": CATALOG_CLASS,
+        "spark.sql.catalog.foreign.warehouse": with_password(url, "u", "env:AWS_SECRET_ACCESS_KEY"),
+        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",  # C1 only: a short-lived JVM
     }
     try:  # refused; were it accepted, the rest shows where the password then goes
         spark = omnitable.spark_session(literal, master="local[1]", **settings)
@@ -72,6 +80,7 @@ def main() -> None:
         return ""
 
     found["count(catalog)"] = rows("SELECT count(*) FROM omnitable.leak")
+    foreign = error(lambda: spark.sql("SHOW TABLES IN foreign").collect())
     found["SET"] = rows("SET")
     found["DESCRIBE EXTENDED"] = rows("DESCRIBE TABLE EXTENDED omnitable.leak")
     found["EXPLAIN EXTENDED"] = rows("EXPLAIN EXTENDED SELECT * FROM omnitable.leak WHERE x > 3")
@@ -109,6 +118,8 @@ def main() -> None:
         for k, v in found.items()
         if k.startswith("literal password") and "OMNITABLE_PASSWORD_IN_CONFIG" not in v
     ]
+    if "outside the allowed prefixes" not in foreign:
+        problems.append(f"READ foreign (env:AWS_SECRET_ACCESS_KEY): {foreign or 'no error'}")
     if not any(k.startswith("event log") for k in found):
         problems.append("NO EVENT LOG written: nothing was searched there")
     print("\n".join(problems))
