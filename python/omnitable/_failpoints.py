@@ -4,8 +4,11 @@
 when it reaches that point; ``=sleep:30`` pauses there (so a test can SIGKILL it); ``=raise``
 raises ``RuntimeError``; ``=disconnect`` raises the error SQLAlchemy raises when the database
 connection is lost (``OperationalError`` with ``connection_invalidated``); ``=pause:DIR`` makes
-the FIRST thread reaching the point create ``DIR/<point>.reached`` and wait (up to 120 s) until
-``DIR/<point>.go`` exists, while later arrivals pass (so a test can interleave two writers).
+the FIRST thread reaching the point create ``DIR/<point>.reached`` and wait until
+``DIR/<point>.go`` exists, while later arrivals pass (so a test can interleave two writers). A
+pause nobody releases within 120 s raises ``FailpointTimeout`` in the paused thread (and says so
+on stderr): a test that waits on the paused writer (e.g. for a lock it holds) fails loudly
+instead of stalling two minutes.
 Several entries are separated by commas. Unset, every point is a no-op.
 
 In-process tests can also run a callback once at a point (:func:`hooked`): a deterministic way to
@@ -22,7 +25,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+PAUSE_TIMEOUT_S = 120.0
 _pause_lock = threading.Lock()
+
+
+class FailpointTimeout(RuntimeError):
+    """A ``pause:`` failpoint was not released (``<point>.go`` never appeared) in time."""
+
+
 _hooks: dict[str, Callable[[], None]] = {}
 _hooks_lock = threading.Lock()
 
@@ -77,11 +87,21 @@ def failpoint(name: str) -> None:
 
 
 def _pause(name: str, folder: Path) -> None:
+    """Wait until ``folder/<name>.go`` exists; raise :class:`FailpointTimeout` after
+    ``PAUSE_TIMEOUT_S`` (first arrival only; later ones pass at once)."""
     reached, go = folder / f"{name}.reached", folder / f"{name}.go"
     with _pause_lock:
         if reached.exists():
             return
         reached.touch()
-    deadline = time.monotonic() + 120
-    while not go.exists() and time.monotonic() < deadline:
+    deadline = time.monotonic() + PAUSE_TIMEOUT_S
+    while not go.exists():
+        if time.monotonic() >= deadline:
+            message = (
+                f"failpoint {name}: paused {PAUSE_TIMEOUT_S:.0f} s and {go} never appeared "
+                "(does the test wait on something the paused thread holds, e.g. a lock?)"
+            )
+            sys.stderr.write(message + "\n")
+            sys.stderr.flush()
+            raise FailpointTimeout(message)
         time.sleep(0.02)

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 import omnitable
+from omnitable import _failpoints
 
 
 def test_concurrent_create_table_of_one_name(
@@ -48,6 +49,20 @@ def test_concurrent_create_table_of_one_name(
     assert sum(isinstance(o, omnitable.Table) for o in outcomes) == 1, outcomes
     assert isinstance(out.get("table"), omnitable.Table), outcomes  # the first holder wins
     assert wh.tables() == ["t"]
+
+
+def test_a_pause_nobody_releases_fails_loudly(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A ``pause:`` failpoint whose ``.go`` never comes raises in the paused thread (a test
+    waiting on the paused writer fails instead of silently going on after the timeout)."""
+    monkeypatch.setattr(_failpoints, "PAUSE_TIMEOUT_S", 0.05)
+    monkeypatch.setenv("OMNITABLE_FAILPOINTS", f"p.stuck=pause:{tmp_path}")
+    with pytest.raises(_failpoints.FailpointTimeout, match=r"p\.stuck\.go never appeared"):
+        _failpoints.failpoint("p.stuck")
+    assert "failpoint p.stuck: paused" in capfd.readouterr().err
+    assert (tmp_path / "p.stuck.reached").exists()
+    _failpoints.failpoint("p.stuck")  # later arrivals pass at once
 
 
 def _create(wh: omnitable.Warehouse) -> Any:
