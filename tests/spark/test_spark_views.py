@@ -130,6 +130,27 @@ def test_crash_before_record_leaves_view_stale(spark: Any, wh: omnitable.Warehou
     _check(spark, t, fresh=True)
 
 
+def test_unrecorded_delta_commit_is_never_served(spark: Any, wh: omnitable.Warehouse) -> None:
+    """A Delta commit after the recorded version (a crashed refresh, a stray writer) is not
+    read: the fresh view answers at exactly its recorded version, again for a repeated query."""
+    from pyspark.sql.functions import lit
+
+    t = _make(wh, "pin")
+    path = t._ctx.location.child_path(t.create_view("hot", ["a", "b"])["path"])
+    _refresh(t, spark)
+    _check(spark, t, fresh=True)
+    stray = (
+        spark.read.format("delta")
+        .load(path)
+        .limit(1)
+        .withColumn("a", lit(3_000_000).cast("bigint"))
+    )
+    stray.write.format("delta").mode("append").save(path)  # a % 3 == 0: the query would see it
+    for _ in range(2):  # the second asks the rule's per-snapshot freshness answer
+        _check(spark, t, fresh=True)
+        assert 3_000_000 not in [r.a for r in _query(spark, t).collect()]
+
+
 def test_filters_and_udfs_see_the_rows_spark_gives_them(
     spark: Any, wh: omnitable.Warehouse
 ) -> None:

@@ -2,7 +2,7 @@ package io.omnitable.spark.optimizer
 
 import scala.util.control.NonFatal
 
-import io.omnitable.spark.catalog.{ColumnView, ColumnViews, FragmentScope, SystemColumns}
+import io.omnitable.spark.catalog.{ColumnView, ColumnViews, FragmentScope, SnapshotId, SystemColumns}
 import io.omnitable.spark.conf.OmniTableConf
 import io.omnitable.spark.optimizer.OmniTableRelations.Read
 import io.omnitable.spark.read.plan.OptimizerMarks
@@ -12,6 +12,7 @@ import org.apache.spark.sql.catalyst.expressions.{Alias, AttributeSet, NamedExpr
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LogicalPlan, Project, RowLevelWrite}
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.catalyst.trees.TreeNodeTag
+import org.apache.spark.sql.execution.datasources.{FileIndex, HadoopFsRelation, LogicalRelation}
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation
 import org.apache.spark.sql.omnitable.SqlInternals
 
@@ -93,18 +94,42 @@ object UseFreshColumnViews extends Rule[LogicalPlan] {
     candidates.find(v => fresh(table, v)).flatMap(v => plan(rel, table, v, needed).map(v.name -> _))
   }
 
+  /**
+   * Whether `v`'s recorded fingerprints equal those of the snapshot read. A committed snapshot's
+   * fragments never change, so the answer is remembered per (table, snapshot, view record): a
+   * repeated read of the same snapshot skips the fingerprint listing (a catalog round trip and
+   * one row per fragment and file). A changed record (a refresh) is a different key.
+   */
   private def fresh(table: OmniTableTable, v: ColumnView): Boolean = {
-    val scope = FragmentScope(columns = Some(v.columnIds.values.toSet), statsColumns = Some(Set.empty))
-    val listing = table.handle.reader.listFragments(table.handle.snapshot, scope)
-    ColumnViews.fingerprints(listing.fragments) == v.batches
+    val snap = table.handle.snapshot
+    val key = FreshKey(snap.warehouse, snap.table.tableId, snap.snapshot, v)
+    FreshCache.get(key).getOrElse {
+      val scope = FragmentScope(columns = Some(v.columnIds.values.toSet), statsColumns = Some(Set.empty))
+      val listing = table.handle.reader.listFragments(snap, scope)
+      val answer = ColumnViews.fingerprints(listing.fragments) == v.batches
+      FreshCache.put(key, answer)
+      answer
+    }
+  }
+
+  private final case class FreshKey(warehouse: String, tableId: String, snapshot: SnapshotId, view: ColumnView)
+
+  /** A small LRU of freshness answers (immutable facts: see [[fresh]]). */
+  private object FreshCache {
+    private val MaxEntries = 256
+    private val map = new java.util.LinkedHashMap[FreshKey, java.lang.Boolean](64, 0.75f, true) {
+      override def removeEldestEntry(e: java.util.Map.Entry[FreshKey, java.lang.Boolean]): Boolean =
+        size() > MaxEntries
+    }
+    def get(k: FreshKey): Option[Boolean] = map.synchronized(Option(map.get(k)).map(_.booleanValue))
+    def put(k: FreshKey, v: Boolean): Unit = map.synchronized { map.put(k, v); () }
   }
 
   private def plan(rel: DataSourceV2Relation, table: OmniTableTable, v: ColumnView, needed: AttributeSet)
       : Option[LogicalPlan] =
     try {
       val path = table.handle.snapshot.tableUri + "/" + v.path
-      val df = SparkSession.active.read.format("delta").option("versionAsOf", v.deltaVersion.get.toString).load(path)
-      val delta = SqlInternals.analyzedPlan(df)
+      val delta = deltaAt(path, v.deltaVersion.get, s"${table.name()}.${v.name}")
       val byName = delta.output.map(a => a.name -> a).toMap
       val list: Seq[Option[NamedExpression]] = rel.output.filter(needed.contains).map { a =>
         byName.get(a.name).filter(_.dataType == a.dataType).map(d => Alias(d, a.name)(a.exprId, a.qualifier))
@@ -117,4 +142,69 @@ object UseFreshColumnViews extends Rule[LogicalPlan] {
         Some(out)
       }
     } catch { case NonFatal(_) => None }
+
+  /**
+   * The analyzed read of the Delta table at `path` at exactly `version`. When Delta's latest
+   * snapshot (cached by its log) is that version, the latest read is used with its file index
+   * pinned to the snapshot it was analyzed with, as a `versionAsOf` read is (a plain Delta read
+   * takes the newest snapshot again when it runs), without the time-travel resolution. Otherwise
+   * (an unrecorded newer commit, e.g. from a crashed refresh; an unexpected plan) `versionAsOf`.
+   */
+  private def deltaAt(path: String, version: Long, what: String): LogicalPlan = {
+    val spark = SparkSession.active
+    val latest =
+      try pinLatest(SqlInternals.analyzedPlan(spark.read.format("delta").load(path)), version)
+      catch { case NonFatal(_) => None }
+    latest match {
+      case Some(pinned) =>
+        logInfo(s"$ruleName: $what read at Delta version $version (the latest snapshot, pinned)")
+        pinned
+      case None =>
+        logInfo(s"$ruleName: $what read at Delta version $version (versionAsOf: not the latest)")
+        SqlInternals.analyzedPlan(spark.read.format("delta").option("versionAsOf", version.toString).load(path))
+    }
+  }
+
+  private val DeltaLogIndex = "org.apache.spark.sql.delta.files.TahoeLogFileIndex"
+
+  /**
+   * `plan` (a plain Delta read: one relation) with its Delta file index pinned to the snapshot
+   * it was analyzed with, when that snapshot is `version`; None in any other case. Delta's index
+   * is reached by reflection (Delta is not a compile dependency); any surprise gives None.
+   */
+  private[optimizer] def pinLatest(plan: LogicalPlan, version: Long): Option[LogicalPlan] = {
+    def call(o: AnyRef, name: String): AnyRef = o.getClass.getMethod(name).invoke(o)
+    def pinnedVersion(index: AnyRef): Long = call(call(index, "snapshotAtAnalysis"), "version") match {
+      case n: java.lang.Long => n.longValue
+      case _ => -1L
+    }
+    plan.collectLeaves() match {
+      case Seq(rel: LogicalRelation) => rel.relation match {
+          case h: HadoopFsRelation
+              if h.location.getClass.getName == DeltaLogIndex &&
+                pinnedVersion(h.location) == version =>
+            val index = h.location
+            val copy = index.getClass.getMethods.find(m =>
+              m.getName == "copy" && m.getParameterCount == 7 &&
+                m.getParameterTypes()(3).getName.endsWith(".SnapshotDescriptor"))
+            copy.map(_.invoke(
+              index,
+              call(index, "spark"),
+              call(index, "deltaLog"),
+              call(index, "path"),
+              call(index, "snapshotAtAnalysis"),
+              call(index, "catalogTableOpt"),
+              call(index, "partitionFilters"),
+              java.lang.Boolean.TRUE
+            )).collect {
+              case pinned: FileIndex
+                  if call(pinned, "isTimeTravelQuery") == java.lang.Boolean.TRUE && pinnedVersion(pinned) == version =>
+                val relation = rel.copy(relation = h.copy(location = pinned)(h.sparkSession))
+                plan.transformUp { case r: LogicalRelation if r eq rel => relation }
+            }
+          case _ => None
+        }
+      case _ => None
+    }
+  }
 }
