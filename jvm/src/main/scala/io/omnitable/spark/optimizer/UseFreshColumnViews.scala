@@ -12,7 +12,6 @@ import org.apache.spark.sql.catalyst.expressions.{Alias, AttributeSet, NamedExpr
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LogicalPlan, Project, RowLevelWrite}
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.catalyst.trees.TreeNodeTag
-import org.apache.spark.sql.execution.datasources.{FileIndex, HadoopFsRelation, LogicalRelation}
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation
 import org.apache.spark.sql.omnitable.SqlInternals
 
@@ -129,7 +128,8 @@ object UseFreshColumnViews extends Rule[LogicalPlan] {
       : Option[LogicalPlan] =
     try {
       val path = table.handle.snapshot.tableUri + "/" + v.path
-      val delta = deltaAt(path, v.deltaVersion.get, s"${table.name()}.${v.name}")
+      val df = SparkSession.active.read.format("delta").option("versionAsOf", v.deltaVersion.get.toString).load(path)
+      val delta = SqlInternals.analyzedPlan(df)
       val byName = delta.output.map(a => a.name -> a).toMap
       val list: Seq[Option[NamedExpression]] = rel.output.filter(needed.contains).map { a =>
         byName.get(a.name).filter(_.dataType == a.dataType).map(d => Alias(d, a.name)(a.exprId, a.qualifier))
@@ -142,69 +142,4 @@ object UseFreshColumnViews extends Rule[LogicalPlan] {
         Some(out)
       }
     } catch { case NonFatal(_) => None }
-
-  /**
-   * The analyzed read of the Delta table at `path` at exactly `version`. When Delta's latest
-   * snapshot (cached by its log) is that version, the latest read is used with its file index
-   * pinned to the snapshot it was analyzed with, as a `versionAsOf` read is (a plain Delta read
-   * takes the newest snapshot again when it runs), without the time-travel resolution. Otherwise
-   * (an unrecorded newer commit, e.g. from a crashed refresh; an unexpected plan) `versionAsOf`.
-   */
-  private def deltaAt(path: String, version: Long, what: String): LogicalPlan = {
-    val spark = SparkSession.active
-    val latest =
-      try pinLatest(SqlInternals.analyzedPlan(spark.read.format("delta").load(path)), version)
-      catch { case NonFatal(_) => None }
-    latest match {
-      case Some(pinned) =>
-        logInfo(s"$ruleName: $what read at Delta version $version (the latest snapshot, pinned)")
-        pinned
-      case None =>
-        logInfo(s"$ruleName: $what read at Delta version $version (versionAsOf: not the latest)")
-        SqlInternals.analyzedPlan(spark.read.format("delta").option("versionAsOf", version.toString).load(path))
-    }
-  }
-
-  private val DeltaLogIndex = "org.apache.spark.sql.delta.files.TahoeLogFileIndex"
-
-  /**
-   * `plan` (a plain Delta read: one relation) with its Delta file index pinned to the snapshot
-   * it was analyzed with, when that snapshot is `version`; None in any other case. Delta's index
-   * is reached by reflection (Delta is not a compile dependency); any surprise gives None.
-   */
-  private[optimizer] def pinLatest(plan: LogicalPlan, version: Long): Option[LogicalPlan] = {
-    def call(o: AnyRef, name: String): AnyRef = o.getClass.getMethod(name).invoke(o)
-    def pinnedVersion(index: AnyRef): Long = call(call(index, "snapshotAtAnalysis"), "version") match {
-      case n: java.lang.Long => n.longValue
-      case _ => -1L
-    }
-    plan.collectLeaves() match {
-      case Seq(rel: LogicalRelation) => rel.relation match {
-          case h: HadoopFsRelation
-              if h.location.getClass.getName == DeltaLogIndex &&
-                pinnedVersion(h.location) == version =>
-            val index = h.location
-            val copy = index.getClass.getMethods.find(m =>
-              m.getName == "copy" && m.getParameterCount == 7 &&
-                m.getParameterTypes()(3).getName.endsWith(".SnapshotDescriptor"))
-            copy.map(_.invoke(
-              index,
-              call(index, "spark"),
-              call(index, "deltaLog"),
-              call(index, "path"),
-              call(index, "snapshotAtAnalysis"),
-              call(index, "catalogTableOpt"),
-              call(index, "partitionFilters"),
-              java.lang.Boolean.TRUE
-            )).collect {
-              case pinned: FileIndex
-                  if call(pinned, "isTimeTravelQuery") == java.lang.Boolean.TRUE && pinnedVersion(pinned) == version =>
-                val relation = rel.copy(relation = h.copy(location = pinned)(h.sparkSession))
-                plan.transformUp { case r: LogicalRelation if r eq rel => relation }
-            }
-          case _ => None
-        }
-      case _ => None
-    }
-  }
 }
