@@ -2,7 +2,7 @@ package io.omnitable.spark.optimizer
 
 import scala.util.control.NonFatal
 
-import io.omnitable.spark.catalog.{ColumnView, ColumnViews, FragmentScope, SystemColumns}
+import io.omnitable.spark.catalog.{ColumnView, ColumnViews, FragmentScope, SnapshotId, SystemColumns}
 import io.omnitable.spark.conf.OmniTableConf
 import io.omnitable.spark.optimizer.OmniTableRelations.Read
 import io.omnitable.spark.read.plan.OptimizerMarks
@@ -93,10 +93,35 @@ object UseFreshColumnViews extends Rule[LogicalPlan] {
     candidates.find(v => fresh(table, v)).flatMap(v => plan(rel, table, v, needed).map(v.name -> _))
   }
 
+  /**
+   * Whether `v`'s recorded fingerprints equal those of the snapshot read. A committed snapshot's
+   * fragments never change, so the answer is remembered per (table, snapshot, view record): a
+   * repeated read of the same snapshot skips the fingerprint listing (a catalog round trip and
+   * one row per fragment and file). A changed record (a refresh) is a different key.
+   */
   private def fresh(table: OmniTableTable, v: ColumnView): Boolean = {
-    val scope = FragmentScope(columns = Some(v.columnIds.values.toSet), statsColumns = Some(Set.empty))
-    val listing = table.handle.reader.listFragments(table.handle.snapshot, scope)
-    ColumnViews.fingerprints(listing.fragments) == v.batches
+    val snap = table.handle.snapshot
+    val key = FreshKey(snap.warehouse, snap.table.tableId, snap.snapshot, v)
+    FreshCache.get(key).getOrElse {
+      val scope = FragmentScope(columns = Some(v.columnIds.values.toSet), statsColumns = Some(Set.empty))
+      val listing = table.handle.reader.listFragments(snap, scope)
+      val answer = ColumnViews.fingerprints(listing.fragments) == v.batches
+      FreshCache.put(key, answer)
+      answer
+    }
+  }
+
+  private final case class FreshKey(warehouse: String, tableId: String, snapshot: SnapshotId, view: ColumnView)
+
+  /** A small LRU of freshness answers (immutable facts: see [[fresh]]). */
+  private object FreshCache {
+    private val MaxEntries = 256
+    private val map = new java.util.LinkedHashMap[FreshKey, java.lang.Boolean](64, 0.75f, true) {
+      override def removeEldestEntry(e: java.util.Map.Entry[FreshKey, java.lang.Boolean]): Boolean =
+        size() > MaxEntries
+    }
+    def get(k: FreshKey): Option[Boolean] = map.synchronized(Option(map.get(k)).map(_.booleanValue))
+    def put(k: FreshKey, v: Boolean): Unit = map.synchronized { map.put(k, v); () }
   }
 
   private def plan(rel: DataSourceV2Relation, table: OmniTableTable, v: ColumnView, needed: AttributeSet)
