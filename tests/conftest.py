@@ -66,6 +66,9 @@ def postgres_base_url() -> str | None:
     return url
 
 
+_DROP_LANES = 4
+
+
 class PostgresDatabases:
     """Creates throw-away databases on the test server."""
 
@@ -86,9 +89,18 @@ class PostgresDatabases:
         return self.base.url.set(database=name).render_as_string(hide_password=False)
 
     def drop_all(self) -> None:
-        with self._admin() as conn:
-            for name in self.created:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        """Drop every database this session created, on a few connections at once (hundreds of
+        one-by-one drops took minutes at the end of a session)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def drop(names: list[str]) -> None:
+            with self._admin() as conn:
+                for name in names:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+        lanes = [self.created[i::_DROP_LANES] for i in range(_DROP_LANES)]
+        with ThreadPoolExecutor(_DROP_LANES) as pool:
+            list(pool.map(drop, [lane for lane in lanes if lane]))
         self.created.clear()
 
 
