@@ -246,3 +246,39 @@ def race(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Race:
         return out
 
     return run
+
+
+PausedCall = Callable[[Any, str, str], tuple[threading.Thread, dict[str, Any]]]
+
+
+@pytest.fixture
+def pause_call(tmp_path: Path) -> Iterator[PausedCall]:
+    """``pause_call(spark, sql, point)``: run Spark SQL ``sql`` in a thread with the JVM paused at
+    failpoint ``point`` (session setting ``spark.omnitable.test.failpoint``); returns when it is
+    there, with the thread and its outcome ({"row": first row as a dict} or {"error": message}).
+    Release it with ``(tmp_path / f"{point}.go").touch()``; the setting is unset at teardown."""
+    sessions: list[Any] = []
+
+    def start(spark: Any, sql: str, point: str) -> tuple[threading.Thread, dict[str, Any]]:
+        sessions.append(spark)
+        spark.conf.set("spark.omnitable.test.failpoint", f"{point}=pause:{tmp_path}")
+        out: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                out["row"] = next(r.asDict(recursive=True) for r in spark.sql(sql).collect())
+            except Exception as exc:  # reported to the test
+                out["error"] = str(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        deadline = time.monotonic() + 120
+        while not (tmp_path / f"{point}.reached").exists():
+            assert thread.is_alive(), out
+            assert time.monotonic() < deadline, "the CALL never reached its failpoint"
+            time.sleep(0.02)
+        return thread, out
+
+    yield start
+    for spark in sessions:
+        spark.conf.unset("spark.omnitable.test.failpoint")

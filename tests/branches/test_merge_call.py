@@ -14,8 +14,6 @@ test (``unique``)."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -452,29 +450,6 @@ def test_a_keyed_key_conflict_fails_or_is_refused_as_in_python(
             )
 
 
-def _pause_call(
-    spark: Any, wh: omnitable.Warehouse, sql: str, point: str, gate: Path
-) -> tuple[threading.Thread, dict[str, Any]]:
-    """Run ``sql`` in a thread with the JVM paused at ``point``; returns when it is there."""
-    spark.conf.set("spark.omnitable.test.failpoint", f"{point}=pause:{gate}")
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["row"] = next(r.asDict(recursive=True) for r in spark.sql(sql).collect())
-        except Exception as exc:  # reported to the test
-            out["error"] = str(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not (gate / f"{point}.reached").exists():
-        assert thread.is_alive(), out
-        assert time.monotonic() < deadline, "the CALL never reached its failpoint"
-        time.sleep(0.02)
-    return thread, out
-
-
 MOVES = {
     "target": lambda t: set_col(t, "y", {0: 0.25}),
     "source": lambda t: set_col(t.branch("a"), "s", {8: "A8"}),
@@ -484,7 +459,7 @@ MOVES = {
 
 @pytest.mark.parametrize("moved", sorted(MOVES))
 def test_a_python_commit_during_the_call_makes_it_plan_again(
-    spark: Any, wh: omnitable.Warehouse, tmp_path: Path, moved: str
+    spark: Any, wh: omnitable.Warehouse, tmp_path: Path, pause_call: Any, moved: str
 ) -> None:
     """The CALL paused before its commit; a Python commit lands on the target or the source;
     the CALL's commit conflicts and it plans again: the result is Python's merge of the new
@@ -497,12 +472,10 @@ def test_a_python_commit_during_the_call_makes_it_plan_again(
         expected = exc
     c = catalog(spark, wh)
     try:
-        thread, out = _pause_call(
+        thread, out = pause_call(
             spark,
-            wh,
             f"CALL {c}.system.merge_branch('{jv.name}', 'a')",
             "merge.before_commit",
-            tmp_path,
         )
         MOVES[moved](jv)
         (tmp_path / "merge.before_commit.go").touch()

@@ -8,8 +8,6 @@ brings back: it conflicts)."""
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -129,30 +127,9 @@ def test_a_keyed_revert_by_call_equals_python(
     assert (expected is not None) == (name == "delete_upserted_again")
 
 
-def _pause_call(spark: Any, sql: str, point: str, gate: Path) -> tuple[threading.Thread, dict]:
-    """Run ``sql`` in a thread with the JVM paused at ``point``; returns when it is there."""
-    spark.conf.set("spark.omnitable.test.failpoint", f"{point}=pause:{gate}")
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["row"] = spark.sql(sql).collect()[0].asDict()
-        except Exception as exc:  # reported to the test
-            out["error"] = str(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not (gate / f"{point}.reached").exists():
-        assert thread.is_alive(), out
-        assert time.monotonic() < deadline, "the CALL never reached its failpoint"
-        time.sleep(0.02)
-    return thread, out
-
-
 @pytest.mark.parametrize("racer", ["other_key", "same_key"])
 def test_an_upsert_during_the_call_makes_it_check_the_keys_again(
-    spark: Any, wh: omnitable.Warehouse, tmp_path: Path, racer: str
+    spark: Any, wh: omnitable.Warehouse, tmp_path: Path, pause_call: Any, racer: str
 ) -> None:
     """The CALL checked its keys and paused before its commit; a Python upsert commits; the
     CALL's commit finds rows changed since the version it checked and checks again: an upsert of
@@ -162,11 +139,10 @@ def test_an_upsert_during_the_call_makes_it_check_the_keys_again(
     deleted = _delete(t, "c")
     c = _catalog(spark, wh)
     try:
-        thread, out = _pause_call(
+        thread, out = pause_call(
             spark,
             f"CALL {c}.system.revert('{t.name}', {deleted})",
             "revert.before_commit",
-            tmp_path,
         )
         _upsert(t, **({"d": 4} if racer == "other_key" else {"c": 30}))
         (tmp_path / "revert.before_commit.go").touch()
