@@ -20,6 +20,9 @@ UNITS: list[tuple[str, str]] = [  # (unit, layer), top to bottom
     ("omnitable", "facade"),  # the package's __init__: the public API
     ("omnitable.warehouse", "facade"),
     ("omnitable.table", "facade"),
+    ("omnitable.torch", "facade"),  # the PyTorch datasets (torch imported there only)
+    ("omnitable.preprocess", "facade"),  # fitted preprocessing, public entry points
+    ("omnitable.training", "services"),  # loader, exports, statistics: no JVM, no Spark
     ("omnitable.governance", "services"),
     ("omnitable.exec", "services"),
     ("omnitable.dataops", "services"),
