@@ -4,6 +4,7 @@ what reads back (now and by time travel), and how it races other writers."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 from typing import Any
 
@@ -18,6 +19,7 @@ from omnitable.exceptions import ValidationError
 from omnitable.format.access import ACCESS_DIR
 from omnitable.governance.job import run_job
 from omnitable.governance.orphans import OrphanJob
+from omnitable.governance.regroup import compact_log_once
 
 pytestmark = pytest.mark.shared_warehouse  # one warehouse per backend; each test its own table
 
@@ -165,3 +167,26 @@ def test_a_crash_before_commit_leaves_the_old_layout(wh: omnitable.Warehouse, na
     assert t.version == version and _state(t) == before and len(_groups_of(t, HOT)) == 4
     after = {i.path for i in t.location.fs.get_file_info(sel) if i.type == pafs.FileType.File}
     assert after == files
+
+
+def test_two_log_compactions_at_once_never_count_a_scan_twice(
+    wh: omnitable.Warehouse, name: str
+) -> None:
+    """A compaction that starts while another one has read the log (and not yet replaced it)
+    leaves the log alone (without the lease both would write the 3 scans: 6): each scan is counted once afterwards, and the lease is free."""
+    t = _table(wh, name)
+    for _ in range(3):
+        t.read(columns=HOT)
+    since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)
+    racing: list[dict[str, Any]] = []
+    with hooked(
+        "access.compact.before_write",
+        lambda: racing.append(compact_log_once(wh.table(name)._ctx, keep_since=since)),
+    ):
+        first = compact_log_once(t._ctx, keep_since=since)
+    assert [(e["columns"], e["count"]) for e in t.access_log()] == [(HOT, 3)]
+    assert racing == [{"skipped": racing[0]["skipped"]}] and ":" in racing[0]["skipped"]
+    assert first["files_before"] == 3 and first["entries_kept"] == 1
+    assert len(_access_files(t)) == 1
+    again = compact_log_once(t._ctx, keep_since=since)  # the lease was released
+    assert again["files_before"] == 1 and t.access_log()[0]["count"] == 3

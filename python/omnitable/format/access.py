@@ -33,6 +33,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from omnitable._failpoints import failpoint
 from omnitable.format.fs import Location
 
 log = logging.getLogger(__name__)
@@ -201,6 +202,7 @@ def compact_access_log(location: Location, *, keep_since: dt.datetime) -> dict[s
                                           e.columns if e.time >= old.time else old.columns,
                                           e.column_ids, e.reader, max(old.time, e.time),
                                           old.count + e.count)  # fmt: skip
+    failpoint("access.compact.before_write")  # read, not yet replaced
     if merged:
         name = f"compacted-{int(time.time() * 1000):013d}-{secrets.token_hex(4)}.json"
         _write(location, name, "".join(e.to_json() + "\n" for e in merged.values()))

@@ -19,7 +19,8 @@
   writing each raw column to its target group.
 - **Commit** replaces the batches with the rewrite rule (``CommitRequest.rewrite``: any change
   to their fragments since the plan conflicts), then compacts the access log: one file of
-  distinct column sets with counts, entries older than ``log_retention_s`` dropped. The catalog's
+  distinct column sets with counts, entries older than ``log_retention_s`` dropped (under the
+  catalog lease ``access_log``: a concurrent compaction skips instead of counting twice). The catalog's
   column groups are unchanged: later appends write the declared groups, and the next regroup
   run moves them.
 """
@@ -28,12 +29,16 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
+import socket
+import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from omnitable._failpoints import failpoint
+from omnitable.catalog.lease import Holder, acquire, release
 from omnitable.catalog.records import ColumnRecord
 from omnitable.catalog.snapshot import Snapshot, SnapshotScope
 from omnitable.context import TableContext
@@ -49,6 +54,8 @@ from omnitable.governance.rewrite import Rewritten, rewrite_batches
 from omnitable.vocabulary.names import ROW_ID, check_group_name
 
 DAY_S = 86_400.0
+LOG_LEASE = "access_log"  # the lease one compaction of a table's access log holds
+LOG_LEASE_TTL_S = 600.0  # far above a compaction's time (one listing, small JSON files)
 
 
 @dataclass
@@ -226,10 +233,23 @@ class RegroupJob:
             failpoint("governance.before_commit")
             version = ctx.commit(req)
             summary.update(req.summary)
-        summary["access_log"] = compact_access_log(
-            ctx.location, keep_since=_ago(self.log_retention_s)
-        )
+        summary["access_log"] = compact_log_once(ctx, keep_since=_ago(self.log_retention_s))
         return MaintenanceResult(self.name, "committed", version, plan, summary)
+
+
+def compact_log_once(ctx: TableContext, *, keep_since: dt.datetime) -> dict[str, Any]:
+    """Compact the table's access log under the catalog lease ``access_log``, so two
+    compactions never read the same files (each would rewrite their counts: doubled). When
+    another process holds the lease the log is left alone: ``{"skipped": <its owner>}``."""
+    store, table_id = ctx.catalog.store, ctx.record.table_id
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    got = acquire(store, table_id, LOG_LEASE, owner, LOG_LEASE_TTL_S)
+    if isinstance(got, Holder):
+        return {"skipped": got.owner}
+    try:
+        return dict(compact_access_log(ctx.location, keep_since=keep_since))
+    finally:
+        release(store, got)
 
 
 def _ago(seconds: float) -> dt.datetime:
