@@ -74,3 +74,54 @@ def test_govern_expire_and_orphans(tmp_path: Path, capsys: pytest.CaptureFixture
     assert {h["version"] for h in json.loads(out) if h["expired"]} == set(range(head))
     code, _, err = _run(capsys, "-w", wh_dir, "govern", "docs", "--older-than", "60")
     assert code == 2 and "expire" in err
+
+
+def test_govern_job_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wh_dir = str(tmp_path / "wh")
+    with omnitable.connect(wh_dir) as wh:
+        t = wh.create_table("docs", {"x": "bigint"})
+        t.append(pa.table({"x": list(range(12))}), "b0", target_fragment_rows=2)
+    args = ["--json", "-w", wh_dir, "govern", "docs"]
+    code, out, err = _run(capsys, *args, "--option", "compact.target_fragment_rows=6")
+    assert code == 0, err
+    (compact,) = json.loads(out)
+    assert compact["summary"]["fragments_after"] == 2
+    for bad, says in [
+        ("compact.target_fragment_rows", "give JOB.KEY=VALUE"),
+        ("target_fragment_rows=6", "give JOB.KEY=VALUE"),
+        ("fold.target_fragment_rows=6", "job 'fold' is not in --jobs 'compact'"),
+        ("compact.no_such_option=1", "Invalid options for maintenance job 'compact'"),
+    ]:
+        code, _, err = _run(capsys, *args, "--option", bad)
+        assert code == 2 and says in " ".join(err.split()), (bad, err)
+    with omnitable.connect(wh_dir) as wh:
+        assert wh.table("docs").batches()[0].fragments == 2
+
+
+def test_access_log_and_views(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wh_dir = str(tmp_path / "wh")
+    with omnitable.connect(wh_dir) as wh:
+        t = wh.create_table("docs", {"a": "bigint", "b": "bigint", "c": "bigint"})
+        t.append(pa.table({"a": [1, 2], "b": [3, 4], "c": [5, 6]}), "b0")
+        for _ in range(2):
+            t.read(columns=["a", "b"])
+        t.read(columns=["c"])
+    code, out, err = _run(capsys, "--json", "-w", wh_dir, "access-log", "docs", "--since", "1d")
+    assert code == 0, err
+    assert [(s["columns"], s["count"]) for s in json.loads(out)] == [(["a", "b"], 2), (["c"], 1)]
+    code, out, _ = _run(capsys, "-w", wh_dir, "access-log", "docs", "--limit", "1")
+    assert code == 0 and "a, b" in out and "c" not in out.split("a, b")[1].split("\n")[0]
+    code, _, err = _run(capsys, "-w", wh_dir, "access-log", "docs", "--since", "yesterday")
+    assert code == 2 and "Invalid interval" in err
+    code, out, err = _run(capsys, "-w", wh_dir, "view", "create", "docs", "hot", "--columns", "a,b")
+    assert code == 0 and "govern docs --jobs views" in " ".join(out.split()), err
+    code, out, _ = _run(capsys, "--json", "-w", wh_dir, "view", "list", "docs")
+    assert [(v["name"], v["columns"]) for v in json.loads(out)] == [("hot", ["_ai_unique_id_", "a", "b"])]
+    code, _, err = _run(capsys, "-w", wh_dir, "view", "create", "docs", "cold", "--columns", "zz")
+    assert code == 2 and "zz" in err
+    code, out, err = _run(capsys, "-w", wh_dir, "view", "drop", "docs", "hot")
+    assert code == 0 and "Dropped view 'hot'" in out, err
+    code, out, _ = _run(capsys, "-w", wh_dir, "view", "list", "docs")
+    assert code == 0 and "has no views" in out
+    code, _, err = _run(capsys, "-w", wh_dir, "view", "drop", "docs", "hot")
+    assert code == 2 and "hot" in err

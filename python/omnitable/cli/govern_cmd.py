@@ -52,6 +52,14 @@ from omnitable.table import Table
     "(default: the governance.orphan_min_age_s setting).",
 )
 @click.option(
+    "--option",
+    "job_options",
+    multiple=True,
+    metavar="JOB.KEY=VALUE",
+    help="A job's option, repeatable (e.g. regroup.min_group_columns=4, compact.target_fragment_rows=100000, "
+    'regroup.groups=\'{"hot": ["a", "b"]}\'); VALUE is JSON, else a string.',
+)
+@click.option(
     "--interval",
     default=None,
     help="Run as a service: a round of the jobs every INTERVAL (30s, 10m, 1h) until "
@@ -68,7 +76,7 @@ from omnitable.table import Table
 def govern(
     ctx: Context, table: str, dry_run: bool, jobs: str, branch: str | None,
     older_than: float | None, retain_last: int | None, orphan_min_age: float | None,
-    interval: str | None, rounds: int | None, lease_ttl: float | None,
+    job_options: tuple[str, ...], interval: str | None, rounds: int | None, lease_ttl: float | None,
 ) -> None:  # fmt: skip
     """Run maintenance jobs on TABLE: each prepares a plan on the head, writes new files, and
     commits atomically (a concurrent write makes it prepare again; after 3 conflicts it is
@@ -80,6 +88,10 @@ def govern(
                    if v is not None},
         "orphans": {"min_age_s": orphan_min_age} if orphan_min_age is not None else {},
     }  # fmt: skip
+    for job, key, value in (_job_option(o) for o in job_options):
+        if job not in names:
+            raise ValidationError(f"--option {job}.{key}: job {job!r} is not in --jobs {jobs!r}")
+        options.setdefault(job, {})[key] = value
     options = {job: given for job, given in options.items() if given}
     if interval is None and (rounds is not None or lease_ttl is not None):
         raise ValidationError("--rounds and --lease-ttl need --interval (the service mode)")
@@ -106,6 +118,21 @@ def govern(
             console.print(f"{r.job}: {r.outcome} ({done}) {dict(r.summary)}", markup=False)
 
     ctx.out.result(data, render)
+
+
+def _job_option(text: str) -> tuple[str, str, Any]:
+    """``JOB.KEY=VALUE`` -> (job, key, value): VALUE parsed as JSON, else kept as a string."""
+    target, eq, raw = text.partition("=")
+    job, dot, key = target.partition(".")
+    if not eq or not dot or not job.strip() or not key.strip():
+        raise ValidationError(
+            f"Invalid --option {text!r}: give JOB.KEY=VALUE, e.g. regroup.min_group_columns=4"
+        )
+    try:
+        value: Any = json.loads(raw)
+    except ValueError:
+        value = raw
+    return job.strip(), key.strip(), value
 
 
 def _serve(

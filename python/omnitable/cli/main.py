@@ -21,6 +21,7 @@ from omnitable.cli import (
     refs_cmd,
     settings_cmd,
     tables_cmd,
+    views_cmd,
 )
 from omnitable.cli.context import Context
 from omnitable.cli.output import Output
@@ -74,6 +75,8 @@ for command in (
     refs_cmd.branch,
     refs_cmd.tag,
     namespace_cmd.namespace,
+    views_cmd.view,
+    views_cmd.access_log,
 ):
     cli.add_command(command)
 
