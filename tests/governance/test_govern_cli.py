@@ -116,7 +116,9 @@ def test_access_log_and_views(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     code, out, err = _run(capsys, "-w", wh_dir, "view", "create", "docs", "hot", "--columns", "a,b")
     assert code == 0 and "govern docs --jobs views" in " ".join(out.split()), err
     code, out, _ = _run(capsys, "--json", "-w", wh_dir, "view", "list", "docs")
-    assert [(v["name"], v["columns"]) for v in json.loads(out)] == [("hot", ["_ai_unique_id_", "a", "b"])]
+    assert [(v["name"], v["columns"]) for v in json.loads(out)] == [
+        ("hot", ["_ai_unique_id_", "a", "b"])
+    ]
     code, _, err = _run(capsys, "-w", wh_dir, "view", "create", "docs", "cold", "--columns", "zz")
     assert code == 2 and "zz" in err
     code, out, err = _run(capsys, "-w", wh_dir, "view", "drop", "docs", "hot")
