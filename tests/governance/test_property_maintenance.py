@@ -1,5 +1,6 @@
 """Property test of every maintenance job against its model (docs/governance.md): random appends
-(new batches and replaces), deletes, updates and (on Spark) backfills, interleaved on one table with compactions, folds and expiries (some of them
+(new batches and replaces), deletes, updates and (on Spark) backfills, interleaved on one table
+with compactions, folds, regroups and expiries (some of them
 crashed in a phase: after Prepare, in Execute, before the commit, inside the commit transaction,
 after it), read back like the same writes on a twin table without maintenance, at the head and
 at every version still reachable; a version an expiry gave up is marked ``expired`` by history()
@@ -26,7 +27,7 @@ from omnitable.vocabulary.names import ROW_ID
 
 pytestmark = pytest.mark.shared_warehouse
 
-JOBS = ("compact", "fold", "expire")
+JOBS = ("compact", "fold", "expire", "regroup")
 POINTS = {  # the failpoints of each phase a job passes
     "compact": ("governance.after_prepare", "governance.after_file", "governance.after_execute",
                 "governance.before_commit", "commit.mid_insert", "commit.before_end",
@@ -34,7 +35,7 @@ POINTS = {  # the failpoints of each phase a job passes
     "expire": ("governance.after_prepare", "governance.after_execute", "expire.mid_commit",
                "expire.before_end", "commit.after_commit"),
 }  # fmt: skip
-POINTS["fold"] = POINTS["compact"]
+POINTS["fold"] = POINTS["regroup"] = POINTS["compact"]
 
 
 class Crash(Exception):
@@ -83,6 +84,8 @@ def _maintain(t: omnitable.Table, job: str, a: int, crash: int) -> None:
         "compact": {"target_fragment_rows": a},
         "fold": {"min_deleted_fraction": 0.01},
         "expire": {"retain_last": max(1, a % 4)},
+        # alternately one group per column and both columns in one group: files rewritten
+        "regroup": {"groups": {"gx": ["x"], "gs": ["s"]} if a % 2 else {"gxs": ["x", "s"]}},
     }[job]
     if crash < 0:
         t.maintain([job], options={job: options})
@@ -96,7 +99,9 @@ def _maintain(t: omnitable.Table, job: str, a: int, crash: int) -> None:
         t.maintain([job], options={job: options})
 
 
-def _check(wh: omnitable.Warehouse, ops: list[tuple[str, int, int]], spark: Any = None) -> None:
+def _check(
+    wh: omnitable.Warehouse, ops: list[tuple[str, int, int]], spark: Any = None
+) -> omnitable.Table:
     """Run ``ops`` on a twin without maintenance and on a table with it; compare them at every
     version (``spark``: the ``backfill`` op computes feature SLEN on both)."""
     n = next(_names)
@@ -125,6 +130,7 @@ def _check(wh: omnitable.Warehouse, ops: list[tuple[str, int, int]], spark: Any 
                 kept.read(version=version)
         else:
             assert _by_batch(kept, version) == expected, version
+    return kept
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
@@ -133,6 +139,19 @@ def test_maintenance_reads_like_no_maintenance_at_every_version(
     wh: omnitable.Warehouse, ops: list[tuple[str, int, int]]
 ) -> None:
     _check(wh, ops)
+
+
+def test_regroups_crashed_in_every_phase(wh: omnitable.Warehouse) -> None:
+    """A fixed sequence: regroups that commit (both column layouts, moving files each time)
+    among writes, and one crashed at each phase, read like the twin at every version."""
+    crashes = [("regroup", 1, c) for c in range(len(POINTS["regroup"]))]
+    ops = [("regroup", 1, -1), ("delete", 3, 1), ("regroup", 2, -1), ("update", 5, 2),
+           *crashes, ("regroup", 1, -1), ("append", 3, 1), ("regroup", 2, -1)]  # fmt: skip
+    kept = _check(wh, ops)
+    # the crash after the commit committed (the regroup after it has nothing left to do)
+    assert [h.op for h in kept.history()][::-1] == [
+        "create", "append", "regroup", "delete", "regroup", "update", "regroup", "append",
+        "regroup"]  # fmt: skip
 
 
 SLEN = omnitable.sql_feature("slen", "length(s)", "int", "1")

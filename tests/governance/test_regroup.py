@@ -190,3 +190,59 @@ def test_two_log_compactions_at_once_never_count_a_scan_twice(
     assert len(_access_files(t)) == 1
     again = compact_log_once(t._ctx, keep_since=since)  # the lease was released
     assert again["files_before"] == 1 and t.access_log()[0]["count"] == 3
+
+
+def _append(t: omnitable.Table) -> None:
+    t.append(pa.table({c: [900 + j] for j, c in enumerate(COLS)}), "b2")
+
+
+def _add_column(t: omnitable.Table) -> None:
+    ids = t.read(columns=["_ai_unique_id_"]).column(0)
+    t.add_columns(pa.table({"_ai_unique_id_": ids, "extra": pc.multiply(ids, 2)}), group="ex")
+
+
+def _compact(t: omnitable.Table) -> None:
+    (res,) = t.maintain(["compact"], options={"compact": {"target_fragment_rows": 100}})
+    assert res.outcome == "committed"
+
+
+@pytest.mark.parametrize(
+    "racer,conflicts",
+    [(_append, False), (_add_column, True), (_compact, True)],
+    ids=["append", "add_columns", "compact"],
+)
+def test_writers_racing_a_regroup_keep_their_data(
+    wh: omnitable.Warehouse, name: str, racer: Any, conflicts: bool
+) -> None:
+    """An append, add_columns or compaction between the regroup's Execute and Commit: a new
+    batch leaves the regrouped ones alone (the regroup commits as prepared); files added to or
+    replacing the regrouped batches make it conflict, prepare again and commit. Either way every
+    value of both writes reads back and the hot columns end in one group."""
+    t = _table(wh, name)
+    t.read(columns=HOT)
+    before = _state(t)
+    raced: list[int] = []
+
+    def race() -> None:
+        other = wh.table(name)
+        racer(other)
+        raced.append(other.version)
+
+    with hooked("governance.before_commit", race):
+        (res,) = t.maintain(["regroup"])
+    assert res.outcome == "committed"
+    # prepared again on the racer's commit exactly when that commit touched the batches
+    assert (res.plan.base_version >= raced[0]) == conflicts
+    rows = _state(t)
+    old = [{k: v for k, v in r.items() if k != "extra"} for r in rows if r["c0"] < 900]
+    assert old == before
+    if racer is _append:
+        assert [r["c0"] for r in rows if r["c0"] >= 900] == [900]
+    if racer is _add_column:
+        assert all(r["extra"] == 2 * r["_ai_unique_id_"] for r in rows)
+    snap = t.snapshot()
+    ids = [c.column_id for c in snap.columns if c.name in HOT]
+    groups = {f.group_name for frag in snap.fragments_of(["b0", "b1"])
+              for f in snap.resolve(frag.fragment_id, ids).values() if f is not None}  # fmt: skip
+    assert len(groups) == 1  # b2 (appended meanwhile) keeps the declared groups until next run
+    assert [h.op for h in t.history()].count("regroup") == 1

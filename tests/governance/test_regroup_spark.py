@@ -1,6 +1,6 @@
 """The JVM reader records the access log (one entry per scan, driver side), and a regroup
 chosen from it keeps Spark reads and features exactly as they were (docs/governance.md,
-"Access log" and "Regrouping")."""
+"Access log" and "Regrouping"), and races Spark backfills both ways."""
 
 from __future__ import annotations
 
@@ -11,11 +11,15 @@ import pyarrow as pa
 import pytest
 
 import omnitable
+from omnitable._failpoints import hooked
+from omnitable.exceptions import CommitConflict
 from omnitable.format.access import read_access
 
 pytestmark = [pytest.mark.spark, pytest.mark.shared_warehouse]
 
 LEN = omnitable.sql_feature("s_len", "length(s)", "int", "1")
+UP = omnitable.sql_feature("s_up", "upper(s)", "string", "1")
+LOW = omnitable.sql_feature("s_low", "lower(s)", "string", "1")
 
 
 @pytest.fixture
@@ -67,3 +71,33 @@ def test_spark_scans_are_recorded_and_regroup_keeps_reads_and_features(
     assert set(before_grid.values()) == {"done"}
     old_df = t.to_spark(spark, version=old)
     assert _rows(old_df.where(old_df.b > 4).select("a", "c")) == before_rows
+
+    # a backfill paused before its commit while a regroup commits: it conflicts (its input
+    # fragments were replaced) and the retry plans on the regrouped fragments
+    t.register(UP)
+    other = wh.table(name)
+    flip = {"regroup": {"groups": {"pa": ["a", "s"]}}}
+    with (
+        hooked("backfill.before_commit", lambda: other.maintain(["regroup"], options=flip)),
+        pytest.raises(CommitConflict, match="fragment\\(s\\) were removed"),
+    ):
+        t.backfill("s_up").run(spark)
+    t.backfill("s_up").run(spark)
+    # a regroup paused before its commit while a backfill commits: it prepares again and commits
+    t.register(LOW)
+    back = {"regroup": {"groups": {"pb": ["a", "b"]}}}
+    raced: list[int] = []
+
+    def backfill() -> None:
+        other.backfill("s_low").run(spark)
+        raced.append(other.version)
+
+    with hooked("governance.before_commit", backfill):
+        (again,) = t.maintain(["regroup"], options=back)
+    assert again.outcome == "committed" and again.plan.base_version >= raced[0]
+    assert set(t.status().cells.values()) == {"done"}
+    got = t.read(columns=["s", "s_len", "s_up", "s_low", "a", "b"]).to_pylist()
+    assert all((r["s_len"], r["s_up"], r["s_low"]) == (len(r["s"]), r["s"].upper(),
+               r["s"].lower()) for r in got)  # fmt: skip
+    assert sorted((r["a"], r["b"]) for r in got) == sorted((i, 2 * i) for k in range(2)
+                                                         for i in range(k * 10, k * 10 + 6))  # fmt: skip
