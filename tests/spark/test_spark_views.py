@@ -130,6 +130,40 @@ def test_crash_before_record_leaves_view_stale(spark: Any, wh: omnitable.Warehou
     _check(spark, t, fresh=True)
 
 
+def test_writes_and_refreshes_racing_a_refresh(spark: Any, wh: omnitable.Warehouse) -> None:
+    """A delete landing between a refresh's Delta commit and its record: the record names the
+    plan's version, so the head reads the zip (stale), the plan's version the view. A second
+    refresh committing meanwhile makes the first one conflict (its Delta commit no longer sits
+    on the recorded version); the next refresh rewrites the view whole and serves again."""
+    from omnitable.governance.job import run_job
+    from omnitable.governance.views import ViewsJob
+
+    t = _make(wh, "race")
+    t.create_view("hot", ["a", "b"])
+    ids = t.to_pandas(["_ai_unique_id_"])["_ai_unique_id_"].tolist()
+    other = wh.table("race")
+    planned: list[int] = []
+
+    def delete() -> None:
+        planned.append(t._ctx.head_version())
+        other.delete(ids=ids[:3])
+
+    with hooked("views.before_record", delete):
+        assert _refresh(t, spark).outcome == "committed"
+    _check(spark, t, fresh=False)
+    _check(spark, t, fresh=True, version=planned[0])
+    assert _refresh(t, spark).summary["batches_written"] == 1  # only b1 changed
+    _check(spark, t, fresh=True)
+
+    other.update(pa.table({"_ai_unique_id_": ids[60:61], "a": [3003]}), ["a"])
+    with hooked("views.before_record", lambda: _refresh(other, spark)):
+        lost = run_job(t._ctx, ViewsJob(spark=spark), attempts=1)
+    assert lost.outcome == "skipped"
+    assert "changed while it was being refreshed" in lost.summary["conflict"]
+    _check(spark, t, fresh=True)  # the racing refresh's record stands
+    assert _refresh(t, spark).outcome == "nothing_to_do"
+
+
 def test_unrecorded_delta_commit_is_never_served(spark: Any, wh: omnitable.Warehouse) -> None:
     """A Delta commit after the recorded version (a crashed refresh, a stray writer) is not
     read: the fresh view answers at exactly its recorded version."""
