@@ -12,6 +12,7 @@ from omnitable.catalog.references import references
 from omnitable.catalog.snapshot import SnapshotScope
 from omnitable.catalog.views import fingerprints
 from omnitable.exceptions import ValidationError
+from omnitable.governance.job import MaintenancePlan
 
 
 def _table(wh: omnitable.Warehouse) -> omnitable.Table:
@@ -78,3 +79,36 @@ def test_views_job_without_views_has_nothing_to_do(wh: omnitable.Warehouse) -> N
     assert res.outcome == "nothing_to_do" and res.summary == {"views": 0}
     with pytest.raises(ValidationError, match="not declared"):
         t.maintain(["views"], options={"views": {"views": ["nope"]}})
+
+
+def test_auto_proposes_views_from_the_access_log(wh: omnitable.Warehouse) -> None:
+    """A dry run of ``views`` with ``auto`` plans to declare a view per co-read set read at
+    least ``min_scans`` times, most scanned first, none a declared view covers; nothing is
+    recorded by the dry run (the refresh itself: tests/spark/test_spark_views.py)."""
+    t = _table(wh)
+    for _ in range(3):
+        t.read(columns=["a", "c"])
+    for _ in range(2):
+        t.read(columns=["b"])
+    t.read(columns=["a"])
+
+    def plan(**options: object) -> MaintenancePlan:
+        (res,) = t.maintain(["views"], dry_run=True, options={"views": {"auto": True, **options}})
+        return res.plan
+
+    p = plan(min_scans=2)
+    cols = sorted(a["record"]["columns"] for a in p.actions)  # actions are in view name order
+    assert cols == [["_ai_unique_id_", "a", "c"], ["_ai_unique_id_", "b"]]
+    assert all(a["declare"] and a["full"] for a in p.actions)
+    assert p.summary["declared"] == sorted(a["view"] for a in p.actions)
+    assert all(n.startswith("hot_") for n in p.summary["declared"])
+    assert [a["record"]["columns"] for a in plan(min_scans=3).actions] == [cols[0]]
+    assert len(plan(min_scans=1, max_views=1).actions) == 1
+    narrow = sorted(a["record"]["columns"][1:] for a in plan(min_scans=1, max_columns=1).actions)
+    assert narrow == [["a"], ["b"]]  # {a, c} is too wide; {a} is left
+    t.create_view("mine", ["c", "a", "b"])  # covers every set
+    assert [a["view"] for a in plan(min_scans=1).actions] == ["mine"]
+    assert [v["name"] for v in t.views()] == ["mine"]
+    for bad in ({"min_scans": 0}, {"max_views": "2"}, {"since_s": -1}, {"views": ["mine"]}):
+        with pytest.raises(ValidationError, match="views: "):
+            plan(**bad)

@@ -223,3 +223,20 @@ def test_explain_names_the_view_and_switch_turns_it_off(
     t.drop_view("hot")
     assert not Path(t._ctx.location.child_path(path)).exists()
     assert not _uses_view(_query(spark, t))
+
+
+def test_auto_declares_views_from_the_access_log(spark: Any, wh: omnitable.Warehouse) -> None:
+    """``auto``: the co-read set (a, b) becomes a view in the job's commit, filled by the same
+    refresh, and serves the query; run again, it has nothing to do."""
+    t = _make(wh, "auto")
+    for _ in range(2):
+        t.read(columns=["a", "b"])
+    opts = {"views": {"spark": spark, "auto": True, "min_scans": 2}}
+    (res,) = t.maintain(["views"], options=opts)
+    assert res.outcome == "committed" and len(res.summary["declared"]) == 1
+    (view,) = t.views()
+    assert view["name"] == res.summary["declared"][0] and view["delta_version"] is not None
+    assert view["columns"] == ["_ai_unique_id_", "a", "b"]
+    _check(spark, t, fresh=True)
+    (again,) = t.maintain(["views"], options=opts)
+    assert again.outcome == "nothing_to_do"

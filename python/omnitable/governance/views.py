@@ -23,6 +23,8 @@ and the old fingerprints: the view is stale for the new data, never wrongly fres
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import hashlib
 import re
 import uuid
 from collections.abc import Mapping
@@ -42,6 +44,7 @@ from omnitable.catalog.views import (
 )
 from omnitable.context import TableContext
 from omnitable.exceptions import CommitConflict, ValidationError
+from omnitable.format.access import co_read_sets, read_access
 from omnitable.governance.job import Executed, MaintenancePlan, MaintenanceResult
 from omnitable.vocabulary.names import APPEND_NAME, MAIN
 
@@ -60,17 +63,42 @@ class _Written:
 
 class ViewsJob:
     """Refresh the declared views (``views``: only these names; None: all) with ``spark`` (None:
-    the active session or a new local one)."""
+    the active session or a new local one).
+
+    ``auto``: first declare views for the column sets the access log shows scans of this branch
+    reading together at least ``min_scans`` times in the last ``since_s`` seconds (most scanned
+    first, at most ``max_views`` per run, sets of up to ``max_columns`` columns, none a declared
+    view already covers), named ``hot_<hash of the columns>``; they are declared by this job's
+    commit, with their first refresh."""
 
     name = "views"
 
     def __init__(
-        self, *, views: list[str] | None = None, spark: SparkSession | None = None
+        self,
+        *,
+        views: list[str] | None = None,
+        spark: SparkSession | None = None,
+        auto: bool = False,
+        min_scans: int = 10,
+        since_s: float = 7 * 86_400.0,
+        max_views: int = 4,
+        max_columns: int = 64,
     ) -> None:
         if isinstance(views, str):
             views = [views]
+        for what, value in (("min_scans", min_scans), ("max_views", max_views),
+                            ("max_columns", max_columns)):  # fmt: skip
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValidationError(f"views: {what} must be a positive integer, got {value!r}")
+        if isinstance(since_s, bool) or not isinstance(since_s, (int, float)) or since_s <= 0:
+            raise ValidationError(f"views: since_s must be a positive number, got {since_s!r}")
+        if views is not None and auto:
+            raise ValidationError("views: give either views (refresh these) or auto, not both")
         self.views = None if views is None else tuple(views)
         self.spark = spark
+        self.auto = bool(auto)
+        self.min_scans, self.since_s = min_scans, float(since_s)
+        self.max_views, self.max_columns = max_views, max_columns
 
     def prepare(self, ctx: TableContext) -> MaintenancePlan:
         base = ctx.head_version()
@@ -84,6 +112,8 @@ class ViewsJob:
                     f"declared; declared views: {', '.join(sorted(records)) or 'none'}"
                 )
             records = {n: records[n] for n in self.views}
+        declared = self._suggest(ctx, records) if self.auto else {}
+        records = {**records, **declared}
         if not records:
             return MaintenancePlan(self.name, ctx.name, ctx.branch, base, (), {"views": 0})
         names = frozenset(c for r in records.values() for c in r.columns)
@@ -99,9 +129,10 @@ class ViewsJob:
             fps = fingerprints(snap, set(rec.column_ids.values()))
             action = _action(ctx, rec, fps, batch_names)
             if action is not None:
-                actions.append(action)
+                actions.append({**action, "declare": rec.name in declared})
         summary = {
             "views": len(actions),
+            "declared": sorted(declared),
             "batches_written": sum(len(a["write"]) for a in actions),
             "batches_dropped": sum(len(a["drop"]) for a in actions),
             "broken": broken,
@@ -128,7 +159,11 @@ class ViewsJob:
             for a in plan.actions:
                 name = str(a["view"])
                 rec, w = records.get(name), written[name]
-                if rec is None or rec.to_doc() != a["record"]:
+                if a.get("declare"):
+                    if rec is not None:
+                        raise CommitConflict(f"View '{name}' was declared meanwhile")
+                    rec = ViewRecord.from_doc(name, dict(a["record"]))
+                elif rec is None or rec.to_doc() != a["record"]:
                     raise CommitConflict(f"View '{name}' changed while it was being refreshed")
                 if w.parent_version != rec.delta_version and not a["full"]:
                     raise CommitConflict(
@@ -142,6 +177,31 @@ class ViewsJob:
         summary = dict(plan.summary)
         summary["delta_versions"] = {w.view: w.delta_version for w in written.values()}
         return MaintenanceResult(self.name, "committed", None, plan, summary)
+
+    def _suggest(self, ctx: TableContext, records: dict[str, ViewRecord]) -> dict[str, ViewRecord]:
+        """Views to declare from the access log (class docstring), not yet recorded."""
+        since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=self.since_s)
+        sets = co_read_sets(read_access(ctx.location, since=since, branch=ctx.branch))
+        snap = ctx.snapshot(with_files=False, scope=SnapshotScope(fragments=False, files=False))
+        names = {c.column_id: c.name for c in snap.columns}
+        covered = [set(r.column_ids.values()) for r in records.values()]
+        out: dict[str, ViewRecord] = {}
+        for ids, scans in sorted(sets.items(), key=lambda kv: (-kv[1], kv[0])):
+            if len(out) == self.max_views or scans < self.min_scans:
+                break
+            wanted = set(ids)
+            if not wanted <= set(names) or len(ids) > self.max_columns:
+                continue  # a dropped column, or too wide for a hot view
+            if any(wanted <= have for have in covered):
+                continue
+            cols = [names[i] for i in sorted(ids)]
+            name = "hot_" + hashlib.sha256(",".join(cols).encode()).hexdigest()[:12]
+            view_names, view_ids = view_columns(snap, name, cols)
+            out[name] = ViewRecord(
+                name, view_names, view_ids, f"{VIEWS_DIR}/{name}-{uuid.uuid4().hex[:12]}"
+            )
+            covered.append(set(view_ids.values()))
+        return out
 
 
 def _action(
