@@ -8,6 +8,7 @@ import datetime as dt
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from os import PathLike
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import pyarrow as pa
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from omnitable.features.definition import Feature
     from omnitable.features.status import LineageRecord, StatusGrid
     from omnitable.isolation.policy import IsolationPolicy
+    from omnitable.training.mmap import MmapExport
 
 
 _COLUMNS_ONLY = SnapshotScope(fragments=False, files=False, batches=frozenset())
@@ -421,6 +423,40 @@ class Table:
         if batches is not None:
             reader = reader.option("batches", ",".join(batches))
         return reader.load(self.name)
+
+    # -- training exports (docs/training.md) ----------------------------------------------
+
+    def export_mmap(
+        self,
+        path: str | PathLike[str],
+        features: list[str],
+        label: str | None = None,
+        version: int | None = None,
+        *,
+        tag: str | None = None,
+        branch: str | None = None,
+        where: pc.Expression | None = None,
+        overwrite: bool = False,
+    ) -> MmapExport:
+        """Stream ``features`` (float32, row-major) and ``label`` of one snapshot to the
+        directory ``path`` (``features.bin``, ``labels.bin``, ``schema.json`` with per-feature
+        mean/std), one fragment in memory at a time; NULL becomes NaN. Read it with
+        ``omnitable.torch.MmapDataset``. Written under a temporary name and renamed: a crash
+        leaves ``path`` as it was.
+
+        Raises:
+            UnknownColumnError, ValidationError (non-numeric column, bad path),
+            AlreadyExistsError (``path`` exists and not ``overwrite``).
+        """
+        from omnitable.training.mmap import export_mmap
+
+        cols = (
+            [*features, *([label] if isinstance(label, str) else [])]
+            if isinstance(features, list)
+            else None
+        )
+        reader = self._reader(SnapshotScope.of(None, cols, where), version, branch, tag)
+        return export_mmap(reader, path, features, label, where, overwrite=overwrite)
 
     # -- writing --------------------------------------------------------------------------
 
