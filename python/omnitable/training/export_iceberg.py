@@ -46,9 +46,23 @@ def export_iceberg(
         ValidationError: bad name or URI; the target holds another table or a newer version.
         ImportError: pyiceberg is not installed.
     """
-    table, table_id = snap.table.name, snap.table.table_id
+    table = snap.table.name
     ident = _identifier(name, table)
     catalog = _catalog(catalog_uri, warehouse, table)
+    try:
+        return _export(catalog, location, snap, load_snapshot, ident)
+    finally:
+        catalog.engine.dispose()  # no pooled connection outlives the export
+
+
+def _export(
+    catalog: Any,
+    location: Location,
+    snap: Snapshot,
+    load_snapshot: Callable[[int], Snapshot],
+    ident: tuple[str, str],
+) -> ExportResult:
+    table, table_id = snap.table.name, snap.table.table_id
     exceptions = require("pyiceberg.exceptions")
     target = f"Iceberg table {'.'.join(ident)}"
     try:
