@@ -197,6 +197,7 @@ def test_iceberg_bad_input(wh: omnitable.Warehouse, tmp_path: Path) -> None:
         t.export_iceberg("nope", "ns.t")
 
 
+@pytest.mark.slow  # a Spark session and delta-spark's first read: minutes on 2 loaded cores
 @pytest.mark.parametrize("catalog_spec", ["sqlite"], indirect=True)
 def test_delta_spark_reads_the_export(wh: omnitable.Warehouse, tmp_path: Path, spark: Any) -> None:
     t = _table(wh)
