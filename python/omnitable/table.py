@@ -8,6 +8,7 @@ import datetime as dt
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from os import PathLike
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import pyarrow as pa
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from omnitable.features.definition import Feature
     from omnitable.features.status import LineageRecord, StatusGrid
     from omnitable.isolation.policy import IsolationPolicy
+    from omnitable.training.export import ExportResult
+    from omnitable.training.mmap import MmapExport
 
 
 _COLUMNS_ONLY = SnapshotScope(fragments=False, files=False, batches=frozenset())
@@ -421,6 +424,108 @@ class Table:
         if batches is not None:
             reader = reader.option("batches", ",".join(batches))
         return reader.load(self.name)
+
+    # -- training exports (docs/training.md) ----------------------------------------------
+
+    def export_mmap(
+        self,
+        path: str | PathLike[str],
+        features: list[str],
+        label: str | None = None,
+        version: int | None = None,
+        *,
+        tag: str | None = None,
+        branch: str | None = None,
+        where: pc.Expression | None = None,
+        overwrite: bool = False,
+    ) -> MmapExport:
+        """Stream ``features`` (float32, row-major) and ``label`` of one snapshot to the
+        directory ``path`` (``features.bin``, ``labels.bin``, ``schema.json`` with per-feature
+        mean/std), one fragment in memory at a time; NULL becomes NaN. Read it with
+        ``omnitable.torch.MmapDataset``. Written under a temporary name and renamed: a crash
+        leaves ``path`` as it was.
+
+        Raises:
+            UnknownColumnError, ValidationError (non-numeric column, bad path),
+            AlreadyExistsError (``path`` exists and not ``overwrite``).
+        """
+        from omnitable.training.mmap import export_mmap
+
+        cols = (
+            [*features, *([label] if isinstance(label, str) else [])]
+            if isinstance(features, list)
+            else None
+        )
+        reader = self._reader(SnapshotScope.of(None, cols, where), version, branch, tag)
+        return export_mmap(reader, path, features, label, where, overwrite=overwrite)
+
+    def export_delta(
+        self,
+        path: str | PathLike[str],
+        version: int | None = None,
+        *,
+        tag: str | None = None,
+        branch: str | None = None,
+        storage_options: dict[str, str] | None = None,
+    ) -> ExportResult:
+        """Export one snapshot (default: the head) to the Delta table at ``path`` (deltalake):
+        the first call writes it all, later calls only what changed since the version the
+        target holds (new fragments appended; rows of changed fragments deleted and written
+        again; a schema change rewrites the target). Exactly once: the version is recorded in
+        the target, so a re-run does nothing (docs/training.md, "Exports").
+
+        Raises:
+            ValidationError: the target holds another table or a newer version.
+            ImportError: the ``export`` extra is not installed.
+        """
+        from omnitable.training.export_delta import export_delta
+
+        snap = self.snapshot(version=version, branch=branch, tag=tag)
+        old = branch or self._ctx.branch
+        return export_delta(
+            self.location, snap, lambda v: self.snapshot(version=v, branch=old), path,
+            storage_options,
+        )  # fmt: skip
+
+    def export_iceberg(
+        self,
+        catalog_uri: str | None,
+        name: str,
+        version: int | None = None,
+        *,
+        tag: str | None = None,
+        branch: str | None = None,
+        warehouse: str | None = None,
+    ) -> ExportResult:
+        """Export one snapshot to the Iceberg table ``name`` (``namespace.table``) of the
+        pyiceberg SQL catalog at ``catalog_uri`` (a SQLAlchemy URL; None: this warehouse's
+        PostgreSQL database), data files under ``warehouse`` (default: ``_exports/iceberg``
+        under the warehouse root). Incremental and exactly once like :meth:`export_delta`,
+        each export one Iceberg transaction (docs/training.md, "Exports").
+
+        Raises:
+            ValidationError: bad name or URI, the target holds another table or a newer
+                version.
+            ImportError: the ``export`` extra is not installed.
+        """
+        from omnitable.training.export_iceberg import export_iceberg
+
+        snap = self.snapshot(version=version, branch=branch, tag=tag)
+        old = branch or self._ctx.branch
+        if catalog_uri is None:
+            address = self._ctx.address
+            if address.is_sqlite:
+                raise ValidationError(
+                    f"Cannot export table '{self.name}' to Iceberg: pass catalog_uri (a "
+                    "SQLAlchemy URL such as sqlite:////path/iceberg.db); only a PostgreSQL "
+                    "warehouse provides a default"
+                )
+            catalog_uri = address.connect_url().render_as_string(hide_password=False)
+        data = warehouse or self._ctx.root.join("_exports", "iceberg").uri
+        return export_iceberg(
+            self.location, snap, lambda v: self.snapshot(version=v, branch=old), catalog_uri,
+            name, data,
+        )  # fmt: skip
 
     # -- writing --------------------------------------------------------------------------
 
