@@ -289,7 +289,9 @@ def fit(ctx: TableContext, snap: Snapshot, spec: Any, name: str) -> FittedPrepro
                (op == "bucketize" and "num_buckets" in _opts(entries, c.name))]  # fmt: skip
     levels = sorted({i / o["num_buckets"] for c, op, o in entries if "num_buckets" in o
                      for i in range(1, o["num_buckets"])})  # fmt: skip
-    stats = table_stats(ctx.location, snap, numeric, exact=False, quantiles=tuple(levels or [0.5]))
+    stats = table_stats(
+        ctx.location, snap, numeric, quantiles=tuple(levels or [0.5]), distinct=False
+    )
     vocab_cols = [c.name for c, op, _ in entries if op in ("vocabulary", "one_hot")]
     counts = _value_counts(FragmentReader(ctx.location, snap), snap, vocab_cols)
     fitted = []

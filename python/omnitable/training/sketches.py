@@ -114,10 +114,13 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 
 def hash_values(values: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
-    """64-bit hashes of non-null values (equal values, equal hashes); None for types not
-    hashed (lists, structs, maps)."""
+    """64-bit hashes of the distinct non-null values (equal values, equal hashes); None for
+    types not hashed (lists, structs, maps)."""
     t = values.type
-    values = pc.drop_null(values)
+    try:  # HyperLogLog ignores repeats: hash each distinct value once (Arrow's hash table)
+        values = pc.unique(pc.drop_null(values))
+    except pa.ArrowNotImplementedError:
+        return None
     if pa.types.is_floating(t):
         f = values.cast(pa.float64()).to_numpy(zero_copy_only=False) + 0.0  # -0.0 is 0.0
         return _mix(f.view(np.uint64))

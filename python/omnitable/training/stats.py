@@ -104,6 +104,7 @@ class _Scan:
     uniques: list[pa.Array] = field(default_factory=list)
     counts: np.ndarray | None = None
     hashable: bool = True
+    distinct_wanted: bool = True
 
     def add(self, values: pa.ChunkedArray) -> None:
         if self.numeric:
@@ -116,6 +117,9 @@ class _Scan:
             if self.edges is not None:
                 c, _ = np.histogram(v, bins=self.edges)
                 self.counts = c if self.counts is None else self.counts + c
+        if not self.distinct_wanted:
+            self.hashable = False
+            return
         if self.exact:
             try:
                 self.uniques.append(pc.unique(pc.drop_null(values).combine_chunks()))
@@ -220,8 +224,10 @@ class TableStatistics:
         exact: bool,
         bins: int,
         quantiles: tuple[float, ...],
+        distinct: bool = True,
     ) -> None:
         self._reader = reader
+        self._distinct = distinct
         self._records = columns
         self.version = reader.snapshot.version
         self.rows = rows
@@ -266,6 +272,7 @@ class TableStatistics:
                 lo, hi = float(st.min), float(st.max)
                 edges = np.linspace(lo, hi, self.bins + 1) if hi > lo else np.array([lo, lo + 1])
             accs[c.name] = _Scan(numeric, self.exact, self.bins, edges)
+            accs[c.name].distinct_wanted = self._distinct
         names = [c.name for c in self._records]
         for table in _fragments(self._reader, self._reader.snapshot.live_fragments(None), names):
             for name in names:
@@ -352,9 +359,10 @@ def table_stats(
     exact: bool = False,
     bins: int = 20,
     quantiles: tuple[float, ...] = QUANTILES,
+    distinct: bool = True,
 ) -> TableStatistics:
     """Statistics of ``columns`` (None: every user column) of ``snap`` (loaded with their files
-    and statistics).
+    and statistics); ``distinct=False``: no distinct counts (None), a cheaper scan.
 
     Raises:
         ValidationError, UnknownColumnError: bad columns, bins or quantiles.
