@@ -39,7 +39,13 @@ from omnitable.catalog.snapshot import Snapshot, SnapshotScope
 from omnitable.context import TableContext
 from omnitable.exceptions import NotFoundError, SchemaMismatchError, ValidationError
 from omnitable.format.reader import FragmentReader
-from omnitable.training.stats import _fragments, check_columns, is_numeric, table_stats
+from omnitable.training.stats import (
+    ColumnStatistics,
+    _fragments,
+    check_columns,
+    is_numeric,
+    table_stats,
+)
 
 OPS = ("standardize", "min_max", "vocabulary", "one_hot", "bucketize")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -285,13 +291,15 @@ def fit(ctx: TableContext, snap: Snapshot, spec: Any, name: str) -> FittedPrepro
     """
     check_name(name, "fit preprocessing")
     entries = parse_spec(snap, spec)
-    numeric = [c.name for c, op, _ in entries if op in ("standardize", "min_max") or
-               (op == "bucketize" and "num_buckets" in _opts(entries, c.name))]  # fmt: skip
+    scanned = [c.name for c, op, o in entries if op == "standardize" or "num_buckets" in o]
+    bounded = [c.name for c, op, _ in entries if op == "min_max"]  # metadata: no scan
     levels = sorted({i / o["num_buckets"] for c, op, o in entries if "num_buckets" in o
                      for i in range(1, o["num_buckets"])})  # fmt: skip
-    stats = table_stats(
-        ctx.location, snap, numeric, quantiles=tuple(levels or [0.5]), distinct=False
-    )
+    stats: dict[str, ColumnStatistics] = {}
+    for names in (bounded, scanned):
+        found = table_stats(ctx.location, snap, names, quantiles=tuple(levels or [0.5]),
+                            distinct=False)  # fmt: skip
+        stats.update({st.name: st for st in found})
     vocab_cols = [c.name for c, op, _ in entries if op in ("vocabulary", "one_hot")]
     counts = _value_counts(FragmentReader(ctx.location, snap), snap, vocab_cols)
     fitted = []
@@ -309,7 +317,11 @@ def _opts(entries: list[tuple[ColumnRecord, str, dict[str, Any]]], name: str) ->
 
 
 def _params(
-    col: ColumnRecord, op: str, options: dict[str, Any], stats: Any, counts: dict[str, Any]
+    col: ColumnRecord,
+    op: str,
+    options: dict[str, Any],
+    stats: dict[str, ColumnStatistics],
+    counts: dict[str, Any],
 ) -> dict[str, Any]:
     if op in ("standardize", "min_max"):
         st = stats[col.name]
@@ -317,9 +329,10 @@ def _params(
             raise ValidationError(f"Cannot fit {op} of column '{col.name}': it has no values")
         if op == "min_max":
             return {"min": float(st.min), "max": float(st.max)}
-        s = stats.summary(col.name)
-        std0 = s.population_std or 0.0
-        return {"mean": float(s.mean), "std": float(std0) if std0 > 0 else 1.0}
+        mean, std0 = st.mean, st.population_std or 0.0
+        if mean is None:  # only NaN
+            raise ValidationError(f"Cannot fit {op} of column '{col.name}': it has no values")
+        return {"mean": float(mean), "std": float(std0) if std0 > 0 else 1.0}
     if op == "bucketize":
         if "boundaries" in options:
             return {"boundaries": [float(b) for b in options["boundaries"]]}
@@ -328,7 +341,7 @@ def _params(
         bounds = [qs[i / n] for i in range(1, n)]
         if any(b is None for b in bounds):
             raise ValidationError(f"Cannot fit bucketize of column '{col.name}': it has no values")
-        return {"boundaries": sorted(set(float(b) for b in bounds))}
+        return {"boundaries": sorted({float(b) for b in bounds if b is not None})}
     found = counts[col.name]
     keep = [(v, c) for v, c in found.items() if c >= options.get("min_count", 1)]
     keep.sort(key=lambda vc: (-vc[1], vc[0]))

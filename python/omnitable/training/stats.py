@@ -191,6 +191,11 @@ class ColumnStatistics:
         return self._summary().std
 
     @property
+    def population_std(self) -> float | None:
+        """The standard deviation with ``ddof=0`` (what ``standardize`` divides by)."""
+        return self._summary().population_std
+
+    @property
     def quantiles(self) -> dict[float, float | None]:
         return self._summary().quantiles
 
