@@ -5,8 +5,8 @@
 * :class:`QuantileSketch`: a t-digest with a uniform scale function — sorted centroids of at most
   ``size`` values each of equal weight; exact (numpy's linear interpolation) while the column
   has at most ``size`` values, else a rank error of about ``1 / size`` per merge level.
-* :class:`DistinctSketch`: HyperLogLog with 2**14 registers (standard error about 0.8 %,
-  linear counting for small cardinalities, which is exact in practice below a few hundred).
+* :class:`DistinctSketch`: exact up to 50,000 distinct values (a set of 64-bit hashes), then
+  HyperLogLog with 2**14 registers (standard error about 0.8 %).
 """
 
 from __future__ import annotations
@@ -139,14 +139,23 @@ def hash_values(values: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
 
 
 class DistinctSketch:
-    """HyperLogLog over 64-bit hashes."""
+    """Distinct 64-bit hashes counted exactly up to ``SMALL`` of them (a sorted set), then by
+    HyperLogLog (the set folded into the registers)."""
+
+    SMALL = 50_000
 
     def __init__(self) -> None:
         self.registers = np.zeros(_HLL_M, dtype=np.uint8)
+        self._small: np.ndarray | None = np.empty(0, dtype=np.uint64)
 
     def add(self, hashes: np.ndarray) -> None:
         if len(hashes) == 0:
             return
+        if self._small is not None:
+            self._small = np.union1d(self._small, hashes)
+            if len(self._small) <= self.SMALL:
+                return
+            hashes, self._small = self._small, None
         index = (hashes >> np.uint64(64 - _HLL_BITS)).astype(np.int64)
         rest = (hashes << np.uint64(_HLL_BITS)) | np.uint64(1 << (_HLL_BITS - 1))
         # rank: leading zeros of the remaining bits + 1 (the sentinel bit bounds it)
@@ -155,6 +164,8 @@ class DistinctSketch:
         np.maximum.at(self.registers, index, rank.astype(np.uint8))
 
     def estimate(self) -> int:
+        if self._small is not None:
+            return len(self._small)
         m = float(_HLL_M)
         alpha = 0.7213 / (1 + 1.079 / m)
         raw = alpha * m * m / float(np.sum(np.power(2.0, -self.registers.astype(np.float64))))

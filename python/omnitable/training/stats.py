@@ -8,7 +8,8 @@ read, so the figures are always exact. Mean, standard deviation (sample, as pand
 quantiles, a histogram and the distinct count need the values: the first access to any of them
 scans the columns once (the Python zip reader, pyarrow compute and numpy, fragment by fragment)
 and keeps the result. Quantiles and distinct counts are approximate by default (sketches.py: a
-uniform t-digest, exact up to 2,048 values; HyperLogLog, about 0.8 % error) and exact with
+uniform t-digest, exact up to 2,048 values; exact up to 50,000 distinct values, then
+HyperLogLog, about 0.8 % error) and exact with
 ``exact=True`` (which keeps each column's values in memory).
 """
 
