@@ -39,11 +39,12 @@ from omnitable.catalog.snapshot import Snapshot, SnapshotScope
 from omnitable.context import TableContext
 from omnitable.exceptions import NotFoundError, SchemaMismatchError, ValidationError
 from omnitable.format.reader import FragmentReader
+from omnitable.training.sketches import Moments, QuantileSketch
 from omnitable.training.stats import (
-    ColumnStatistics,
     _fragments,
     check_columns,
     is_numeric,
+    numeric_values,
     table_stats,
 )
 
@@ -284,27 +285,30 @@ def _check_op(col: ColumnRecord, op: str, options: dict[str, Any]) -> None:
 
 
 def fit(ctx: TableContext, snap: Snapshot, spec: Any, name: str) -> FittedPreprocessor:
-    """Fit ``spec`` on ``snap`` (loaded with statistics) and store it as ``name``.
+    """Fit ``spec`` on ``snap`` (loaded with statistics) and store it as ``name``: ``min_max``
+    from the catalog's statistics (Table.stats), the other ops by one scan of their columns.
 
     Raises:
         ValidationError, UnknownColumnError: a bad spec or name.
     """
     check_name(name, "fit preprocessing")
     entries = parse_spec(snap, spec)
-    scanned = [c.name for c, op, o in entries if op == "standardize" or "num_buckets" in o]
-    bounded = [c.name for c, op, _ in entries if op == "min_max"]  # metadata: no scan
-    levels = sorted({i / o["num_buckets"] for c, op, o in entries if "num_buckets" in o
-                     for i in range(1, o["num_buckets"])})  # fmt: skip
-    stats: dict[str, ColumnStatistics] = {}
-    for names in (bounded, scanned):
-        found = table_stats(ctx.location, snap, names, quantiles=tuple(levels or [0.5]),
-                            distinct=False)  # fmt: skip
-        stats.update({st.name: st for st in found})
-    vocab_cols = [c.name for c, op, _ in entries if op in ("vocabulary", "one_hot")]
-    counts = _value_counts(FragmentReader(ctx.location, snap), snap, vocab_cols)
+    bounded = [c.name for c, op, _ in entries if op == "min_max"]
+    stats = {st.name: st for st in table_stats(ctx.location, snap, bounded, distinct=False)}
+    scan = _FitScan(entries)
+    if scan.names:
+        reader = FragmentReader(ctx.location, snap)
+        for table in _fragments(reader, snap.live_fragments(None), scan.names):
+            scan.add(table)
     fitted = []
     for col, op, options in entries:
-        params = _params(col, op, options, stats, counts)
+        if op == "min_max":
+            st = stats[col.name]
+            if st.min is None:
+                raise ValidationError(f"Cannot fit min_max of column '{col.name}': no values")
+            params: dict[str, Any] = {"min": float(st.min), "max": float(st.max)}
+        else:
+            params = scan.params(col.name, op, options)
         fitted.append(FittedColumn(col.name, col.column_id, col.data_type, op, params))
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     out = FittedPreprocessor(name, ctx.name, snap.version, snap.branch or ctx.branch, fitted, now)
@@ -312,59 +316,50 @@ def fit(ctx: TableContext, snap: Snapshot, spec: Any, name: str) -> FittedPrepro
     return out
 
 
-def _opts(entries: list[tuple[ColumnRecord, str, dict[str, Any]]], name: str) -> dict[str, Any]:
-    return next(o for c, _, o in entries if c.name == name)
+class _FitScan:
+    """What one scan accumulates per column: moments (standardize), a quantile sketch
+    (bucketize by ``num_buckets``), value counts (vocabulary, one_hot)."""
 
+    def __init__(self, entries: list[tuple[ColumnRecord, str, dict[str, Any]]]) -> None:
+        self.moments = {c.name: Moments() for c, op, _ in entries if op == "standardize"}
+        self.sketches = {c.name: QuantileSketch() for c, _, o in entries if "num_buckets" in o}
+        self.counts: dict[str, dict[Any, int]] = {
+            c.name: {} for c, op, _ in entries if op in ("vocabulary", "one_hot")
+        }
+        self.names = [*self.moments, *self.sketches, *self.counts]
 
-def _params(
-    col: ColumnRecord,
-    op: str,
-    options: dict[str, Any],
-    stats: dict[str, ColumnStatistics],
-    counts: dict[str, Any],
-) -> dict[str, Any]:
-    if op in ("standardize", "min_max"):
-        st = stats[col.name]
-        if st.min is None:
-            raise ValidationError(f"Cannot fit {op} of column '{col.name}': it has no values")
-        if op == "min_max":
-            return {"min": float(st.min), "max": float(st.max)}
-        mean, std0 = st.mean, st.population_std or 0.0
-        if mean is None:  # only NaN
-            raise ValidationError(f"Cannot fit {op} of column '{col.name}': it has no values")
-        return {"mean": float(mean), "std": float(std0) if std0 > 0 else 1.0}
-    if op == "bucketize":
-        if "boundaries" in options:
-            return {"boundaries": [float(b) for b in options["boundaries"]]}
-        n = options["num_buckets"]
-        qs = stats[col.name].quantiles
-        bounds = [qs[i / n] for i in range(1, n)]
-        if any(b is None for b in bounds):
-            raise ValidationError(f"Cannot fit bucketize of column '{col.name}': it has no values")
-        return {"boundaries": sorted({float(b) for b in bounds if b is not None})}
-    found = counts[col.name]
-    keep = [(v, c) for v, c in found.items() if c >= options.get("min_count", 1)]
-    keep.sort(key=lambda vc: (-vc[1], vc[0]))
-    top_k = options.get("top_k")
-    values = [v for v, _ in (keep if top_k is None else keep[:top_k])]
-    return {"values": values, "counts": [found[v] for v in values]}
-
-
-def _value_counts(
-    reader: FragmentReader, snap: Snapshot, names: list[str]
-) -> dict[str, dict[Any, int]]:
-    """Per column, how often each non-null value occurs in the snapshot's live rows."""
-    out: dict[str, dict[Any, int]] = {n: {} for n in names}
-    if not names:
-        return out
-    for table in _fragments(reader, snap.live_fragments(None), names):
-        for name in names:
+    def add(self, table: pa.Table) -> None:
+        for name, moments in self.moments.items():
+            moments.add(numeric_values(table.column(name)))
+        for name, sketch in self.sketches.items():
+            sketch.add(numeric_values(table.column(name)))
+        for name, acc in self.counts.items():
             vc = pc.value_counts(pc.drop_null(table.column(name)))
-            acc = out[name]
             for v, c in zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist(),
                             strict=True):  # fmt: skip
                 acc[v] = acc.get(v, 0) + c
-    return out
+
+    def params(self, name: str, op: str, options: dict[str, Any]) -> dict[str, Any]:
+        if op == "standardize":
+            m = self.moments[name]
+            if m.count == 0:
+                raise ValidationError(f"Cannot fit standardize of column '{name}': no values")
+            std0 = m.std(ddof=0) or 0.0
+            return {"mean": float(m.mean), "std": float(std0) if std0 > 0 else 1.0}
+        if op == "bucketize":
+            if "boundaries" in options:
+                return {"boundaries": [float(b) for b in options["boundaries"]]}
+            n = options["num_buckets"]
+            bounds = self.sketches[name].quantiles([i / n for i in range(1, n)])
+            if any(b is None for b in bounds):
+                raise ValidationError(f"Cannot fit bucketize of column '{name}': no values")
+            return {"boundaries": sorted({float(b) for b in bounds if b is not None})}
+        found = self.counts[name]
+        keep = [(v, c) for v, c in found.items() if c >= options.get("min_count", 1)]
+        keep.sort(key=lambda vc: (-vc[1], vc[0]))
+        top_k = options.get("top_k")
+        values = [v for v, _ in (keep if top_k is None else keep[:top_k])]
+        return {"values": values, "counts": [found[v] for v in values]}
 
 
 # -- the catalog record ------------------------------------------------------------------------
