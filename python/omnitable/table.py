@@ -407,8 +407,8 @@ class Table:
         """Per-column statistics of one version (docs/training.md "Statistics"): count, nulls,
         min, max from the catalog's file statistics (exact: fragments the metadata cannot
         answer, e.g. with deleted rows, are read); mean, std, quantiles, a histogram of ``bins``
-        bins and the distinct count by one scan on first access (approximate quantiles and
-        distinct counts unless ``exact``).
+        bins and the distinct count by one scan on first access (approximate quantiles past
+        2,048 values and distinct counts past 50,000 unless ``exact``).
 
         Raises:
             UnknownColumnError, NotFoundError (version, tag, branch), ValidationError.
