@@ -114,13 +114,10 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 
 def hash_values(values: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
-    """64-bit hashes of the distinct non-null values (equal values, equal hashes); None for
-    types not hashed (lists, structs, maps)."""
+    """64-bit hashes of the non-null values, repeats possibly dropped (equal values, equal
+    hashes); None for types not hashed (lists, structs, maps)."""
     t = values.type
-    try:  # HyperLogLog ignores repeats: hash each distinct value once (Arrow's hash table)
-        values = pc.unique(pc.drop_null(values))
-    except pa.ArrowNotImplementedError:
-        return None
+    values = pc.drop_null(values)
     if pa.types.is_floating(t):
         f = values.cast(pa.float64()).to_numpy(zero_copy_only=False) + 0.0  # -0.0 is 0.0
         return _mix(f.view(np.uint64))
@@ -133,7 +130,9 @@ def hash_values(values: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
         pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
         or pa.types.is_large_binary(t) or pa.types.is_decimal(t)
     ):  # fmt: skip
-        objects = values.to_numpy(zero_copy_only=False)
+        # repeats hash alike: hash each distinct value once (Arrow's hash table is far faster
+        # than hashing Python objects)
+        objects = pc.unique(values).to_numpy(zero_copy_only=False)
         return np.asarray(pd.util.hash_array(objects, categorize=False), dtype=np.uint64)
     return None
 
