@@ -24,6 +24,7 @@ BENCHMARKS = [
     "sql_writes",
     "governance",
     "training_export",
+    "training_stats",
 ]
 
 

@@ -37,6 +37,7 @@ from omnitable.governance.service import GovernService
 from omnitable.ingest.append import append
 from omnitable.ingest.columns import add_columns
 from omnitable.settings import READ_ACCESS_LOG, READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
+from omnitable.training.stats import QUANTILES, TableStatistics, table_stats
 from omnitable.vocabulary.keys import table_key
 from omnitable.vocabulary.names import APPEND_NAME, MAIN, ROW_ID
 
@@ -394,6 +395,34 @@ class Table:
         snap = self.snapshot(version=version, branch=branch, tag=tag, scope=scope)
         selectivity = self._ctx.settings.resolve(READ_LATE_MATERIALIZATION_MAX_SELECTIVITY)
         return FragmentReader(self.location, snap, selectivity)
+
+    def stats(
+        self,
+        columns: list[str] | None = None,
+        version: int | None = None,
+        *,
+        tag: str | None = None,
+        branch: str | None = None,
+        exact: bool = False,
+        bins: int = 20,
+        quantiles: tuple[float, ...] = QUANTILES,
+    ) -> TableStatistics:
+        """Per-column statistics of one version (docs/training.md "Statistics"): count, nulls,
+        min, max from the catalog's file statistics (exact: fragments the metadata cannot
+        answer, e.g. with deleted rows, are read); mean, std, quantiles, a histogram of ``bins``
+        bins and the distinct count by one scan on first access (approximate quantiles past
+        2,048 values and distinct counts past 50,000 unless ``exact``).
+
+        Raises:
+            UnknownColumnError, NotFoundError (version, tag, branch), ValidationError.
+        """
+        names = None if not isinstance(columns, list) else columns
+        scope = SnapshotScope(columns=None if names is None else frozenset(names), stats=True)
+        snap = self.snapshot(version=_version_arg(version, "statistics"), branch=branch,
+                             tag=tag, scope=scope)  # fmt: skip
+        return table_stats(
+            self.location, snap, columns, exact=bool(exact), bins=bins, quantiles=quantiles
+        )
 
     def to_pandas(self, columns: list[str] | None = None, **kwargs: Any) -> Any:
         return self.read(columns, **kwargs).to_pandas()
