@@ -128,6 +128,13 @@ class TableDataset(IterableDataset):
             )
         return rank, world
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for a DataLoader worker: the rank and world size are fixed here (a spawned
+        worker has no torch.distributed process group)."""
+        state = dict(self.__dict__)
+        state["_rank"], state["_world"] = self.world()
+        return state
+
     def set_epoch(self, epoch: int) -> None:
         """Read ``epoch`` next (its shuffle order); forgets a loaded state of another epoch."""
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:

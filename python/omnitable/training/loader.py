@@ -168,6 +168,18 @@ class BatchLoader:
     def snapshot(self) -> Snapshot:
         return self.reader.snapshot
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable for spawned DataLoader workers: the reader (it holds a lock) is remade."""
+        state = dict(self.__dict__)
+        reader = state.pop("reader")
+        state["_snapshot"] = (reader.location, reader.snapshot, reader.max_selectivity)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        location, snap, selectivity = state.pop("_snapshot")
+        self.__dict__.update(state)
+        self.reader = FragmentReader(location, snap, selectivity)
+
     # -- epoch plan -----------------------------------------------------------------------
 
     def unit_order(self, epoch: int) -> list[int]:
