@@ -23,6 +23,7 @@ BENCHMARKS = [
     "branches",
     "sql_writes",
     "governance",
+    "training",
 ]
 
 

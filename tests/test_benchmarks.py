@@ -38,6 +38,7 @@ TINY = {
     "branches": "--sizes 100 300 --real-fragments 4 --merge-fragments 200 --repeats 1",
     "sql_writes": "--rows 20000 --merge-rows 5000 --repeats 1",
     "governance": "--fragments 20 --rows 2000 --repeats 1 --columns 60 --wide-rows 40",
+    "training": "--rows 20000 --workers 2 --repeats 1",
 }
 
 SMOKE_SPARK = {
