@@ -188,10 +188,14 @@ class TableDataset(IterableDataset):
         out = self.transform(batch) if self.transform is not None else batch
         if isinstance(out, pa.Table):
             out = out.combine_chunks().to_batches()[0] if out.num_rows else None
-        if isinstance(out, pa.RecordBatch):
-            return {n: _tensor(c) for n, c in zip(out.schema.names, out.columns, strict=True)}
-        if isinstance(out, Mapping):
-            return {k: _numpy_tensor(v) if isinstance(v, np.ndarray) else v for k, v in out.items()}
+        with warnings.catch_warnings():  # Arrow memory is read-only to numpy; tensors share it
+            warnings.simplefilter("ignore", UserWarning)
+            if isinstance(out, pa.RecordBatch):
+                return {n: _tensor(c) for n, c in zip(out.schema.names, out.columns, strict=True)}
+            if isinstance(out, Mapping):
+                return {
+                    k: _numpy_tensor(v) if isinstance(v, np.ndarray) else v for k, v in out.items()
+                }
         return out
 
     def _begin(self) -> Progress:
@@ -267,18 +271,15 @@ def _tensor(col: pa.Array) -> Any:
     """Numbers and booleans (and dense lists of numbers) as a tensor, the rest as a list."""
     t = col.type
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
-        return _numpy_tensor(column_numpy(col))
-    if uniform_list_width(col) is not None:
-        return _numpy_tensor(column_numpy(col))
+        return torch.from_numpy(column_numpy(col))
+    width = uniform_list_width(col)
+    if width is not None:
+        return torch.from_numpy(col.flatten().to_numpy().reshape(len(col), width))
     return col.to_pylist()
 
 
 def _numpy_tensor(arr: np.ndarray) -> Any:
-    if arr.dtype == object:
-        return arr
-    with warnings.catch_warnings():  # Arrow memory is read-only to numpy; tensors share it
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.from_numpy(arr)
+    return arr if arr.dtype == object else torch.from_numpy(arr)
 
 
 # -- end TableDataset ---------------------------------------------------------------------

@@ -20,7 +20,9 @@ the remaining units (with their offsets) and shards them again: no row is read t
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -125,7 +127,8 @@ class BatchLoader:
         batch_size: rows per batch (the last batch of a shard may be smaller).
         shuffle, seed: shuffle units and rows, deterministically from ``(seed, epoch)``.
         drop_last: drop each shard's last batch when it is smaller than ``batch_size``.
-        unit_rows: fragments with more rows are read as row ranges of this many rows.
+        unit_rows: fragments with more rows are read as row ranges of at most this many rows
+            (and at most a quarter of the fragment).
         buffer_units: units a shard interleaves at a time when shuffling.
 
     Raises:
@@ -230,9 +233,8 @@ class BatchLoader:
         buffered = 0
         counts: dict[int, int] = {}
         left: dict[int, int] = {}  # unit -> rows not yet handed out
-        for g in range(0, len(work), self.buffer_units):
-            group = work[g : g + self.buffer_units]
-            ordered, labels = self._open_group(epoch, group)
+        groups = [work[g : g + self.buffer_units] for g in range(0, len(work), self.buffer_units)]
+        for group, (ordered, labels) in zip(groups, self._read_ahead(epoch, groups), strict=True):
             for unit, skip in group:
                 counts[unit] = skip
             units = np.array([u for u, _ in group], dtype=np.int64)
@@ -248,6 +250,21 @@ class BatchLoader:
         if buffered and not self.drop_last:
             yield self._emit(shard, pieces, buffered, counts, left)
         yield Batch(None, shard, {}, tuple(u for u, _ in work))
+
+    def _read_ahead(
+        self, epoch: int, groups: list[list[tuple[int, int]]]
+    ) -> Iterator[tuple[pa.Table, np.ndarray]]:
+        """The groups opened in order, the next one read in a thread meanwhile (reading
+        releases the GIL: I/O and decoding overlap the consumer)."""
+        if not groups:
+            return
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="omnitable-loader") as pool:
+            ahead = pool.submit(self._open_group, epoch, groups[0])
+            for nxt in [*groups[1:], None]:
+                current = ahead.result()
+                if nxt is not None:
+                    ahead = pool.submit(self._open_group, epoch, nxt)
+                yield current
 
     def _emit(
         self,
@@ -269,15 +286,20 @@ class BatchLoader:
             else:
                 pieces[0] = (table.slice(k), units[k:])
             need -= k
-        used, per = np.unique(np.concatenate(labels), return_counts=True)
-        for unit, k in zip(used.tolist(), per.tolist(), strict=True):
+        lab = labels[0] if len(labels) == 1 else np.concatenate(labels)
+        low = int(lab.min())
+        per = np.bincount(lab - low)
+        used = [low + i for i in np.flatnonzero(per).tolist()]
+        for unit in used:
+            k = int(per[unit - low])
             counts[unit] += k
             left[unit] -= k
         finished = tuple(u for u, r in left.items() if r == 0)
         for unit in finished:
             del left[unit]
-        taken = {u: counts[u] for u in used.tolist() if u not in finished}
-        data = pa.concat_tables(tables).combine_chunks().to_batches()[0]
+        taken = {u: counts[u] for u in used if u not in finished}
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        data = table.combine_chunks().to_batches()[0]
         return Batch(data, shard, taken, finished)
 
     def _open_group(self, epoch: int, group: list[tuple[int, int]]) -> tuple[pa.Table, np.ndarray]:
@@ -402,11 +424,12 @@ def to_numpy(batch: pa.RecordBatch) -> dict[str, np.ndarray]:
 
 def column_numpy(col: pa.Array) -> np.ndarray:
     """One column as :func:`to_numpy` converts it."""
+    t = col.type
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        return col.to_numpy(zero_copy_only=not col.null_count)
     width = uniform_list_width(col)
     if width is not None:
-        return column_numpy(col.flatten()).reshape(len(col), width)
-    if (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)) and not col.null_count:
-        return col.to_numpy(zero_copy_only=True)
+        return col.flatten().to_numpy(zero_copy_only=True).reshape(len(col), width)
     return col.to_numpy(zero_copy_only=False)
 
 
@@ -414,29 +437,34 @@ def uniform_list_width(col: pa.Array) -> int | None:
     """The common length of a list column's values when it is a dense matrix of numbers (no
     null list, no null number, every list as long), else None."""
     t = col.type
-    if pa.types.is_fixed_size_list(t):
-        width: int | None = t.list_size
-    elif pa.types.is_list(t) or pa.types.is_large_list(t):
-        width = None
-    else:
+    fixed = pa.types.is_fixed_size_list(t)
+    if not (fixed or pa.types.is_list(t) or pa.types.is_large_list(t)):
         return None
     if not (pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type)):
         return None
     if col.null_count or col.flatten().null_count:
         return None
-    if width is None:
-        lengths = np.diff(col.offsets.to_numpy())
-        if len(lengths) == 0 or (lengths != lengths[0]).any():
-            return None
-        width = int(lengths[0])
-    return width
+    if fixed:
+        return int(t.list_size)
+    offsets = col.offsets.to_numpy()
+    if len(offsets) < 2:
+        return None
+    width = int(offsets[1] - offsets[0])
+    if width * (len(offsets) - 1) != offsets[-1] - offsets[0]:
+        return None  # cheap test first; then the exact one
+    return width if (np.diff(offsets) == width).all() else None
 
 
 def _cut(fragments: list[FragmentRecord], unit_rows: int) -> list[Unit]:
+    """Whole fragments, and row ranges of those over ``unit_rows`` rows: at least 4 ranges, so
+    that each is a quarter of its fragment at most (the reader then decodes only the row groups
+    or pages holding it, ``read.late_materialization_max_selectivity``)."""
     units: list[Unit] = []
     for frag in fragments:
-        for start in range(0, max(frag.row_count, 1), unit_rows):
-            stop = min(start + unit_rows, frag.row_count)
+        n = frag.row_count
+        pieces = 1 if n <= unit_rows else max(4, -(-n // unit_rows))
+        bounds = [n * i // pieces for i in range(pieces + 1)]
+        for start, stop in itertools.pairwise(bounds):
             units.append(Unit(len(units), frag, start, stop))
     return units
 
