@@ -75,8 +75,21 @@ def test_where_and_columns_as_read_accepts(table: omnitable.Table) -> None:
     )
     got = epoch_rows(loader, 0, 2, 2)
     assert sorted(got) == ids_of(table, where)
-    batch = next(b for b in loader.batches(0) if b.data is not None)
-    assert batch.data.schema.names == [ROW_ID, "s"]
+    full = BatchLoader(table, ["s", "v"], where=where, batch_size=10, shuffle=True, unit_rows=16)
+    for b in full.batches(0):  # row ranges of fragments (unit_rows), list column included
+        if b.data is not None:
+            assert b.data.schema.names == ["s", "v"]
+            assert [[float(s)] * 2 for s in b.data.column("s").to_pylist()] == b.data.column(
+                "v"
+            ).to_pylist()
+
+
+def test_drop_last_keeps_only_full_batches(table: omnitable.Table) -> None:
+    loader = BatchLoader(table, [ROW_ID], batch_size=10, drop_last=True, unit_rows=16)
+    sizes = [
+        b.data.num_rows for r in range(3) for b in loader.batches(0, rank=r, world_size=3) if b.data
+    ]
+    assert set(sizes) == {10} and len(ids_of(table)) - 30 < sum(sizes) <= len(ids_of(table))
 
 
 def test_shuffle_is_a_function_of_seed_and_epoch(table: omnitable.Table) -> None:
@@ -139,6 +152,12 @@ def test_pinned_snapshot_version_tag_and_deletes(table: omnitable.Table, tmp_pat
     xs = sorted(r for b in old.batches() if b.data for r in b.data.column("x").to_pylist())
     assert xs == list(range(120))
     assert loader.state(Progress(0))["version"] == table.version
+    table.create_branch("exp")
+    table.branch("exp").append(pa.table({"x": [7777]}), "exp-rows")
+    on_branch = BatchLoader(table, ["x"], branch="exp")
+    xs = [r for b in on_branch.batches() if b.data for r in b.data.column("x").to_pylist()]
+    assert 7777 in xs and len(xs) == 157 - 4 + 1
+    assert on_branch.state(Progress(0))["branch"] == "exp"
 
 
 def test_bad_input_is_refused_clearly(table: omnitable.Table) -> None:
