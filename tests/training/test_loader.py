@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import multiprocessing
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -193,3 +195,27 @@ def test_to_numpy_is_zero_copy_for_numbers_and_dense_lists() -> None:
     assert out["i"].ctypes.data == batch.column(0).buffers()[1].address
     assert out["r"].dtype == object and out["s"].tolist() == ["a", "b"]
     assert np.isnan(out["n"][1])
+
+
+def _read_in_child(loader: BatchLoader, out: Any) -> None:
+    out.put(sum(b.data.num_rows for b in loader.batches() if b.data is not None))
+
+
+def test_a_forked_child_reads_multi_file_fragments(tmp_path: Path) -> None:
+    """What a forked DataLoader worker does after the parent read (the parent's file-reading
+    pool threads do not exist in the child)."""
+    wh = omnitable.connect(str(tmp_path / "wh"))
+    t = wh.create_table("w", {"a": "long", "b": "double"}, groups={"g1": ["a"], "g2": ["b"]})
+    t.append(pa.table({"a": np.arange(50), "b": np.arange(50.0)}), "x")
+    assert t.read().num_rows == 50  # two files a fragment: the pool starts here
+    loader = BatchLoader(t, ["a", "b"])
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_read_in_child, args=(loader, out))
+    child.start()
+    try:
+        assert out.get(timeout=60) == 50
+    finally:
+        child.join(10)
+        if child.is_alive():
+            child.kill()
