@@ -229,6 +229,8 @@ class BatchLoader:
     # -- reading --------------------------------------------------------------------------
 
     def _stream(self, epoch: int, shard: int, work: list[tuple[int, int]]) -> Iterator[Batch]:
+        """Batches of ``work`` (units with rows to skip), ``buffer_units`` units open at a time,
+        each batch carrying the progress it completes; then the closing marker."""
         pieces: list[tuple[pa.Table, np.ndarray]] = []
         buffered = 0
         counts: dict[int, int] = {}
