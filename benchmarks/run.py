@@ -25,6 +25,7 @@ BENCHMARKS = [
     "governance",
     "training_export",
     "training_stats",
+    "training",
 ]
 
 

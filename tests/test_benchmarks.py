@@ -40,6 +40,7 @@ TINY = {
     "governance": "--fragments 20 --rows 2000 --repeats 1 --columns 60 --wide-rows 40",
     "training_export": "--rows 20000 --features 4 --fragment-rows 5000 --repeats 1",
     "training_stats": "--rows 20000 --fragment-rows 5000 --repeats 1",
+    "training": "--rows 20000 --workers 2 --repeats 1",
 }
 
 SMOKE_SPARK = {

@@ -71,6 +71,17 @@ def _file_pool() -> ThreadPoolExecutor:
         return _FILE_POOL
 
 
+def _forget_file_pool() -> None:
+    """In a forked child (a DataLoader worker) the parent's pool threads do not exist: start a
+    new pool there on first use instead of queueing work nothing will run."""
+    global _FILE_POOL, _FILE_POOL_LOCK
+    _FILE_POOL, _FILE_POOL_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_file_pool)
+
+
 @dataclass(frozen=True)
 class ReadStats:
     """What a read touched (for tests, benchmarks and explain)."""

@@ -1,0 +1,86 @@
+"""omnitable.torch.TableDataset through the real torch DataLoader (CPU). The DDP example
+(examples/training_ddp.py: 2 gloo processes, resume on 1) runs in tests/test_examples.py."""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import omnitable
+from omnitable import ROW_ID
+from omnitable.exceptions import ValidationError
+
+torch = pytest.importorskip("torch")
+from torch.utils.data import DataLoader  # noqa: E402
+
+from omnitable.torch import TableDataset  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory: pytest.TempPathFactory) -> omnitable.Table:
+    wh = omnitable.connect(str(tmp_path_factory.mktemp("torch") / "wh"))
+    schema = {"x": "long", "emb": "array<float>", "s": "string"}
+    t = wh.create_table("t", schema, groups={"a": ["x"], "b": ["emb", "s"]})  # 2 files a fragment
+    x = np.arange(200)
+    emb = pa.ListArray.from_arrays(pa.array(np.arange(0, 601, 3), pa.int32()),
+                                   pa.array(np.repeat(x, 3), pa.float32()))  # fmt: skip
+    t.append(pa.table({"x": x, "emb": emb, "s": x.astype(str)}), "b", target_fragment_rows=30)
+    t.delete(pc.field("x") < 5)
+    return t
+
+
+def ids(table: omnitable.Table) -> list[int]:
+    return sorted(table.read([ROW_ID]).column(ROW_ID).to_pylist())
+
+
+def test_dataloader_with_two_workers_reads_every_row_once_as_tensors(
+    table: omnitable.Table,
+) -> None:
+    assert table.read().num_rows == 195  # the parent's file-reading pool exists before the fork
+    ds = TableDataset(table, [ROW_ID, "x", "emb", "s"], batch_size=16, shuffle=True, seed=1)
+    batches = list(DataLoader(ds, batch_size=None, num_workers=2, timeout=60))
+    got = sorted(r for b in batches for r in b[ROW_ID].tolist())
+    assert got == ids(table)
+    b = batches[0]
+    assert b["x"].dtype == torch.int64 and b["emb"].shape == (16, 3)
+    assert b["emb"].dtype == torch.float32 and (b["emb"][:, 1] == b["x"].float()).all()
+    assert b["s"] == [str(v) for v in b["x"].tolist()]  # strings pass through as lists
+
+
+def test_loader_state_resumes_exactly_on_another_world_size(table: omnitable.Table) -> None:
+    ds = TableDataset(table, [ROW_ID], batch_size=8, shuffle=True, seed=4, unit_rows=20)
+    loader = ds.loader(num_workers=2)
+    seen = [r for b in itertools.islice(iter(loader), 5) for r in b[ROW_ID].tolist()]
+    state = ds.state_dict()
+    rest = []
+    for rank in range(3):  # resume on 3 ranks, in the main process
+        other = TableDataset(table, [ROW_ID], batch_size=5, shuffle=True, seed=4, unit_rows=20,
+                             rank=rank, world_size=3)  # fmt: skip
+        other.load_state_dict(state)
+        rest += [r for b in other for r in b[ROW_ID].tolist()]
+    assert len(seen) == 40 and sorted(seen + rest) == ids(table)
+    again = [r for b in other for r in b[ROW_ID].tolist()]  # the next pass: a full shard
+    assert len(again) > len(rest) // 3
+
+
+def double(batch: pa.RecordBatch) -> dict[str, np.ndarray]:
+    return {"x2": batch.column(0).to_numpy() * 2}
+
+
+def test_transform_hook_and_bad_input(table: omnitable.Table) -> None:
+    ds = TableDataset(table, ["x"], batch_size=50, transform=double)
+    first = next(iter(ds))
+    assert isinstance(first["x2"], torch.Tensor) and first["x2"][:2].tolist() == [10, 12]
+    copy = pickle.loads(pickle.dumps(ds))  # what a spawned DataLoader worker gets
+    assert next(iter(copy))["x2"].tolist() == first["x2"].tolist()
+    with pytest.raises(ValidationError, match="rank must be in"):
+        TableDataset(table, ["x"], rank=3, world_size=3)
+    with pytest.raises(ValidationError, match="both rank and world_size"):
+        TableDataset(table, ["x"], rank=0)
+    with pytest.raises(ValidationError, match="seed=1"):
+        ds.load_state_dict(TableDataset(table, ["x"], seed=1).state_dict())
