@@ -84,3 +84,17 @@ def test_transform_hook_and_bad_input(table: omnitable.Table) -> None:
         TableDataset(table, ["x"], rank=0)
     with pytest.raises(ValidationError, match="seed=1"):
         ds.load_state_dict(TableDataset(table, ["x"], seed=1).state_dict())
+
+
+def test_fitted_preprocessing_is_the_transform(table: omnitable.Table) -> None:
+    """A fitted standardization (omnitable.preprocess) applied on the fly by the loader equals
+    the same arithmetic on the read column."""
+    import omnitable.preprocess as pre
+
+    fitted = pre.fit(table, {"x": "standardize"}, name="loader_x")
+    ds = TableDataset(table, ["x"], batch_size=64, transform=pre.load(table, "loader_x"))
+    got = np.concatenate([b["x"].numpy() for b in ds])
+    x = table.read(["x"]).column("x").to_numpy().astype(np.float64)
+    want = (x - x.mean()) / x.std()  # the population std, as scikit-learn
+    np.testing.assert_allclose(np.sort(got), np.sort(want), rtol=1e-6)
+    assert fitted.version == table.version
