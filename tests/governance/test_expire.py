@@ -115,7 +115,8 @@ def test_a_second_expiry_purges_what_a_deleted_tag_held(table: omnitable.Table) 
     run_job(table._ctx, ExpireJob(retain_last=2))
     dev, v4 = _rows(table.branch("dev")), _rows(table, version=4)
     table.delete_tag("pinned")
-    table.delete_tag("old")
+    if "old" in [t.name for t in table.tags()]:  # its 1 s may have run out (a loaded machine):
+        table.delete_tag("old")  # then the first expiry removed it already
     a_files = _paths(table, "a", version=3)
     again = run_job(table._ctx, ExpireJob(retain_last=2))
     assert again.summary["kept_versions"] == [4]
