@@ -22,6 +22,7 @@ Run: ./dev bench python_peers [--rows N] [--wide-rows N] [--repeats R]
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import shutil
 from collections.abc import Callable
@@ -206,6 +207,7 @@ class Peers:
         return {s: (lambda s=s: run(s)) for s in self.systems()}, written
 
 
+@functools.cache
 def _optional(module: str) -> Any:
     try:
         return __import__(module)
