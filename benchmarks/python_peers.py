@@ -1,6 +1,6 @@
 """Issue 18: OmniTable's Python data plane side by side with its peers.
 
-Data: N rows (default 1,000,000) of an id, 3 floats (x, y, z), a short string and a ~250-byte
+Data: N rows (default 2,000,000: two fragments) of an id, 3 floats (x, y, z), a short string and a ~250-byte
 text column; and a wide table of ``--wide-rows`` rows and 200 float columns in 50 groups.
 Each is written, extended and read by OmniTable's Python API, plain pyarrow Parquet (zstd at
 OmniTable's level), Lance (pylance) and Delta (deltalake, zstd at the same level), measured
@@ -275,7 +275,7 @@ def run_table(
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(prog="python_peers")
-    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--wide-rows", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
