@@ -1,10 +1,10 @@
 """Issue 18: OmniTable's Python data plane side by side with its peers.
 
-Data: N rows (default 2,000,000: two fragments) of an id, 3 floats (x, y, z), a short string and a ~250-byte
-text column; and a wide table of ``--wide-rows`` rows and 200 float columns in 50 groups.
-Each is written, extended and read by OmniTable's Python API, plain pyarrow Parquet (zstd at
-OmniTable's level), Lance (pylance) and Delta (deltalake, zstd at the same level), measured
-interleaved in one run:
+Data: N rows (default 2,000,000: two fragments) of an id, 3 floats (x, y, z), a short string
+and a ~250-byte text column; and a wide table of ``--wide-rows`` rows and 200 float columns in
+50 groups. Each is written, extended and read by OmniTable's Python API, plain pyarrow Parquet
+(zstd at OmniTable's level), Lance (pylance) and Delta (deltalake, zstd at the same level),
+measured interleaved in one run:
 
   * ingest (append / write);
   * add one column keyed by id (time and bytes written);
