@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 BENCHMARKS = [
     "python_read",
+    "python_peers",
     "spark_read",
     "backfill_fusion",
     "isolation",

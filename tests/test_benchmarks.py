@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 TINY = {
     "python_read": "--rows 20000 --repeats 1",
+    "python_peers": "--rows 5000 --wide-rows 500 --repeats 1",
     "isolation": (
         "--rows 20000 --batch 5000 --repeats 1 --moderate-rows 5000 --dirty-batch 5000 "
         "--spark-rows 4000"

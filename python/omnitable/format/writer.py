@@ -7,12 +7,16 @@ lists them. Each column file holds exactly the rows it is given, in order (align
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from omnitable import settings
@@ -22,6 +26,7 @@ from omnitable.vocabulary.stats import compute_stats
 
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 SMALL_DICTIONARY_BYTES = 64 * 1024  # dictionary page limit of files with write.page_rows
+DICTIONARY_SAMPLE = 4096  # values sampled per column to choose its encoding (dictionary_columns)
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,7 @@ def write_column_file(
             compression_level=options.compression_level,
             use_compliant_nested_type=True,
             write_page_index=True,
+            use_dictionary=dictionary_columns(physical, row_group_rows(data, options)),
             **_page_settings(data, options),
         ) as writer,
     ):
@@ -128,6 +134,35 @@ def row_group_rows(data: pa.Table, options: WriteOptions) -> int:
     return rows
 
 
+def dictionary_columns(data: pa.Table, row_group: int) -> bool | list[str]:
+    """The columns worth dictionary encoding: all but the flat ones whose sample of
+    ``DICTIONARY_SAMPLE`` values shows about ``row_group / 4`` or more distinct values per row
+    group (ids, measurements, free text), which pyarrow would otherwise hash into a dictionary
+    until it outgrows its page, for a larger and slower file. True where a column is nested
+    (pyarrow names its leaves by path)."""
+    names = []
+    for name, column in zip(data.column_names, data.columns, strict=True):
+        if pa.types.is_nested(column.type):
+            return True
+        if pa.types.is_boolean(column.type) or not _many_distinct(column, row_group):
+            names.append(name)
+    return names
+
+
+def _many_distinct(column: pa.ChunkedArray, row_group: int) -> bool:
+    """Whether ``column`` has about ``row_group / 4`` or more distinct values per row group,
+    estimated from the repeats in an evenly spread sample (exact for short columns)."""
+    n = len(column)
+    if n == 0:
+        return False
+    if n <= DICTIONARY_SAMPLE:
+        return pc.count_distinct(column, mode="all").as_py() >= min(n, row_group) / 4
+    idx = np.linspace(0, n - 1, DICTIONARY_SAMPLE).astype(np.int64)
+    repeats = DICTIONARY_SAMPLE - pc.count_distinct(column.take(idx), mode="all").as_py()
+    # m sampled values of D equally likely ones repeat about m^2 / (2 D) times
+    return repeats * min(n, row_group) <= 2 * DICTIONARY_SAMPLE**2
+
+
 def _page_settings(data: pa.Table, options: WriteOptions) -> dict[str, int]:
     out: dict[str, int] = {}
     if data.num_rows and data.nbytes / data.num_rows >= options.wide_row_bytes:
@@ -150,8 +185,11 @@ def write_fragment(
     physical_names: dict[str, str],
     options: WriteOptions,
     seq: int = 0,
+    threads: int | None = None,
 ) -> FragmentDescriptor:
-    """Write one fragment: one column file per group present in ``data``.
+    """Write one fragment: one column file per group present in ``data``, listed in the order
+    the groups first appear in ``data``, written by up to ``threads`` threads at once (default:
+    one per core; a Spark task, which has one core, passes 1).
 
     Args:
         seq: position of the fragment within its batch (readers order fragments by it).
@@ -163,10 +201,15 @@ def write_fragment(
     by_group: dict[str, list[str]] = {}
     for name in data.column_names:
         by_group.setdefault(group_of[name], []).append(name)
-    files = [
-        write_column_file(
-            location, fragment_id, frag_path, group, data.select(cols), physical_names, options
-        )
-        for group, cols in by_group.items()
-    ]
+
+    def write(group: str) -> FileDescriptor:
+        return write_column_file(location, fragment_id, frag_path, group,
+                                 data.select(by_group[group]), physical_names, options)  # fmt: skip
+
+    workers = min(len(by_group), threads or os.cpu_count() or 1)
+    if workers <= 1:
+        files = [write(group) for group in by_group]
+    else:  # pyarrow encodes and compresses without the GIL; every write ends before a raise
+        with ThreadPoolExecutor(workers, thread_name_prefix="omnitable-write") as pool:
+            files = list(pool.map(write, by_group))
     return FragmentDescriptor(fragment_id, batch_id, data.num_rows, frag_path, files, seq)

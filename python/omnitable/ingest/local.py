@@ -7,7 +7,10 @@ Used for pandas, Arrow and file inputs (:class:`LocalWriter`); Spark DataFrames 
 
 from __future__ import annotations
 
+import os
+from collections import deque
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -78,6 +81,41 @@ class FragmentCutter:
         return whole
 
 
+MAX_FRAGMENT_WRITERS = 4  # fragments written at once (fewer on fewer cores): bounds memory
+
+
+class FragmentPipeline:
+    """Writes fragments on up to ``workers`` threads while the caller cuts the next ones
+    (pyarrow writes without the GIL); at most ``workers`` fragments are in flight (default: one
+    per core, at most ``MAX_FRAGMENT_WRITERS``). ``finish``
+    returns the descriptors in submission order; ``close`` waits for every started write (so
+    whoever cleans up after a failure sees all files) and cancels the rest."""
+
+    def __init__(
+        self, write: Callable[[pa.Table, int], FragmentDescriptor], workers: int | None = None
+    ) -> None:
+        self._write = write
+        self._workers = workers or min(MAX_FRAGMENT_WRITERS, os.cpu_count() or 1)
+        self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="omnitable-ingest")
+        self._pending: deque[Future[FragmentDescriptor]] = deque()
+        self._done: list[FragmentDescriptor] = []
+        self.submitted = 0
+
+    def submit(self, table: pa.Table) -> None:
+        self._pending.append(self._pool.submit(self._write, table, self.submitted))
+        self.submitted += 1
+        while len(self._pending) > self._workers:
+            self._done.append(self._pending.popleft().result())
+
+    def finish(self) -> list[FragmentDescriptor]:
+        while self._pending:
+            self._done.append(self._pending.popleft().result())
+        return self._done
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
 def ingest_batches(
     batches: Iterable[pa.RecordBatch],
     conformer: Conformer,
@@ -87,26 +125,44 @@ def ingest_batches(
 ) -> IngestResult:
     """Conform, cut and write ``batches``; assigns ``_ai_unique_id_`` unless supplied.
 
-    Always writes at least one fragment (an empty input makes one empty fragment, so the batch
-    exists with its schema).
+    Fragments are written by a :class:`FragmentPipeline` (in parallel with cutting the next);
+    ids are reserved and fragments numbered in input order, so the result does not depend on
+    which write ends first. Always writes at least one fragment (an empty input makes one empty
+    fragment, so the batch exists with its schema).
 
     Raises:
         ValidationError: null ids, or ids supplied in some batches but not others.
     """
+    pipeline = FragmentPipeline(write_fragment)
+    try:
+        result = _ingest(batches, conformer, options, pipeline, reserve_ids)
+        result.fragments = pipeline.finish()
+        return result
+    finally:
+        pipeline.close()
+
+
+def _ingest(
+    batches: Iterable[pa.RecordBatch],
+    conformer: Conformer,
+    options: WriteOptions,
+    pipeline: FragmentPipeline,
+    reserve_ids: Callable[[int], int],
+) -> IngestResult:
+    """The body of :func:`ingest_batches`: submits every fragment to ``pipeline``."""
     result = IngestResult()
     cutter = FragmentCutter(options)
     supplied: bool | None = None
     id_parts: list[np.ndarray] = []
 
     def emit(table: pa.Table) -> None:
-        nonlocal supplied
         if supplied:
             table = table.select([ROW_ID] + [c for c in table.column_names if c != ROW_ID])
         else:
             start = reserve_ids(table.num_rows)
             ids = pa.array(np.arange(start, start + table.num_rows, dtype=np.int64))
             table = table.add_column(0, ROW_ID, ids)
-        result.fragments.append(write_fragment(table, len(result.fragments)))
+        pipeline.submit(table)
         result.rows += table.num_rows
 
     for batch in batches:
@@ -134,7 +190,7 @@ def ingest_batches(
     rest = cutter.finish()
     if rest is not None and rest.num_rows:
         emit(rest)
-    if not result.fragments:
+    if not pipeline.submitted:
         empty = conformer.target_schema().empty_table()
         if not supplied:
             empty = empty.drop_columns([ROW_ID])

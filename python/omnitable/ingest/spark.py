@@ -190,6 +190,7 @@ def _write_partition(spec_json: str, batches: Iterable[pa.RecordBatch]) -> Itera
             spec["physical"],
             options,
             seq,
+            threads=1,  # the task's one core
         )
         seq += 1
         return pa.RecordBatch.from_pydict({"descriptor": [desc.to_json()]})
