@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from benchmarks.common import BENCH_DIR, fmt_bytes, fmt_ratio, fmt_seconds, report
+from benchmarks.common import BENCH_DIR, fmt_bytes, fmt_ratio, fmt_seconds, report, smoke
 from benchmarks.fusion_features import ALL
 from omnitable.exec.scan_metrics import ScanMetrics
 
@@ -84,11 +84,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     )
     spark.sparkContext.setLogLevel("ERROR")
     meter = ScanMetrics(spark)  # the backfill runner installs the same listener
-    # warm up the JVM and Python workers on a tiny table
-    warm = wh.create_table("warm", {"text": "string"})
-    warm.append(make_text(1000), "b0")
-    warm.register(*ALL)
-    warm.backfill([f.name for f in ALL]).run(spark)
+    if not smoke():  # warm up the JVM and Python workers on a tiny table
+        warm = wh.create_table("warm", {"text": "string"})
+        warm.append(make_text(1000), "b0")
+        warm.register(*ALL)
+        warm.backfill([f.name for f in ALL]).run(spark)
 
     meter.reset()
     start = time.perf_counter()

@@ -18,11 +18,27 @@ BENCH_DIR = Path(
 )
 """Where benchmarks write their data (``OMNITABLE_BENCH_DIR``, default ``.bench/`` in the repo)."""
 
+SMOKE_ENV = "OMNITABLE_BENCH_SMOKE"
+"""Set to ``1`` by ``run.py --smoke`` (and inherited by a benchmark's worker processes)."""
+
+
+def smoke() -> bool:
+    """Whether this is a smoke run: every timed section runs once, the figures mean nothing."""
+    return os.environ.get(SMOKE_ENV) == "1"
+
+
+def rounds(n: int) -> int:
+    """How many times to repeat a measurement that a full run repeats ``n`` times (1 in smoke)."""
+    return 1 if smoke() else n
+
 
 def time_interleaved(
     variants: dict[str, Callable[[], Any]], repeats: int = 5, warmup: int = 1
 ) -> dict[str, float]:
-    """Median wall time per variant, running the variants round-robin ``repeats`` times."""
+    """Median wall time per variant, running the variants round-robin ``repeats`` times (after
+    ``warmup`` untimed rounds; a smoke run times one round and warms nothing up)."""
+    if smoke():
+        repeats, warmup = 1, 0
     for _ in range(warmup):
         for fn in variants.values():
             fn()

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from benchmarks.common import fmt_bytes, fmt_ratio, fmt_seconds, time_interleaved
+from benchmarks.common import fmt_bytes, fmt_ratio, fmt_seconds, rounds, time_interleaved
 
 Rows = list[tuple[str, str, str]]
 KEY = "url"
@@ -191,7 +191,7 @@ def lookup_part(t: Any, repeats: int, seed: int = 17) -> tuple[Rows, dict[str, f
     rng = np.random.default_rng(seed)
     keys = live.take(pa.array(rng.choice(len(live), LOOKUP_KEYS, replace=False))).combine_chunks()
     cold = []
-    for _ in range(3):
+    for _ in range(rounds(3)):
         keyindex._CACHE.clear()
         start = time.perf_counter()
         found = t.lookup(keys, LOOKUP_COLUMNS)

@@ -41,6 +41,7 @@ from benchmarks.common import (
     fmt_ratio,
     fmt_seconds,
     report,
+    smoke,
     time_interleaved,
 )
 
@@ -88,7 +89,8 @@ def _backfills(tiny: Any, compacted: Any, repeats: int) -> dict[str, float]:
         t.register(omnitable.sql_feature(name, "length(text)", "int", "1"))
         t.backfill(name, batches=["batch"]).run(spark)
 
-    backfill(compacted)  # warms Spark up (a 1-fragment backfill)
+    if not smoke():
+        backfill(compacted)  # warms Spark up (a 1-fragment backfill)
     return time_interleaved(
         {"tiny": lambda: backfill(tiny), "compacted": lambda: backfill(compacted)},
         repeats=repeats,

@@ -17,10 +17,11 @@ Prints, measured side by side in one run:
      them). Batches of DIRTY_BATCH (default 10,000): a call's deadline (``call_timeout_s``
      0.25 s) must exceed the time a clean call takes, or clean batches would time out too.
   4. SPARK_ROWS (default 200,000; 0 skips it) records backfilled in a ``local[2]`` session
-     (one attempt per task): clean vs with 3 segfaulting records, which the driver escalates.
+     (one attempt per task): clean vs with SPARK_CRASHES (default 3) segfaulting records, which
+     the driver escalates.
 
 Run: ./dev bench isolation [--rows N] [--batch N] [--repeats N] [--bad-rate R] [--dirty-batch N]
-     [--spark-rows N]
+     [--spark-rows N] [--spark-crashes N]
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from benchmarks.common import fmt_ratio, fmt_seconds, report
+from benchmarks.common import fmt_ratio, fmt_seconds, report, rounds, smoke
 from omnitable.isolation import CallSizing
 
 _WORD = re.compile(r"\w+")
@@ -121,6 +122,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                         help="batch size of the dirty run (a clean call must beat 0.25 s)")  # fmt: skip
     parser.add_argument("--spark-rows", type=int, default=200_000,
                         help="rows of the Spark crash-escalation run (0: skip it)")  # fmt: skip
+    parser.add_argument("--spark-crashes", type=int, default=3,
+                        help="segfaulting records of the Spark crash-escalation run")  # fmt: skip
     parser.add_argument("--moderate-rows", type=int, default=100_000,
                         help="rows for the moderate feature's overhead measure")  # fmt: skip
     args = parser.parse_args(argv)
@@ -171,8 +174,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         call = functools.partial(
             run_isolated, lambda *_: ready, columns, output_names=["y"], policy=pol
         )
-        per_call[label] = min(timeit.repeat(call, number=1000, repeat=5)) / 1000
-    cheap_batch = min(timeit.repeat(lambda: cheap(sample["text"]), number=20, repeat=5)) / 20
+        calls = rounds(1000)
+        per_call[label] = min(timeit.repeat(call, number=calls, repeat=rounds(5))) / calls
+    calls = rounds(20)
+    cheap_batch = (
+        min(timeit.repeat(lambda: cheap(sample["text"]), number=calls, repeat=rounds(5))) / calls
+    )
     out["wrapper_us_per_call"] = per_call["timeout_s + memory_mb"] * 1e6
     report(
         f"the wrapper's own cost per call (batch of {len(sample):,})",
@@ -216,11 +223,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     zygote_start = time.perf_counter() - start
     sup.close()
     start = time.perf_counter()
-    for _ in range(10):
+    for _ in range(rounds(10)):
         sup = ChildSupervisor()
         sup._start()
         sup.close()
-    respawn = (time.perf_counter() - start) / 10
+    respawn = (time.perf_counter() - start) / rounds(10)
     sub = IsolationPolicy(mode="subprocess", timeout_s=1.0, memory_mb=2048)
     times = paired(
         {
@@ -247,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     out.update(dirty_run(args.rows, args.dirty_batch, args.bad_rate, args.repeats))
     if args.spark_rows:
-        out.update(spark_crash_run(args.spark_rows, args.dirty_batch))
+        out.update(spark_crash_run(args.spark_rows, args.dirty_batch, args.spark_crashes))
     return out
 
 
@@ -360,7 +367,8 @@ def spark_crash_run(rows: int, batch: int, crashes: int = 3) -> dict[str, float]
     feature = _moderate_feature(batch, DIRTY_BUDGET)
     best: dict[str, float] = {}
     escalated: list[str] = []
-    for rep in range(3):  # the first round warms up the JVM and the workers
+    warm = 0 if smoke() else 1  # the first round warms up the JVM and the workers
+    for rep in range(warm + rounds(2)):
         for name in ("clean", "crashing") if rep % 2 else ("crashing", "clean"):
             t = wh.create_table(f"{name}{rep}", {"text": "string"})
             t.append(data[name], "b0", target_fragment_rows=25_000)
@@ -368,7 +376,7 @@ def spark_crash_run(rows: int, batch: int, crashes: int = 3) -> dict[str, float]
             start = time.perf_counter()
             result = t.backfill("moderate").run(spark)
             elapsed = time.perf_counter() - start
-            if rep:
+            if rep >= warm:
                 best[name] = min(best.get(name, float("inf")), elapsed)
             if name == "crashing":
                 assert result.errors == {"moderate@1": crashes}, result.errors
@@ -452,7 +460,7 @@ def paired(
     """
     names = list(variants)
     best = {name: [float("inf")] * len(batches) for name in names}
-    for fn in variants.values():  # warm-up
+    for fn in variants.values() if not smoke() else ():  # warm-up
         fn(batches[0])
     for rep in range(repeats):
         for i, batch in enumerate(batches):

@@ -13,7 +13,8 @@ Each read (a full scan of every column into Spark's ``noop`` sink) runs in a fre
 and code generation for thousands of columns are not counted):
 peak heap used (sum of the heap pools' peaks, garbage not yet collected included) and peak
 RSS of the JVM process over its life (``VmHWM``), side by side with the largest compressed row
-group one file holds (what the reader fetches at once per file).
+group one file holds (what the reader fetches at once per file). A smoke run
+(``run.py --smoke``) reads the four tables once each in one worker JVM.
 
 Run: ./dev bench reader_memory [--wide-rows N] [--wide-columns C] [--text-rows M]
      [--row-group-bytes B]
@@ -33,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchmarks.common import BENCH_DIR, fmt_bytes, fmt_ratio, report
+from benchmarks.common import BENCH_DIR, fmt_bytes, fmt_ratio, report, smoke
 
 WIDE_COLUMNS = 2500
 TEXT_BYTES = 2000
@@ -96,8 +97,8 @@ def _largest_row_group(work: Path, table: str) -> tuple[int, int]:
     return largest, groups
 
 
-def _measure(work: Path, table: str) -> dict[str, Any]:
-    """Worker (a fresh process and JVM): full scan of ``table``, peak heap and RSS."""
+def _measure(work: Path, tables: list[str]) -> dict[str, dict[str, Any]]:
+    """Worker (a fresh process and JVM): full scan of each table, its peak heap and the RSS."""
     import omnitable
 
     spark = omnitable.spark_session(
@@ -113,27 +114,52 @@ def _measure(work: Path, table: str) -> dict[str, Any]:
     )
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        df = spark.read.format("omnitable").load(table)
-        query = df.select([c for c in df.columns if not c.startswith("_ai_")])
-        jvm = spark.sparkContext._jvm
-        pools = [
-            p
-            for p in jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
-            if str(p.getType()) == "Heap memory"
-        ]
-        scan = query.write.format("noop").mode("overwrite")
-        scan.save()  # warm-up: planning and code generation for thousands of columns stay out
-        jvm.java.lang.System.gc()
-        for p in pools:
-            p.resetPeakUsage()
-        scan.save()  # every row, nothing kept
-        heap = sum(int(p.getPeakUsage().getUsed()) for p in pools)
-        pid = spark.sparkContext._gateway.proc.pid
-        status = Path(f"/proc/{pid}/status").read_text().splitlines()
-        rss = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
-        return {"heap": heap, "rss": rss}
+        return {table: _scan_peaks(spark, table) for table in tables}
     finally:
         spark.stop()
+
+
+def _scan_peaks(spark: Any, table: str) -> dict[str, Any]:
+    """Peak heap of a full scan of ``table`` (its second, in a smoke run its only one) and the
+    JVM's peak RSS so far."""
+    df = spark.read.format("omnitable").load(table)
+    query = df.select([c for c in df.columns if not c.startswith("_ai_")])
+    jvm = spark.sparkContext._jvm
+    pools = [
+        p
+        for p in jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
+        if str(p.getType()) == "Heap memory"
+    ]
+    scan = query.write.format("noop").mode("overwrite")
+    if not smoke():
+        scan.save()  # warm-up: planning and code generation for thousands of columns stay out
+    jvm.java.lang.System.gc()
+    for p in pools:
+        p.resetPeakUsage()
+    scan.save()  # every row, nothing kept
+    heap = sum(int(p.getPeakUsage().getUsed()) for p in pools)
+    pid = spark.sparkContext._gateway.proc.pid
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    rss = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+    return {"heap": heap, "rss": rss}
+
+
+def _measure_in_workers(tables: list[str]) -> dict[str, dict[str, Any]]:
+    """table -> its peaks, each table read in a worker process of its own (a smoke run reads
+    them all in one: one JVM start instead of one per table)."""
+    found: dict[str, dict[str, Any]] = {}
+    for batch in [tables] if smoke() else [[table] for table in tables]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "benchmarks.reader_memory", "--worker", ",".join(batch)],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parent.parent,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"reading {batch} failed:\n{proc.stderr[-3000:]}")
+        found.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return found
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -148,7 +174,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parser.parse_args(argv)
     work = BENCH_DIR / "reader_memory"
     if args.worker:
-        print(json.dumps(_measure(work, args.worker)))
+        print(json.dumps(_measure(work, args.worker.split(","))))
         return {}
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -158,21 +184,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     )
     _write(work, args)
     out: dict[str, float] = {}
+    peaks = _measure_in_workers(
+        [f"{data}_{variant}" for data in ("wide", "text") for variant in VARIANTS]
+    )
     for data in ("wide", "text"):
         rows = []
         found = {}
         for variant in VARIANTS:
             table = f"{data}_{variant}"
-            proc = subprocess.run(
-                [sys.executable, "-m", "benchmarks.reader_memory", "--worker", table],
-                capture_output=True,
-                text=True,
-                cwd=Path(__file__).resolve().parent.parent,
-                check=False,
-            )
-            if proc.returncode != 0:
-                raise RuntimeError(f"reading {table} failed:\n{proc.stderr[-3000:]}")
-            found[variant] = {**json.loads(proc.stdout.strip().splitlines()[-1])}
+            found[variant] = dict(peaks[table])
             largest, groups = _largest_row_group(work, table)
             found[variant].update(largest=largest, groups=groups)
             m = found[variant]

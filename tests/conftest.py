@@ -5,7 +5,8 @@ without it they are skipped, unless ``OMNITABLE_REQUIRE_POSTGRES=1`` (CI), where
 
 Worker processes (``./dev test``: ``pytest -n 2 --dist loadfile``): a module's tests run in one
 worker (its module-scoped fixtures start once), except in the modules of ``SPREAD_MODULES``,
-whose tests are handed out one by one (``pytest_xdist_make_scheduler``).
+whose tests are handed out one by one, and the modules of ``LONG_MODULES`` go first
+(``pytest_xdist_make_scheduler``).
 
 A module whose tests each use tables of their own names is marked ``shared_warehouse``
 (``pytestmark = pytest.mark.shared_warehouse``): ``catalog_spec`` and ``wh`` then give its tests
@@ -36,8 +37,20 @@ PG_ENV = "OMNITABLE_TEST_POSTGRES_URL"
 SPREAD_MODULES = frozenset({
     "tests/catalog/test_commit_races.py",
     "tests/conformance/test_conformance.py",
-    "tests/test_benchmarks.py",  # each test a child process of its own (minutes in all)
 })  # fmt: skip
+
+# Modules that take minutes in one worker (one long child process): handed out first, so that
+# the other worker's many short modules fill the time instead of leaving one worker idle at the
+# end (xdist hands out the modules with the most tests first, these have few).
+LONG_MODULES = (
+    "tests/test_benchmarks.py",  # every benchmark in one child process
+    "tests/exec/test_crash_escalation.py",  # crashing backfills in a child process
+    "tests/connect/test_connect_session.py",  # a child pytest on a Spark Connect server
+    "tests/spark/test_spark_credentials.py",  # a child Spark application
+    "tests/features/test_backfill_restart.py",  # killed backfills in child processes
+    "tests/spark/test_spark_local_cluster.py",  # a local-cluster Spark
+    "tests/features/test_spark_submit_example.py",  # two spark-submit jobs
+)  # fmt: skip
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -53,6 +66,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
             return nodeid if module in SPREAD_MODULES else module
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not getattr(self, "_long_first", False):  # the first hand-out: LONG_MODULES first
+                self._long_first = True
+                for scope in reversed([s for s in self.workqueue if s in LONG_MODULES]):
+                    self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
 
     return SpreadingLoadFileScheduling(config, log)
 

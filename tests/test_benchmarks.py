@@ -4,6 +4,10 @@ This guards the one-command benchmarks against rot; the figures printed at this 
 nothing and nothing here checks a timing. Each benchmark asserts its own correctness checks
 (equal results across variants, the expected failures in the dirty isolation run).
 
+All of them run in one child process (``run.py --smoke A ARGS + B ARGS ...``: one Python start,
+one JVM for every Spark session, each timed section once); each test checks its benchmark's
+part of the output: it ran, did not fail, and printed its report.
+
 The child's Spark gets defaults suited to tiny data (``SMOKE_SPARK``, through spark-submit, so a
 benchmark's own settings win): Delta's snapshot state in 2 partitions instead of 50 (the Delta
 variants spent most of their smoke time there), 2 shuffle partitions, no UI. ``./dev bench``
@@ -60,25 +64,35 @@ def test_every_benchmark_has_a_tiny_scale() -> None:
     assert sorted(TINY) == sorted(BENCHMARKS)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", list(TINY))
-def test_benchmark_runs(name: str, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def smoke_output(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """stdout and stderr of every benchmark's tiny run, all in one ``run.py --smoke`` process."""
     submit = " ".join(f"--conf {k}={v}" for k, v in SMOKE_SPARK.items())
     env = {
         **os.environ,
-        "OMNITABLE_BENCH_DIR": str(tmp_path),
+        "OMNITABLE_BENCH_DIR": str(tmp_path_factory.mktemp("bench")),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell",
     }
     env.setdefault("PYSPARK_PYTHON", sys.executable)
+    args = [arg for name, tiny in TINY.items() for arg in ("+", name, *tiny.split())]
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "run.py"), name, *TINY[name].split()],
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--smoke", *args[1:]],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1800,
         env=env,
         cwd=ROOT,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert f"#### benchmark: {name}" in proc.stdout
-    assert "skipping" not in proc.stderr
+    return proc.stdout + "\n#### stderr\n" + proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(TINY))
+def test_benchmark_runs(name: str, smoke_output: str) -> None:
+    head = f"\n#### benchmark: {name}\n"
+    assert head in smoke_output, smoke_output[-6000:]
+    part = smoke_output.split(head, 1)[1].split("\n#### ", 1)[0]
+    assert f"#### failed: {name}" not in smoke_output, part[-3000:] + smoke_output[-6000:]
+    assert f"skipping {name}" not in smoke_output
+    assert "\n== " in part, part[-3000:]  # its report
