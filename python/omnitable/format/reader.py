@@ -429,7 +429,7 @@ class FragmentReader:
         for i in range(meta.num_row_groups):
             starts[i + 1] = starts[i] + meta.row_group(i).num_rows
         groups = np.unique(np.searchsorted(starts, rows, side="right") - 1)
-        table = pf.read_row_groups([int(g) for g in groups], columns=physical, use_threads=False)
+        table = pf.read_row_groups([int(g) for g in groups], columns=physical, use_threads=True)
         self._count_bytes(meta, groups, indices)
         # position of each wanted row inside the concatenation of the selected row groups
         offsets = np.zeros(meta.num_row_groups, dtype=np.int64)

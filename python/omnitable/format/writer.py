@@ -7,12 +7,14 @@ lists them. Each column file holds exactly the rows it is given, in order (align
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from omnitable import settings
@@ -22,6 +24,9 @@ from omnitable.vocabulary.stats import compute_stats
 
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 SMALL_DICTIONARY_BYTES = 64 * 1024  # dictionary page limit of files with write.page_rows
+_MIN_WIDE_PAGE_ROWS = 16  # pages of a very wide column (embeddings) hold at least this many
+_DICTIONARY_SAMPLE = 8192  # first values of a column that decide its dictionary encoding
+_MIN_DICTIONARY_SAMPLE = 64  # fewer values: keep the dictionary (too few to judge)
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,7 @@ def write_column_file(
             compression_level=options.compression_level,
             use_compliant_nested_type=True,
             write_page_index=True,
-            **_page_settings(data, options),
+            **_page_settings(physical, options),
         ) as writer,
     ):
         writer.write_table(physical, row_group_size=row_group_rows(data, options))
@@ -128,10 +133,18 @@ def row_group_rows(data: pa.Table, options: WriteOptions) -> int:
     return rows
 
 
-def _page_settings(data: pa.Table, options: WriteOptions) -> dict[str, int]:
-    out: dict[str, int] = {}
-    if data.num_rows and data.nbytes / data.num_rows >= options.wide_row_bytes:
-        out = {"data_page_size": options.wide_data_page_size, "write_batch_size": 64}
+def _page_settings(data: pa.Table, options: WriteOptions) -> dict[str, Any]:
+    """Page and dictionary choices for a file of ``data`` (docs/format.md, "Pages")."""
+    out: dict[str, Any] = {"use_dictionary": _dictionary_columns(data)}
+    widest = max((_value_bytes(c) for c in data.columns), default=0.0)
+    if widest >= options.wide_row_bytes:
+        # pages of the widest column hold ~`rows` values (about wide_data_page_size bytes), so
+        # a selective read decodes few of them; pyarrow checks a page's size once per write
+        # batch, hence batches of half that and a limit just under it. Narrower columns get
+        # pages of that limit in bytes.
+        rows = max(_MIN_WIDE_PAGE_ROWS, int(options.wide_data_page_size // widest))
+        out["data_page_size"] = max(1024, int(0.9 * rows * widest))
+        out["write_batch_size"] = min(64, rows // 2)
     if options.page_rows is not None:
         # small pages for point reads (format/pages.py); a column of mostly distinct values
         # falls back from its dictionary early, so a point read decodes a small dictionary
@@ -139,6 +152,39 @@ def _page_settings(data: pa.Table, options: WriteOptions) -> dict[str, int]:
         out["dictionary_pagesize_limit"] = SMALL_DICTIONARY_BYTES
         out["write_batch_size"] = min(out.get("write_batch_size", 1024), options.page_rows)
     return out
+
+
+def _value_bytes(column: pa.ChunkedArray) -> float:
+    """Average Arrow bytes per value of ``column`` (offsets and validity included)."""
+    return column.nbytes / len(column) if len(column) else 0.0
+
+
+def _dictionary_columns(data: pa.Table) -> list[str] | bool:
+    """Leaf paths to dictionary-encode: all but flat columns whose first values are mostly
+    distinct (floats, ids, free text), where a dictionary only costs: it grows to its 1 MiB
+    limit, falls back to plain, and a page read would have to fetch it whole."""
+    plain = set()
+    for name, column in zip(data.column_names, data.columns, strict=True):
+        t = column.type
+        if pa.types.is_nested(t) or pa.types.is_dictionary(t) or pa.types.is_boolean(t):
+            continue
+        sample = column.slice(0, _DICTIONARY_SAMPLE)
+        if len(sample) >= _MIN_DICTIONARY_SAMPLE and pc.count_distinct(sample).as_py() * 2 > len(
+            sample
+        ):
+            plain.add(name)
+    if not plain:
+        return True
+    return [p for p in _leaf_paths(data.schema) if p not in plain]
+
+
+@functools.lru_cache(maxsize=256)
+def _leaf_paths(schema: pa.Schema) -> tuple[str, ...]:
+    """The Parquet leaf column paths (``a.list.element``) of files written with ``schema``."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), sink, use_compliant_nested_type=True)
+    meta = pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata
+    return tuple(meta.schema.column(i).path for i in range(meta.num_columns))
 
 
 def write_fragment(
