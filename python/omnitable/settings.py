@@ -239,8 +239,8 @@ READ_LATE_MATERIALIZATION_MAX_SELECTIVITY = _declare(
         "read.late_materialization_max_selectivity",
         0.25,
         _ratio(low_open=True),
-        "Table.read decodes only the row groups holding surviving rows of a non-filter column "
-        "when at most this fraction of a fragment's rows pass the filter.",
+        "Table.read decodes only the pages (else row groups) holding surviving rows of a "
+        "non-filter column when at most this fraction of a fragment's rows pass the filter.",
     )
 )
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import omnitable
 from omnitable import ROW_ID
 from omnitable.format.pages import clear_cache
-from omnitable.format.writer import WriteOptions, _page_settings
+from omnitable.format.writer import WriteOptions, _codec_settings, _page_settings
 
 
 def _text(rng: np.random.Generator, n: int, width: int) -> list[str]:
@@ -39,6 +39,10 @@ def test_the_writer_picks_pages_and_dictionaries_itself() -> None:
     nested = data.append_column("tags", pa.array([["a", "b"]] * n))
     assert _page_settings(nested, WriteOptions())["use_dictionary"] == ["lang", "tags.list.element"]
     assert _page_settings(data.slice(0, 10), WriteOptions())["use_dictionary"] is True
+    codecs = _codec_settings(data.append_column("n", pa.array(np.arange(n))), WriteOptions())
+    assert codecs["compression"] == {"x": "none", "lang": "zstd", "text": "zstd", "n": "zstd"}
+    assert codecs["compression_level"] == {"lang": 3, "text": 3, "n": 3}  # random floats: none
+    assert _codec_settings(data, WriteOptions(compression=None))["compression"] is None
 
 
 def test_a_selective_read_decodes_only_pages_with_survivors(tmp_path: Path) -> None:

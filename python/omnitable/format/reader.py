@@ -5,8 +5,9 @@ column and zips the columns by position (row-group boundaries may differ between
 chunked arrays absorb that without copying). Columns no file provides read as NULL, and
 ``_ai_append_name_`` is the fragment's batch name. Fragments are skipped by batch and by the
 catalog's column statistics; with a ``where`` filter the predicate columns are read first and
-wide payload columns are fetched only from row groups that hold surviving rows (late
-materialization).
+the other columns are decoded only from the pages (through the offset index,
+:mod:`omnitable.format.pages`), else the row groups, that hold surviving rows (late
+materialization; the writer gives wide columns small pages for it, docs/format.md).
 """
 
 from __future__ import annotations
