@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import omnitable
 from omnitable import ROW_ID
+from omnitable.format import pages
 from omnitable.format.pages import clear_cache
 from omnitable.format.writer import WriteOptions, _codec_settings, _page_settings
 
@@ -45,26 +46,32 @@ def test_the_writer_picks_pages_and_dictionaries_itself() -> None:
     assert _codec_settings(data, WriteOptions(compression=None))["compression"] is None
 
 
-def test_a_selective_read_decodes_only_pages_with_survivors(tmp_path: Path) -> None:
+def test_a_selective_read_decodes_only_pages_with_survivors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rng = np.random.default_rng(1)
     n = 20_000
-    data = pa.table({"x": np.arange(n) / n, "text": _text(rng, n, 250)})
+    data = pa.table({"x": np.arange(n) / n, "r": rng.random(n), "text": _text(rng, n, 250)})
     with omnitable.connect(tmp_path) as wh:
         t = wh.create_table("wide", data.schema)
-        t.append(data, "a")
+        t.append(data, "a", row_group_size=4000)
         snap = t.snapshot()
         (frag,) = snap.fragments
         col = snap.column("text").column_id
         file = snap.resolve(frag.fragment_id, [col])[col]
         assert file is not None
         meta = pq.ParquetFile(t.location.child_path(file.path)).metadata
-        text_chunk = meta.row_group(0).column(1)
+        text_chunk = meta.row_group(0).column(2)
         assert "RLE_DICTIONARY" not in text_chunk.encodings
         full = t.scan(columns=["text"], where=pc.field("x") >= 0)
         clear_cache()
         few = t.scan(columns=["text"], where=pc.field("x") < 0.005)  # 100 rows, ~4 pages
         assert few.table.column("text").to_pylist() == data.column("text")[:100].to_pylist()
         assert few.stats.bytes_read < full.stats.bytes_read / 20
+        monkeypatch.setattr(pages, "_PARALLEL_BYTES", 0)  # 5 row groups decoded in parallel
+        scattered = pc.field("r") < 0.01
+        got = t.read(columns=["text", "x"], where=scattered)
+        assert got.equals(data.filter(scattered).select(["text", "x"]))
 
 
 _settings = settings(

@@ -487,28 +487,36 @@ def _assemble(
             )
         )
     out += _footer(info, columns, leaves, row_groups)
-    table = _decode(pa.py_buffer(out), len(row_groups))
     a, b = _merge(pages[0].starts[picked[0]], pages[0].ends[picked[0]])
-    if table.num_rows != int((b - a).sum()):
+    counts = np.array([g.get(3) for g in row_groups], dtype=np.int64)
+    if int(counts.sum()) != int((b - a).sum()):
         return None
     k = np.searchsorted(a, rows, side="right") - 1
-    table = table.take(pa.array((np.cumsum(b - a) - (b - a))[k] + rows - a[k]))
+    positions = (np.cumsum(b - a) - (b - a))[k] + rows - a[k]  # in the synthetic file
+    table = _decode(pa.py_buffer(out), counts, positions)
     return PageRead(_with_types(table, columns, info.arrow_schema), info.num_rows, bytes_read)
 
 
-def _decode(buffer: pa.Buffer, row_groups: int) -> pa.Table:
-    """Read the synthetic file: its row groups decoded in parallel when there is enough to
-    decode (one reader per thread, sharing the parsed footer)."""
+def _decode(buffer: pa.Buffer, counts: np.ndarray, positions: np.ndarray) -> pa.Table:
+    """The rows at ``positions`` (sorted) of the synthetic file whose row groups hold
+    ``counts`` rows: each row group decoded and taken from on its own (in parallel when there
+    is enough to decode; one reader per thread, sharing the parsed footer)."""
     first = pq.ParquetFile(pa.BufferReader(buffer))
-    if row_groups < 2 or buffer.size < _PARALLEL_BYTES:
-        return first.read(use_threads=False)
+    if first.metadata.num_rows != int(counts.sum()):
+        raise CorruptInputError("the synthetic file lost rows")
+    if len(counts) < 2 or buffer.size < _PARALLEL_BYTES:
+        return first.read(use_threads=False).take(pa.array(positions))
     meta = first.metadata
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    cuts = np.searchsorted(positions, starts)
 
     def one(g: int) -> pa.Table:
         reader = pq.ParquetFile(pa.BufferReader(buffer), metadata=meta)
-        return reader.read_row_group(g, use_threads=False)
+        local = positions[cuts[g] : cuts[g + 1]] - starts[g]
+        return reader.read_row_group(g, use_threads=False).take(pa.array(local))
 
-    return pa.concat_tables(list(_decode_pool().map(one, range(row_groups))))
+    wanted = [g for g in range(len(counts)) if cuts[g + 1] > cuts[g]]
+    return pa.concat_tables(list(_decode_pool().map(one, wanted)))
 
 
 def _decode_pool() -> ThreadPoolExecutor:
