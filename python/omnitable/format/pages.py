@@ -488,12 +488,12 @@ def _assemble(
         )
     out += _footer(info, columns, leaves, row_groups)
     a, b = _merge(pages[0].starts[picked[0]], pages[0].ends[picked[0]])
-    counts = np.array([g.get(3) for g in row_groups], dtype=np.int64)
-    if int(counts.sum()) != int((b - a).sum()):
+    group_rows = np.array([g.get(3) for g in row_groups], dtype=np.int64)
+    if int(group_rows.sum()) != int((b - a).sum()):
         return None
     k = np.searchsorted(a, rows, side="right") - 1
     positions = (np.cumsum(b - a) - (b - a))[k] + rows - a[k]  # in the synthetic file
-    table = _decode(pa.py_buffer(out), counts, positions)
+    table = _decode(pa.py_buffer(out), group_rows, positions)
     return PageRead(_with_types(table, columns, info.arrow_schema), info.num_rows, bytes_read)
 
 
