@@ -194,14 +194,20 @@ WRITE_COMPRESSION_LEVEL = _declare(
 WRITE_WIDE_ROW_BYTES = _declare(
     Setting(
         "write.wide_row_bytes",
-        256,
+        128,
         _positive_int,
-        "Files with at least this many bytes per row get small pages (`wide_data_page_size`, "
-        "checked every 64 rows), so readers skip pages without surviving rows.",
+        "Files with a column of at least this many bytes per value get small pages "
+        "(`wide_data_page_size`, about 32 of its values each), so a selective read decodes "
+        "only the pages holding surviving rows.",
     )
 )
 WRITE_WIDE_DATA_PAGE_SIZE = _declare(
-    Setting("write.wide_data_page_size", 64 * 1024, _positive_int, "Page size of wide-row files.")
+    Setting(
+        "write.wide_data_page_size",
+        8 * 1024,
+        _positive_int,
+        "Page size (bytes) of files with a wide column (`wide_row_bytes`).",
+    )
 )
 WRITE_PAGE_ROWS = _declare(
     Setting[int | None](
@@ -233,8 +239,8 @@ READ_LATE_MATERIALIZATION_MAX_SELECTIVITY = _declare(
         "read.late_materialization_max_selectivity",
         0.25,
         _ratio(low_open=True),
-        "Table.read decodes only the row groups holding surviving rows of a non-filter column "
-        "when at most this fraction of a fragment's rows pass the filter.",
+        "Table.read decodes only the pages (else row groups) holding surviving rows of a "
+        "non-filter column when at most this fraction of a fragment's rows pass the filter.",
     )
 )
 

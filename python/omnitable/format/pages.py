@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +38,9 @@ from omnitable.format.thrift_compact import Struct, ThriftList
 
 _TAIL = 64 * 1024  # bytes read from the end of a file for its footer, in one read
 _GAP = 16 * 1024  # pages closer than this are fetched in one read
+_PARALLEL_BYTES = 1024 * 1024  # synthetic files at least this big decode row groups in parallel
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
 _MAX_FILES = 512  # files whose footer and offset indexes stay cached
 _SAVING = 0.5  # use pages only when they are at most this fraction of the row groups' bytes
 _DATA_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 2, 3
@@ -336,21 +341,23 @@ def _worth_it(
 def _fetch(handle: pa.NativeFile, ranges: list[tuple[int, int]]) -> tuple[dict[int, bytes], int]:
     """The bytes of each ``(offset, size)`` range by offset, ranges closer than ``_GAP`` read
     in one read; and the bytes read."""
-    ordered = sorted(set(ranges))
+    spans = np.array(sorted(set(ranges)), dtype=np.int64).reshape(-1, 2)
+    offsets, ends = spans[:, 0], spans[:, 0] + spans[:, 1]
+    reach = np.maximum.accumulate(ends)
+    new = np.ones(len(spans), dtype=bool)
+    new[1:] = offsets[1:] > reach[:-1] + _GAP
+    heads = np.flatnonzero(new)
+    tails = np.append(heads[1:], len(spans))
     out: dict[int, bytes] = {}
-    total = i = 0
-    while i < len(ordered):
-        lo, hi, j = ordered[i][0], ordered[i][0] + ordered[i][1], i + 1
-        while j < len(ordered) and ordered[j][0] <= hi + _GAP:
-            hi = max(hi, ordered[j][0] + ordered[j][1])
-            j += 1
+    total = 0
+    for i, j in zip(heads.tolist(), tails.tolist(), strict=True):
+        lo, hi = int(offsets[i]), int(reach[j - 1])
         blob = handle.read_at(hi - lo, lo)
         if len(blob) != hi - lo:
             raise CorruptInputError(f"short read at byte {lo}")
         total += hi - lo
-        for off, size in ordered[i:j]:
-            out[off] = blob[off - lo : off - lo + size]
-        i = j
+        for off, end in zip(offsets[i:j].tolist(), ends[i:j].tolist(), strict=True):
+            out[off] = blob[off - lo : end - lo]
     return out, total
 
 
@@ -480,13 +487,48 @@ def _assemble(
             )
         )
     out += _footer(info, columns, leaves, row_groups)
-    table = pq.ParquetFile(pa.BufferReader(pa.py_buffer(out))).read(use_threads=False)
     a, b = _merge(pages[0].starts[picked[0]], pages[0].ends[picked[0]])
-    if table.num_rows != int((b - a).sum()):
+    group_rows = np.array([g.get(3) for g in row_groups], dtype=np.int64)
+    if int(group_rows.sum()) != int((b - a).sum()):
         return None
     k = np.searchsorted(a, rows, side="right") - 1
-    table = table.take(pa.array((np.cumsum(b - a) - (b - a))[k] + rows - a[k]))
+    positions = (np.cumsum(b - a) - (b - a))[k] + rows - a[k]  # in the synthetic file
+    table = _decode(pa.py_buffer(out), group_rows, positions)
     return PageRead(_with_types(table, columns, info.arrow_schema), info.num_rows, bytes_read)
+
+
+def _decode(buffer: pa.Buffer, counts: np.ndarray, positions: np.ndarray) -> pa.Table:
+    """The rows at ``positions`` (sorted) of the synthetic file whose row groups hold
+    ``counts`` rows: each row group decoded and taken from on its own (in parallel when there
+    is enough to decode; one reader per thread, sharing the parsed footer)."""
+    first = pq.ParquetFile(pa.BufferReader(buffer))
+    if first.metadata.num_rows != int(counts.sum()):
+        raise CorruptInputError("the synthetic file lost rows")
+    if len(counts) < 2 or buffer.size < _PARALLEL_BYTES:
+        return first.read(use_threads=False).take(pa.array(positions))
+    meta = first.metadata
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    cuts = np.searchsorted(positions, starts)
+
+    def one(g: int) -> pa.Table:
+        reader = pq.ParquetFile(pa.BufferReader(buffer), metadata=meta)
+        local = positions[cuts[g] : cuts[g + 1]] - starts[g]
+        return reader.read_row_group(g, use_threads=False).take(pa.array(local))
+
+    wanted = [g for g in range(len(counts)) if cuts[g + 1] > cuts[g]]
+    return pa.concat_tables(list(_decode_pool().map(one, wanted)))
+
+
+def _decode_pool() -> ThreadPoolExecutor:
+    """Threads decoding synthetic files' row groups (their own pool: callers may run on
+    another pool's threads and wait on this one)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(
+                max_workers=os.cpu_count() or 2, thread_name_prefix="omnitable-pages"
+            )
+        return _POOL
 
 
 def _footer(

@@ -5,8 +5,9 @@ column and zips the columns by position (row-group boundaries may differ between
 chunked arrays absorb that without copying). Columns no file provides read as NULL, and
 ``_ai_append_name_`` is the fragment's batch name. Fragments are skipped by batch and by the
 catalog's column statistics; with a ``where`` filter the predicate columns are read first and
-wide payload columns are fetched only from row groups that hold surviving rows (late
-materialization).
+the other columns are decoded only from the pages (through the offset index,
+:mod:`omnitable.format.pages`), else the row groups, that hold surviving rows (late
+materialization; the writer gives wide columns small pages for it, docs/format.md).
 """
 
 from __future__ import annotations
@@ -405,32 +406,64 @@ class FragmentReader:
     def _read_file(
         self, frag: FragmentRecord, file: FileRecord, physical: list[str], rows: np.ndarray | None
     ) -> pa.Table:
-        path = self.location.child_path(file.path)
         few = rows is not None and len(rows) <= self.max_selectivity * frag.row_count
+        paged: dict[str, pa.ChunkedArray] = {}
         try:
-            handle = self.location.fs.open_input_file(path)
+            handle = self.location.fs.open_input_file(self.location.child_path(file.path))
             if few and rows is not None:
-                uri = self.location.child_uri(file.path)
-                got = read_pages(handle, uri, physical, rows)
-                if got is not None and got.file_rows == frag.row_count:
-                    with self._lock:
-                        self._files_opened += 1
-                        self._bytes += got.bytes_read
-                    return got.table
+                paged = self._read_pages(handle, frag, file, physical, rows)
+                if len(paged) == len(physical):
+                    return pa.Table.from_arrays([paged[p] for p in physical], names=physical)
             pf = pq.ParquetFile(handle)
         except (OSError, pa.ArrowInvalid) as exc:
             raise CorruptInputError(
                 f"Cannot read column file {self.location.child_uri(file.path)} of fragment "
                 f"{frag.fragment_id}: {exc}"
             ) from exc
-        with self._lock:
-            self._files_opened += 1
+        if not paged:
+            with self._lock:
+                self._files_opened += 1
         meta = pf.metadata
         if meta.num_rows != frag.row_count:
             raise CorruptInputError(
                 f"Cannot read fragment {frag.fragment_id}: file {file.path} has {meta.num_rows} "
                 f"rows, the fragment has {frag.row_count} (alignment invariant broken)"
             )
+        rest = [p for p in physical if p not in paged]
+        table = self._read_row_groups(pf, rest, rows, few)
+        arrays = [paged[p] if p in paged else table.column(p) for p in physical]
+        return pa.Table.from_arrays(arrays, names=physical)
+
+    def _read_pages(
+        self,
+        handle: pa.NativeFile,
+        frag: FragmentRecord,
+        file: FileRecord,
+        physical: list[str],
+        rows: np.ndarray,
+    ) -> dict[str, pa.ChunkedArray]:
+        """The columns of ``physical`` whose pages holding ``rows`` are worth reading alone,
+        each read on its own (a narrow column's large pages do not widen a wide one's)."""
+        uri = self.location.child_uri(file.path)
+        out: dict[str, pa.ChunkedArray] = {}
+        fetched = 0
+        for name in physical:
+            got = read_pages(handle, uri, [name], rows)
+            if got is not None and got.file_rows == frag.row_count:
+                out[name] = got.table.column(0)
+                fetched += got.bytes_read
+        if out:
+            with self._lock:
+                self._files_opened += 1
+                self._bytes += fetched
+        return out
+
+    def _read_row_groups(
+        self, pf: pq.ParquetFile, physical: list[str], rows: np.ndarray | None, few: bool
+    ) -> pa.Table:
+        """``physical`` columns of all rows, or of ``rows`` (decoding only the row groups
+        holding them when ``few``)."""
+        meta = pf.metadata
         indices = [pf.schema_arrow.get_field_index(p) for p in physical]
         if rows is None or not few:
             table = pf.read(columns=physical, use_threads=True)
@@ -440,7 +473,7 @@ class FragmentReader:
         for i in range(meta.num_row_groups):
             starts[i + 1] = starts[i] + meta.row_group(i).num_rows
         groups = np.unique(np.searchsorted(starts, rows, side="right") - 1)
-        table = pf.read_row_groups([int(g) for g in groups], columns=physical, use_threads=False)
+        table = pf.read_row_groups([int(g) for g in groups], columns=physical, use_threads=True)
         self._count_bytes(meta, groups, indices)
         # position of each wanted row inside the concatenation of the selected row groups
         offsets = np.zeros(meta.num_row_groups, dtype=np.int64)

@@ -7,6 +7,7 @@ lists them. Each column file holds exactly the rows it is given, in order (align
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import uuid
@@ -26,7 +27,9 @@ from omnitable.vocabulary.stats import compute_stats
 
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 SMALL_DICTIONARY_BYTES = 64 * 1024  # dictionary page limit of files with write.page_rows
-DICTIONARY_SAMPLE = 4096  # values sampled per column to choose its encoding (dictionary_columns)
+_MIN_WIDE_PAGE_ROWS = 16  # pages of a very wide column (embeddings) hold at least this many
+_DICTIONARY_SAMPLE = 8192  # values sampled per column to choose its encoding (dictionary_columns)
+_MIN_DICTIONARY_SAMPLE = 64  # fewer values: keep the dictionary (too few to judge)
 
 
 @dataclass(frozen=True)
@@ -103,12 +106,10 @@ def write_column_file(
         pq.ParquetWriter(
             sink,
             physical.schema,
-            compression=options.compression,
-            compression_level=options.compression_level,
             use_compliant_nested_type=True,
             write_page_index=True,
-            use_dictionary=dictionary_columns(physical, row_group_rows(data, options)),
-            **_page_settings(data, options),
+            **_codec_settings(physical, options),
+            **_page_settings(physical, options),
         ) as writer,
     ):
         writer.write_table(physical, row_group_size=row_group_rows(data, options))
@@ -134,39 +135,20 @@ def row_group_rows(data: pa.Table, options: WriteOptions) -> int:
     return rows
 
 
-def dictionary_columns(data: pa.Table, row_group: int) -> bool | list[str]:
-    """The columns worth dictionary encoding: all but the flat ones whose sample of
-    ``DICTIONARY_SAMPLE`` values shows about ``row_group / 4`` or more distinct values per row
-    group (ids, measurements, free text), which pyarrow would otherwise hash into a dictionary
-    until it outgrows its page, for a larger and slower file. True where a column is nested
-    (pyarrow names its leaves by path)."""
-    names = []
-    for name, column in zip(data.column_names, data.columns, strict=True):
-        if pa.types.is_nested(column.type):
-            return True
-        if pa.types.is_boolean(column.type) or not _many_distinct(column, row_group):
-            names.append(name)
-    return names
-
-
-def _many_distinct(column: pa.ChunkedArray, row_group: int) -> bool:
-    """Whether ``column`` has about ``row_group / 4`` or more distinct values per row group,
-    estimated from the repeats in an evenly spread sample (exact for short columns)."""
-    n = len(column)
-    if n == 0:
-        return False
-    if n <= DICTIONARY_SAMPLE:
-        return pc.count_distinct(column, mode="all").as_py() >= min(n, row_group) / 4
-    idx = np.linspace(0, n - 1, DICTIONARY_SAMPLE).astype(np.int64)
-    repeats = DICTIONARY_SAMPLE - pc.count_distinct(column.take(idx), mode="all").as_py()
-    # m sampled values of D equally likely ones repeat about m^2 / (2 D) times
-    return repeats * min(n, row_group) <= 2 * DICTIONARY_SAMPLE**2
-
-
-def _page_settings(data: pa.Table, options: WriteOptions) -> dict[str, int]:
-    out: dict[str, int] = {}
-    if data.num_rows and data.nbytes / data.num_rows >= options.wide_row_bytes:
-        out = {"data_page_size": options.wide_data_page_size, "write_batch_size": 64}
+def _page_settings(data: pa.Table, options: WriteOptions) -> dict[str, Any]:
+    """Page and dictionary choices for a file of ``data`` (docs/format.md, "Pages")."""
+    out: dict[str, Any] = {
+        "use_dictionary": dictionary_columns(data, row_group_rows(data, options))
+    }
+    widest = max((_value_bytes(c) for c in data.columns), default=0.0)
+    if widest >= options.wide_row_bytes:
+        # pages of the widest column hold ~`rows` values (about wide_data_page_size bytes), so
+        # a selective read decodes few of them; pyarrow checks a page's size once per write
+        # batch, hence batches of half that and a limit just under it. Narrower columns get
+        # pages of that limit in bytes.
+        rows = max(_MIN_WIDE_PAGE_ROWS, int(options.wide_data_page_size // widest))
+        out["data_page_size"] = max(1024, int(0.9 * rows * widest))
+        out["write_batch_size"] = min(64, rows // 2)
     if options.page_rows is not None:
         # small pages for point reads (format/pages.py); a column of mostly distinct values
         # falls back from its dictionary early, so a point read decodes a small dictionary
@@ -174,6 +156,98 @@ def _page_settings(data: pa.Table, options: WriteOptions) -> dict[str, int]:
         out["dictionary_pagesize_limit"] = SMALL_DICTIONARY_BYTES
         out["write_batch_size"] = min(out.get("write_batch_size", 1024), options.page_rows)
     return out
+
+
+def _codec_settings(data: pa.Table, options: WriteOptions) -> dict[str, Any]:
+    """``write.compression`` for every column but the fixed-width ones whose first values it
+    does not shrink by a tenth (random floats, hashes): those are stored uncompressed, which
+    reads them about 3x faster for the same bytes (docs/format.md)."""
+    out: dict[str, Any] = {
+        "compression": options.compression,
+        "compression_level": options.compression_level,
+    }
+    if options.compression is None or options.compression.lower() in ("none", "uncompressed"):
+        return out
+    level = options.compression_level
+    if not pa.Codec.supports_compression_level(options.compression):
+        level = None
+    codec = pa.Codec(options.compression, compression_level=level)
+    plain = {
+        name
+        for name, column in zip(data.column_names, data.columns, strict=True)
+        if _incompressible(column, codec)
+    }
+    if not plain:
+        return out
+    paths = _leaf_paths(data.schema)
+    out["compression"] = {p: "none" if p in plain else options.compression for p in paths}
+    if options.compression_level is not None:
+        out["compression_level"] = {p: options.compression_level for p in paths if p not in plain}
+    return out
+
+
+def _incompressible(column: pa.ChunkedArray, codec: pa.Codec) -> bool:
+    t = column.type
+    if not _numeric(t) or len(column) < _MIN_DICTIONARY_SAMPLE:
+        return False
+    sample = column.slice(0, _DICTIONARY_SAMPLE).combine_chunks()
+    width, data = t.bit_width // 8, sample.buffers()[1]
+    if data is None:
+        return False
+    raw = data[sample.offset * width : (sample.offset + len(sample)) * width]
+    return len(codec.compress(raw)) > 0.9 * len(raw)
+
+
+def _numeric(t: pa.DataType) -> bool:
+    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)) and (
+        t.bit_width >= 32
+    )
+
+
+def _value_bytes(column: pa.ChunkedArray) -> float:
+    """Average Arrow bytes per value of ``column`` (offsets and validity included)."""
+    return column.nbytes / len(column) if len(column) else 0.0
+
+
+def dictionary_columns(data: pa.Table, row_group: int) -> bool | list[str]:
+    """Leaf paths to dictionary-encode (True: all): every leaf but the flat columns whose
+    values are mostly distinct — about ``row_group / 4`` or more distinct values per row group,
+    estimated from a spread sample (ids, measurements, free text). There a dictionary only costs:
+    pyarrow hashes values into it until it outgrows its 1 MiB page and falls back to plain, for a
+    larger, slower file whose page reads must fetch it whole. Fewer than
+    ``_MIN_DICTIONARY_SAMPLE`` values are too few to judge: dictionary kept."""
+    plain = set()
+    for name, column in zip(data.column_names, data.columns, strict=True):
+        t = column.type
+        if pa.types.is_nested(t) or pa.types.is_dictionary(t) or pa.types.is_boolean(t):
+            continue
+        if len(column) >= _MIN_DICTIONARY_SAMPLE and _many_distinct(column, row_group):
+            plain.add(name)
+    if not plain:
+        return True
+    return [p for p in _leaf_paths(data.schema) if p not in plain]
+
+
+def _many_distinct(column: pa.ChunkedArray, row_group: int) -> bool:
+    """Whether ``column`` has about ``row_group / 4`` or more distinct values per row group,
+    from the repeats in an evenly spread sample of ``_DICTIONARY_SAMPLE`` values (exact for
+    shorter columns)."""
+    n = len(column)
+    if n <= _DICTIONARY_SAMPLE:
+        return pc.count_distinct(column, mode="all").as_py() >= min(n, row_group) / 4
+    idx = np.linspace(0, n - 1, _DICTIONARY_SAMPLE).astype(np.int64)
+    repeats = _DICTIONARY_SAMPLE - pc.count_distinct(column.take(idx), mode="all").as_py()
+    # m values sampled from D equally likely ones repeat about m^2 / (2 D) times
+    return repeats * min(n, row_group) <= 2 * _DICTIONARY_SAMPLE**2
+
+
+@functools.lru_cache(maxsize=256)
+def _leaf_paths(schema: pa.Schema) -> tuple[str, ...]:
+    """The Parquet leaf column paths (``a.list.element``) of files written with ``schema``."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), sink, use_compliant_nested_type=True)
+    meta = pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata
+    return tuple(meta.schema.column(i).path for i in range(meta.num_columns))
 
 
 def write_fragment(

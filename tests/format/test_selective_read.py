@@ -1,0 +1,127 @@
+"""Selective reads (docs/format.md, "Pages"; format/reader.py): files with a wide column get
+small pages of it and mostly-distinct columns no dictionary, chosen by the writer itself; a
+filtered read decodes only the pages of the projected columns that hold surviving rows, and
+always equals the full read filtered, deletes and updates (patch files) included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import omnitable
+from omnitable import ROW_ID
+from omnitable.format import pages
+from omnitable.format.pages import clear_cache
+from omnitable.format.writer import WriteOptions, _codec_settings, _page_settings
+
+
+def _text(rng: np.random.Generator, n: int, width: int) -> list[str]:
+    return [f"{i} " + rng.bytes(width // 2).hex() for i in range(n)]
+
+
+def test_the_writer_picks_pages_and_dictionaries_itself() -> None:
+    rng = np.random.default_rng(0)
+    n = 4000
+    data = pa.table({"x": rng.random(n), "lang": rng.choice(["en", "de"], n),
+                     "text": _text(rng, n, 250)})  # fmt: skip
+    wide = _page_settings(data, WriteOptions())
+    assert wide["use_dictionary"] == ["lang"]  # floats and free text: mostly distinct
+    assert 24 * 250 < wide["data_page_size"] <= 8192  # ~32 texts per page
+    assert 12 <= wide["write_batch_size"] <= 16  # pyarrow checks the page size per batch
+    narrow = _page_settings(data.drop_columns(["text"]), WriteOptions())
+    assert "data_page_size" not in narrow  # no wide column: pyarrow's 1 MiB pages
+    nested = data.append_column("tags", pa.array([["a", "b"]] * n))
+    assert _page_settings(nested, WriteOptions())["use_dictionary"] == ["lang", "tags.list.element"]
+    assert _page_settings(data.slice(0, 10), WriteOptions())["use_dictionary"] is True
+    codecs = _codec_settings(data.append_column("n", pa.array(np.arange(n))), WriteOptions())
+    assert codecs["compression"] == {"x": "none", "lang": "zstd", "text": "zstd", "n": "zstd"}
+    assert codecs["compression_level"] == {"lang": 3, "text": 3, "n": 3}  # random floats: none
+    assert _codec_settings(data, WriteOptions(compression=None))["compression"] is None
+
+
+def test_a_selective_read_decodes_only_pages_with_survivors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(1)
+    n = 20_000
+    data = pa.table({"x": np.arange(n) / n, "r": rng.random(n), "text": _text(rng, n, 250)})
+    with omnitable.connect(tmp_path) as wh:
+        t = wh.create_table("wide", data.schema)
+        t.append(data, "a", row_group_size=4000)
+        snap = t.snapshot()
+        (frag,) = snap.fragments
+        col = snap.column("text").column_id
+        file = snap.resolve(frag.fragment_id, [col])[col]
+        assert file is not None
+        meta = pq.ParquetFile(t.location.child_path(file.path)).metadata
+        text_chunk = meta.row_group(0).column(2)
+        assert "RLE_DICTIONARY" not in text_chunk.encodings
+        full = t.scan(columns=["text"], where=pc.field("x") >= 0)
+        clear_cache()
+        few = t.scan(columns=["text"], where=pc.field("x") < 0.005)  # 100 rows, ~4 pages
+        assert few.table.column("text").to_pylist() == data.column("text")[:100].to_pylist()
+        assert few.stats.bytes_read < full.stats.bytes_read / 20
+        monkeypatch.setattr(pages, "_PARALLEL_BYTES", 0)  # 5 row groups decoded in parallel
+        scattered = pc.field("r") < 0.01
+        got = t.read(columns=["text", "x"], where=scattered)
+        assert got.equals(data.filter(scattered).select(["text", "x"]))
+
+
+_settings = settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+@_settings
+@given(
+    n=st.integers(200, 1500),
+    width=st.sampled_from([150, 400, 8]),  # 8: no wide column, row-group reads
+    own_group=st.booleans(),
+    row_group=st.sampled_from([64, 500, 131_072]),
+    delete_above=st.floats(0.3, 1.0),
+    update_fraction=st.sampled_from([0.0, 0.05, 0.5]),
+    seed=st.integers(0, 2**31),
+)
+def test_selective_reads_equal_full_reads_filtered(
+    tmp_path_factory: pytest.TempPathFactory,
+    n: int,
+    width: int,
+    own_group: bool,
+    row_group: int,
+    delete_above: float,
+    update_fraction: float,
+    seed: int,
+) -> None:
+    rng = np.random.default_rng(seed)
+    text = pa.array([None if rng.random() < 0.1 else s for s in _text(rng, n, width)])
+    data = pa.table({"x": rng.random(n), "k": rng.integers(0, 5, n), "text": text})
+    groups = {"payload": ["text"]} if own_group else None
+    with omnitable.connect(tmp_path_factory.mktemp("wh")) as wh:
+        t = wh.create_table("p", data.schema, groups=groups)
+        t.append(data, "a", target_fragment_rows=max(1, n // 2), row_group_size=row_group)
+        model = {i: row for i, row in enumerate(data.to_pylist())}
+        ids = t.read(columns=[ROW_ID]).column(ROW_ID).to_pylist()  # append order
+        by_id = dict(zip(ids, range(n), strict=True))
+        if t.delete(pc.field("x") > delete_above).version is not None:
+            model = {i: r for i, r in model.items() if r["x"] <= delete_above}
+        patched = [i for i in ids if by_id[i] in model and rng.random() < update_fraction]
+        if patched:
+            new = _text(rng, len(patched), width)
+            t.update(pa.table({ROW_ID: patched, "text": new}), ["text"])
+            for i, s in zip(patched, new, strict=True):
+                model[by_id[i]]["text"] = s
+        everything = t.read()
+        for threshold in (0.0, 0.003, 0.02, 0.1, 0.6):
+            where = pc.field("x") < threshold
+            for columns in (["text"], ["k", "text", "x"], [ROW_ID, "text"]):
+                got = t.read(columns=columns, where=where)
+                assert got.equals(everything.filter(where).select(columns))
+            want = [r["text"] for _, r in sorted(model.items()) if r["x"] < threshold]
+            assert t.read(columns=["text"], where=where).column("text").to_pylist() == want
