@@ -55,6 +55,8 @@ def test_register_list_get_load(wh: omnitable.Warehouse, tmp_path: Path) -> None
         ("scorer", "1"),
     ]
     assert models.list("scorer") == [rec]
+    stored = sorted(p.name for p in (Path(wh.root.path) / "_models").iterdir())
+    assert stored == sorted([rec.sha256, drec.sha256, orec.sha256])  # no temporary left over
     assert models.get("lookup", "2") == orec
     with pytest.raises(NotFoundError, match="No model 'scorer' version '9'"):
         models.get("scorer", "9")

@@ -23,6 +23,7 @@ import pickle
 import posixpath
 import re
 import tempfile
+import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -436,35 +437,43 @@ def _same(found: ModelRecord, sha: str) -> ModelRecord:
     )
 
 
+def _intact(loc: Location, sha: str) -> bool:
+    try:
+        return digest(loc.fs, loc.path)[0] == sha
+    except (NotFoundError, OSError):
+        return False
+
+
 def _upload(target: Location, sha: str, payload: bytes | Path) -> None:
-    """Write the artifact to ``target/sha`` unless an intact copy is there. A crash leaves at most
-    an unrecorded blob, which the next registration of the same content re-checks."""
+    """Write the artifact to ``target/sha`` unless an intact copy is there: copied to a temporary
+    name, re-hashed, then moved into place. A crash leaves at most an unrecorded blob (never
+    visible), which the next registration of the same content re-checks."""
     dest = target.join(sha)
-    info = dest.fs.get_file_info(dest.path)
-    if info.type != pafs.FileType.NotFound:
-        try:
-            if digest(dest.fs, dest.path)[0] == sha:
-                return
-        except (NotFoundError, OSError):
-            pass
+    if dest.fs.get_file_info(dest.path).type != pafs.FileType.NotFound:
+        if _intact(dest, sha):
+            return
         _remove(dest)
     dest.fs.create_dir(target.path, recursive=True)
-    if isinstance(payload, bytes):
-        with dest.fs.open_output_stream(dest.path) as f:
-            f.write(payload)
-    else:
-        pafs.copy_files(
-            str(payload), dest.path, pafs.LocalFileSystem(), destination_filesystem=dest.fs
-        )
-    got = hashlib.sha256(payload).hexdigest() if isinstance(payload, bytes) else None
-    if got is None:
-        got = digest(dest.fs, dest.path)[0]
-    if got != sha:
-        _remove(dest)
-        raise ValidationError(
-            f"The artifact changed while it was copied (SHA-256 {sha} before, {got} after); "
-            "register it again"
-        )
+    tmp = target.join(f".tmp-{uuid.uuid4().hex}-{sha}")
+    try:
+        if isinstance(payload, bytes):
+            with tmp.fs.open_output_stream(tmp.path) as f:
+                f.write(payload)
+        else:
+            pafs.copy_files(str(payload), tmp.path, destination_filesystem=tmp.fs)
+        got = digest(tmp.fs, tmp.path)[0]
+        if got != sha:
+            raise ValidationError(
+                f"The artifact changed while it was copied (SHA-256 {sha} before, {got} after); "
+                "register it again"
+            )
+        try:
+            tmp.fs.move(tmp.path, dest.path)
+        except OSError:  # a concurrent registration placed it, or no directory moves (S3)
+            if not _intact(dest, sha):
+                pafs.copy_files(tmp.path, dest.path, tmp.fs, destination_filesystem=dest.fs)
+    finally:
+        _remove(tmp)
 
 
 def _remove(loc: Location) -> None:
