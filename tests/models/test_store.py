@@ -6,6 +6,7 @@ idempotent only for identical content; delete is refused while a feature referen
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,31 @@ def test_idempotent_and_conflicting_registration(wh: omnitable.Warehouse, tmp_pa
         wh.models.register("m", "1", _file(tmp_path, "b", b"B"))
     assert a.sha256 in str(err.value) and hashlib.sha256(b"B").hexdigest() in str(err.value)
     assert wh.models.list() == [a]
+
+
+def test_concurrent_registrations_one_wins(wh: omnitable.Warehouse, tmp_path: Path) -> None:
+    sources = [_file(tmp_path, f"s{i}", bytes([i % 2])) for i in range(4)]  # two contents
+    barrier = threading.Barrier(len(sources))
+    results: list[object] = [None] * len(sources)
+
+    def register(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = wh.models.register("race", "1", sources[i])
+        except AlreadyExistsError as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=register, args=(i,)) for i in range(len(sources))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    [winner] = wh.models.list()
+    for i, got in enumerate(results):
+        same = hashlib.sha256(bytes([i % 2])).hexdigest() == winner.sha256
+        assert got == winner if same else isinstance(got, AlreadyExistsError)
+    loaded = Path(wh.models.load("race", "1")).read_bytes()
+    assert hashlib.sha256(loaded).hexdigest() == winner.sha256
 
 
 def test_delete_and_feature_reference(wh: omnitable.Warehouse, tmp_path: Path) -> None:

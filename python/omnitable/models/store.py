@@ -31,6 +31,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 from sqlalchemy import Connection, text
+from sqlalchemy.exc import IntegrityError
 
 from omnitable.catalog.address import ENV_PREFIXES_VAR, ENV_REFERENCE, allowed_env_prefixes
 from omnitable.catalog.catalog import Catalog
@@ -323,14 +324,21 @@ class ModelStore:
         return None if found is None else _same(found, sha)
 
     def _insert(self, record: ModelRecord) -> ModelRecord:
-        with self._catalog.store.write() as conn:
-            found = self._read(conn, record.name, record.version)
-            if found is not None:  # a concurrent registration won
-                return _same(found, record.sha256)
-            conn.execute(
-                text("INSERT INTO omnitable_meta (key, value) VALUES (:k, :v)"),
-                {"k": meta_key(record.name, record.version), "v": record.to_json()},
-            )
+        try:
+            with self._catalog.store.write() as conn:
+                found = self._read(conn, record.name, record.version)
+                if found is not None:  # a concurrent registration won
+                    return _same(found, record.sha256)
+                conn.execute(
+                    text("INSERT INTO omnitable_meta (key, value) VALUES (:k, :v)"),
+                    {"k": meta_key(record.name, record.version), "v": record.to_json()},
+                )
+        except IntegrityError:  # PostgreSQL: a concurrent insert of the key committed first
+            with self._catalog.store.read() as conn:
+                found = self._read(conn, record.name, record.version)
+            if found is None:
+                raise
+            return _same(found, record.sha256)
         return record
 
     # -- load ------------------------------------------------------------------------------
