@@ -23,6 +23,7 @@ UNITS: list[tuple[str, str]] = [  # (unit, layer), top to bottom
     ("omnitable.torch", "facade"),  # the PyTorch datasets (torch imported there only)
     ("omnitable.preprocess", "facade"),  # fitted preprocessing, public entry points
     ("omnitable.training", "services"),  # loader, exports, statistics: no JVM, no Spark
+    ("omnitable.models", "services"),  # the model store: artifacts + omnitable_meta records
     ("omnitable.governance", "services"),
     ("omnitable.exec", "services"),
     ("omnitable.dataops", "services"),

@@ -17,6 +17,7 @@ from omnitable.catalog.upgrade import upgrade_catalog as _upgrade
 from omnitable.exceptions import AlreadyExistsError, UnknownColumnError, ValidationError
 from omnitable.format.fs import Location, resolve_location
 from omnitable.format.writer import WriteOptions
+from omnitable.models.store import ModelStore
 from omnitable.settings import Sources, check_properties, check_session
 from omnitable.table import Table
 from omnitable.vocabulary.keys import KEY_PROPERTY, check_key
@@ -207,6 +208,11 @@ class Warehouse:
             loc = self.root.join(record.location)
             with contextlib.suppress(OSError):
                 loc.fs.delete_dir(loc.path)
+
+    @property
+    def models(self) -> ModelStore:
+        """The model store of this warehouse (docs/models.md), artifacts under ``<root>/_models``."""
+        return ModelStore(self.catalog, self.root)
 
     def close(self) -> None:
         self.catalog.close()
