@@ -12,8 +12,11 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from sqlalchemy import text
 
 import omnitable
+from omnitable._failpoints import hooked
+from omnitable.catalog.lease import Holder, Lease, acquire, holder, lease_key, release
 from omnitable.cli import procedure
 
 
@@ -65,3 +68,38 @@ def test_main_reads_stdin_and_the_warehouse_from_the_environment(
     capsys.readouterr()
     assert procedure.main() == 0
     assert json.loads(capsys.readouterr().out)["error"]["kind"] == "not_found"
+
+
+def test_jobs_run_under_their_lease_like_a_service(tmp_path: Path) -> None:
+    """A held lease: the job is not run (``leased``, holder in the summary, nothing committed);
+    a free one is taken and released; a lease taken mid-job commits nothing (``conflict``)."""
+    uri = str(tmp_path / "wh")
+    with omnitable.connect(uri) as wh:
+        t = wh.create_table("docs", {"x": "bigint"})
+        t.append(pa.table({"x": list(range(6))}), "b0", target_fragment_rows=2)
+        store, tid = wh.catalog.store, t.record.table_id
+        held = acquire(store, tid, "compact", "svc-A", 60)
+        assert isinstance(held, Lease)
+        version = t.version
+        (row,) = procedure.run(uri, {"table": "docs", "jobs": ["compact"]})["results"]
+        assert (row["outcome"], row["version"], row["actions"]) == ("leased", None, 0)
+        assert (row["branch"], row["base_version"]) == ("main", version)
+        assert row["summary"]["holder"] == "svc-A" and t.version == version
+        release(store, held)
+
+        taken: list[Lease | Holder] = []
+
+        def take() -> None:  # ours expired and another owner took it, before the commit
+            with store.write() as conn:
+                conn.execute(text("DELETE FROM omnitable_meta WHERE key = :k"),
+                             {"k": lease_key(tid, "compact")})  # fmt: skip
+            taken.append(acquire(store, tid, "compact", "svc-B", 60))
+
+        with hooked("governance.before_commit", take):
+            kind, message = _error(uri, {"table": "docs", "jobs": ["compact"]})
+        assert kind == "conflict" and "held by 'svc-B'" in message and t.version == version
+        assert isinstance(taken[0], Lease) and release(store, taken[0])
+
+        (row,) = procedure.run(uri, {"table": "docs", "jobs": ["compact"]})["results"]
+        assert row["outcome"] == "committed" and t.version == version + 1
+        assert holder(store, tid, "compact") is None  # released

@@ -8,23 +8,37 @@ runs ``python -m omnitable.cli.procedure`` on the Spark driver, so the jobs run 
 - stdin holds one JSON request: ``{"table": str, "branch": str | null, "jobs": [str],
   "dry_run": bool, "options": {job: {option: value}}}``.
 - stdout gets one JSON answer: ``{"results": [{"job", "outcome", "branch", "base_version",
-  "version", "actions", "summary"}]}`` (summary values as text: strings as they are, others as JSON), or ``{"error": {"kind", "type", "message"}}`` with kind
-  ``validation`` (bad arguments, nothing changed), ``not_found`` (no such table or branch),
-  ``conflict`` or ``failed``. The exit status is 0 whenever an answer was written.
+  "version", "actions", "summary"}]}`` (summary values as text: strings as they are, others as
+  JSON), or ``{"error": {"kind", "type", "message"}}`` with kind ``validation`` (bad arguments,
+  nothing changed), ``not_found`` (no such table or branch), ``conflict`` (also a lost lease) or
+  ``failed``. The exit status is 0 whenever an answer was written.
+- Leases: each job that may commit runs under the job's catalog lease
+  (``lease:<table_id>:<job>``, catalog/lease.py), taken, renewed and released as a governance
+  service does (governance/service.py, ``GovernService.run_leased``), so a CALL and a service
+  never run one job of a table at once. A job whose lease another owner holds is not run: its row
+  has outcome ``leased``, ``version`` null, ``actions`` 0 and the holder in ``summary``
+  (``holder``, ``expires``). Every commit re-checks the lease inside its transaction; a lost lease
+  commits nothing and answers ``conflict`` (``LeaseLost``). A dry run commits nothing and takes
+  no lease.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
+import socket
 import sys
 import traceback
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from omnitable.catalog.lease import Holder, LeaseLost
 from omnitable.exceptions import CommitConflict, NotFoundError, OmniTableError, ValidationError
 from omnitable.governance.job import MaintenanceResult
+from omnitable.table import Table
 from omnitable.warehouse import connect
 
 WAREHOUSE_ENV = "OMNITABLE_WAREHOUSE"
@@ -74,6 +88,27 @@ def _text(value: Any) -> str:
     )
 
 
+def _leased(job: str, t: Table, held: Holder) -> dict[str, Any]:
+    """The row of a job not run because ``held`` holds its lease."""
+    expires = dt.datetime.fromtimestamp(held.expires, dt.timezone.utc).isoformat()
+    return {"job": job, "outcome": "leased", "branch": t.current_branch, "base_version": t.version,
+            "version": None, "actions": 0,
+            "summary": {"holder": held.owner, "expires": expires}}  # fmt: skip
+
+
+def _maintain(t: Table, jobs: list[str], dry_run: bool, options: dict[str, Any]) -> list[Any]:
+    """The rows of ``jobs`` run in order on ``t``, each under its lease unless a dry run."""
+    if dry_run:
+        return [_row(r) for r in t.maintain(jobs, dry_run=True, options=options)]
+    owner = f"spark-call:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    service = t.governor(jobs, interval=1, rounds=1, options=options, owner=owner)
+    rows = []
+    for job in jobs:
+        got = service.run_leased(job)
+        rows.append(_leased(job, t, got) if isinstance(got, Holder) else _row(got))
+    return rows
+
+
 def run(warehouse: str, raw: Any) -> dict[str, Any]:
     """The answer to request ``raw`` on ``warehouse`` (see the module docstring)."""
     try:
@@ -82,13 +117,13 @@ def run(warehouse: str, raw: Any) -> dict[str, Any]:
             t = wh.table(table)
             if branch is not None and branch != "main":
                 t = t.branch(branch)
-            results = t.maintain(jobs, dry_run=dry_run, options=options)
-        return {"results": [_row(r) for r in results]}
+            rows = _maintain(t, jobs, dry_run, options)
+        return {"results": rows}
     except OmniTableError as exc:
         kind = (
             "validation" if isinstance(exc, ValidationError)
             else "not_found" if isinstance(exc, NotFoundError)
-            else "conflict" if isinstance(exc, CommitConflict)
+            else "conflict" if isinstance(exc, CommitConflict | LeaseLost)
             else "failed"
         )  # fmt: skip
         return {"error": {"kind": kind, "type": type(exc).__name__, "message": str(exc)}}

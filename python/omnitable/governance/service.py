@@ -215,28 +215,37 @@ class GovernService:
 
     def run_one(self, name: str) -> JobReport:
         """Run job ``name`` once under its lease."""
-        store, table_id = self.ctx.catalog.store, self.ctx.record.table_id
         try:
-            got = acquire(store, table_id, name, self.owner, self.ttl_s)
-        except Exception as exc:  # reported; the table may be gone
-            return self._failed(name, exc)
-        if isinstance(got, Holder):
-            return JobReport(name, "leased", holder=got.owner)
-        renewer = _Renewer(self.ctx, got, self.ttl_s)
-        try:
-            with holding(got):
-                result = run_job(self.ctx, make_job(name, self.options.get(name)))
+            got = self.run_leased(name)
         except LeaseLost as exc:
             return JobReport(name, "lease_lost", error=str(exc))
         except Exception as exc:  # reported, the service goes on
             return self._failed(name, exc)
+        if isinstance(got, Holder):
+            return JobReport(name, "leased", holder=got.owner)
+        return _report(got)
+
+    def run_leased(self, name: str) -> MaintenanceResult | Holder:
+        """Run job ``name`` once under its lease: take it (else return its :class:`Holder`,
+        running nothing), renew it while the job runs, release it at the end (also on error).
+
+        Raises:
+            LeaseLost: the lease was taken while the job ran; nothing was committed.
+        """
+        store, table_id = self.ctx.catalog.store, self.ctx.record.table_id
+        got = acquire(store, table_id, name, self.owner, self.ttl_s)
+        if isinstance(got, Holder):
+            return got
+        renewer = _Renewer(self.ctx, got, self.ttl_s)
+        try:
+            with holding(got):
+                return run_job(self.ctx, make_job(name, self.options.get(name)))
         finally:
             held = renewer.stop()
             try:
                 release(store, held)
             except Exception as exc:  # the lease then expires by itself
                 log.warning("cannot release the %s lease: %s", name, exc)
-        return _report(result)
 
     def _failed(self, name: str, exc: Exception) -> JobReport:
         if self._dropped():
