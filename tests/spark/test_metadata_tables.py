@@ -108,13 +108,22 @@ def test_history_batches_and_refs_equal_the_python_api(
         rows = sql(
             spark,
             "SELECT version, parent_version, branch, op, run_id, summary, "
-            f"unix_micros(committed_at) AS at FROM {name}.history {suffix}",
+            f"unix_micros(committed_at) AS at, expired FROM {name}.history {suffix}",
         )
         return [tuple(r.values()) for r in rows]
 
     def expected_history(table: omnitable.Table, upto: int | None = None) -> list[tuple[Any, ...]]:
         return [
-            (c.version, c.parent_version, c.branch, c.op, c.run_id, c.summary_json, micros(c.time))
+            (
+                c.version,
+                c.parent_version,
+                c.branch,
+                c.op,
+                c.run_id,
+                c.summary_json,
+                micros(c.time),
+                c.expired,
+            )
             for c in table.history()
             if upto is None or c.version <= upto
         ]

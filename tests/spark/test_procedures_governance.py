@@ -18,6 +18,7 @@ import pytest
 from spark_tables import FAILPOINT_CONF, bind_catalog, data_files
 
 import omnitable
+from omnitable.catalog.lease import Lease, acquire, holder, release
 from omnitable.governance.job import MaintenanceResult
 
 pytestmark = [pytest.mark.spark, pytest.mark.shared_warehouse]
@@ -111,6 +112,9 @@ def test_maintain_expire_and_orphans_equal_maintain(
     assert [r["status"] for r in got] == ["committed", "committed", "nothing_to_do"]
     assert int(got[1]["summary"]["files_deleted"]) > 0  # the compacted files are freed
     assert _data(sql) == _data(py)
+    history = _rows(spark, f"SELECT version, expired FROM {catalog}.{sql.name}.history")
+    assert history == [{"version": c.version, "expired": c.expired} for c in sql.history()]
+    assert any(r["expired"] for r in history) and not history[0]["expired"]
 
     got = _rows(spark, f"CALL {catalog}.system.expire_versions('{sql.name}', '0 seconds', 1)")
     assert got[0]["job"] == "expire"
@@ -149,3 +153,31 @@ def test_call_governs_its_own_catalog(spark: Any, tmp_path: Path, name: str) -> 
     assert whs[0].table(tables[0].name).version == versions[0]
     for w in whs:
         w.close()
+
+
+def test_a_call_runs_each_job_under_its_lease(
+    spark: Any, wh: omnitable.Warehouse, catalog: str, name: str
+) -> None:
+    """A service holds compact's lease: the CALL runs nothing (``leased``, the holder in the
+    summary); once free the CALL takes it, commits and releases it. A NULL element of an array
+    argument is refused before anything runs."""
+    _, t = _twins(wh, name)
+    store, tid = wh.catalog.store, t.record.table_id
+    held = acquire(store, tid, "compact", "service-A", 60)
+    assert isinstance(held, Lease)
+    version, files = t.version, data_files(t)
+    call = f"CALL {catalog}.system.maintain('{t.name}', array('compact', 'orphans'))"
+    compact, orphans = _rows(spark, call)
+    assert (compact["status"], compact["version"], compact["actions"]) == ("leased", None, 0)
+    assert compact["summary"]["holder"] == "service-A" and compact["base_version"] == version
+    assert orphans["status"] == "nothing_to_do"  # the other jobs still run
+    t = wh.table(t.name)
+    assert (t.version, data_files(t)) == (version, files)
+    with pytest.raises(Exception, match="'batches' has a NULL element at position 2 of 2"):
+        spark.sql(
+            f"CALL {catalog}.system.compact('{t.name}', batches => array('b0', NULL))"
+        ).collect()
+    assert release(store, held)
+    (got,) = _rows(spark, f"CALL {catalog}.system.compact('{t.name}')")
+    assert got["status"] == "committed" and wh.table(t.name).version == version + 1
+    assert holder(store, tid, "compact") is None  # released

@@ -4,7 +4,10 @@ import scala.collection.mutable
 
 import io.omnitable.spark.conf.OmniTableConf
 
-/** A commit in a snapshot's history (`commits`); times as stored (ISO-8601 UTC text). */
+/**
+ * A commit in a snapshot's history (`commits`); times as stored (ISO-8601 UTC text). `expired`:
+ * an expire commit gave this version up ([[ExpiryRecord]]): still listed, no longer readable.
+ */
 final case class CommitRow(
     version: Long,
     parentVersion: Option[Long],
@@ -12,7 +15,8 @@ final case class CommitRow(
     op: String,
     runId: Option[String],
     summary: String,
-    committedAt: String)
+    committedAt: String,
+    expired: Boolean = false)
 
 /** A visible batch with its live rows (stored rows less its visible deletion vectors' deletes). */
 final case class BatchRow(batchId: String, name: String, rows: Long, fragments: Long, createdAt: String)
@@ -100,9 +104,10 @@ final case class ColumnNameRow(columnId: Int, name: String, state: String, featu
 final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
   import MetadataQueries._
 
-  /** Commits in the ancestry of `snap` (its segments), newest first (`Table.history()`). */
+  /** Commits in the ancestry of `snap` (its segments), newest first, marked expired as `Table.history()` does. */
   def history(snap: TableSnapshot): Seq[CommitRow] = {
     val (within, params) = withinSegments("version", snap.snapshot.segments)
+    val expiry = ExpiryRecord.read(conn, snap.table.tableId)
     Jdbc.query(
       conn,
       "SELECT version, parent_version, branch, op, run_id, summary, committed_at FROM commits " +
@@ -117,7 +122,7 @@ final class MetadataQueries private[catalog] (conn: Jdbc.Conn) {
         Option(rs.getString(5)),
         rs.getString(6),
         rs.getString(7))
-    }
+    }.map(c => if (expiry.exists(_.expired(c.branch, c.version))) c.copy(expired = true) else c)
   }
 
   /** The visible batches, oldest first, with live row counts (`Table.batches()`). */

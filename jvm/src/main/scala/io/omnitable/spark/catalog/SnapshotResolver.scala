@@ -3,9 +3,7 @@ package io.omnitable.spark.catalog
 import java.time.Instant
 
 import scala.collection.mutable
-import scala.jdk.CollectionConverters._
 
-import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 import io.omnitable.spark.errors.OmniTableErrors
 
 /**
@@ -65,21 +63,14 @@ private[catalog] final class SnapshotResolver(conn: Jdbc.Conn, table: TableEntry
   }
 
   /** The table's expiry record (catalog/horizon.py: `omnitable_meta` key `expiry:<table_id>`), if any. */
-  private lazy val expiry: Option[JsonNode] = Jdbc.query(
-    conn,
-    "SELECT value FROM omnitable_meta WHERE key = ?",
-    s"expiry:${table.tableId}")(_.getString(1)).headOption.map(new ObjectMapper().readTree(_))
+  private lazy val expiry: Option[ExpiryRecord] = ExpiryRecord.read(conn, table.tableId)
 
   /**
    * catalog/horizon.py `check_not_expired`: `version`, committed on `owner`, is below that branch's expiry
    * horizon and pinned by no ref, so an expire commit may have deleted rows it saw: refused.
    */
-  def checkNotExpired(version: Long, owner: String): Unit = expiry.foreach { doc =>
-    val horizon = doc.path("horizons").path(owner)
-    if (horizon.isNumber && version < horizon.asLong &&
-      !doc.path("kept").elements().asScala.exists(_.asLong == version)) {
-      throw OmniTableErrors.versionExpired(table.name, version, owner, horizon.asLong, doc.path("version").asLong)
-    }
+  def checkNotExpired(version: Long, owner: String): Unit = expiry.filter(_.expired(owner, version)).foreach { r =>
+    throw OmniTableErrors.versionExpired(table.name, version, owner, r.horizons(owner), r.version)
   }
 
   private def resolveVersion(v: Long, branch: Option[String]): SnapshotId = {

@@ -25,7 +25,15 @@ private[metadata] final class MetadataRows(reader: CatalogReader, snap: TableSna
 
   private def fromCatalog(q: MetadataQueries, name: String, emit: Row => Unit): Unit = name match {
     case "history" => q.history(snap).foreach { c =>
-        emit(Row(c.version, opt(c.parentVersion), c.branch, c.op, c.runId.orNull, c.summary, instant(c.committedAt)))
+        emit(Row(
+          c.version,
+          opt(c.parentVersion),
+          c.branch,
+          c.op,
+          c.runId.orNull,
+          c.summary,
+          instant(c.committedAt),
+          c.expired))
       }
     case "batches" => q.batches(snap).foreach(b => emit(Row(b.name, b.rows, b.fragments, instant(b.createdAt))))
     case "fragments" => q.foreachFragment(snap, pageSize) { f =>

@@ -2,6 +2,7 @@ package io.omnitable.spark.metadata
 
 import org.apache.spark.sql.types.{
   ArrayType,
+  BooleanType,
   DataType,
   IntegerType,
   LongType,
@@ -25,7 +26,7 @@ object MetadataTables {
 
   private def required(name: String, dataType: DataType): StructField = field(name, dataType, nullable = false)
 
-  /** Commits of the snapshot's history, newest first (`Table.history()`). */
+  /** Commits of the snapshot's history, newest first; `expired`: given up by an expire commit (`Table.history()`). */
   val History: StructType = StructType(Seq(
     required("version", LongType),
     field("parent_version", LongType),
@@ -33,7 +34,8 @@ object MetadataTables {
     required("op", StringType),
     field("run_id", StringType),
     required("summary", StringType),
-    required("committed_at", TimestampType)
+    required("committed_at", TimestampType),
+    required("expired", BooleanType)
   ))
 
   /** Visible batches, oldest first, with live rows (`Table.batches()`). */

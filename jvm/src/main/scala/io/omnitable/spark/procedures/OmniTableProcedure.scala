@@ -7,15 +7,20 @@ import org.apache.spark.sql.types.{ArrayType, DataType, NullType, StringType, St
 
 /**
  * A procedure of OmniTable's `system` namespace. Its parameters do not depend on the argument
- * types, so it binds to itself, except a list parameter ([[lists]]: a STRING of comma-separated
- * names) given an `array(...)` of strings, which binds it as `ARRAY<STRING>` (an array of another
- * element type is refused, `OMNITABLE_INVALID_PROCEDURE_ARGUMENT`); Spark matches named and
- * positional arguments to `params`, fills defaults, casts each argument to its parameter's type
- * and reports missing, unknown and mistyped arguments before `call` runs.
+ * types, except a list parameter ([[lists]]: a STRING of comma-separated names) given an
+ * `array(...)` of strings, which binds it as `ARRAY<STRING>` (an array of another element type is
+ * refused, `OMNITABLE_INVALID_PROCEDURE_ARGUMENT`); Spark matches named and positional arguments
+ * to `params`, fills defaults, casts each argument to its parameter's type and reports missing,
+ * unknown and mistyped arguments before `call` runs.
+ *
+ * It is only an [[UnboundProcedure]]: [[bind]] always returns a new bound procedure. (Were it a
+ * `BoundProcedure` itself, Spark's argument coercion would take it as bound before binding and
+ * cast the arguments as they stand, positionally, to its parameters whenever an argument needs
+ * coercion to resolve, e.g. `array('a', NULL)`: the call then failed inside Spark with
+ * "number of args and params must match after binding".)
  */
 abstract class OmniTableProcedure(procedureName: String, params: Seq[ProcedureParameter], doc: String)
-    extends UnboundProcedure
-    with BoundProcedure {
+    extends UnboundProcedure {
 
   override def name(): String = procedureName
 
@@ -27,21 +32,15 @@ abstract class OmniTableProcedure(procedureName: String, params: Seq[ProcedurePa
   override def bind(inputType: StructType): BoundProcedure = {
     val arrays = params.zipWithIndex.filter { case (p, i) =>
       lists(p.name) && argType(inputType, p.name, i).exists(isArray(p.name, _))
-    }
-    if (arrays.isEmpty) this
-    else {
-      val names = arrays.map(_._1.name).toSet
-      new Bound(params.map { p =>
-        if (!names(p.name)) p
-        else {
-          val b = ProcedureParameter.in(p.name, ArrayType(StringType)).comment(p.comment())
-          Option(p.defaultValue()).fold(b)(d => b.defaultValue(d)).build()
-        }
-      })
-    }
+    }.map(_._1.name).toSet
+    new Bound(params.map { p =>
+      if (!arrays(p.name)) p
+      else {
+        val b = ProcedureParameter.in(p.name, ArrayType(StringType)).comment(p.comment())
+        Option(p.defaultValue()).fold(b)(d => b.defaultValue(d)).build()
+      }
+    })
   }
-  override def parameters(): Array[ProcedureParameter] = params.toArray
-  override def isDeterministic: Boolean = false
 
   /** Parameters taking names: a STRING of comma-separated names, or an array of strings. */
   protected def lists: Set[String] = Set.empty
@@ -68,10 +67,7 @@ abstract class OmniTableProcedure(procedureName: String, params: Seq[ProcedurePa
   /** The result rows (one per change) for the arguments in `input`, in parameter order. */
   protected def run(args: ProcedureArgs): ProcedureResult
 
-  override def call(input: InternalRow): java.util.Iterator[Scan] =
-    java.util.List.of[Scan](run(new ProcedureArgs(procedureName, params, input))).iterator()
-
-  /** This procedure bound with `bound` (a list parameter given as an array). */
+  /** This procedure bound with `bound` (its parameters, a list parameter given as an array as ARRAY<STRING>). */
   private final class Bound(bound: Seq[ProcedureParameter]) extends BoundProcedure {
     override def name(): String = procedureName
     override def description(): String = OmniTableProcedure.this.description()

@@ -39,7 +39,9 @@ final class ProcedureArgs(val procedure: String, params: Seq[ProcedureParameter]
 
   /**
    * A list parameter's names ([[OmniTableProcedure.lists]]): the elements of an array, or a string
-   * split at commas (None: NULL); `what` names them in the error for an empty or NULL name.
+   * split at commas (None: NULL); `what` names them in the error for an empty name or a NULL
+   * element (whose 1-based position the error gives). Every array-taking parameter of every
+   * procedure reads its names here, before the procedure does anything.
    */
   def optNames(name: String, what: String): Option[Seq[String]] = {
     val i = index(name)
@@ -47,9 +49,18 @@ final class ProcedureArgs(val procedure: String, params: Seq[ProcedureParameter]
     val (names, given) = params(i).dataType() match {
       case _: ArrayType =>
         val array = input.getArray(i)
-        val names = (0 until array.numElements()).map(j =>
-          if (array.isNullAt(j)) "" else array.getUTF8String(j).toString)
-        (names.map(_.trim), names.map(n => s"'$n'").mkString("array(", ", ", ")"))
+        val n = array.numElements()
+        val names = (0 until n).map(j => if (array.isNullAt(j)) None else Some(array.getUTF8String(j).toString))
+        val given = names.map(_.fold("NULL")(v => s"'$v'")).mkString("array(", ", ", ")")
+        names.indexWhere(_.isEmpty) match {
+          case -1 => ()
+          case j => throw invalid(
+              name,
+              s"has a NULL element at position ${j + 1} of $n ($given): give $what as non-NULL strings, " +
+                "e.g. array('a', 'b') (drop the NULL or replace it with a name); nothing was run"
+            )
+        }
+        (names.map(_.get.trim), given)
       case _ =>
         val text = input.getUTF8String(i).toString
         (text.split(",", -1).map(_.trim).toSeq, s"'$text'")

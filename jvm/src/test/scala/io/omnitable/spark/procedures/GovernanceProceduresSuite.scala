@@ -82,6 +82,14 @@ class GovernanceProceduresSuite extends AnyFunSuite with SharedSparkSession {
       bad,
       "Options given for job(s) not run: fold")
     refused("CALL omt.system.maintain('refs', array('compact', 'shrink'))", bad, "Unknown maintenance job 'shrink'")
+    // a NULL element of an array argument (named ARRAY<STRING>, positional ARRAY<VOID>): named, nothing run
+    refused(
+      "CALL omt.system.compact('refs', batches => array('b0', NULL))",
+      bad,
+      "procedure system.compact: argument 'batches' has a NULL element at position 2 of 2 (array('b0', NULL))",
+      "drop the NULL"
+    )
+    refused("CALL omt.system.maintain('refs', array(NULL))", bad, "'jobs' has a NULL element at position 1 of 1")
     refused("CALL omt.system.maintain('refs', dry_run => NULL)", bad, "'dry_run' is NULL")
     refused("CALL omt.system.compact('nope')", "OMNITABLE_NOT_FOUND", "Cannot find table 'nope'")
     refused("CALL omt.system.compact('refs', branch => 'nope')", "OMNITABLE_NOT_FOUND", "nope")

@@ -250,6 +250,12 @@ class OmniTableProceduresSuite extends AnyFunSuite with SharedSparkSession {
         s"CALL $c.system.backfill('refs', 'a', 'main', array(1.5))",
         "argument 'batches' is an array of DECIMAL")
       refused(c, s"CALL $c.system.retry_errors('refs', array())", "argument 'features' is array(): give feature names")
+      refused(
+        c,
+        s"CALL $c.system.backfill('refs', array('a', NULL, 'b'))",
+        "procedure system.backfill: argument 'features' has a NULL element at position 2 of 3",
+        "give feature names as non-NULL strings"
+      )
     }
   }
 
