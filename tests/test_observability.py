@@ -5,6 +5,7 @@ the module."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -41,7 +42,7 @@ class Observed:
     results: dict[str, Any] = field(default_factory=dict)
     before: dict[str, float] = field(default_factory=dict)
     stderr: str = ""
-    failure: str = ""
+    cli_out: str = ""
 
 
 def _counters() -> dict[str, float]:
@@ -66,10 +67,8 @@ def observed(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[O
         omnitable.sql_feature("upper_text", "upper(text)", "string", "1"),
         omnitable.sql_feature("text_len", "length(text)", "int", "1"),
         omnitable.sql_feature("lower_text", "lower(text)", "string", "1"),
-        omnitable.sql_feature(
-            "broken", "cast(assert_true(length(text) < 0, 'no text is short enough') as string)",
-            "string", "1",
-        ),
+        omnitable.sql_feature("from_cli", "concat(text, '!')", "string", "1"),
+        omnitable.sql_feature("never", "length(text) * 2", "int", "1"),
     )  # fmt: skip
     obs = Observed(path, wh, t, before=_counters())
     stream = io.StringIO()
@@ -91,9 +90,15 @@ def observed(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[O
         spark, progress=StderrProgress(err, min_interval_s=0)
     )
     obs.stderr = err.getvalue()
-    with pytest.raises(Exception, match="no text is short enough") as failed:
-        t.backfill(["broken"]).run(spark)
-    obs.failure = str(failed.value)
+    with contextlib.redirect_stdout(io.StringIO()) as cli_out:  # the CLI's progress and result
+        obs.results["cli"] = main(["-w", str(path), "backfill", "docs", "-f", "from_cli"])
+    obs.cli_out = cli_out.getvalue()
+
+    def stop(event: ProgressEvent) -> None:  # fails the run before its first Spark job
+        raise RuntimeError(f"stopped at step {event.step}: no text is short enough")
+
+    with pytest.raises(RuntimeError, match="no text is short enough"):
+        t.backfill(["never"]).run(spark, progress=stop)
     yield obs
     wh.close()
 
@@ -147,11 +152,11 @@ def test_backfill_log_lines_carry_the_run_id(observed: Observed) -> None:
 def test_runs_lists_filters_and_shows_one(observed: Observed, capsys: Any) -> None:
     t, wh = observed.table, observed.wh
     runs = t.runs()
-    assert [r["kind"] for r in runs] == ["backfill"] * 4 + ["ingest"]
+    assert [r["kind"] for r in runs] == ["backfill"] * 5 + ["ingest"]
     assert [r["run_id"] for r in t.runs(limit=2)] == [r["run_id"] for r in runs[:2]]
     (failed,) = t.runs(status="failed")
     assert "no text is short enough" in failed["message"]
-    assert len(t.runs(status="succeeded")) == 4 and t.runs(status="running") == []
+    assert len(t.runs(status="succeeded")) == 5 and t.runs(status="running") == []
     assert [r["run_id"] for r in wh.runs(limit=3)] == [r["run_id"] for r in runs[:3]]
     assert {r["table"] for r in wh.runs()} == {"docs"}
     with pytest.raises(omnitable.ValidationError, match="status must be one of"):
@@ -198,11 +203,11 @@ def test_runs_show_the_step_metrics_each_step_has(observed: Observed, capsys: An
 
 def test_metrics_count_runs_and_rows(observed: Observed) -> None:
     now, before = _counters(), observed.before
-    assert now["started"] - before["started"] == 4
-    assert now["succeeded"] - before["succeeded"] == 3
+    assert now["started"] - before["started"] == 5
+    assert now["succeeded"] - before["succeeded"] == 4
     assert now["failed"] - before["failed"] == 1
-    assert now["rows"] - before["rows"] == 3 * ROWS  # the failed run committed nothing
-    assert now["fragments"] - before["fragments"] == 9
+    assert now["rows"] - before["rows"] == 4 * ROWS  # the failed run committed nothing
+    assert now["fragments"] - before["fragments"] == 12
     assert now["running"] == before["running"]
 
 
@@ -216,7 +221,7 @@ def test_metrics_are_served_only_when_asked(observed: Observed) -> None:
     assert "# TYPE omnitable_runs_started_total counter" in body
     assert 'omnitable_runs_succeeded_total{kind="backfill"}' in body
     rows = next(line for line in body.splitlines() if line.startswith("omnitable_backfill_rows"))
-    assert float(rows.split()[1]) >= 3 * ROWS
+    assert float(rows.split()[1]) >= 4 * ROWS
     assert 'omnitable_runs_failed_total{kind="backfill",status="failed"}' in body
     assert not [t for t in threading.enumerate() if t.name == "omnitable-metrics"]
     with pytest.raises(omnitable.ValidationError, match="port"):
@@ -249,3 +254,10 @@ def test_metrics_push_to_a_gateway() -> None:
     assert body.decode() == metrics.render()
     with pytest.raises(omnitable.ValidationError, match="http"):
         metrics.push("ftp://gateway")
+
+
+def test_cli_backfill_reports_its_steps_and_run(observed: Observed) -> None:
+    assert observed.results["cli"] == 0
+    assert "step 1: from_cli@1 — 3 fragments, 3000 rows" in observed.cli_out
+    cli_run = observed.table.runs(status="succeeded", limit=1)[0]
+    assert f"run {cli_run['run_id']} committed" in observed.cli_out

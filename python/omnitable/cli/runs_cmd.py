@@ -7,7 +7,6 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table as RichTable
 
 from omnitable.catalog.catalog import RUN_STATUSES
 from omnitable.cli.context import Context
@@ -59,25 +58,27 @@ def runs(
             ctx.out.result(run, lambda c: _render_run(c, run))
             return
         found = (wh.table(table).runs if table else wh.runs)(limit=limit, status=status)
-    columns = ["run", *([] if table else ["table"]), "kind", "status", "started", "seconds",
-               "summary"]  # fmt: skip
+    columns = ["run", *([] if table else ["table"]), "kind", "status", "started", "seconds"]
     rows = [
         [r["run_id"], *([] if table else [r["table"] or "-"]), r["kind"], r["status"],
-         str(r["started_at"])[:19], _duration(r), _summary(r)]
+         str(r["started_at"])[:19].replace("T", " "), _duration(r)]
         for r in found
     ]  # fmt: skip
+    widths = [max(len(str(x)) for x in col) for col in zip(columns, *rows, strict=False)]
 
-    def render(console: Console) -> None:
+    def line(cells: list[str]) -> str:
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    def render(console: Console) -> None:  # one line per run, its summary indented below
         if not found:
             console.print("No runs")
             return
-        t = RichTable(title=f"Runs of {table}" if table else "Runs", title_justify="left",
-                      header_style="bold")  # fmt: skip
-        for c in columns:
-            t.add_column(c, no_wrap=c == "run")
-        for row in rows:
-            t.add_row(*row)
-        console.print(t)
+        console.print(f"[bold]{line(columns)}[/]")
+        for run, row in zip(found, rows, strict=True):
+            console.print(line(row), markup=False)
+            summary = _summary(run)
+            if summary:
+                console.print("    " + summary, markup=False)
 
     ctx.out.result(found, render)
 
