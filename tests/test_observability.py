@@ -22,6 +22,7 @@ import pyarrow as pa
 import pytest
 
 import omnitable
+from omnitable.catalog.runs import RunScope
 from omnitable.cli.main import main
 from omnitable.observability import ProgressEvent, metrics
 from omnitable.observability.progress import StderrProgress, dispatcher
@@ -261,3 +262,19 @@ def test_cli_backfill_reports_its_steps_and_run(observed: Observed) -> None:
     assert "step 1: from_cli@1 — 3 fragments, 3000 rows" in observed.cli_out
     cli_run = observed.table.runs(status="succeeded", limit=1)[0]
     assert f"run {cli_run['run_id']} committed" in observed.cli_out
+
+
+def test_run_filters_on_every_catalog(wh: omnitable.Warehouse) -> None:
+    t = wh.create_table("filters", {"x": "int"})
+    t.append(pa.table({"x": [1]}), "b1")
+    with pytest.raises(RuntimeError, match="boom"), RunScope(wh.catalog, t.record, "backfill"):
+        raise RuntimeError("boom")
+    t.append(pa.table({"x": [2]}), "b2")
+    ingests = [r["run_id"] for r in t.runs() if r["kind"] == "ingest"]
+    assert [r["run_id"] for r in t.runs(status="succeeded")] == ingests
+    assert [r["run_id"] for r in t.runs(status="succeeded", limit=1)] == ingests[:1]
+    (failed,) = wh.runs(status="failed")
+    assert failed["message"] == "boom" and failed["table"] == "filters"
+    assert [r["kind"] for r in wh.runs(limit=2)] == ["ingest", "backfill"]
+    assert wh.runs(status="abandoned") == [] and t.runs(status="aborted") == []
+    assert wh.run(failed["run_id"])["table"] == "filters"
