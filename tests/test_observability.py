@@ -24,7 +24,8 @@ import pytest
 import omnitable
 from omnitable.catalog.runs import RunScope
 from omnitable.cli.main import main
-from omnitable.observability import ProgressEvent, metrics
+from omnitable.observability import ProgressEvent, metrics, run_context
+from omnitable.observability.logs import configure_from_environment
 from omnitable.observability.progress import StderrProgress, dispatcher
 
 pytestmark = pytest.mark.spark
@@ -266,7 +267,17 @@ def test_cli_backfill_reports_its_steps_and_run(observed: Observed) -> None:
 
 def test_run_filters_on_every_catalog(wh: omnitable.Warehouse) -> None:
     t = wh.create_table("filters", {"x": "int"})
-    t.append(pa.table({"x": [1]}), "b1")
+    stream = io.StringIO()
+    handler = omnitable.configure_logging(json=True, stream=stream)
+    try:
+        t.append(pa.table({"x": [1]}), "b1")
+    finally:
+        logging.getLogger("omnitable").removeHandler(handler)
+        logging.getLogger("omnitable").setLevel(logging.NOTSET)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    (ingest,) = t.runs()
+    assert lines and all(x["run_id"] == ingest["run_id"] for x in lines)  # ingest logs too
+    assert {x["kind"] for x in lines} == {"ingest"} and {x["table"] for x in lines} == {"filters"}
     with pytest.raises(RuntimeError, match="boom"), RunScope(wh.catalog, t.record, "backfill"):
         raise RuntimeError("boom")
     t.append(pa.table({"x": [2]}), "b2")
@@ -278,3 +289,29 @@ def test_run_filters_on_every_catalog(wh: omnitable.Warehouse) -> None:
     assert [r["kind"] for r in wh.runs(limit=2)] == ["ingest", "backfill"]
     assert wh.runs(status="abandoned") == [] and t.runs(status="aborted") == []
     assert wh.run(failed["run_id"])["table"] == "filters"
+
+
+def test_log_format_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    logger = logging.getLogger("omnitable")
+    monkeypatch.setenv("OMNITABLE_LOG_FORMAT", "yaml")
+    with pytest.raises(omnitable.ValidationError, match="json or text"):
+        configure_from_environment()
+    monkeypatch.setenv("OMNITABLE_LOG_FORMAT", "text")
+    handler = configure_from_environment()
+    try:
+        assert handler is not None and handler in logger.handlers
+        stream = io.StringIO()
+        assert omnitable.configure_logging(stream=stream, level="DEBUG") in logger.handlers
+        assert handler not in logger.handlers  # replaced, not added
+        with run_context("backfill-x", "backfill", "docs"):
+            logging.getLogger("omnitable.test").debug("inside")
+        logging.getLogger("omnitable.test").debug("outside")
+        inside, outside = stream.getvalue().splitlines()
+        assert inside.endswith("[run=backfill-x table=docs] inside")
+        assert outside.endswith("[run=None table=None] outside")
+    finally:
+        for h in [h for h in logger.handlers if getattr(h, "_omnitable_configured", False)]:
+            logger.removeHandler(h)
+        logger.setLevel(logging.NOTSET)
+    monkeypatch.delenv("OMNITABLE_LOG_FORMAT")
+    assert configure_from_environment() is None
