@@ -35,6 +35,7 @@ UNITS: list[tuple[str, str]] = [  # (unit, layer), top to bottom
     ("omnitable.format", "storage"),
     ("omnitable.catalog", "storage"),
     ("omnitable.vocabulary", "vocabulary"),
+    ("omnitable.observability", "vocabulary"),  # progress events, run-id logs, metrics
     ("omnitable.settings", "vocabulary"),
     ("omnitable._failpoints", "vocabulary"),
     ("omnitable.exceptions", "vocabulary"),

@@ -34,12 +34,16 @@ from omnitable.exceptions import (
 from omnitable.features.definition import Feature, feature, sql_feature
 from omnitable.format.writer import WriteOptions
 from omnitable.isolation import failure_counter, isolated, isolated_schema
+from omnitable.observability import ProgressEvent, configure_logging, metrics
+from omnitable.observability.logs import configure_from_environment
 from omnitable.spark.session import spark_session
 from omnitable.table import BatchInfo, Table
 from omnitable.vocabulary.names import APPEND_NAME, ROW_ID
 from omnitable.warehouse import Warehouse, connect, upgrade_catalog
 
 __version__ = "0.1.0"
+
+configure_from_environment()  # OMNITABLE_LOG_FORMAT=json|text: docs/observability.md
 
 __all__ = [
     "APPEND_NAME",
@@ -60,6 +64,7 @@ __all__ = [
     "MissingDependencyError",
     "NotFoundError",
     "OmniTableError",
+    "ProgressEvent",
     "Ref",
     "SchemaMismatchError",
     "Table",
@@ -69,11 +74,13 @@ __all__ = [
     "Warehouse",
     "WriteOptions",
     "__version__",
+    "configure_logging",
     "connect",
     "failure_counter",
     "feature",
     "isolated",
     "isolated_schema",
+    "metrics",
     "spark_session",
     "sql_feature",
     "upgrade_catalog",

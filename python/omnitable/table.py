@@ -142,12 +142,18 @@ class Table:
             )
         return self._ctx.catalog.history(self.record, self._ctx.branch, limit=limit)
 
-    def runs(self) -> list[dict[str, Any]]:
+    def runs(self, limit: int | None = None, status: str | None = None) -> list[dict[str, Any]]:
         """This table's ingest and backfill runs, newest first: ``run_id``, ``kind``, ``status``
         (``running``, ``succeeded``, ``failed``, ``aborted``, or ``abandoned`` for a run still
-        marked running whose driver process is gone), ``plan``, ``metrics``, ``message``,
-        ``started_at``, ``finished_at``, ``host``, ``pid``."""
-        return self._ctx.catalog.list_runs(self.record)
+        marked running whose driver process is gone), ``plan``, ``metrics`` (a backfill's
+        per-step metrics under ``steps``), ``message`` (why it failed), ``started_at``,
+        ``finished_at``, ``host``, ``pid``, ``table``; only runs of ``status`` and the
+        ``limit`` newest when given (docs/observability.md).
+
+        Raises:
+            ValidationError: ``limit`` is not a positive integer, ``status`` not a run status.
+        """
+        return self._ctx.catalog.list_runs(self.record, limit=limit, status=status)
 
     def count(self, version: int | None = None) -> int:
         return sum(b.rows for b in self.batches(version))

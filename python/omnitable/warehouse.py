@@ -157,6 +157,19 @@ class Warehouse:
             check_namespace_name(namespace)
         return self.catalog.list_tables(namespace)
 
+    def runs(self, limit: int | None = None, status: str | None = None) -> list[dict[str, Any]]:
+        """The runs of every table, newest first, each with its ``table`` address (None for a
+        dropped table); fields and filters as :meth:`Table.runs` (docs/observability.md).
+
+        Raises:
+            ValidationError: ``limit`` is not a positive integer, ``status`` not a run status.
+        """
+        return self.catalog.list_runs(None, limit=limit, status=status)
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        """One run of any table, as :meth:`runs` lists it. Raises NotFoundError."""
+        return self.catalog.get_run(run_id)
+
     def create_namespace(
         self, name: str, properties: Mapping[str, Any] | None = None, if_not_exists: bool = False
     ) -> None:

@@ -642,21 +642,63 @@ class Catalog:
             self.finish_run(run_id, status, metrics, message=str(exc)[:2000])
 
     def get_run(self, run_id: str) -> dict[str, Any]:
-        """One run; ``status`` is ``abandoned`` for a ``running`` run whose driver is gone."""
+        """One run (with its ``table`` address); ``status`` is ``abandoned`` for a ``running``
+        run whose driver is gone."""
         with self.store.read() as conn:
-            row = conn.execute(text("SELECT * FROM runs WHERE run_id = :r"), {"r": run_id}).first()
+            row = conn.execute(text(f"{_RUNS} WHERE r.run_id = :r"), {"r": run_id}).first()
         if row is None:
             raise NotFoundError(f"Cannot find run '{run_id}'")
         return _run_dict(row)
 
-    def list_runs(self, table: TableRecord) -> list[dict[str, Any]]:
-        """The table's runs, newest first, with ``abandoned`` status as in :meth:`get_run`."""
+    def list_runs(
+        self, table: TableRecord | None, limit: int | None = None, status: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The runs of ``table`` (of every table when None), newest first, with their ``table``
+        address and ``abandoned`` status as in :meth:`get_run`; only those of ``status`` and
+        the ``limit`` newest when given.
+
+        Raises:
+            ValidationError: ``limit`` is not a positive int or ``status`` not a run status.
+        """
+        check_run_filters(limit, status)
+        where, args = [], {}
+        if table is not None:
+            where.append("r.table_id = :t")
+            args["t"] = table.table_id
+        if status is not None:  # abandoned runs are stored as running
+            where.append("r.status = :s")
+            args["s"] = "running" if status == "abandoned" else status
+        query = _RUNS + (" WHERE " + " AND ".join(where) if where else "")
+        query += " ORDER BY r.started_at DESC, r.run_id"
+        exact = status not in ("running", "abandoned")  # else filtered after the liveness check
+        if limit is not None and exact:
+            query += f" LIMIT {int(limit)}"
         with self.store.read() as conn:
-            rows = conn.execute(
-                text("SELECT * FROM runs WHERE table_id = :t ORDER BY started_at DESC, run_id"),
-                {"t": table.table_id},
-            ).all()
-        return [_run_dict(r) for r in rows]
+            rows = conn.execute(text(query), args).all()
+        runs = [_run_dict(r) for r in rows]
+        if not exact:
+            runs = [r for r in runs if r["status"] == status]
+        return runs if limit is None else runs[:limit]
+
+
+RUN_STATUSES = ("running", "succeeded", "failed", "aborted", "abandoned")
+_RUNS = (
+    "SELECT r.*, t.namespace AS table_namespace, t.name AS table_short_name FROM runs r "
+    "LEFT JOIN tables t ON t.table_id = r.table_id"
+)
+
+
+def check_run_filters(limit: int | None, status: str | None) -> None:
+    """Raises ValidationError for a ``limit`` that is not a positive int or an unknown
+    ``status``."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValidationError(
+            f"Cannot list runs: limit must be a positive integer or None, got {limit!r}"
+        )
+    if status is not None and status not in RUN_STATUSES:
+        raise ValidationError(
+            f"Cannot list runs: status must be one of {', '.join(RUN_STATUSES)}, got {status!r}"
+        )
 
 
 class _Heartbeat:
@@ -684,6 +726,8 @@ class _Heartbeat:
 
 def _run_dict(row: Any) -> dict[str, Any]:
     d = dict(row._mapping)
+    namespace, short = d.pop("table_namespace", None), d.pop("table_short_name", None)
+    d["table"] = table_address(namespace, short) if namespace and short else None
     for k in ("plan", "metrics"):
         d[k] = json.loads(d[k]) if d[k] else {}
     if d["status"] == "running" and _driver_gone(d["host"], d["pid"], d["heartbeat_at"]):

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any
 
 from omnitable.catalog.catalog import Catalog
 from omnitable.catalog.records import TableRecord
+from omnitable.observability import metrics
+from omnitable.observability.logs import RunInfo, run_context
+
+log = logging.getLogger("omnitable.runs")
 
 
 class RunScope:
@@ -18,6 +24,9 @@ class RunScope:
     it is recorded ``aborted`` (for exceptions of ``abort_on``) or ``failed`` with the exception's
     message and the metrics so far, and the exception propagates. A run whose process dies is
     shown ``abandoned`` once its heartbeat is overdue.
+
+    While the body runs, log records carry the run id and table (docs/observability.md) and
+    the process's run metrics count it.
     """
 
     def __init__(
@@ -34,9 +43,14 @@ class RunScope:
         self.run_id = ""
         self.metrics: Callable[[], dict[str, Any] | None] = lambda: None
         """What the run reports when it ends; set by the body (evaluated at exit)."""
+        self._context: AbstractContextManager[RunInfo] | None = None
 
     def __enter__(self) -> RunScope:
         self.run_id = self._catalog.start_run(self._table, self._kind, self._plan)
+        self._context = run_context(self.run_id, self._kind, self._table.name)
+        self._context.__enter__()
+        metrics.run_started(self._kind)
+        log.info("%s run %s of %s started", self._kind, self.run_id, self._table.name)
         return self
 
     def __exit__(
@@ -45,8 +59,17 @@ class RunScope:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc is None:
-            self._catalog.finish_run(self.run_id, "succeeded", self.metrics())
-            return
-        status = "aborted" if isinstance(exc, self._abort_on) else "failed"
-        self._catalog.fail_run(self.run_id, exc, self.metrics(), status)
+        status = "succeeded"
+        try:
+            if exc is None:
+                self._catalog.finish_run(self.run_id, status, self.metrics())
+                return
+            status = "aborted" if isinstance(exc, self._abort_on) else "failed"
+            self._catalog.fail_run(self.run_id, exc, self.metrics(), status)
+        finally:
+            metrics.run_finished(self._kind, status)
+            log.info("%s run %s of %s %s%s", self._kind, self.run_id, self._table.name, status,
+                     "" if exc is None else f": {str(exc)[:500]}")  # fmt: skip
+            if self._context is not None:
+                self._context.__exit__(None, None, None)
+                self._context = None

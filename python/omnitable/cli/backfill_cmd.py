@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 
 from omnitable.cli.context import Context
+from omnitable.observability import ProgressEvent
 from omnitable.settings import BACKFILL_MAX_ERROR_RATIO
 
 
@@ -94,8 +95,10 @@ def backfill(
         spark = spark_session(wh, master=master)
         with out.progress() as report:
 
-            def progress(step: int, steps: int, done: int, total: int) -> None:
-                report(f"step {step}/{steps} fragments", done, total)
+            def progress(e: ProgressEvent) -> None:
+                eta = "?" if e.eta_s is None else f"{e.eta_s:.0f}s"
+                report(f"step {e.step}/{e.steps} fragments", e.fragments_done,
+                       e.fragments_total, f"rows {e.rows_done}/{e.rows_total}, ETA {eta}")  # fmt: skip
 
             result = plan.run(
                 spark,

@@ -19,6 +19,7 @@ from omnitable.cli import (
     govern_cmd,
     namespace_cmd,
     refs_cmd,
+    runs_cmd,
     settings_cmd,
     tables_cmd,
     views_cmd,
@@ -56,6 +57,7 @@ def cli(ctx: click.Context, warehouse: str | None, as_json: bool, verbose: bool)
 for command in (
     backfill_cmd.backfill,
     backfill_cmd.status,
+    runs_cmd.runs,
     demo_cmd.demo,
     settings_cmd.settings_command,
     tables_cmd.tables,

@@ -53,8 +53,9 @@ class Output:
         return t
 
     @contextmanager
-    def progress(self) -> Iterator[Callable[[str, int, int], None]]:
-        """A progress display for long steps: yields ``report(step, done, total)``.
+    def progress(self) -> Iterator[Callable[..., None]]:
+        """A progress display for long steps: yields ``report(step, done, total, detail="")``
+        (``detail``: text shown after the counts, e.g. rows and ETA).
 
         Bars go to stderr in JSON mode so stdout stays parseable; they vanish when done.
         """
@@ -64,13 +65,14 @@ class Output:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            TextColumn("{task.fields[detail]}"),
         )
         with Progress(*columns, console=console, transient=True) as bar:
             tasks: dict[str, TaskID] = {}
 
-            def report(step: str, done: int, total: int) -> None:
+            def report(step: str, done: int, total: int, detail: str = "") -> None:
                 if step not in tasks:
-                    tasks[step] = bar.add_task(step, total=total)
-                bar.update(tasks[step], completed=done, total=total)
+                    tasks[step] = bar.add_task(step, total=total, detail=detail)
+                bar.update(tasks[step], completed=done, total=total, detail=detail)
 
             yield report

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from omnitable.context import TableContext
 from omnitable.exceptions import ValidationError
-from omnitable.exec.runner import RunOptions, RunResult, run_plan
+from omnitable.exec.runner import Progress, RunOptions, RunResult, run_plan
 from omnitable.features.planner import Plan
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ class BackfillPlan(Plan):
         max_error_ratio: float | None = None,
         on_corrupt: str | None = None,
         max_skip_ratio: float | None = None,
-        progress: Callable[[int, int, int, int], None] | None = None,
+        progress: Progress | None = None,
         branch: str | None = None,
         allow_version_drift: bool = False,
     ) -> RunResult:
@@ -73,7 +73,11 @@ class BackfillPlan(Plan):
             ``None`` (max_error_ratio, on_corrupt, max_skip_ratio): the setting
             ``backfill.<name>`` of the warehouse, else of the table, else its default
             (docs/settings.md).
-            progress: called as ``progress(step, steps, fragments_done, fragments_total)``.
+            progress: ``True`` prints a one-line progress (step, fragments, rows, ETA) to
+                stderr; a callable taking one argument gets a
+                :class:`~omnitable.observability.ProgressEvent` when each step starts and after
+                each committed chunk; one taking four is called as ``progress(step, steps,
+                fragments_done, fragments_total)`` (docs/observability.md).
 
         Raises:
             ErrorRatioExceeded, CommitConflict (a concurrent commit changed what the plan

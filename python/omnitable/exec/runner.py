@@ -37,6 +37,8 @@ from omnitable.exec.shipping import ship_modules
 from omnitable.exec.step_job import ChunkJob, TaskOutput, execute_chunk, retry_offsets
 from omnitable.format.fs import delete_quietly
 from omnitable.isolation import MODES
+from omnitable.observability import metrics
+from omnitable.observability.progress import ProgressEvent, dispatcher, eta
 from omnitable.settings import (
     BACKFILL_MAX_ERROR_RATIO,
     BACKFILL_MAX_SKIP_RATIO,
@@ -52,7 +54,9 @@ if TYPE_CHECKING:
     from omnitable.features.definition import Feature
     from omnitable.features.planner import Plan, Step
 
-Progress = Callable[[int, int, int, int], None]  # (step, steps, fragments done, fragments total)
+# (step, steps, fragments done, fragments total), or one taking a ProgressEvent, or True
+# (a line on stderr): docs/observability.md
+Progress = Callable[[int, int, int, int], None] | Callable[[ProgressEvent], None] | bool
 log = logging.getLogger("omnitable.backfill")
 
 
@@ -187,6 +191,7 @@ def run_plan(
     re-run)."""
     options = options or RunOptions()
     started = time.perf_counter()
+    report = dispatcher(progress)  # a bad progress argument fails before any work
     if plan.is_empty:
         return RunResult(None)
     session = active_or_new_session(spark, ctx)
@@ -218,20 +223,54 @@ def run_plan(
             result.warnings.append(escalation.warning)
         driver_escalation = escalation.driver_fallback and options.isolation == "auto"
         shared = _Run(session, ctx, run.run_id, options, result, driver_escalation)
+        rlog = logging.LoggerAdapter(log, {"run_id": run.run_id, "table": ctx.name})
+        rlog.info("backfill of %s: %d step(s), run %s", ctx.name, len(plan.steps), run.run_id)
+        totals = [sum(f.row_count for f in s.fragments) for s in plan.steps]
         for index, step in enumerate(plan.steps, 1):
             out = StepResult([f.id for f in step.features])
             result.steps.append(out)
-            _run_step(shared, step, index, out, _step_progress(progress, index, len(plan.steps)))
+            tracked = _Tracked(report, run.run_id, ctx.name, index, totals, result, started)
+            try:
+                _run_step(shared, step, index, out, tracked)
+            finally:
+                metrics.BACKFILL_SECONDS.inc(time.perf_counter() - tracked.step_started)
+            rlog.info("backfill of %s: step %d/%d (%s) committed %d fragment(s), %d row(s) in "
+                      "%.1fs", ctx.name, index, len(plan.steps), ", ".join(out.features),
+                      out.fragments, out.rows, out.seconds)  # fmt: skip
         result.seconds = time.perf_counter() - started
     return result
 
 
-def _step_progress(progress: Progress | None, index: int, steps: int) -> Callable[[int, int], None]:
-    def report(done: int, total: int) -> None:
-        if progress is not None:
-            progress(index, steps, done, total)
+@dataclass
+class _Tracked:
+    """The step's ``progress(fragments_done, fragments_total)``: counts what each committed chunk
+    adds in the process's metrics and reports a :class:`ProgressEvent` (rows from the step's
+    result so far, ETA from the run's rate)."""
 
-    return report
+    report: Callable[[ProgressEvent], None] | None
+    run_id: str
+    table: str
+    index: int
+    totals: list[int]  # rows planned per step
+    result: RunResult
+    started: float  # the run's perf_counter start
+    step_started: float = field(default_factory=time.perf_counter)
+    _seen: tuple[int, int] = (0, 0)  # (fragments, rows) counted in the metrics so far
+
+    def __call__(self, done: int, total: int) -> None:
+        out = self.result.steps[self.index - 1]
+        metrics.BACKFILL_FRAGMENTS.inc(max(0, out.fragments - self._seen[0]))
+        metrics.BACKFILL_ROWS.inc(max(0, out.rows - self._seen[1]))
+        self._seen = (out.fragments, out.rows)
+        if self.report is None:
+            return
+        run_done = sum(s.rows for s in self.result.steps)
+        run_total = sum(self.totals)
+        elapsed = time.perf_counter() - self.started
+        event = ProgressEvent(self.run_id, self.table, self.index, len(self.totals), done, total,
+                              out.rows, self.totals[self.index - 1], run_done, run_total, elapsed,
+                              eta(elapsed, run_done, run_total))  # fmt: skip
+        self.report(event)
 
 
 @dataclass(frozen=True)
