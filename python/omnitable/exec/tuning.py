@@ -11,8 +11,12 @@ of a pandas feature), ``fragments_per_task`` (whole fragments per Spark task) an
 (the per-call memory budget of record isolation) — come from, in this order: the user (run
 arguments, then the features' own options), the step's metrics in the last successful runs of the
 same features (same versions) on a cluster of the same size, else the defaults. Values picked
-from history aim a call at :data:`TARGET_CALL_S` seconds and a task at :data:`TARGET_TASK_S`
-seconds while keeping at least one task per core, and always stay within :data:`BOUNDS`.
+from history aim a call at :data:`TARGET_CALL_S` seconds within the memory budget (peak memory
+per record seen, times :data:`MEMORY_HEADROOM`), and spread a step's fragments over
+:data:`WAVES` tasks per core (each task pays Spark's and the Python worker's overhead once) with
+at most :data:`MAX_TASK_COMPUTE_S` of feature time per task; they always stay within
+:data:`BOUNDS`. A memory budget picked from history sizes calls only; a user's ``memory_mb`` is
+also the per-call address-space cap of record isolation.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "memory_mb": (512, 16_384),
 }
 TARGET_CALL_S = 0.5  # a pandas feature call (one batch) of about this long
-TARGET_TASK_S = 2.0  # a Spark task of about this long (task overhead stays small)
+WAVES = 2  # tasks per core a step aims at (each task pays Spark's and Python's overhead once)
+MAX_TASK_COMPUTE_S = 60.0  # at most this much feature time per task (a retry redoes a task)
 HISTORY_RUNS = 3  # successful runs of the same step read
 MEMORY_HEADROOM = 2.0  # memory budget: this times the peak memory seen per row of a call
 
@@ -139,7 +144,9 @@ class StepTuning:
         out = dict(f.options)
         if self.values["batch_rows"] is not None:
             out["batch_rows"] = self.values["batch_rows"]
-        if self.values["memory_mb"] is not None:
+        if self.values["memory_mb"] is not None and self.sources["memory_mb"] == "user":
+            # a budget from history (resident memory) sizes calls only: as an address-space
+            # cap it would fail calls of libraries that reserve address space (BLAS threads)
             out["memory_mb"] = self.values["memory_mb"]
         return out
 
@@ -275,14 +282,14 @@ def _pick(
         if cap < batch:
             batch, note = cap, f"{note}; memory caps a call at {cap} record(s)"
     picked["batch_rows"] = (_clamp("batch_rows", batch), f"a call of ~{TARGET_CALL_S:g}s ({note})")
-    per_frag_s = float(sum(float(s.get("seconds", 0.0)) for s in seen)) * parallelism / frags
-    wanted = int(TARGET_TASK_S / per_frag_s) if per_frag_s > 0 else BOUNDS["fragments_per_task"][1]
-    spread = max(1, fragments // max(1, parallelism))  # keep at least one task per core
-    fpt = _clamp("fragments_per_task", min(wanted, spread))
+    per_frag_s = compute / frags  # feature time per fragment
+    even = math.ceil(fragments / max(1, parallelism * WAVES))
+    cap = int(MAX_TASK_COMPUTE_S / per_frag_s) if per_frag_s > 0 else even
+    fpt = _clamp("fragments_per_task", min(even, max(1, cap)))
     picked["fragments_per_task"] = (
         fpt,
-        f"a task of ~{TARGET_TASK_S:g}s at {per_frag_s:.3f}s per fragment, at least "
-        f"{parallelism} task(s) for {fragments} fragment(s)",
+        f"{WAVES} wave(s) of tasks on {parallelism} core(s) for {fragments} fragment(s), each "
+        f"task at most ~{MAX_TASK_COMPUTE_S:g}s of feature time ({per_frag_s:.3f}s per fragment)",
     )
     return picked
 
