@@ -51,7 +51,7 @@ def test_metrics_recorded_then_second_run_tunes_within_bounds(wh, spark) -> None
     (step,) = _steps(wh, first.run_id)
     assert all(k in step for k in METRICS)
     assert step["rows"] == 1200 and step["failures"] == 0 and step["bytes_written"] > 0
-    assert step["peak_memory_bytes"] > 0 and step["bytes_read"] > 0
+    assert step["peak_memory_bytes"] > 0 and step["bytes_read"] > 0 and step["spills"] == 0
     assert {k: v["source"] for k, v in step["settings"].items()} == {
         "batch_rows": "default", "fragments_per_task": "default", "memory_mb": "default"
     }  # fmt: skip

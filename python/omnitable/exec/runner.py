@@ -154,7 +154,7 @@ class StepResult:
     peak_memory_bytes: int = 0  # peak resident memory of a Python worker (max over tasks)
     failures: int = 0  # failed records (error rows), all features
     retries: int = 0  # task attempts after a failure, and features escalated to a child
-    spills: int = 0  # bytes Spark spilled (0 where the session does not report them)
+    spills: int = 0  # bytes the tasks spilled, memory + disk (Spark's task metrics)
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # value and source
     routes: dict[str, str] = field(default_factory=dict)  # feature id -> jvm | python-cpu | -gpu
 
@@ -399,7 +399,7 @@ def _add_task_metrics(out: StepResult, outputs: list[TaskOutput], scan: dict[str
     )
     out.failures += sum(len(o.errors) for o in outputs)
     out.retries += int(scan.get("failedTasks", 0))
-    # spill bytes where the session's listener reports them (docs/features.md)
+    # the listener's sums of Spark's task metrics (an older jar reports none: 0)
     out.spills += int(scan.get("memoryBytesSpilled", 0)) + int(scan.get("diskBytesSpilled", 0))
 
 
