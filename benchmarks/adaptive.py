@@ -5,7 +5,8 @@ The plan fuses an SQL feature (JVM), a pandas feature and a model-like pandas fe
 forward pass per batch; ``prefer="gpu"``, routed to CPU here) into one step over a table of
 many small fragments (as streaming ingest leaves them). Every variant computes batch ``b2`` of
 its own identical table; the tuned table first ran batch ``b1`` (same size) with defaults, which
-recorded the history the tuned run picks its settings from. Goals (issue 17): tuned >= 1.5x
+recorded the history the tuned runs pick their settings from. Each round computes a fresh batch
+of every table, variants interleaved; the report gives the median per variant. Goals (issue 17): tuned >= 1.5x
 defaults, >= 0.9x the best of the grid. Spark local[2].
 
 Run: ./dev bench adaptive [--rows N] [--fragment-rows N]
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import time
 from typing import Any
 
@@ -32,10 +34,10 @@ GRID = [  # (batch_rows, fragments_per_task)
 NAMES = [f.name for f in ALL]
 
 
-def _table(wh: Any, name: str, rows: int, fragment_rows: int) -> Any:
+def _table(wh: Any, name: str, rows: int, fragment_rows: int, repeats: int = 1) -> Any:
     rng = np.random.default_rng(0)
     t = wh.create_table(name, {"x": "double"})
-    for batch in ("b1", "b2"):
+    for batch in [f"b{i}" for i in range(1, repeats + 2)]:
         t.append(
             pa.table({"x": rng.standard_normal(rows)}), batch, target_fragment_rows=fragment_rows
         )
@@ -43,9 +45,9 @@ def _table(wh: Any, name: str, rows: int, fragment_rows: int) -> Any:
     return t
 
 
-def _timed(t: Any, spark: Any, **options: Any) -> tuple[float, Any]:
+def _timed(t: Any, spark: Any, batch: str, **options: Any) -> tuple[float, Any]:
     start = time.perf_counter()
-    result = t.backfill(NAMES, ["b2"]).run(spark, **options)
+    result = t.backfill(NAMES, [batch]).run(spark, **options)
     return time.perf_counter() - start, result
 
 
@@ -55,6 +57,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(prog="adaptive")
     parser.add_argument("--rows", type=int, default=200_000, help="rows per batch")
     parser.add_argument("--fragment-rows", type=int, default=1_000)
+    parser.add_argument("--repeats", type=int, default=3, help="runs per variant (fresh batches)")
     args = parser.parse_args(argv)
 
     work = BENCH_DIR / "adaptive"
@@ -76,27 +79,44 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         warm = _table(wh, "warm", 4_000, 1_000)
         warm.backfill(NAMES).run(spark, tuning="off")
 
-    tuned_t = _table(wh, "tuned", args.rows, args.fragment_rows)
-    history = tuned_t.backfill(NAMES, ["b1"]).run(spark, tuning="off")  # records the history
-    explain = tuned_t.backfill(NAMES, ["b2"]).explain(spark)
-    t_default, _ = _timed(
-        _table(wh, "defaults", args.rows, args.fragment_rows), spark, tuning="off"
-    )
-    t_tuned, tuned = _timed(tuned_t, spark)
-    grid: list[tuple[str, float]] = []
-    for i, (batch_rows, per_task) in enumerate(GRID[:1] if smoke() else GRID):
-        t = _table(wh, f"grid{i}", args.rows, args.fragment_rows)
-        s, _ = _timed(t, spark, tuning="off", batch_rows=batch_rows, fragments_per_task=per_task)
-        grid.append((f"batch_rows={batch_rows}, fragments_per_task={per_task}", s))
-    expected = wh.table("defaults").read(columns=NAMES, batches=["b2"])
-    assert tuned_t.read(columns=NAMES, batches=["b2"]).equals(expected), "tuned run disagrees"
+    repeats = 1 if smoke() else args.repeats
+    grid_settings = GRID[:1] if smoke() else GRID
+    table = {
+        name: _table(wh, name, args.rows, args.fragment_rows, repeats)
+        for name in ["defaults", "tuned", *(f"grid{i}" for i in range(len(grid_settings)))]
+    }
+    history = table["tuned"].backfill(NAMES, ["b1"]).run(spark, tuning="off")  # the history
+    explain = table["tuned"].backfill(NAMES, ["b2"]).explain(spark)
+    times: dict[str, list[float]] = {name: [] for name in table}
+    tuned = None
+    for r in range(repeats):  # each round computes a fresh batch of every table, interleaved
+        batch = f"b{r + 2}"
+        times["defaults"].append(_timed(table["defaults"], spark, batch, tuning="off")[0])
+        seconds, tuned = _timed(table["tuned"], spark, batch)
+        times["tuned"].append(seconds)
+        for i, (batch_rows, per_task) in enumerate(grid_settings):
+            seconds, _ = _timed(table[f"grid{i}"], spark, batch, tuning="off",
+                                batch_rows=batch_rows, fragments_per_task=per_task)  # fmt: skip
+            times[f"grid{i}"].append(seconds)
+    timed = [f"b{r + 2}" for r in range(repeats)]
+    expected = table["defaults"].read(columns=NAMES, batches=timed)
+    for name in table:
+        got = table[name].read(columns=NAMES, batches=timed)
+        assert got.equals(expected), f"{name} disagrees with the defaults"
     assert history.steps[0].settings["batch_rows"]["source"] == "default"
+    assert tuned is not None
     settings = {k: (v["value"], v["source"]) for k, v in tuned.steps[0].settings.items()}
     spark.stop()
     wh.close()
     shutil.rmtree(work, ignore_errors=True)
 
     print(explain)
+    med = {name: statistics.median(ts) for name, ts in times.items()}
+    t_default, t_tuned = med["defaults"], med["tuned"]
+    grid = [
+        (f"batch_rows={b}, fragments_per_task={p}", med[f"grid{i}"])
+        for i, (b, p) in enumerate(grid_settings)
+    ]
     best_name, best = min(grid, key=lambda g: g[1])
     frags = args.rows // args.fragment_rows
     rows = [
@@ -110,7 +130,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     ]  # fmt: skip
     report(
         f"Adaptive (b): SQL + pandas + model-like features, {args.rows:,} rows in {frags} "
-        "fragments, local[2]",
+        f"fragments per run, local[2], median of {repeats} run(s)",
         rows,
     )
     return {"tuned_vs_defaults": t_default / t_tuned, "tuned_vs_best_grid": best / t_tuned}
