@@ -282,6 +282,17 @@ BACKFILL_ON_CORRUPT = _declare(
     )
 )
 
+BACKFILL_TUNING = _declare(
+    Setting(
+        "backfill.tuning",
+        "on",
+        _one_of("on", "off"),
+        "Settings of a backfill step's Python tasks that the user did not give (records per "
+        "call, fragments per task, memory budget) come from the step's earlier runs (`on`) or "
+        "are the defaults (`off`); docs/features.md, Routing and tuning.",
+    )
+)
+
 
 # -- governance ----------------------------------------------------------------------------------
 

@@ -53,6 +53,12 @@ def _split(value: str | None) -> list[str] | None:
     "major.minor version differs from the one recorded at registration.",
 )
 @click.option(
+    "--tuning",
+    type=click.Choice(["on", "off"]),
+    default=None,
+    help="Pick per-step settings from run history (default: the setting backfill.tuning, on).",
+)
+@click.option(
     "--master",
     default="local[*]",
     show_default=True,
@@ -76,6 +82,7 @@ def backfill(
     retry_errors: bool,
     max_error_ratio: float | None,
     allow_version_drift: bool,
+    tuning: str | None,
     master: str,
     paths: tuple[str, ...],
 ) -> None:
@@ -106,6 +113,7 @@ def backfill(
                 max_error_ratio=max_error_ratio,
                 progress=progress,
                 allow_version_drift=allow_version_drift,
+                tuning=tuning,
             )
         grid = wh.table(table).status()
 

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 from omnitable.context import TableContext
 from omnitable.exceptions import ValidationError
 from omnitable.exec.runner import Progress, RunOptions, RunResult, run_plan
+from omnitable.exec.tuning import Cluster, explain_lines, tune
 from omnitable.features.planner import Plan
+from omnitable.settings import BACKFILL_TUNING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,6 +38,19 @@ class BackfillPlan(Plan):
         values = {f.name: getattr(plan, f.name) for f in dataclasses.fields(Plan)}
         return cls(**values, ctx=ctx, replan=replan)
 
+    def explain(self, spark: SparkSession | None = None) -> str:
+        """The plan (:meth:`Plan.explain`) and each step's routes and settings with why
+        (:mod:`omnitable.exec.tuning`): on ``spark``'s cluster (default: the active session;
+        none: GPU routing is decided at run), from the table's settings and run history."""
+        text = super().explain()
+        if self.is_empty:
+            return text
+        session = spark or _active_session()
+        cluster = Cluster.of_session(session) if session is not None else None
+        enabled = self.ctx.settings.resolve(BACKFILL_TUNING) == "on"
+        tunings = tune(self.ctx, self, cluster, enabled=enabled)
+        return "\n".join([text, *explain_lines(tunings, cluster)])
+
     def run(
         self,
         spark: SparkSession | None = None,
@@ -48,6 +63,10 @@ class BackfillPlan(Plan):
         progress: Progress | None = None,
         branch: str | None = None,
         allow_version_drift: bool = False,
+        tuning: str | None = None,
+        batch_rows: int | None = None,
+        fragments_per_task: int | None = None,
+        memory_mb: int | None = None,
     ) -> RunResult:
         """Execute the plan on Spark (see :mod:`omnitable.exec.runner` and docs/errors.md).
 
@@ -78,6 +97,12 @@ class BackfillPlan(Plan):
                 :class:`~omnitable.observability.ProgressEvent` when each step starts and after
                 each committed chunk; one taking four is called as ``progress(step, steps,
                 fragments_done, fragments_total)`` (docs/observability.md).
+            tuning: ``on`` (default; setting ``backfill.tuning``): the settings below that are
+                not given come from the run history of the same features (same versions, same
+                cluster size); ``off``: defaults. docs/features.md, "Routing and tuning".
+            batch_rows, fragments_per_task, memory_mb: records per call of a pandas feature,
+                whole fragments per Spark task, per-call memory budget (MiB); given, they win
+                over the features' own options and the history.
 
         Raises:
             ErrorRatioExceeded, CommitConflict (a concurrent commit changed what the plan
@@ -96,7 +121,8 @@ class BackfillPlan(Plan):
                 spark, checkpoint_fragments=checkpoint_fragments, isolation=isolation,
                 max_error_ratio=max_error_ratio, on_corrupt=on_corrupt,
                 max_skip_ratio=max_skip_ratio, progress=progress,
-                allow_version_drift=allow_version_drift,
+                allow_version_drift=allow_version_drift, tuning=tuning, batch_rows=batch_rows,
+                fragments_per_task=fragments_per_task, memory_mb=memory_mb,
             )  # fmt: skip
         options = RunOptions.resolve(
             self.ctx.settings,
@@ -106,6 +132,10 @@ class BackfillPlan(Plan):
             on_corrupt=on_corrupt,
             max_skip_ratio=max_skip_ratio,
             allow_version_drift=allow_version_drift,
+            tuning=tuning,
+            batch_rows=batch_rows,
+            fragments_per_task=fragments_per_task,
+            memory_mb=memory_mb,
         )
         if self.executed and self.replan is not None:
             fresh = self.replan()
@@ -114,3 +144,11 @@ class BackfillPlan(Plan):
             self.recompute_reasons = fresh.recompute_reasons
         self.executed = True
         return run_plan(self.ctx, self, spark, options, progress)
+
+
+def _active_session() -> SparkSession | None:
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        return None
+    return SparkSession.getActiveSession()

@@ -35,6 +35,7 @@ from omnitable.exec.errors import append_errors
 from omnitable.exec.escalation import TaskProgress, crash_escalation
 from omnitable.exec.shipping import ship_modules
 from omnitable.exec.step_job import ChunkJob, TaskOutput, execute_chunk, retry_offsets
+from omnitable.exec.tuning import Cluster, StepTuning, resource_profile, tune
 from omnitable.format.fs import delete_quietly
 from omnitable.isolation import MODES
 from omnitable.observability import metrics
@@ -43,6 +44,7 @@ from omnitable.settings import (
     BACKFILL_MAX_ERROR_RATIO,
     BACKFILL_MAX_SKIP_RATIO,
     BACKFILL_ON_CORRUPT,
+    BACKFILL_TUNING,
     Sources,
 )
 from omnitable.spark.session import active_or_new_session
@@ -105,8 +107,18 @@ class RunOptions:
     on_corrupt: str = BACKFILL_ON_CORRUPT.default
     max_skip_ratio: float = BACKFILL_MAX_SKIP_RATIO.default
     allow_version_drift: bool = False
+    tuning: str = BACKFILL_TUNING.default
+    batch_rows: int | None = None
+    fragments_per_task: int | None = None
+    memory_mb: int | None = None
 
     def __post_init__(self) -> None:
+        for name in ("batch_rows", "fragments_per_task", "memory_mb"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ValidationError(
+                    f"Cannot run backfill: {name} must be a positive int or None, got {v!r}"
+                )
         cp = self.checkpoint_fragments
         if cp is not None and (not isinstance(cp, int) or isinstance(cp, bool) or cp < 1):
             raise ValidationError(
@@ -117,7 +129,9 @@ class RunOptions:
                 f"Cannot run backfill: isolation must be one of {', '.join(MODES)}, "
                 f"got {self.isolation!r}"
             )
-        for setting in (BACKFILL_MAX_ERROR_RATIO, BACKFILL_MAX_SKIP_RATIO, BACKFILL_ON_CORRUPT):
+        checked = (BACKFILL_MAX_ERROR_RATIO, BACKFILL_MAX_SKIP_RATIO, BACKFILL_ON_CORRUPT,
+                   BACKFILL_TUNING)  # fmt: skip
+        for setting in checked:
             setting.check(getattr(self, setting.name), "run backfill", setting.name)
 
     @classmethod
@@ -139,6 +153,14 @@ class StepResult:
     bytes_read: int = 0  # compressed column-chunk bytes the step's scans read (Spark metrics)
     scans: int = 0
     escalated: list[str] = field(default_factory=list)  # features re-run in the child process
+    bytes_written: int = 0  # bytes of the column files the step wrote
+    compute_seconds: float = 0.0  # time the tasks spent in pandas features (all tasks)
+    peak_memory_bytes: int = 0  # peak resident memory of a Python worker (max over tasks)
+    failures: int = 0  # failed records (error rows), all features
+    retries: int = 0  # task attempts after a failure, and features escalated to a child
+    spills: int = 0  # bytes the tasks spilled, memory + disk (Spark's task metrics)
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # value and source
+    routes: dict[str, str] = field(default_factory=dict)  # feature id -> jvm | python-cpu | -gpu
 
 
 @dataclass
@@ -150,6 +172,7 @@ class RunResult:
     steps: list[StepResult] = field(default_factory=list)
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    cluster: dict[str, Any] = field(default_factory=dict)  # the size tuning compares
 
     @property
     def version(self) -> int | None:
@@ -175,6 +198,7 @@ class RunResult:
             "errors": self.errors,
             "seconds": round(self.seconds, 3),
             "warnings": self.warnings,
+            "cluster": self.cluster,
             "steps": [s.__dict__ for s in self.steps],
         }
 
@@ -205,18 +229,26 @@ def run_plan(
     )
     ship_modules(session, modules)
     _ship_payload_modules(session, plan)
+    cluster = Cluster.of_session(session)
+    user = {k: getattr(options, k) for k in ("batch_rows", "fragments_per_task", "memory_mb")}
+    tunings = tune(ctx, plan, cluster, enabled=options.tuning == "on", user=user)
     described = {
         "targets": plan.targets,
         "batches": plan.batches,
         "base_version": plan.base_version,
         "steps": [[f.id for f in s.features] for s in plan.steps],
         "options": options.__dict__,
+        "tuning": [t.settings() for t in tunings],
     }
     with RunScope(
         ctx.catalog, ctx.record, "backfill", described, abort_on=(ErrorRatioExceeded,)
     ) as run:
-        result = RunResult(run.run_id)
+        result = RunResult(run.run_id, cluster=cluster.size())
         run.metrics = result.summary
+        for t in tunings:
+            for w in t.warnings:
+                log.warning("backfill of %s: %s", ctx.name, w)
+                result.warnings.append(w)
         escalation = crash_escalation(session)
         if escalation.warning is not None and options.isolation == "auto":
             log.warning("backfill of %s: %s", ctx.name, escalation.warning)
@@ -226,12 +258,14 @@ def run_plan(
         rlog = logging.LoggerAdapter(log, {"run_id": run.run_id, "table": ctx.name})
         rlog.info("backfill of %s: %d step(s), run %s", ctx.name, len(plan.steps), run.run_id)
         totals = [sum(f.row_count for f in s.fragments) for s in plan.steps]
-        for index, step in enumerate(plan.steps, 1):
+        for index, (step, tuning) in enumerate(zip(plan.steps, tunings, strict=True), 1):
             out = StepResult([f.id for f in step.features])
+            out.settings = tuning.settings()
+            out.routes = {r.feature: r.route for r in tuning.routes}
             result.steps.append(out)
             tracked = _Tracked(report, run.run_id, ctx.name, index, totals, result, started)
             try:
-                _run_step(shared, step, index, out, tracked)
+                _run_step(shared, step, index, out, tracked, _gpu_profile(tuning, cluster, result))
             finally:
                 metrics.BACKFILL_SECONDS.inc(time.perf_counter() - tracked.step_started)
             rlog.info("backfill of %s: step %d/%d (%s) committed %d fragment(s), %d row(s) in "
@@ -239,6 +273,22 @@ def run_plan(
                       out.fragments, out.rows, out.seconds)  # fmt: skip
         result.seconds = time.perf_counter() - started
     return result
+
+
+def _gpu_profile(tuning: StepTuning, cluster: Cluster, result: RunResult) -> StepTuning:
+    """``tuning`` with the resource profile of a GPU stage built when it needs one; a session
+    that cannot build one (e.g. an older Spark Connect) runs the stage without it, noted."""
+    if not tuning.gpu_stage:
+        return tuning
+    try:
+        profile, note = resource_profile(cluster)
+    except Exception as exc:  # the client cannot build profiles
+        profile, note = None, f"no resource profile ({type(exc).__name__}: {exc})"
+    tuning.profile, tuning.profile_note = profile, note
+    tuning.reasons.append(f"GPU stage: {note}")
+    if profile is None and not cluster.local:
+        result.warnings.append(f"GPU stage without a resource profile: {note}")
+    return tuning
 
 
 @dataclass
@@ -286,9 +336,15 @@ class _Run:
 
 
 def _run_step(
-    run: _Run, step: Step, index: int, out: StepResult, progress: Callable[[int, int], None]
+    run: _Run,
+    step: Step,
+    index: int,
+    out: StepResult,
+    progress: Callable[[int, int], None],
+    tuning: StepTuning | None = None,
 ) -> None:
-    """Compute and commit one step, one checkpoint chunk at a time."""
+    """Compute and commit one step, one checkpoint chunk at a time, with ``tuning``'s routes
+    and settings (None: defaults)."""
     started = time.perf_counter()
     fragments = step.fragments
     size = run.options.checkpoint_fragments or max(1, len(fragments))
@@ -296,7 +352,7 @@ def _run_step(
     for start in range(0, len(fragments), size):
         chunk = fragments[start : start + size]
         tag = f"omnitable-{run.run_id}-step{index}-{start // size}"
-        _run_chunk(run, step, chunk, tag, out)
+        _run_chunk(run, step, chunk, tag, out, tuning)
         out.fragments += len(chunk)
         out.rows += sum(f.row_count for f in chunk)
         progress(out.fragments, len(fragments))
@@ -304,7 +360,12 @@ def _run_step(
 
 
 def _run_chunk(
-    run: _Run, step: Step, chunk: list[FragmentRecord], tag: str, out: StepResult
+    run: _Run,
+    step: Step,
+    chunk: list[FragmentRecord],
+    tag: str,
+    out: StepResult,
+    tuning: StepTuning | None = None,
 ) -> None:
     """One chunk: check the plan still holds, compute (one Spark job, more after a worker
     death), check the skip and error ratios, record the errors, commit."""
@@ -331,11 +392,14 @@ def _run_chunk(
             TaskProgress(ctx.location.join("_progress", tag).uri) if run.driver_escalation else None
         )
         job = ChunkJob(run.session, ctx, snap, step, retry, run.run_id, tag, options.isolation,
-                       options.on_corrupt, marks, options.allow_version_drift)  # fmt: skip
+                       options.on_corrupt, marks, options.allow_version_drift, tuning,
+                       tuning.profile if tuning is not None else None)  # fmt: skip
         outputs, skipped, scan, escalated = execute_chunk(job, work)
+        out.retries += len([f for f in escalated if f not in out.escalated])
         out.escalated += [f for f in escalated if f not in out.escalated]
         out.bytes_read += int(scan.get("omnitableBytesRead", 0))
         out.scans += int(scan.get("omnitableScans", 0))
+        _add_task_metrics(out, outputs, scan)
     written = [ctx.location.child_path(o.file.path) for o in outputs]
     try:
         _check_skip_ratio(skipped, len(chunk), options.max_skip_ratio)
@@ -362,6 +426,19 @@ def _run_chunk(
         if o.errors:
             key = next(f.id for f in step.features if f.name == o.feature)
             out.errors[key] = out.errors.get(key, 0) + len(o.errors)
+
+
+def _add_task_metrics(out: StepResult, outputs: list[TaskOutput], scan: dict[str, Any]) -> None:
+    """Add one chunk's task-reported and Spark-reported metrics to the step's."""
+    out.bytes_written += sum(int(o.file.size_bytes) for o in outputs)
+    out.compute_seconds += sum(float(o.metrics.get("seconds", 0.0)) for o in outputs)
+    out.peak_memory_bytes = max(
+        [out.peak_memory_bytes, *(int(o.metrics.get("peak_memory_bytes", 0)) for o in outputs)]
+    )
+    out.failures += sum(len(o.errors) for o in outputs)
+    out.retries += int(scan.get("failedTasks", 0))
+    # the listener's sums of Spark's task metrics (an older jar reports none: 0)
+    out.spills += int(scan.get("memoryBytesSpilled", 0)) + int(scan.get("diskBytesSpilled", 0))
 
 
 def _check_skip_ratio(skipped: list[dict[str, Any]], fragments: int, max_ratio: float) -> None:

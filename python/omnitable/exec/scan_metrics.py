@@ -1,9 +1,9 @@
 """Scan metrics as Spark reports them, through the jar's ``ScanMetricsListener``, and SQL
 metrics summed over the tasks of a query.
 
-The listener aggregates successful tasks' input metrics, the omnitable scans' own metrics (bytes
-of column chunks read, files opened, fragments read, corrupt fragments skipped) and the tasks' SQL
-metric updates per job tag. The backfill runner tags each job and reads its bucket after the job.
+The listener aggregates successful tasks' input and spill metrics, the omnitable scans' own
+metrics (bytes of column chunks read, files opened, fragments read, corrupt fragments skipped)
+and the tasks' SQL metric updates per job tag. The backfill runner tags each job and reads its bucket after the job.
 Python reaches the listener through SQL only (``SELECT metrics FROM omnitable_scan_metrics()``,
 a table function of the extension), so the same code runs on a classic and a Connect session.
 """

@@ -8,8 +8,10 @@ Python workers with ``mapInArrow``. The job is tagged so its scan metrics can be
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from omnitable.context import TableContext
+    from omnitable.exec.tuning import StepTuning
     from omnitable.features.definition import Feature
     from omnitable.features.planner import Step
 
@@ -48,6 +51,7 @@ class TaskOutput:
     file: FileDescriptor
     errors: list[dict[str, Any]]
     computed: int
+    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)  # seconds, peak memory
 
 
 def retry_offsets(
@@ -122,7 +126,9 @@ class ChunkJob:
 
     ``progress``: the ``driver`` crash escalation's marks (see :mod:`omnitable.exec.escalation`),
     or None where Spark's task retry escalates. ``allow_version_drift``: features stored by
-    value load with other library versions (:mod:`omnitable.features.payload`).
+    value load with other library versions (:mod:`omnitable.features.payload`). ``tuning``:
+    the step's settings (:mod:`omnitable.exec.tuning`); ``profile``: the Spark resource profile
+    of a GPU stage, or None.
     """
 
     session: SparkSession
@@ -136,6 +142,8 @@ class ChunkJob:
     on_corrupt: str
     progress: TaskProgress | None = None
     allow_version_drift: bool = False
+    tuning: StepTuning | None = None
+    profile: Any = None
 
 
 def execute_chunk(
@@ -239,6 +247,13 @@ def _run_job(job: ChunkJob, work: dict[str, list[str]], escalate: list[str]) -> 
     by_id = {f.fragment_id: f for f in snap.fragments}
     drift = job.allow_version_drift
     features = [f.load(ctx.location, drift) for f in job.step.features if f.name in work]
+    if job.tuning is not None:
+        features = [
+            dataclasses.replace(f, options=job.tuning.feature_options(f))
+            if f.kind == "pandas"
+            else f
+            for f in features
+        ]
     spec = TaskSpec(
         root=ctx.root.uri,
         location=ctx.record.location,
@@ -256,16 +271,27 @@ def _run_job(job: ChunkJob, work: dict[str, list[str]], escalate: list[str]) -> 
         allow_version_drift=drift,
     ).to_json()
     df = step_dataframe(session, ctx, snap, job.step, frag_ids, job.on_corrupt)
+    per_task = (job.tuning.values["fragments_per_task"] or 1) if job.tuning is not None else 1
+    if per_task > 1 and len(frag_ids) > 1:
+        # whole input partitions (fragments) concatenated in order: each stays contiguous
+        df = df.coalesce(math.ceil(len(frag_ids) / per_task))
     # A session tag (classic and Connect alike): Spark prefixes it per session, and the scan
     # metrics of the job are found by it (ScanMetrics.for_tag).
     session.addTag(job.tag)
     try:
-        return df.mapInArrow(lambda it: compute_partition(spec, it), "descriptor string").collect()
+        fn = lambda it: compute_partition(spec, it)  # noqa: E731
+        if job.profile is not None:
+            return df.mapInArrow(fn, "descriptor string", profile=job.profile).collect()
+        return df.mapInArrow(fn, "descriptor string").collect()
     finally:
         session.removeTag(job.tag)
 
 
 def _task_output(d: dict[str, Any]) -> TaskOutput:
     return TaskOutput(
-        d["feature"], FileDescriptor.from_dict(d["file"]), d["errors"], int(d["computed"])
+        d["feature"],
+        FileDescriptor.from_dict(d["file"]),
+        d["errors"],
+        int(d["computed"]),
+        d.get("metrics") or {},
     )

@@ -14,6 +14,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import resource
+import sys
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
@@ -126,9 +129,11 @@ def compute_partition(
             marker = functools.partial(progress.batch, f.name, frag_id) if progress else None
             if live is not None and only is not None:  # offsets -> positions among live rows
                 only = _positions(live, only)
+            started = time.perf_counter()
             outputs, failures, computed = compute_feature(
                 f, table, cache, spec["isolation"], retried or f.name in escalated, only, marker
             )
+            seconds = time.perf_counter() - started
             if live is not None:
                 outputs, failures = _scatter(outputs, failures, live, spec["row_counts"][frag_id])
             desc = write_column_file(
@@ -147,11 +152,25 @@ def compute_partition(
                     "file": desc.to_dict(),
                     "errors": failures,
                     "computed": computed,
+                    "metrics": {
+                        "seconds": seconds if f.kind == "pandas" else 0.0,
+                        "peak_memory_bytes": peak_memory_bytes(),
+                        "retried": retried,
+                    },
                 }
             )
             if progress is not None:
                 progress.completed(descriptor)
             yield pa.RecordBatch.from_pydict({"descriptor": [descriptor]})
+
+
+def peak_memory_bytes() -> int:
+    """The peak resident memory of this Python worker or of its largest child process (record
+    isolation), in bytes (``getrusage``)."""
+    unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB elsewhere
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return int(max(own, children)) * unit
 
 
 def compute_feature(
@@ -433,7 +452,8 @@ def _load(d: dict[str, Any], location: Location, allow_version_drift: bool) -> F
     """A feature of the spec with its function (imported, or unpickled from the table
     directory ``location``), loaded once per worker process."""
     payload = (d.get("payload") or {}).get("sha256", "")
-    key = f"{d['name']}@{d['version']}:{d['fingerprint']}:{payload}:{allow_version_drift}"
+    options = json.dumps(d.get("options") or {}, sort_keys=True)  # tuned per run
+    key = f"{d['name']}@{d['version']}:{d['fingerprint']}:{payload}:{allow_version_drift}:{options}"
     if key not in _LOADED:
         f = Feature.from_definition(d, d["fingerprint"])
         _LOADED[key] = f.load(location, allow_version_drift)

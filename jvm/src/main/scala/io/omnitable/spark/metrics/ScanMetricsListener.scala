@@ -63,6 +63,8 @@ final class ScanMetricsListener private () extends SparkListener {
           b.tasks += 1
           b.bytesRead += taskEnd.taskMetrics.inputMetrics.bytesRead
           b.recordsRead += taskEnd.taskMetrics.inputMetrics.recordsRead
+          b.memoryBytesSpilled += taskEnd.taskMetrics.memoryBytesSpilled
+          b.diskBytesSpilled += taskEnd.taskMetrics.diskBytesSpilled
           if (scans.nonEmpty) b.omnitableTasks += 1
           scans.foreach { case (id, r) => b.scanIds += id; b.report = b.report + r }
           sqlMetrics.foreach { case (name, v) => b.sqlMetrics(name) = b.sqlMetrics.getOrElse(name, 0L) + v }
@@ -109,12 +111,14 @@ object ScanMetricsListener extends Logging {
   /** Sums over tasks. */
   private final class Totals {
     var tasks, failedTasks, omnitableTasks, bytesRead, recordsRead = 0L
+    var memoryBytesSpilled, diskBytesSpilled = 0L
     val scanIds: mutable.Set[Long] = mutable.Set.empty
     var report: ScanReport = ScanReport.Empty
     val sqlMetrics: mutable.TreeMap[String, Long] = mutable.TreeMap.empty
 
     def clear(): Unit = {
       tasks = 0; failedTasks = 0; omnitableTasks = 0; bytesRead = 0; recordsRead = 0
+      memoryBytesSpilled = 0; diskBytesSpilled = 0
       scanIds.clear()
       report = ScanReport.Empty
       sqlMetrics.clear()
@@ -123,6 +127,8 @@ object ScanMetricsListener extends Logging {
     def writeTo(o: ObjectNode): Unit = {
       o.put("bytesRead", bytesRead)
       o.put("recordsRead", recordsRead)
+      o.put("memoryBytesSpilled", memoryBytesSpilled)
+      o.put("diskBytesSpilled", diskBytesSpilled)
       o.put("tasks", tasks)
       o.put("failedTasks", failedTasks)
       o.put("omnitableTasks", omnitableTasks)

@@ -35,6 +35,8 @@ class ScanMetricsListenerSuite extends AnyFunSuite with SharedSparkSession {
     assert(step.get("omnitableTasks").asLong() == step.get("tasks").asLong())
     assert(step.get("bytesRead").asLong() >= step.get("omnitableBytesRead").asLong())
     assert(step.get("omnitableBytesRead").asLong() > 0)
+    assert(step.get("memoryBytesSpilled").asLong() == 0) // a scan without a shuffle spills nothing
+    assert(step.get("diskBytesSpilled").asLong() == 0)
     val total = s.get("total")
     assert(total.get("recordsRead").asLong() == 40000)
     assert(total.get("omnitableScans").asLong() == 2)
