@@ -31,7 +31,7 @@ from omnitable.exceptions import (
     UnknownColumnError,
     ValidationError,
 )
-from omnitable.features.definition import Feature, feature, sql_feature
+from omnitable.features.definition import Feature, feature, model_feature, sql_feature
 from omnitable.format.writer import WriteOptions
 from omnitable.isolation import failure_counter, isolated, isolated_schema
 from omnitable.spark.session import spark_session
@@ -74,6 +74,7 @@ __all__ = [
     "feature",
     "isolated",
     "isolated_schema",
+    "model_feature",
     "spark_session",
     "sql_feature",
     "upgrade_catalog",
