@@ -59,7 +59,7 @@ def mlp_score(model: Any, x1: pd.Series, x2: pd.Series) -> Any:
 
 
 @omnitable.model_feature(
-    model="fragile@1", inputs=["x1"], outputs={"y": "double"}, version="1", batch_size=64
+    model="fragile@1", inputs=["x1"], outputs={"fragile_y": "double"}, version="1", batch_size=64
 )
 def fragile(model: CountingLinear, x1: pd.Series) -> pd.Series:
     if (x1 == 13).any():
@@ -70,14 +70,14 @@ def fragile(model: CountingLinear, x1: pd.Series) -> pd.Series:
 @omnitable.model_feature(
     model="oom@1",
     inputs=["x1"],
-    outputs={"y": "double", "rows": "int", "pid": "int"},
+    outputs={"oom_y": "double", "oom_rows": "int"},
     version="1",
     batch_size=64,
 )
 def oom(model: CountingLinear, x1: pd.Series) -> pd.DataFrame:
     if len(x1) > 8:
         raise MemoryError(f"simulated: {len(x1)} rows do not fit")
-    return _with_call(x1.to_numpy() * model.w[0], len(x1))
+    return pd.DataFrame({"oom_y": x1.to_numpy() * model.w[0], "oom_rows": len(x1)})
 
 
 @omnitable.model_feature(

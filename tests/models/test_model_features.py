@@ -33,10 +33,10 @@ def mwh(tmp_path_factory: pytest.TempPathFactory) -> Any:
     wh.close()
 
 
-def _table(wh: omnitable.Warehouse, name: str) -> omnitable.Table:
+def _table(wh: omnitable.Warehouse, name: str, fragment_rows: int = 200) -> omnitable.Table:
     t = wh.create_table(name, {"x1": "double", "x2": "double"})
     x = np.arange(N, dtype=np.float64)
-    t.append(pa.table({"x1": x, "x2": np.sin(x)}), "b1", target_fragment_rows=200)
+    t.append(pa.table({"x1": x, "x2": np.sin(x)}), "b1", target_fragment_rows=fragment_rows)
     return t
 
 
@@ -49,15 +49,27 @@ def _mlp() -> Any:
     ).eval()
 
 
-def test_torch_feature_equals_per_row_inference_with_lineage(mwh, spark) -> None:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def scored(mwh, spark, tmp_path_factory) -> Any:  # type: ignore[no-untyped-def]
+    """One table, four model features (torch mlp, counting, fragile, oom) backfilled in one
+    run (prefer="gpu" of the mlp on this CPU-only machine: it runs on CPU)."""
+    counter = tmp_path_factory.mktemp("loads") / "loads"
+    mwh.models.register("counting", "1", mf.CountingLinear([2.0, 3.0], 1.0, str(counter)))
+    mwh.models.register("fragile", "1", mf.CountingLinear([0.5], 0.0, str(counter) + ".f"))
+    mwh.models.register("oom", "1", mf.CountingLinear([3.0], 0.0, str(counter) + ".o"))
+    mwh.models.register("mlp", "1", _mlp(), framework="torch")
+    t = _table(mwh, "scored")
+    t.register(mf.linear, mf.fragile, mf.oom, mf.mlp_score)
+    result = t.backfill(["linear", "fragile", "oom", "mlp_score"]).run(spark)
+    cols = ["x1", "x2", "y", "rows", "pid", "fragile_y", "oom_y", "oom_rows", "score", ROW_ID]
+    return t, result, t.read(columns=cols).to_pandas(), counter
+
+
+def test_torch_feature_equals_per_row_inference_with_lineage(mwh, scored) -> None:  # type: ignore[no-untyped-def]
     import torch
 
-    model = _mlp()
-    rec = mwh.models.register("mlp", "1", model, framework="torch")
-    t = _table(mwh, "torch_scores")
-    t.register(mf.mlp_score)  # prefer="gpu" on this CPU-only machine: runs on CPU
-    t.backfill("mlp_score").run(spark)
-    got = t.read(columns=["x1", "x2", "score"]).to_pandas()
+    t, _, got, _ = scored
+    model = _mlp()  # the same seed: the same weights as the registered model
     with torch.no_grad():
         per_row = [
             float(model(torch.tensor([[a, b]], dtype=torch.float32))[0, 0])
@@ -66,16 +78,12 @@ def test_torch_feature_equals_per_row_inference_with_lineage(mwh, spark) -> None
     np.testing.assert_allclose(got.score.to_numpy(), per_row, rtol=1e-5, atol=1e-6)
     lineage = t.lineage("score")
     assert len(lineage) == 3
-    assert {x.model for x in lineage} == {f"model=mlp@1 sha256={rec.sha256}"}
+    sha = mwh.models.get("mlp", "1").sha256
+    assert {x.model for x in lineage} == {f"model=mlp@1 sha256={sha}"}
 
 
-def test_model_loaded_once_per_worker_and_calls_micro_batched(mwh, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    counter = tmp_path / "loads"
-    mwh.models.register("counting", "1", mf.CountingLinear([2.0, 3.0], 1.0, str(counter)))
-    t = _table(mwh, "counted")
-    t.register(mf.linear)
-    t.backfill("linear").run(spark)
-    got = t.read(columns=["x1", "x2", "y", "rows", "pid"]).to_pandas()
+def test_model_loaded_once_per_worker_and_calls_micro_batched(scored) -> None:  # type: ignore[no-untyped-def]
+    _, _, got, counter = scored
     np.testing.assert_allclose(got.y, 2 * got.x1 + 3 * got.x2 + 1)
     assert got.rows.max() == 32  # 200-row fragments cut into calls of at most 32 rows
     loads = collections.Counter(int(p) for p in counter.read_text().split())
@@ -83,36 +91,26 @@ def test_model_loaded_once_per_worker_and_calls_micro_batched(mwh, spark, tmp_pa
     assert set(loads.values()) == {1}  # ...once, for its 7+ calls over 3 fragments
 
 
-def test_crashing_record_is_null_with_an_error_row(mwh, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    mwh.models.register("fragile", "1", mf.CountingLinear([0.5], 0.0, str(tmp_path / "c")))
-    t = _table(mwh, "fragile_scores")
-    t.register(mf.fragile)
-    result = t.backfill("fragile").run(spark)
+def test_crashing_record_is_null_with_an_error_row(scored, spark) -> None:  # type: ignore[no-untyped-def]
+    t, result, got, _ = scored
     assert result.errors == {"fragile@1": 1}
-    got = t.read(columns=["x1", "y"]).to_pandas()
     bad = got.x1 == 13
-    assert got.y[bad].isna().all()
-    np.testing.assert_allclose(got.y[~bad], got.x1[~bad] * 0.5)
+    assert got.fragile_y[bad].isna().all()
+    np.testing.assert_allclose(got.fragile_y[~bad], got.x1[~bad] * 0.5)
     (err,) = [r.asDict() for r in t.errors(spark=spark).collect()]
-    ids = t.read(columns=[ROW_ID, "x1"]).to_pandas()
-    assert err[ROW_ID] == int(ids[ROW_ID][ids.x1 == 13].iloc[0])
+    assert err[ROW_ID] == int(got[ROW_ID][bad].iloc[0])
     assert "cannot score 13" in err["message"]
 
 
-def test_oom_halves_the_call_size_and_computes_every_row(mwh, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    mwh.models.register("oom", "1", mf.CountingLinear([3.0], 0.0, str(tmp_path / "c")))
-    t = _table(mwh, "oom_scores")
-    t.register(mf.oom)
-    result = t.backfill("oom").run(spark)
-    assert result.errors == {}
-    got = t.read(columns=["x1", "y", "rows"]).to_pandas()
-    np.testing.assert_allclose(got.y, got.x1 * 3)
-    assert got.rows.max() == 8  # 64 -> 32 -> 16 -> 8 rows per call
+def test_oom_halves_the_call_size_and_computes_every_row(scored) -> None:  # type: ignore[no-untyped-def]
+    _, _, got, _ = scored
+    np.testing.assert_allclose(got.oom_y, got.x1 * 3)  # no row failed
+    assert got.oom_rows.max() == 8  # 64 -> 32 -> 16 -> 8 rows per call
 
 
 def test_corrupt_artifact_fails_the_backfill_and_commits_nothing(mwh, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
     rec = mwh.models.register("corrupt", "1", mf.CountingLinear([4.0], 0.0, str(tmp_path / "c")))
-    t = _table(mwh, "corrupt_scores")
+    t = _table(mwh, "corrupt_scores", fragment_rows=N)
     t.register(mf.corrupt)
     before = t.version
     blob = Path(mwh.root.path) / "_models" / rec.sha256
