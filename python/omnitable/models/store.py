@@ -436,7 +436,14 @@ def _check_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _pickle(obj: Any, name: str) -> bytes:
+    """``obj`` pickled: by value with cloudpickle (pyspark's copy, which every Spark worker has)
+    when its class is defined in ``__main__`` (a script or notebook), which other processes
+    could not import; otherwise with pickle."""
     try:
+        if type(obj).__module__ == "__main__":
+            from pyspark import cloudpickle
+
+            return bytes(cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
         return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, TypeError, AttributeError) as exc:
         raise ValidationError(
