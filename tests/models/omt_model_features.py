@@ -54,6 +54,7 @@ def mlp_score(model: Any, x1: pd.Series, x2: pd.Series) -> Any:
     import torch
 
     x = torch.tensor(np.stack([x1.to_numpy(), x2.to_numpy()], axis=1), dtype=torch.float32)
+    x = x.to(next(model.parameters()).device)  # prefer="gpu": the model is on CUDA if any
     with torch.no_grad():
         return model(x)[:, 0].double()  # a tensor: converted to the output column
 
