@@ -129,6 +129,10 @@ def test_register_needs_the_model_and_delete_is_refused_while_used(wh) -> None: 
     t.register(mf.unknown)
     with pytest.raises(ValidationError, match=r"registered features use it \(.*unknown@1"):
         wh.models.delete("nowhere", "1")
+    wh.models.register("nowhere", "2", {"w": 2})
+    other = model_feature(model="nowhere@2", inputs=["x1"], outputs={"y": "double"}, version="1")
+    with pytest.raises(ValidationError, match="already registered with different code"):
+        t.register(other(mf.unknown.fn))  # another model under the same feature version
     with pytest.raises(ValidationError, match="model must be 'name@version'"):
         model_feature(model="nowhere", inputs=["x1"], outputs={"y": "double"}, version="1")(
             mf.unknown.fn
