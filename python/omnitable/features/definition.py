@@ -43,7 +43,9 @@ class Feature:
         version: bump it whenever the logic changes; outputs computed by another version are stale.
         kind: "pandas" (vectorized Python over pandas Series) or "sql" (Spark SQL expression).
         prefer: execution preference, "cpu" or "gpu".
-        options: isolation and resource hints (timeout_s, memory_mb, batch_rows, isolation).
+        options: isolation and resource hints (timeout_s, memory_mb, batch_rows, isolation);
+            a model feature's ``model`` (name@version), ``batch_size`` and, once registered,
+            ``model_sha256``, ``model_path``, ``model_kind``, ``model_framework``.
         payload: for a pandas feature stored by value, its pickled code's file, hash and
             recorded environment (:func:`omnitable.features.payload.pickle_function`).
     """
