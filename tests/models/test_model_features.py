@@ -1,12 +1,15 @@
 """Model features: equal to per-row inference of a small torch model, the model loaded once per
 worker process, micro-batched calls, a crashing record isolated (NULL + error row), an OOM
 halving the call size, a corrupt artifact failing the backfill with nothing committed, and
-registration / deletion checks. One SQLite warehouse and the session's Spark for the module."""
+registration / deletion checks; objects of script classes stored by value. One SQLite warehouse
+and the session's Spark for the module."""
 
 from __future__ import annotations
 
 import collections
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +163,19 @@ def test_caller_auto_size_grows_halves_on_oom_and_gpu_falls_back(mwh, tmp_path) 
     np.testing.assert_allclose(out, np.arange(1000.0))
     assert caller.sizes[:3] == [16, 32, 64]  # doubled after fast calls; 128 ran out of memory
     assert (caller.halvings, caller.size, max(caller.sizes)) == (1, 64, 64)
+
+
+def test_object_of_a_main_class_is_stored_by_value(mwh, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A model class defined in a script (``__main__``) loads in a process that cannot import
+    it (a Spark worker): the store pickles such objects by value."""
+
+    class Doubler:
+        def predict(self, x: list[float]) -> list[float]:
+            return [2 * v for v in x]
+
+    Doubler.__module__, Doubler.__qualname__ = "__main__", "Doubler"
+    rec = mwh.models.register("doubler", "1", Doubler())
+    blob = Path(mwh.root.path) / "_models" / rec.sha256
+    code = f"import pickle; print(pickle.load(open({str(blob)!r}, 'rb')).predict([1.5]))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[3.0]"
