@@ -30,6 +30,7 @@ BENCHMARKS = [
     "spark_read",
     "backfill_fusion",
     "isolation",
+    "models",
     "optimizer",
     "reader_memory",
     "metadata",

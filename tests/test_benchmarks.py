@@ -33,6 +33,7 @@ TINY = {
         "--spark-rows 4000"
     ),
     "spark_read": "--rows 20000 --repeats 1",
+    "models": "--rows 20000 --per-row-rows 300 --fragment-rows 5000 --repeats 1",
     "backfill_fusion": "--rows 20000 --fragment-rows 5000",
     "optimizer": "--rows 20000 --udf-rows 5000 --text-rows 5000 --repeats 1",
     "reader_memory": "--wide-rows 500 --wide-columns 50 --text-rows 2000 --row-group-bytes 1000000",

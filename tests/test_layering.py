@@ -23,7 +23,6 @@ UNITS: list[tuple[str, str]] = [  # (unit, layer), top to bottom
     ("omnitable.torch", "facade"),  # the PyTorch datasets (torch imported there only)
     ("omnitable.preprocess", "facade"),  # fitted preprocessing, public entry points
     ("omnitable.training", "services"),  # loader, exports, statistics: no JVM, no Spark
-    ("omnitable.models", "services"),  # the model store: artifacts + omnitable_meta records
     ("omnitable.governance", "services"),
     ("omnitable.exec", "services"),
     ("omnitable.dataops", "services"),
@@ -32,6 +31,8 @@ UNITS: list[tuple[str, str]] = [  # (unit, layer), top to bottom
     ("omnitable.context", "services"),
     ("omnitable.spark", "services"),
     ("omnitable.isolation", "services"),
+    ("omnitable.models", "services"),  # the model store: artifacts + omnitable_meta records (below
+    # features and exec, which reference and load models)
     ("omnitable.format", "storage"),
     ("omnitable.catalog", "storage"),
     ("omnitable.vocabulary", "vocabulary"),

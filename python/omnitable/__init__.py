@@ -31,7 +31,7 @@ from omnitable.exceptions import (
     UnknownColumnError,
     ValidationError,
 )
-from omnitable.features.definition import Feature, feature, sql_feature
+from omnitable.features.definition import Feature, feature, model_feature, sql_feature
 from omnitable.format.writer import WriteOptions
 from omnitable.isolation import failure_counter, isolated, isolated_schema
 from omnitable.observability import ProgressEvent, configure_logging, metrics
@@ -81,6 +81,7 @@ __all__ = [
     "isolated",
     "isolated_schema",
     "metrics",
+    "model_feature",
     "spark_session",
     "sql_feature",
     "upgrade_catalog",

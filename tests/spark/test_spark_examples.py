@@ -14,7 +14,14 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-@pytest.mark.parametrize("name", ["spark_read.py"])
+EXPECT = {
+    "spark_read.py": "OmniTable web @ branch main",
+    "models_torch.py": "lineage: model=ctr_mlp@1 sha256=",
+    "models_sklearn_style.py": "equal to per-row predict; model=price_tree@1 sha256=",
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECT))
 def test_spark_example_runs(name: str, tmp_path: Path) -> None:
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
     proc = subprocess.run(
@@ -25,4 +32,4 @@ def test_spark_example_runs(name: str, tmp_path: Path) -> None:
         env=env,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    assert "OmniTable web @ branch main" in proc.stdout
+    assert EXPECT[name] in proc.stdout

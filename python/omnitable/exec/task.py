@@ -30,7 +30,8 @@ import pyarrow.compute as pc
 
 from omnitable.exceptions import ValidationError
 from omnitable.exec.escalation import TaskProgress
-from omnitable.features.definition import Feature
+from omnitable.exec.inference import model_caller
+from omnitable.features.definition import Feature, model_reference
 from omnitable.format.fs import Location, resolve_location
 from omnitable.format.writer import WriteOptions, write_column_file
 from omnitable.isolation import IsolationPolicy, Mode, input_digest, run_isolated
@@ -196,21 +197,27 @@ def compute_feature(
     positions = np.arange(table.num_rows) if only is None else np.asarray(only, dtype=np.int64)
     policy = _policy(f, isolation)
     batch_rows = int(f.options.get("batch_rows") or DEFAULT_BATCH_ROWS)
+    fn: Callable[..., Any] | None = f.fn
+    if model_reference(f) is not None:  # micro-batched model calls (exec/inference.py)
+        caller = model_caller(f)
+        fn = caller
+        if not caller.auto:  # a chunk holds at least one model call
+            batch_rows = max(batch_rows, caller.size)
     ids = table.column(ROW_ID).to_numpy()
     pieces: list[pa.Table] = []
     failures: list[dict[str, Any]] = []
     for start in range(0, max(len(positions), 1), batch_rows):
         chunk = positions[start : start + batch_rows]
         inputs = pd.DataFrame({c: cache[c].iloc[chunk].reset_index(drop=True) for c in f.inputs})
-        assert f.fn is not None
+        assert fn is not None
         with marker(start) if marker is not None else contextlib.nullcontext():
             result = run_isolated(
-                f.fn,
+                fn,
                 inputs,
                 output_names=list(f.outputs),
                 policy=policy,
                 previous_attempt_failed=previous_attempt_failed,
-                sizing=_sizing(f.fn),
+                sizing=_sizing(fn),
             )
         frame = pd.DataFrame(
             {

@@ -43,7 +43,9 @@ class Feature:
         version: bump it whenever the logic changes; outputs computed by another version are stale.
         kind: "pandas" (vectorized Python over pandas Series) or "sql" (Spark SQL expression).
         prefer: execution preference, "cpu" or "gpu".
-        options: isolation and resource hints (timeout_s, memory_mb, batch_rows, isolation).
+        options: isolation and resource hints (timeout_s, memory_mb, batch_rows, isolation);
+            a model feature's ``model`` (name@version), ``batch_size`` and, once registered,
+            ``model_sha256``, ``model_path``, ``model_kind``, ``model_framework``.
         payload: for a pandas feature stored by value, its pickled code's file, hash and
             recorded environment (:func:`omnitable.features.payload.pickle_function`).
     """
@@ -191,6 +193,77 @@ def feature(
         )
 
     return wrap
+
+
+MODEL_OPTION = "model"  # options key of a model feature's "name@version"
+AUTO = "auto"
+
+
+def model_feature(
+    *,
+    model: str,
+    inputs: list[str],
+    outputs: Mapping[str, str | pa.DataType],
+    version: str,
+    batch_size: int | str = AUTO,
+    prefer: Prefer = "cpu",
+    name: str | None = None,
+    timeout_s: float | None = None,
+    memory_mb: int | None = None,
+    isolation: str = "auto",
+) -> Callable[[Callable[..., Any]], Feature]:
+    """Decorator making ``fn(model, *input_series)`` a feature that calls a stored model
+    (docs/models.md, "Model features").
+
+    ``model`` is ``"name@version"`` of the warehouse's model store; registration checks it exists
+    and records its SHA-256 in the feature's options. Each Python worker loads the model once
+    (verified by hash) and calls ``fn`` on micro-batches of ``batch_size`` rows (an int, or
+    ``"auto"``: adapted while running). ``fn`` returns a Series / DataFrame as a pandas feature
+    does, or an array-like (a NumPy array, list or torch tensor: one column per output).
+
+    Example::
+
+        @omnitable.model_feature(model="scorer@1", inputs=["x"], outputs={"p": "double"},
+                                 version="1")
+        def score(model, x):
+            return model.predict(x.to_numpy()[:, None])
+    """
+    from omnitable.models.store import check_model_id
+
+    def wrap(fn: Callable[..., Any]) -> Feature:
+        f = feature(
+            inputs=inputs,
+            outputs=outputs,
+            version=version,
+            name=name,
+            prefer=prefer,
+            timeout_s=timeout_s,
+            memory_mb=memory_mb,
+            isolation=isolation,
+        )(fn)
+        if not isinstance(model, str) or model.count("@") != 1:
+            raise ValidationError(
+                f"Cannot define model feature '{f.name}': model must be 'name@version' of a "
+                f"registered model (wh.models.list()), got {model!r}"
+            )
+        check_model_id(*model.split("@"))
+        if batch_size != AUTO and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+        ):
+            raise ValidationError(
+                f"Cannot define model feature '{f.name}': batch_size must be 'auto' or a "
+                f"positive int (rows per model call), got {batch_size!r}"
+            )
+        options = dict(f.options, **{MODEL_OPTION: model, "batch_size": batch_size})
+        return dataclasses.replace(f, options=options)
+
+    return wrap
+
+
+def model_reference(f: Feature) -> str | None:
+    """``name@version`` of the model a feature calls (None: not a model feature)."""
+    ref = f.options.get(MODEL_OPTION)
+    return ref if isinstance(ref, str) else None
 
 
 def sql_feature(

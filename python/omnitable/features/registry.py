@@ -10,15 +10,17 @@ registrations cannot form a cycle).
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, FeatureRow, NewColumn
 from omnitable.exceptions import NotFoundError, ValidationError
-from omnitable.features.definition import Feature, storable
+from omnitable.features.definition import MODEL_OPTION, Feature, model_reference, storable
 from omnitable.features.graph import FeatureGraph
 from omnitable.features.payload import write_payload
+from omnitable.models.store import ModelStore
 from omnitable.spark.session import current_session
 from omnitable.vocabulary.names import APPEND_NAME
 
@@ -85,6 +87,7 @@ def register(ctx: TableContext, features: tuple[Feature, ...]) -> int | None:
             payloads[f.name] = data
         if f.kind == "sql" and not f.inputs:
             f = f.with_inputs(_sql_inputs(f, known))
+        f = _with_model(ctx, f)
         resolved.append(f)
     names = [f.name for f in resolved]
     if len(set(names)) != len(names):
@@ -185,6 +188,7 @@ def _check_version_rule(ctx: TableContext, f: Feature) -> None:
             and stored["outputs"] == f.outputs
             and stored["kind"] == f.kind
             and stored.get("expr") == f.expr
+            and _model_of(stored.get("options") or {}) == _model_of(f.options)
         )
         if row["fingerprint"] != f.code_fingerprint or not same_shape:
             raise ValidationError(
@@ -192,6 +196,37 @@ def _check_version_rule(ctx: TableContext, f: Feature) -> None:
                 "with different code or inputs/outputs; bump the version (e.g. "
                 f'version="{_next_version(f.version)}") so computed columns are marked stale'
             )
+
+
+def _with_model(ctx: TableContext, f: Feature) -> Feature:
+    """A model feature with its model's record in its options (``model_sha256``, ``_path``,
+    ``_kind``, ``_framework``): what workers load and verify, and what lineage shows.
+
+    Raises:
+        ValidationError: the model is not in the warehouse's model store.
+    """
+    ref = model_reference(f)
+    if ref is None:
+        return f
+    name, version = ref.split("@")
+    try:
+        record = ModelStore(ctx.catalog, ctx.root).get(name, version)
+    except NotFoundError:
+        raise ValidationError(
+            f"Cannot register model feature '{f.name}': model '{ref}' is not in the model store; "
+            f"register it first (wh.models.register('{name}', '{version}', ...))"
+        ) from None
+    found = {
+        "model_sha256": record.sha256,
+        "model_path": record.path,
+        "model_kind": record.kind,
+        "model_framework": record.framework,
+    }
+    return dataclasses.replace(f, options={**f.options, **found})
+
+
+def _model_of(options: dict[str, Any]) -> tuple[Any, Any]:
+    return options.get(MODEL_OPTION), options.get("model_sha256")
 
 
 def _next_version(v: str) -> str:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from omnitable.catalog.snapshot import Snapshot
-from omnitable.features.definition import Feature
+from omnitable.features.definition import MODEL_OPTION, Feature
 from omnitable.features.state import (
     BatchState,
     batch_state,
@@ -114,7 +114,9 @@ def _error_cells(
 
 @dataclass(frozen=True)
 class LineageRecord:
-    """Where one derived column's data in one fragment came from."""
+    """Where one derived column's data in one fragment came from. ``model``: for a model
+    feature, ``"model=name@version sha256=<hex>"`` from its registered definition (the feature
+    version pins the model's hash), else None."""
 
     column: str
     batch: str
@@ -126,6 +128,17 @@ class LineageRecord:
     inputs: list[dict[str, Any]]
     run_id: str
     engine: str
+    model: str | None = None
+
+
+def _models(ctx: TableContext, feature: str) -> dict[str, str]:
+    """Feature version -> ``model=name@version sha256=...`` for the model feature ``feature``."""
+    out = {}
+    for row in ctx.feature_rows(feature):
+        options = row["definition"].get("options") or {}
+        if options.get(MODEL_OPTION):
+            out[row["version"]] = f"model={options[MODEL_OPTION]} sha256={options['model_sha256']}"
+    return out
 
 
 def lineage(
@@ -134,6 +147,7 @@ def lineage(
     col = snap.column(column)
     frags = {f.fragment_id: f for f in snap.fragments_of([batch] if batch else None)}
     rows = ctx.catalog.column_lineage(ctx.record, snap, col.column_id)
+    models = _models(ctx, col.feature) if col.feature else {}
     out = []
     for r in rows:
         frag = frags.get(r["fragment_id"])
@@ -154,6 +168,7 @@ def lineage(
                 r["inputs"],
                 r["run_id"],
                 r["engine"],
+                models.get(r["feature_version"]),
             )
         )
     order = {f.fragment_id: i for i, f in enumerate(snap.fragments)}

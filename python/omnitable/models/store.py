@@ -353,29 +353,7 @@ class ModelStore:
             CorruptInputError: the artifact's SHA-256 differs from the record's (both named).
         """
         record = self.get(name, version)
-        loc = self._artifact(record)
-        if record.kind == "object":
-            try:
-                with loc.fs.open_input_stream(loc.path) as f:
-                    data = f.read()
-            except (FileNotFoundError, OSError) as exc:
-                raise _missing(record) from exc
-            _verify(record, hashlib.sha256(data).hexdigest())
-            return pickle.loads(data)  # verified bytes of a registered model
-        if isinstance(loc.fs, pafs.LocalFileSystem):
-            local = loc.path
-        else:
-            local = str(Path(tempfile.mkdtemp(prefix="omnitable-model-")) / record.sha256)
-            try:
-                pafs.copy_files(loc.path, local, source_filesystem=loc.fs)
-            except (FileNotFoundError, OSError) as exc:
-                raise _missing(record) from exc
-        try:
-            sha, _, _ = digest(pafs.LocalFileSystem(), local)
-        except NotFoundError as exc:
-            raise _missing(record) from exc
-        _verify(record, sha)
-        return local
+        return load_verified(record, self._options)
 
     # -- delete ----------------------------------------------------------------------------
 
@@ -411,6 +389,41 @@ class ModelStore:
         return record
 
 
+def load_verified(record: ModelRecord, storage_options: Mapping[str, Any] | None = None) -> Any:
+    """The artifact of ``record`` re-hashed against ``record.sha256`` (see
+    :meth:`ModelStore.load`); needs no catalog, so a worker holding the record's fields loads it.
+
+    Raises:
+        NotFoundError: the artifact is missing.
+        CorruptInputError: its SHA-256 differs from the record's (both named).
+    """
+    loc = open_location(record.path.rsplit("/", 1)[0], dict(storage_options or {})).join(
+        record.sha256
+    )
+    if record.kind == "object":
+        try:
+            with loc.fs.open_input_stream(loc.path) as f:
+                data = f.read()
+        except (FileNotFoundError, OSError) as exc:
+            raise _missing(record) from exc
+        _verify(record, hashlib.sha256(data).hexdigest())
+        return pickle.loads(data)  # verified bytes of a registered model
+    if isinstance(loc.fs, pafs.LocalFileSystem):
+        local = loc.path
+    else:
+        local = str(Path(tempfile.mkdtemp(prefix="omnitable-model-")) / record.sha256)
+        try:
+            pafs.copy_files(loc.path, local, source_filesystem=loc.fs)
+        except (FileNotFoundError, OSError) as exc:
+            raise _missing(record) from exc
+    try:
+        sha, _, _ = digest(pafs.LocalFileSystem(), local)
+    except NotFoundError as exc:
+        raise _missing(record) from exc
+    _verify(record, sha)
+    return local
+
+
 def _check_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     if metadata is None:
         return {}
@@ -423,7 +436,14 @@ def _check_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _pickle(obj: Any, name: str) -> bytes:
+    """``obj`` pickled: by value with cloudpickle (pyspark's copy, which every Spark worker has)
+    when its class is defined in ``__main__`` (a script or notebook), which other processes
+    could not import; otherwise with pickle."""
     try:
+        if type(obj).__module__ == "__main__":
+            from pyspark import cloudpickle
+
+            return bytes(cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
         return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, TypeError, AttributeError) as exc:
         raise ValidationError(
