@@ -28,6 +28,11 @@ class BackfillPlan(Plan):
     executed: bool = field(default=False, kw_only=True)
     # the same backfill planned on another branch (set by Table.backfill), for run(branch=...)
     on_branch: Callable[[str], BackfillPlan] | None = field(default=None, kw_only=True, repr=False)
+    # the same backfill planned at an older version (set by Table.backfill): a queue worker
+    # joins a queue another worker created before some of its items were committed
+    plan_at: Callable[[int], Plan] | None = field(default=None, kw_only=True, repr=False)
+    # run as a worker of the plan's durable work queue by default (Table.backfill(queue=True))
+    queue: bool = field(default=False, kw_only=True)
 
     @classmethod
     def bind(
@@ -48,6 +53,8 @@ class BackfillPlan(Plan):
         progress: Callable[[int, int, int, int], None] | None = None,
         branch: str | None = None,
         allow_version_drift: bool = False,
+        queue: bool | None = None,
+        lease_s: float | None = None,
     ) -> RunResult:
         """Execute the plan on Spark (see :mod:`omnitable.exec.runner` and docs/errors.md).
 
@@ -73,7 +80,14 @@ class BackfillPlan(Plan):
             ``None`` (max_error_ratio, on_corrupt, max_skip_ratio): the setting
             ``backfill.<name>`` of the warehouse, else of the table, else its default
             (docs/settings.md).
-            progress: called as ``progress(step, steps, fragments_done, fragments_total)``.
+            progress: called as ``progress(step, steps, fragments_done, fragments_total)``
+                (a queue worker: ``progress(step, steps, items_done, items_total)``).
+            queue: run as one worker of the plan's durable work queue (default: the plan's
+                ``queue``, set by ``Table.backfill(queue=True)``): join or create the queue in
+                the catalog and work its items until none are left, sharing them with every
+                other worker of the same backfill (docs/features.md, "Work queue").
+            lease_s: a queue item's lease in seconds (default 60): a dead worker's item is
+                leased again after it.
 
         Raises:
             ErrorRatioExceeded, CommitConflict (a concurrent commit changed what the plan
@@ -92,7 +106,7 @@ class BackfillPlan(Plan):
                 spark, checkpoint_fragments=checkpoint_fragments, isolation=isolation,
                 max_error_ratio=max_error_ratio, on_corrupt=on_corrupt,
                 max_skip_ratio=max_skip_ratio, progress=progress,
-                allow_version_drift=allow_version_drift,
+                allow_version_drift=allow_version_drift, queue=queue, lease_s=lease_s,
             )  # fmt: skip
         options = RunOptions.resolve(
             self.ctx.settings,
@@ -109,4 +123,16 @@ class BackfillPlan(Plan):
                 setattr(self, name, getattr(fresh, name))
             self.recompute_reasons = fresh.recompute_reasons
         self.executed = True
+        queue = self.queue if queue is None else queue
+        if not isinstance(queue, bool):
+            raise ValidationError(
+                f"Cannot run backfill: queue must be True or False, got {queue!r}"
+            )
+        if lease_s is not None and not queue:
+            raise ValidationError("Cannot run backfill: lease_s applies only with queue=True")
+        if queue:
+            from omnitable.exec.queue import QueueOptions, run_queue
+
+            qopts = QueueOptions() if lease_s is None else QueueOptions(lease_s=lease_s)
+            return run_queue(self.ctx, self, spark, options, progress, qopts, self.plan_at)
         return run_plan(self.ctx, self, spark, options, progress)

@@ -189,6 +189,23 @@ def run_plan(
     started = time.perf_counter()
     if plan.is_empty:
         return RunResult(None)
+    session = prepare_session(ctx, plan, spark)
+    with RunScope(
+        ctx.catalog, ctx.record, "backfill", describe(plan, options), abort_on=(ErrorRatioExceeded,)
+    ) as run:
+        result = RunResult(run.run_id)
+        run.metrics = result.summary
+        shared = start_run(session, ctx, run.run_id, options, result)
+        for index, step in enumerate(plan.steps, 1):
+            out = StepResult([f.id for f in step.features])
+            result.steps.append(out)
+            _run_step(shared, step, index, out, _step_progress(progress, index, len(plan.steps)))
+        result.seconds = time.perf_counter() - started
+    return result
+
+
+def prepare_session(ctx: TableContext, plan: Plan, spark: SparkSession | None) -> SparkSession:
+    """The session to run ``plan`` with, the modules its features import shipped to it."""
     session = active_or_new_session(spark, ctx)
     modules = sorted(
         {
@@ -200,30 +217,31 @@ def run_plan(
     )
     ship_modules(session, modules)
     _ship_payload_modules(session, plan)
-    described = {
+    return session
+
+
+def describe(plan: Plan, options: RunOptions, **extra: Any) -> dict[str, Any]:
+    """What the run record says about the plan."""
+    return {
         "targets": plan.targets,
         "batches": plan.batches,
         "base_version": plan.base_version,
         "steps": [[f.id for f in s.features] for s in plan.steps],
         "options": options.__dict__,
+        **extra,
     }
-    with RunScope(
-        ctx.catalog, ctx.record, "backfill", described, abort_on=(ErrorRatioExceeded,)
-    ) as run:
-        result = RunResult(run.run_id)
-        run.metrics = result.summary
-        escalation = crash_escalation(session)
-        if escalation.warning is not None and options.isolation == "auto":
-            log.warning("backfill of %s: %s", ctx.name, escalation.warning)
-            result.warnings.append(escalation.warning)
-        driver_escalation = escalation.driver_fallback and options.isolation == "auto"
-        shared = _Run(session, ctx, run.run_id, options, result, driver_escalation)
-        for index, step in enumerate(plan.steps, 1):
-            out = StepResult([f.id for f in step.features])
-            result.steps.append(out)
-            _run_step(shared, step, index, out, _step_progress(progress, index, len(plan.steps)))
-        result.seconds = time.perf_counter() - started
-    return result
+
+
+def start_run(
+    session: SparkSession, ctx: TableContext, run_id: str, options: RunOptions, result: RunResult
+) -> ChunkRun:
+    """What every chunk of the run shares; a warning when crash escalation cannot run."""
+    escalation = crash_escalation(session)
+    if escalation.warning is not None and options.isolation == "auto":
+        log.warning("backfill of %s: %s", ctx.name, escalation.warning)
+        result.warnings.append(escalation.warning)
+    driver_escalation = escalation.driver_fallback and options.isolation == "auto"
+    return ChunkRun(session, ctx, run_id, options, result, driver_escalation)
 
 
 def _step_progress(progress: Progress | None, index: int, steps: int) -> Callable[[int, int], None]:
@@ -235,7 +253,7 @@ def _step_progress(progress: Progress | None, index: int, steps: int) -> Callabl
 
 
 @dataclass(frozen=True)
-class _Run:
+class ChunkRun:
     """What every step and chunk of one backfill run shares."""
 
     session: SparkSession
@@ -247,7 +265,7 @@ class _Run:
 
 
 def _run_step(
-    run: _Run, step: Step, index: int, out: StepResult, progress: Callable[[int, int], None]
+    run: ChunkRun, step: Step, index: int, out: StepResult, progress: Callable[[int, int], None]
 ) -> None:
     """Compute and commit one step, one checkpoint chunk at a time."""
     started = time.perf_counter()
@@ -257,15 +275,15 @@ def _run_step(
     for start in range(0, len(fragments), size):
         chunk = fragments[start : start + size]
         tag = f"omnitable-{run.run_id}-step{index}-{start // size}"
-        _run_chunk(run, step, chunk, tag, out)
+        run_chunk(run, step, chunk, tag, out)
         out.fragments += len(chunk)
         out.rows += sum(f.row_count for f in chunk)
         progress(out.fragments, len(fragments))
     out.seconds = time.perf_counter() - started
 
 
-def _run_chunk(
-    run: _Run, step: Step, chunk: list[FragmentRecord], tag: str, out: StepResult
+def run_chunk(
+    run: ChunkRun, step: Step, chunk: list[FragmentRecord], tag: str, out: StepResult
 ) -> None:
     """One chunk: check the plan still holds, compute (one Spark job, more after a worker
     death), check the skip and error ratios, record the errors, commit."""
