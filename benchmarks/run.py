@@ -40,6 +40,7 @@ BENCHMARKS = [
     "training_export",
     "training_stats",
     "training",
+    "adaptive_queue",
 ]
 
 

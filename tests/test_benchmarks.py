@@ -46,6 +46,7 @@ TINY = {
     "training_export": "--rows 20000 --features 4 --fragment-rows 5000 --repeats 1",
     "training_stats": "--rows 20000 --fragment-rows 5000 --repeats 1",
     "training": "--rows 20000 --workers 2 --repeats 1",
+    "adaptive_queue": "--rows 400 --fragment-rows 100 --two-only",
 }
 
 SMOKE_SPARK = {

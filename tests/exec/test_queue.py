@@ -92,10 +92,10 @@ def test_creation_is_idempotent_and_leases_follow_steps(wh: omnitable.Warehouse)
     assert isinstance(q.lease_next(store, tid, pid, {}, 30), q.Wait)  # step 2 waits for step 1
     for item in leased[:3]:
         assert q.settle(store, item, q.DONE)
-    expired = q.lease_next(store, tid, pid, {"worker": "late"}, 0.01)
-    assert isinstance(expired, q.Item) is False  # the 4th is still leased by a live worker
+    live = q.lease_next(store, tid, pid, {"worker": "late"}, 0.01)
+    assert isinstance(live, q.Wait)  # the 4th is still leased by a live worker
     assert not q.settle(store, leased[0], q.DONE)  # not leased any more: refused
-    short = next(i for i in leased[3:])
+    short = leased[3]
     assert q.settle(store, short, q.PENDING)
     again = q.lease_next(store, tid, pid, {"worker": "late"}, 0.01)
     assert isinstance(again, q.Item) and again.chunk == short.chunk and again.attempts == 2
@@ -216,3 +216,38 @@ def test_killed_worker_item_is_leased_again(
     assert len(result.versions) == 4  # every item, the dead worker's one after its lease expired
     assert len(_backfills(t)) == 4
     _check_done(t, with_chars=False)
+
+
+def test_arguments_are_validated(wh: omnitable.Warehouse, tmp_path: Path) -> None:
+    from omnitable.cli.main import main
+    from omnitable.exceptions import ValidationError
+
+    t = _table(wh)
+    with pytest.raises(ValidationError, match="queue must be True or False"):
+        t.backfill(["clean"]).run(queue="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="lease_s applies only with queue=True"):
+        t.backfill(["clean"]).run(lease_s=5)
+    with pytest.raises(ValidationError, match="lease_s must be > 0"):
+        QueueOptions(lease_s=0)
+    base = ["backfill", "docs", "-f", "clean"]
+    assert main([*base, "--workers", "0"]) == 2
+    assert main([*base, "--workers", "2", "--queue"]) == 2
+    assert main([*base, "--lease", "5"]) == 2
+    assert main([*base, "--queue", "--lease", "0"]) == 2
+
+
+def test_failed_item_stops_the_plan_and_a_rerun_starts_anew(wh: omnitable.Warehouse) -> None:
+    t = _table(wh)
+    opts = RunOptions(checkpoint_fragments=4)
+    plan = t.backfill(["clean"])
+    ctx, pid = plan.ctx, join_queue(plan.ctx, plan, opts, None)[1]
+    store, tid = ctx.catalog.store, ctx.record.table_id
+    item = q.lease_next(store, tid, pid, {"worker": 1}, 30)
+    assert isinstance(item, q.Item)
+    assert q.settle(store, item, q.FAILED, "ErrorRatioExceeded: too many")
+    got = q.lease_next(store, tid, pid, {"worker": 2}, 30)
+    assert isinstance(got, q.Failed) and "ErrorRatioExceeded: too many" in got.error
+    assert join_queue(ctx, t.backfill(["clean"]), opts, None)[1] == pid  # same plan: replaced
+    fresh = q.items(store, tid, pid)
+    assert [(i.state, i.attempts) for i in fresh] == [(q.PENDING, 0)] * 2
+    assert isinstance(q.lease_next(store, tid, pid, {"worker": 2}, 30), q.Item)

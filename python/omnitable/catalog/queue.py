@@ -152,16 +152,21 @@ def _update(conn: Connection, item: Item) -> None:
 def create(
     store: CatalogStore, table_id: str, plan_id: str, header: dict[str, Any], items: list[Item]
 ) -> bool:
-    """Create the queue (header and items in one transaction) unless it exists; whether this
-    call created it."""
+    """Create the queue (header and items in one transaction) unless it exists (a ``failed``
+    one is replaced: the same plan runs again after the failure); whether this call created
+    it."""
     key = header_key(table_id, plan_id)
     doc = json.dumps({**header, "state": "open", "items": len(items), "created": time.time()})
     try:
         with store.write() as conn:
-            if conn.execute(
-                text("SELECT 1 FROM omnitable_meta WHERE key = :k"), {"k": key}
-            ).first():
+            found = _lock_read(conn, key)
+            if found is not None and json.loads(found)["state"] != FAILED:
                 return False
+            if found is not None:
+                conn.execute(
+                    text("DELETE FROM omnitable_meta WHERE key = :k OR key LIKE :p"),
+                    {"k": key, "p": key + ":%"},
+                )
             conn.execute(
                 text("INSERT INTO omnitable_meta (key, value) VALUES (:k, :v)"),
                 {"k": key, "v": doc},

@@ -97,6 +97,13 @@ class BackfillPlan(Plan):
         or a success) first re-plans from the table's current version, so committed work is
         skipped and decisions that no longer hold are never executed.
         """
+        queue = self.queue if queue is None else queue
+        if not isinstance(queue, bool):
+            raise ValidationError(
+                f"Cannot run backfill: queue must be True or False, got {queue!r}"
+            )
+        if lease_s is not None and not queue:
+            raise ValidationError("Cannot run backfill: lease_s applies only with queue=True")
         if branch is not None and branch != self.ctx.branch:
             if self.on_branch is None:
                 raise ValidationError(
@@ -123,13 +130,6 @@ class BackfillPlan(Plan):
                 setattr(self, name, getattr(fresh, name))
             self.recompute_reasons = fresh.recompute_reasons
         self.executed = True
-        queue = self.queue if queue is None else queue
-        if not isinstance(queue, bool):
-            raise ValidationError(
-                f"Cannot run backfill: queue must be True or False, got {queue!r}"
-            )
-        if lease_s is not None and not queue:
-            raise ValidationError("Cannot run backfill: lease_s applies only with queue=True")
         if queue:
             from omnitable.exec.queue import QueueOptions, run_queue
 

@@ -130,7 +130,8 @@ def join_queue(
     version; else the queue of ``plan`` is created unless it exists."""
     store, table_id = ctx.catalog.store, ctx.record.table_id
     pid = plan_id(ctx, plan, options)
-    if q.read_header(store, table_id, pid) is None:
+    header = q.read_header(store, table_id, pid)
+    if header is None or header["state"] == q.FAILED:
         found = q.find_open(store, table_id, signature(ctx, plan, options))
         if found is not None and plan_at is not None:
             older = plan_at(int(found[1]["base_version"]))
