@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING
 
 from omnitable.catalog import queue as q
 from omnitable.catalog.runs import RunScope
-from omnitable.exceptions import ErrorRatioExceeded, OmniTableError, ValidationError
+from omnitable.exceptions import (
+    CatalogError,
+    CommitOutcomeUnknown,
+    ErrorRatioExceeded,
+    OmniTableError,
+    ValidationError,
+)
 from omnitable.exec.runner import (
     ChunkRun,
     Progress,
@@ -201,8 +207,8 @@ def _work(
         wait = opts.poll_s
         _run_item(run, plan, got, store, opts)
         if progress is not None:
-            done = sum(i.state == q.DONE for i in q.items(store, table_id, pid))
-            progress(got.step, len(plan.steps), done, len(q.items(store, table_id, pid)) or done)
+            states = [i.state for i in q.items(store, table_id, pid)]
+            progress(got.step, len(plan.steps), states.count(q.DONE), len(states))
 
 
 def _run_item(
@@ -222,16 +228,30 @@ def _run_item(
         log.warning("backfill of %s: %s", run.ctx.name, exc)
         run.result.warnings.append(str(exc))
         return
+    except (CommitOutcomeUnknown, CatalogError):  # the catalog, not the item: give it back
+        _settle_quietly(store, item, q.PENDING)
+        raise
     except Exception as exc:
-        q.settle(store, item, q.FAILED, f"{type(exc).__name__}: {str(exc)[:500]}")
+        _settle_quietly(store, item, q.FAILED, f"{type(exc).__name__}: {str(exc)[:500]}")
         raise
     except BaseException:  # interrupted: give the item back at once
-        q.settle(store, item, q.PENDING)
+        _settle_quietly(store, item, q.PENDING)
         raise
     if len(out.versions) == committed:  # nothing to commit (every fragment skipped or gone)
         q.settle(store, item, q.DONE)
     out.fragments += len(chunk)
     out.rows += sum(f.row_count for f in chunk)
+
+
+def _settle_quietly(
+    store: CatalogStore, item: q.Item, state: str, error: str | None = None
+) -> None:
+    """Settle ``item`` while an exception propagates (a catalog error here only logs: the
+    lease then expires and the item is leased again)."""
+    try:
+        q.settle(store, item, state, error)
+    except Exception as exc:
+        log.warning("could not mark work item %s-%s %s: %s", item.step, item.chunk, state, exc)
 
 
 @contextmanager
