@@ -42,6 +42,7 @@ BENCHMARKS = [
     "training_stats",
     "training",
     "adaptive",
+    "adaptive_queue",
 ]
 
 

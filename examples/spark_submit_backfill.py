@@ -9,6 +9,11 @@ It creates a small `notes` table the first time, registers the demo's text featu
 (omnitable.demo.features: clean_text → n_chars/n_words/ascii_ratio/has_url → quality), prints the
 plan, runs it on the submitted Spark application and prints the status grid. Run it again:
 nothing is recomputed.
+
+With ``--queue`` after the warehouse, the job is one worker of the plan's durable work queue:
+submit it several times at once (once the table exists) and the jobs share the plan's work
+items through the catalog, each committing the chunks it leased (docs/features.md, "Work
+queue").
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import omnitable
 from omnitable.demo import features as demo_features
 
 
-def main(warehouse: str) -> None:
+def main(warehouse: str, queue: bool = False) -> None:
     spark = SparkSession.builder.appName("omnitable-backfill").getOrCreate()
     wh = omnitable.connect(warehouse)
     if "notes" not in wh.tables():
@@ -43,11 +48,12 @@ def main(warehouse: str) -> None:
     notes.register(*demo_features.ALL)
     plan = notes.backfill("quality")
     print(plan.explain())
-    result = plan.run(spark)
+    result = plan.run(spark, queue=queue, checkpoint_fragments=1 if queue else None)
     print(f"run {result.run_id}: committed versions {result.versions}")
     print(notes.status())
     spark.stop()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "omnitable-warehouse")
+    args = [a for a in sys.argv[1:] if a != "--queue"]
+    main(args[0] if args else "omnitable-warehouse", "--queue" in sys.argv[1:])

@@ -48,6 +48,7 @@ TINY = {
     "training_stats": "--rows 20000 --fragment-rows 5000 --repeats 1",
     "training": "--rows 20000 --workers 2 --repeats 1",
     "adaptive": "--rows 4000 --fragment-rows 1000",
+    "adaptive_queue": "--rows 400 --fragment-rows 100 --two-only",
 }
 
 SMOKE_SPARK = {

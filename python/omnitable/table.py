@@ -871,13 +871,16 @@ class Table:
         batches: list[str] | None = None,
         *,
         retry_errors: bool = False,
+        queue: bool = False,
     ) -> BackfillPlan:
         """Plan the minimal work bringing ``targets`` (features or output columns) up to date.
 
         Nothing runs until ``plan.run()``; ``plan.explain()`` shows the steps, the fused groups,
         what is reused and why, and estimated input bytes. With ``retry_errors=True``, records
         that failed a feature earlier are recomputed (only those records; after a fix and a
-        version bump everything is recomputed anyway).
+        version bump everything is recomputed anyway). With ``queue=True``, ``plan.run()`` works
+        as one worker of the plan's durable work queue, shared with every process running the
+        same backfill (docs/features.md, "Work queue").
         """
         from omnitable.exec.backfill import BackfillPlan
         from omnitable.features.planner import make_plan
@@ -891,14 +894,20 @@ class Table:
         graph = table_graph(ctx)
         counts = ctx.catalog.error_counts(self.record) if retry_errors else None
         # the named batches only (None: all), the files of the features' columns only
-        snap = ctx.snapshot(scope=_features_scope(graph.features.values(), batches))
+        snap_scope = _features_scope(graph.features.values(), batches)
+        snap = ctx.snapshot(scope=snap_scope)
         plan = make_plan(ctx, graph, snap, list(targets), batches, retry_errors, counts)
         bound = BackfillPlan.bind(
             plan, ctx, lambda: self.backfill(targets, batches, retry_errors=retry_errors)
         )
         bound.on_branch = lambda b: self.branch(b).backfill(
-            targets, batches, retry_errors=retry_errors
+            targets, batches, retry_errors=retry_errors, queue=queue
         )
+        bound.queue = queue
+        bound.plan_at = lambda v: make_plan(
+            ctx, graph, ctx.snapshot(version=v, scope=snap_scope), list(targets), batches,
+            retry_errors, counts,
+        )  # fmt: skip
         return bound
 
     def status(self, version: int | None = None) -> StatusGrid:

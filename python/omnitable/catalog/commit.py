@@ -23,6 +23,7 @@ from omnitable._failpoints import failpoint
 from omnitable.catalog.commit_sql import sql
 from omnitable.catalog.features import feature_rows
 from omnitable.catalog.lease import check_held
+from omnitable.catalog.queue import check_item, mark_committed
 from omnitable.catalog.records import TableRecord
 from omnitable.catalog.removals import end_rows
 from omnitable.catalog.rollback import apply_revert, apply_rollback
@@ -226,6 +227,7 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
                 "table: open it again)"
             )
         check_held(conn, table_id)  # a governance job whose lease was taken commits nothing
+        item = check_item(conn, table_id)  # a queue item another worker took commits nothing
         table = TableRecord.from_row(table_row)
         segments, head, _ = segments_for(conn, table, branch=req.branch)
         _check_read_this_branch(conn, table, req, segments)
@@ -255,6 +257,7 @@ def commit(store: CatalogStore, table_id: str, req: CommitRequest) -> int:
         _apply_column_changes(conn, table_id, req, version, segments)
         summary = {**req.summary, **_apply_undo(conn, table, req, version)}
         _record(conn, table, req, version, head, summary, now, next_column_id)
+        mark_committed(conn, item, version)
         failpoint("commit.before_end")
     return version
 

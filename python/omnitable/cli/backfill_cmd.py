@@ -65,6 +65,25 @@ def _split(value: str | None) -> list[str] | None:
     help="Spark master when no session is active.",
 )
 @click.option(
+    "--queue",
+    is_flag=True,
+    help="Run as one worker of the plan's durable work queue in the catalog (join it from "
+    "several shells or spark-submit jobs; docs/features.md, Work queue).",
+)
+@click.option(
+    "--workers",
+    type=int,
+    default=None,
+    help="Start N queue workers (processes, local[1] Spark each) on the plan and wait for them.",
+)
+@click.option(
+    "--lease",
+    "lease_s",
+    type=float,
+    default=None,
+    help="A queue item's lease in seconds (default 60): a dead worker's item is re-leased after it.",
+)
+@click.option(
     "--path",
     "paths",
     multiple=True,
@@ -84,9 +103,20 @@ def backfill(
     allow_version_drift: bool,
     tuning: str | None,
     master: str,
+    queue: bool,
+    workers: int | None,
+    lease_s: float | None,
     paths: tuple[str, ...],
 ) -> None:
     """Compute what is missing or stale for FEATURES on TABLE (fused Spark jobs)."""
+    if workers is not None and workers < 1:
+        raise click.BadParameter("give at least 1 worker", param_hint="--workers")
+    if workers is not None and queue:
+        raise click.BadParameter("--workers starts queue workers itself: drop --queue")
+    if lease_s is not None and lease_s <= 0:
+        raise click.BadParameter("give a lease of more than 0 seconds", param_hint="--lease")
+    if lease_s is not None and not (queue or workers):
+        raise click.BadParameter("--lease applies to queue workers: add --queue or --workers")
     for p in paths:
         sys.path.insert(0, str(Path(p).resolve()))
     targets = _split(features) or []
@@ -96,6 +126,19 @@ def backfill(
         out.message(plan.explain())
         if explain or plan.is_empty:
             out.result({"plan": plan.explain(), "ran": False}, lambda c: None)
+            return
+        if workers is not None:
+            from omnitable.cli.workers import run_workers
+
+            args = ["backfill", table, "-f", features, "--queue", "--master", "local[1]"]
+            args += ["-b", batches] if batches else []
+            args += ["--checkpoint", str(checkpoint)] if checkpoint else []
+            args += ["--retry-errors"] if retry_errors else []
+            args += ["--max-error-ratio", str(max_error_ratio)] if max_error_ratio else []
+            args += ["--allow-version-drift"] if allow_version_drift else []
+            args += ["--lease", str(lease_s)] if lease_s else []
+            args += [a for p in paths for a in ("--path", str(Path(p).resolve()))]
+            run_workers(ctx, wh, plan, workers, args, checkpoint)
             return
         from omnitable.spark.session import spark_session
 
@@ -114,6 +157,8 @@ def backfill(
                 progress=progress,
                 allow_version_drift=allow_version_drift,
                 tuning=tuning,
+                queue=queue,
+                lease_s=lease_s,
             )
         grid = wh.table(table).status()
 

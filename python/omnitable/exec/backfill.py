@@ -13,6 +13,7 @@ from omnitable.exceptions import ValidationError
 from omnitable.exec.runner import Progress, RunOptions, RunResult, run_plan
 from omnitable.exec.tuning import Cluster, explain_lines, tune
 from omnitable.features.planner import Plan
+from omnitable.observability.progress import takes_event
 from omnitable.settings import BACKFILL_TUNING
 
 if TYPE_CHECKING:
@@ -30,6 +31,11 @@ class BackfillPlan(Plan):
     executed: bool = field(default=False, kw_only=True)
     # the same backfill planned on another branch (set by Table.backfill), for run(branch=...)
     on_branch: Callable[[str], BackfillPlan] | None = field(default=None, kw_only=True, repr=False)
+    # the same backfill planned at an older version (set by Table.backfill): a queue worker
+    # joins a queue another worker created before some of its items were committed
+    plan_at: Callable[[int], Plan] | None = field(default=None, kw_only=True, repr=False)
+    # run as a worker of the plan's durable work queue by default (Table.backfill(queue=True))
+    queue: bool = field(default=False, kw_only=True)
 
     @classmethod
     def bind(
@@ -67,6 +73,8 @@ class BackfillPlan(Plan):
         batch_rows: int | None = None,
         fragments_per_task: int | None = None,
         memory_mb: int | None = None,
+        queue: bool | None = None,
+        lease_s: float | None = None,
     ) -> RunResult:
         """Execute the plan on Spark (see :mod:`omnitable.exec.runner` and docs/errors.md).
 
@@ -103,6 +111,14 @@ class BackfillPlan(Plan):
             batch_rows, fragments_per_task, memory_mb: records per call of a pandas feature,
                 whole fragments per Spark task, per-call memory budget (MiB); given, they win
                 over the features' own options and the history.
+                A queue worker reports work items, not fragments: a four-argument callable is
+                called as ``progress(step, steps, items_done, items_total)``.
+            queue: run as one worker of the plan's durable work queue (default: the plan's
+                ``queue``, set by ``Table.backfill(queue=True)``): join or create the queue in
+                the catalog and work its items until none are left, sharing them with every
+                other worker of the same backfill (docs/features.md, "Work queue").
+            lease_s: a queue item's lease in seconds (default 60): a dead worker's item is
+                leased again after it.
 
         Raises:
             ErrorRatioExceeded, CommitConflict (a concurrent commit changed what the plan
@@ -112,6 +128,13 @@ class BackfillPlan(Plan):
         or a success) first re-plans from the table's current version, so committed work is
         skipped and decisions that no longer hold are never executed.
         """
+        queue = self.queue if queue is None else queue
+        if not isinstance(queue, bool):
+            raise ValidationError(
+                f"Cannot run backfill: queue must be True or False, got {queue!r}"
+            )
+        if lease_s is not None and not queue:
+            raise ValidationError("Cannot run backfill: lease_s applies only with queue=True")
         if branch is not None and branch != self.ctx.branch:
             if self.on_branch is None:
                 raise ValidationError(
@@ -123,6 +146,7 @@ class BackfillPlan(Plan):
                 max_skip_ratio=max_skip_ratio, progress=progress,
                 allow_version_drift=allow_version_drift, tuning=tuning, batch_rows=batch_rows,
                 fragments_per_task=fragments_per_task, memory_mb=memory_mb,
+                queue=queue, lease_s=lease_s,
             )  # fmt: skip
         options = RunOptions.resolve(
             self.ctx.settings,
@@ -143,6 +167,17 @@ class BackfillPlan(Plan):
                 setattr(self, name, getattr(fresh, name))
             self.recompute_reasons = fresh.recompute_reasons
         self.executed = True
+        if queue:
+            from omnitable.exec.queue import QueueOptions, run_queue
+
+            if progress is True or (callable(progress) and takes_event(progress)):
+                raise ValidationError(
+                    "Cannot run backfill with queue=True and this progress argument: a queue "
+                    "worker reports work items; pass a callable progress(step, steps, items_done, "
+                    "items_total), or no progress"
+                )
+            qopts = QueueOptions() if lease_s is None else QueueOptions(lease_s=lease_s)
+            return run_queue(self.ctx, self, spark, options, progress, qopts, self.plan_at)
         return run_plan(self.ctx, self, spark, options, progress)
 
 

@@ -218,28 +218,11 @@ def run_plan(
     report = dispatcher(progress)  # a bad progress argument fails before any work
     if plan.is_empty:
         return RunResult(None)
-    session = active_or_new_session(spark, ctx)
-    modules = sorted(
-        {
-            f.ref.split(":", 1)[0]
-            for s in plan.steps
-            for f in s.features
-            if f.kind == "pandas" and f.ref and f.payload is None  # pickled: loaded by value
-        }
-    )
-    ship_modules(session, modules)
-    _ship_payload_modules(session, plan)
+    session = prepare_session(ctx, plan, spark)
     cluster = Cluster.of_session(session)
     user = {k: getattr(options, k) for k in ("batch_rows", "fragments_per_task", "memory_mb")}
     tunings = tune(ctx, plan, cluster, enabled=options.tuning == "on", user=user)
-    described = {
-        "targets": plan.targets,
-        "batches": plan.batches,
-        "base_version": plan.base_version,
-        "steps": [[f.id for f in s.features] for s in plan.steps],
-        "options": options.__dict__,
-        "tuning": [t.settings() for t in tunings],
-    }
+    described = describe(plan, options, tuning=[t.settings() for t in tunings])
     with RunScope(
         ctx.catalog, ctx.record, "backfill", described, abort_on=(ErrorRatioExceeded,)
     ) as run:
@@ -249,12 +232,7 @@ def run_plan(
             for w in t.warnings:
                 log.warning("backfill of %s: %s", ctx.name, w)
                 result.warnings.append(w)
-        escalation = crash_escalation(session)
-        if escalation.warning is not None and options.isolation == "auto":
-            log.warning("backfill of %s: %s", ctx.name, escalation.warning)
-            result.warnings.append(escalation.warning)
-        driver_escalation = escalation.driver_fallback and options.isolation == "auto"
-        shared = _Run(session, ctx, run.run_id, options, result, driver_escalation)
+        shared = start_run(session, ctx, run.run_id, options, result)
         rlog = logging.LoggerAdapter(log, {"run_id": run.run_id, "table": ctx.name})
         rlog.info("backfill of %s: %d step(s), run %s", ctx.name, len(plan.steps), run.run_id)
         totals = [sum(f.row_count for f in s.fragments) for s in plan.steps]
@@ -273,6 +251,46 @@ def run_plan(
                       out.fragments, out.rows, out.seconds)  # fmt: skip
         result.seconds = time.perf_counter() - started
     return result
+
+
+def prepare_session(ctx: TableContext, plan: Plan, spark: SparkSession | None) -> SparkSession:
+    """The session to run ``plan`` with, the modules its features import shipped to it."""
+    session = active_or_new_session(spark, ctx)
+    modules = sorted(
+        {
+            f.ref.split(":", 1)[0]
+            for s in plan.steps
+            for f in s.features
+            if f.kind == "pandas" and f.ref and f.payload is None  # pickled: loaded by value
+        }
+    )
+    ship_modules(session, modules)
+    _ship_payload_modules(session, plan)
+    return session
+
+
+def describe(plan: Plan, options: RunOptions, **extra: Any) -> dict[str, Any]:
+    """What the run record says about the plan."""
+    return {
+        "targets": plan.targets,
+        "batches": plan.batches,
+        "base_version": plan.base_version,
+        "steps": [[f.id for f in s.features] for s in plan.steps],
+        "options": options.__dict__,
+        **extra,
+    }
+
+
+def start_run(
+    session: SparkSession, ctx: TableContext, run_id: str, options: RunOptions, result: RunResult
+) -> ChunkRun:
+    """What every chunk of the run shares; a warning when crash escalation cannot run."""
+    escalation = crash_escalation(session)
+    if escalation.warning is not None and options.isolation == "auto":
+        log.warning("backfill of %s: %s", ctx.name, escalation.warning)
+        result.warnings.append(escalation.warning)
+    driver_escalation = escalation.driver_fallback and options.isolation == "auto"
+    return ChunkRun(session, ctx, run_id, options, result, driver_escalation)
 
 
 def _gpu_profile(tuning: StepTuning, cluster: Cluster, result: RunResult) -> StepTuning:
@@ -324,7 +342,7 @@ class _Tracked:
 
 
 @dataclass(frozen=True)
-class _Run:
+class ChunkRun:
     """What every step and chunk of one backfill run shares."""
 
     session: SparkSession
@@ -336,7 +354,7 @@ class _Run:
 
 
 def _run_step(
-    run: _Run,
+    run: ChunkRun,
     step: Step,
     index: int,
     out: StepResult,
@@ -352,15 +370,15 @@ def _run_step(
     for start in range(0, len(fragments), size):
         chunk = fragments[start : start + size]
         tag = f"omnitable-{run.run_id}-step{index}-{start // size}"
-        _run_chunk(run, step, chunk, tag, out, tuning)
+        run_chunk(run, step, chunk, tag, out, tuning)
         out.fragments += len(chunk)
         out.rows += sum(f.row_count for f in chunk)
         progress(out.fragments, len(fragments))
     out.seconds = time.perf_counter() - started
 
 
-def _run_chunk(
-    run: _Run,
+def run_chunk(
+    run: ChunkRun,
     step: Step,
     chunk: list[FragmentRecord],
     tag: str,

@@ -1,0 +1,102 @@
+"""``omnitable backfill --workers N``: N queue worker processes on one plan, and their total."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from omnitable.catalog import queue as q
+from omnitable.cli.context import Context
+from omnitable.exceptions import OmniTableError
+from omnitable.exec.backfill import BackfillPlan
+from omnitable.exec.queue import join_queue
+from omnitable.exec.runner import RunOptions
+from omnitable.warehouse import Warehouse
+
+_CHILD = "import sys; from omnitable.cli.main import main; sys.exit(main(sys.argv[1:]))"
+
+
+def run_workers(
+    ctx: Context, wh: Warehouse, plan: BackfillPlan, workers: int, args: list[str],
+    checkpoint: int | None,
+) -> None:  # fmt: skip
+    """Create the plan's queue, start ``workers`` processes running ``omnitable --json <args>``
+    (each a ``backfill --queue`` worker), show the queue's progress, and print their total.
+
+    Raises:
+        OmniTableError: a worker failed (its exit code and the end of its output).
+    """
+    _, pid = join_queue(plan.ctx, plan, RunOptions(checkpoint_fragments=checkpoint), plan.plan_at)
+    store, tid = plan.ctx.catalog.store, plan.ctx.record.table_id
+    base = [sys.executable, "-c", _CHILD] + (["-w", ctx.warehouse] if ctx.warehouse else [])
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="omnitable-workers-") as tmp, ExitStack() as files:
+        procs = []
+        for n in range(workers):
+            out = files.enter_context(Path(tmp, f"worker{n}.out").open("w"))
+            err = files.enter_context(Path(tmp, f"worker{n}.err").open("w"))
+            procs.append(subprocess.Popen([*base, "--json", *args], stdout=out, stderr=err,
+                                          env=os.environ.copy()))  # fmt: skip
+        with ctx.out.progress() as report:
+            while any(p.poll() is None for p in procs):
+                items = q.items(store, tid, pid)
+                if items:
+                    report("work items", sum(i.state == q.DONE for i in items), len(items))
+                time.sleep(1.0)
+        failed = [(n, p.returncode) for n, p in enumerate(procs) if p.returncode != 0]
+        if failed:
+            n, rc = failed[0]
+            tail = Path(tmp, f"worker{n}.err").read_text()[-2000:]
+            raise OmniTableError(
+                f"Cannot finish backfill with {workers} workers: {len(failed)} worker(s) failed; "
+                f"worker {n} exited with code {rc}: {tail}"
+            )
+        outputs = [Path(tmp, f"worker{n}.out").read_text() for n in range(workers)]
+    runs = [json.loads(text)["run"] for text in outputs]
+    _report(ctx, wh, plan, runs, pid, time.perf_counter() - started)
+
+
+def _report(
+    ctx: Context, wh: Warehouse, plan: BackfillPlan, runs: list[dict[str, Any]], pid: str,
+    seconds: float,
+) -> None:  # fmt: skip
+    versions = sorted(v for r in runs for v in r["versions"])
+    errors: dict[str, int] = {}
+    for r in runs:
+        for k, v in r["errors"].items():
+            errors[k] = errors.get(k, 0) + v
+    warnings = [w for r in runs for w in r["warnings"]]
+    total: dict[str, Any] = {
+        "queue": pid,
+        "workers": len(runs),
+        "versions": versions,
+        "seconds": round(seconds, 3),
+        "runs": runs,
+        "warnings": warnings,
+        "errors": errors,
+    }
+    grid = wh.table(plan.table_name).branch(plan.ctx.branch).status()
+
+    def render(console: Console) -> None:
+        for w in warnings:
+            console.print(f"[yellow]warning:[/] {w}")
+        for r in runs:
+            console.print(f"worker run {r['run_id']}: committed version(s) {r['versions']}")
+        console.print(
+            f"{len(runs)} workers committed {len(versions)} version(s) in {seconds:.1f}s "
+            f"(queue {pid})"
+        )
+        for key, count in errors.items():
+            console.print(f"[yellow]{count} record(s) failed {key}[/]: see Table.errors()")
+        console.print(str(grid))
+
+    ctx.out.result({"run": total, "status": grid.to_pandas().to_dict()}, render)

@@ -1,0 +1,277 @@
+"""Running a backfill plan as one worker of its durable work queue (docs/features.md, "Work
+queue"; the records: :mod:`omnitable.catalog.queue`).
+
+Every worker plans the same backfill, finds (or creates, idempotently) the plan's queue in the
+catalog and leases one work item (one checkpoint chunk of one step) at a time: it computes the
+chunk as a plain run does (:func:`omnitable.exec.runner.run_chunk`) while a heartbeat thread
+extends its lease, and commits the chunk and the item's ``done`` mark in one transaction that
+first checks the lease is still ours. A worker that dies stops heartbeating; its item is leased
+again once the lease expires. A worker whose lease expired while it was committing (a stalled
+process) commits nothing: the item is reported in ``RunResult.warnings`` and the worker goes on.
+Steps are ordered: the items of a step are leased once the previous steps are done (a worker
+waits, polling with backoff). The worker returns when every item is done (the queue is then
+marked finished), or raises when an item failed (for every worker of the plan).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from omnitable.catalog import queue as q
+from omnitable.catalog.runs import RunScope
+from omnitable.exceptions import (
+    CatalogError,
+    CommitOutcomeUnknown,
+    ErrorRatioExceeded,
+    OmniTableError,
+    ValidationError,
+)
+from omnitable.exec.runner import (
+    ChunkRun,
+    Progress,
+    RunOptions,
+    RunResult,
+    StepResult,
+    describe,
+    prepare_session,
+    run_chunk,
+    start_run,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from omnitable.catalog.store import CatalogStore
+    from omnitable.context import TableContext
+    from omnitable.features.planner import Plan
+
+log = logging.getLogger("omnitable.backfill")
+
+ITEMS_PER_STEP = 16  # default chunking of a step into work items (checkpoint_fragments wins)
+
+
+class QueueFailed(OmniTableError):
+    """A work item of the plan failed for good (in this worker or another): the plan stops."""
+
+
+@dataclass(frozen=True)
+class QueueOptions:
+    """How a queue worker leases: ``lease_s`` (an item's lease; a dead worker's item is leased
+    again after it), ``heartbeat_s`` (how often a live worker extends it; default a third of
+    ``lease_s``), ``poll_s`` (first wait when a step's items are all leased; doubles up to
+    ``max_poll_s``)."""
+
+    lease_s: float = 60.0
+    heartbeat_s: float | None = None
+    poll_s: float = 0.5
+    max_poll_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in ("lease_s", "poll_s", "max_poll_s"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+                raise ValidationError(f"Cannot run a backfill queue: {name} must be > 0 seconds")
+        hb = self.heartbeat_s
+        if hb is not None and (not isinstance(hb, int | float) or hb <= 0):
+            raise ValidationError("Cannot run a backfill queue: heartbeat_s must be > 0 seconds")
+
+    @property
+    def beat_every(self) -> float:
+        return self.heartbeat_s if self.heartbeat_s is not None else self.lease_s / 3
+
+
+def chunk_size(plan: Plan, options: RunOptions, step: int) -> int:
+    n = len(plan.steps[step].fragments)
+    return options.checkpoint_fragments or max(1, -(-n // ITEMS_PER_STEP))
+
+
+def _hash(doc: object) -> str:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def signature(ctx: TableContext, plan: Plan, options: RunOptions) -> str:
+    """What was asked: table, branch, targets, batches, chunking (not the version planned at)."""
+    asked = [ctx.record.table_id, ctx.branch, plan.targets, plan.batches,
+             options.checkpoint_fragments]  # fmt: skip
+    return _hash(asked)
+
+
+def plan_id(ctx: TableContext, plan: Plan, options: RunOptions) -> str:
+    """A stable hash of the plan: processes that plan the same work get the same id."""
+    steps = [
+        [
+            [f.id for f in s.features],
+            [f.fragment_id for f in s.fragments],
+            chunk_size(plan, options, i),
+        ]
+        for i, s in enumerate(plan.steps)
+    ]
+    return _hash([signature(ctx, plan, options), plan.base_version, steps])
+
+
+def work_items(ctx: TableContext, plan: Plan, pid: str, options: RunOptions) -> list[q.Item]:
+    """The plan's items: each step's fragments in chunks of :func:`chunk_size`."""
+    out = []
+    for i, step in enumerate(plan.steps):
+        ids = [f.fragment_id for f in step.fragments]
+        size = chunk_size(plan, options, i)
+        for c, start in enumerate(range(0, len(ids), size)):
+            out.append(q.Item(ctx.record.table_id, pid, i + 1, c, ids[start : start + size]))
+    return out
+
+
+def join_queue(
+    ctx: TableContext, plan: Plan, options: RunOptions, plan_at: Callable[[int], Plan] | None
+) -> tuple[Plan, str]:
+    """The plan this worker runs and its queue id: an open queue of the same backfill planned
+    at an older version (by a worker that started first) is joined, planned again at its base
+    version; else the queue of ``plan`` is created unless it exists."""
+    store, table_id = ctx.catalog.store, ctx.record.table_id
+    pid = plan_id(ctx, plan, options)
+    header = q.read_header(store, table_id, pid)
+    if header is None or header["state"] == q.FAILED:
+        found = q.find_open(store, table_id, signature(ctx, plan, options))
+        if found is not None and plan_at is not None:
+            older = plan_at(int(found[1]["base_version"]))
+            if plan_id(ctx, older, options) == found[0]:
+                return older, found[0]
+            log.warning("queue %s of %s is for another plan: not joined", found[0], ctx.name)
+        header = {"signature": signature(ctx, plan, options), "base_version": plan.base_version,
+                  "branch": ctx.branch, "targets": plan.targets}  # fmt: skip
+        q.create(store, table_id, pid, header, work_items(ctx, plan, pid, options))
+    return plan, pid
+
+
+def run_queue(
+    ctx: TableContext,
+    plan: Plan,
+    spark: SparkSession | None = None,
+    options: RunOptions | None = None,
+    progress: Progress | None = None,
+    queue_options: QueueOptions | None = None,
+    plan_at: Callable[[int], Plan] | None = None,
+) -> RunResult:
+    """Work the items of ``plan``'s queue until none are left; see the module doc.
+
+    Raises:
+        QueueFailed: an item failed (here: the original error is raised instead).
+        CommitConflict, ErrorRatioExceeded: as :func:`~omnitable.exec.runner.run_plan`.
+    """
+    options, queue_options = options or RunOptions(), queue_options or QueueOptions()
+    started = time.perf_counter()
+    if plan.is_empty:
+        return RunResult(None)
+    plan, pid = join_queue(ctx, plan, options, plan_at)
+    session = prepare_session(ctx, plan, spark)
+    described = describe(plan, options, queue=pid)
+    with RunScope(
+        ctx.catalog, ctx.record, "backfill", described, abort_on=(ErrorRatioExceeded,)
+    ) as run:
+        result = RunResult(run.run_id)
+        run.metrics = result.summary
+        result.steps = [StepResult([f.id for f in s.features]) for s in plan.steps]
+        shared = start_run(session, ctx, run.run_id, options, result)
+        _work(shared, plan, pid, queue_options, progress)
+        result.seconds = time.perf_counter() - started
+    return result
+
+
+def _work(
+    run: ChunkRun, plan: Plan, pid: str, opts: QueueOptions, progress: Progress | None
+) -> None:
+    """Lease, compute and commit items until the queue is finished."""
+    store, table_id = run.ctx.catalog.store, run.ctx.record.table_id
+    owner = q.this_owner(run.run_id)
+    wait = opts.poll_s
+    while True:
+        got = q.lease_next(store, table_id, pid, owner, opts.lease_s)
+        if isinstance(got, q.Finished):
+            q.finish(store, table_id, pid)
+            return
+        if isinstance(got, q.Failed):
+            raise QueueFailed(f"Cannot finish backfill queue {pid} of '{run.ctx.name}': "
+                              f"{got.error}. Fix the cause and run the backfill again (a new "
+                              "plan skips committed work).")  # fmt: skip
+        if isinstance(got, q.Wait):
+            time.sleep(wait)
+            wait = min(wait * 2, opts.max_poll_s)
+            continue
+        wait = opts.poll_s
+        _run_item(run, plan, got, store, opts)
+        if progress is not None:
+            states = [i.state for i in q.items(store, table_id, pid)]
+            progress(got.step, len(plan.steps), states.count(q.DONE), len(states))
+
+
+def _run_item(
+    run: ChunkRun, plan: Plan, item: q.Item, store: CatalogStore, opts: QueueOptions
+) -> None:
+    """One leased item: compute and commit its chunk (which marks it done), or settle it."""
+    step = plan.steps[item.step - 1]
+    out = run.result.steps[item.step - 1]
+    by_id = {f.fragment_id: f for f in step.fragments}
+    chunk = [by_id[i] for i in item.fragments]
+    tag = f"omnitable-{run.run_id}-step{item.step}-{item.chunk}"
+    committed = len(out.versions)
+    try:
+        with _heartbeats(store, item, opts), q.holding_item(item):
+            run_chunk(run, step, chunk, tag, out)
+    except q.ItemLeaseLost as exc:  # another worker took the item: its commit counts
+        log.warning("backfill of %s: %s", run.ctx.name, exc)
+        run.result.warnings.append(str(exc))
+        return
+    except (CommitOutcomeUnknown, CatalogError):  # the catalog, not the item: give it back
+        _settle_quietly(store, item, q.PENDING)
+        raise
+    except Exception as exc:
+        _settle_quietly(store, item, q.FAILED, f"{type(exc).__name__}: {str(exc)[:500]}")
+        raise
+    except BaseException:  # interrupted: give the item back at once
+        _settle_quietly(store, item, q.PENDING)
+        raise
+    if len(out.versions) == committed:  # nothing to commit (every fragment skipped or gone)
+        q.settle(store, item, q.DONE)
+    out.fragments += len(chunk)
+    out.rows += sum(f.row_count for f in chunk)
+
+
+def _settle_quietly(
+    store: CatalogStore, item: q.Item, state: str, error: str | None = None
+) -> None:
+    """Settle ``item`` while an exception propagates (a catalog error here only logs: the
+    lease then expires and the item is leased again)."""
+    try:
+        q.settle(store, item, state, error)
+    except Exception as exc:
+        log.warning("could not mark work item %s-%s %s: %s", item.step, item.chunk, state, exc)
+
+
+@contextmanager
+def _heartbeats(store: CatalogStore, item: q.Item, opts: QueueOptions) -> Iterator[None]:
+    """Extend ``item``'s lease every ``opts.beat_every`` seconds while the block runs."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(opts.beat_every):
+            try:
+                if not q.heartbeat(store, item, opts.lease_s):
+                    log.warning("lost the lease of work item %s-%s", item.step, item.chunk)
+                    return
+            except Exception as exc:  # a catalog hiccup: the next beat tries again
+                log.warning("heartbeat of work item %s-%s failed: %s", item.step, item.chunk, exc)
+
+    thread = threading.Thread(target=beat, name=f"omnitable-heartbeat-{item.key}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
