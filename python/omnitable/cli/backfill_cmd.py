@@ -150,11 +150,14 @@ def backfill(
                 report(f"step {e.step}/{e.steps} fragments", e.fragments_done,
                        e.fragments_total, f"rows {e.rows_done}/{e.rows_total}, ETA {eta}")  # fmt: skip
 
+            def items(step: int, steps: int, done: int, total: int) -> None:
+                report(f"step {step}/{steps} queue items (all workers)", done, total, "")
+
             result = plan.run(
                 spark,
                 checkpoint_fragments=checkpoint,
                 max_error_ratio=max_error_ratio,
-                progress=progress,
+                progress=items if queue else progress,
                 allow_version_drift=allow_version_drift,
                 tuning=tuning,
                 queue=queue,

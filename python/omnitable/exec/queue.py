@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from omnitable.catalog import queue as q
 from omnitable.catalog.runs import RunScope
@@ -45,6 +45,7 @@ from omnitable.exec.runner import (
     run_chunk,
     start_run,
 )
+from omnitable.observability.progress import LegacyProgress
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -206,9 +207,10 @@ def _work(
             continue
         wait = opts.poll_s
         _run_item(run, plan, got, store, opts)
-        if progress is not None:
+        if callable(progress):  # four arguments: BackfillPlan.run refuses event callbacks
             states = [i.state for i in q.items(store, table_id, pid)]
-            progress(got.step, len(plan.steps), states.count(q.DONE), len(states))
+            items_progress = cast(LegacyProgress, progress)
+            items_progress(got.step, len(plan.steps), states.count(q.DONE), len(states))
 
 
 def _run_item(
