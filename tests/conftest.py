@@ -31,6 +31,15 @@ from omnitable.catalog.address import parse_address
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 PG_ENV = "OMNITABLE_TEST_POSTGRES_URL"
+# Spark jars only the tests use (`scripts/fetch-jars.sh --test`, run by ./dev test and pytest)
+TEST_JARS = Path(__file__).parent / "jars"
+
+
+def find_test_jar(prefix: str) -> Path | None:
+    """The test jar whose file name starts with ``prefix``, or None when it was not fetched."""
+    found = sorted(TEST_JARS.glob(f"{prefix}*.jar"))
+    return found[-1] if found else None
+
 
 # Large modules of independent tests (function-scoped fixtures only): with all their tests in one
 # worker they would keep it busy for most of the run.
@@ -213,6 +222,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
     # The PostgreSQL test server is part of the application's static configuration: the JVM
     # resolves an env: password of a read option only for such a server (any database on it).
     pg = os.environ.get(PG_ENV)
+    iceberg = find_test_jar("iceberg-spark-runtime")  # Spark reads the Iceberg exports with it
     session = omnitable.spark_session(
         tmp_path_factory.mktemp("spark-default-wh"),
         master="local[2,4]",  # 4 attempts per task, as on a cluster (crash escalation needs retries)
@@ -225,6 +235,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
             "spark.sql.adaptive.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
             "spark.databricks.delta.snapshotPartitions": "2",
+            **({"spark.jars": str(iceberg)} if iceberg else {}),
         },
     )
     yield session
