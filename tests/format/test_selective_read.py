@@ -125,3 +125,30 @@ def test_selective_reads_equal_full_reads_filtered(
                 assert got.equals(everything.filter(where).select(columns))
             want = [r["text"] for _, r in sorted(model.items()) if r["x"] < threshold]
             assert t.read(columns=["text"], where=where).column("text").to_pylist() == want
+
+
+def test_dictionary_indices_zstd_cannot_shrink_are_stored_uncompressed(tmp_path: Path) -> None:
+    """Labels of 1,000 values drawn at random: their bit-packed dictionary indices do not
+    compress, so zstd would only cost time per page (keyed tables' 512-row pages most); a
+    repeating pattern's indices do compress and keep the codec. Files read back the same."""
+    rng = np.random.default_rng(3)
+    n = 20_000
+    data = pa.table({"label": rng.integers(0, 1000, n, dtype=np.int16),
+                     "cycle": pa.array(np.arange(n) % 100, pa.int32())})  # fmt: skip
+    for options in (WriteOptions(page_rows=512), WriteOptions()):
+        pages = _page_settings(data, options)
+        assert pages["use_dictionary"] is True
+        codecs = _codec_settings(data, options, pages["use_dictionary"])
+        assert codecs["compression"] == {"label": "none", "cycle": "zstd"}
+        # without the dictionary encoding, raw 16-bit values in 0..999 do compress
+        assert _codec_settings(data, options)["compression"] == "zstd"
+    with omnitable.connect(tmp_path) as wh:
+        t = wh.create_table("labels", data.schema)
+        t.append(data, "a")
+        assert t.read(["label", "cycle"]).equals(data)
+        stored = {}
+        for f in tmp_path.rglob("*.parquet"):
+            group = pq.ParquetFile(f).metadata.row_group(0)
+            for i in range(group.num_columns):
+                stored[group.column(i).path_in_schema] = group.column(i).compression
+        assert stored["label"] == "UNCOMPRESSED" and stored["cycle"] == "ZSTD"

@@ -101,6 +101,7 @@ def write_column_file(
     physical = data.rename_columns([physical_names.get(n, n) for n in data.column_names])
     path = location.child_path(rel)
     location.fs.create_dir(location.child_path(fragment_path), recursive=True)
+    pages = _page_settings(physical, options)
     with (
         location.fs.open_output_stream(path) as sink,
         pq.ParquetWriter(
@@ -108,8 +109,8 @@ def write_column_file(
             physical.schema,
             use_compliant_nested_type=True,
             write_page_index=True,
-            **_codec_settings(physical, options),
-            **_page_settings(physical, options),
+            **_codec_settings(physical, options, pages["use_dictionary"]),
+            **pages,
         ) as writer,
     ):
         writer.write_table(physical, row_group_size=row_group_rows(data, options))
@@ -158,10 +159,15 @@ def _page_settings(data: pa.Table, options: WriteOptions) -> dict[str, Any]:
     return out
 
 
-def _codec_settings(data: pa.Table, options: WriteOptions) -> dict[str, Any]:
-    """``write.compression`` for every column but the fixed-width ones whose first values it
-    does not shrink by a tenth (random floats, hashes): those are stored uncompressed, which
-    reads them about 3x faster for the same bytes (docs/format.md)."""
+def _codec_settings(
+    data: pa.Table, options: WriteOptions, dictionary: bool | list[str] = False
+) -> dict[str, Any]:
+    """``write.compression`` for every column but the fixed-width ones whose stored form it
+    does not shrink by a tenth: the values themselves (random floats, hashes), or, for a
+    column ``dictionary`` (``use_dictionary``: True for all) encodes, its bit-packed
+    dictionary indices (labels, small counts). Those are stored uncompressed, which reads them
+    3-4x faster for the same bytes (docs/format.md); more so in the small pages of keyed
+    tables, where zstd's cost per page dominates a point read."""
     out: dict[str, Any] = {
         "compression": options.compression,
         "compression_level": options.compression_level,
@@ -175,7 +181,7 @@ def _codec_settings(data: pa.Table, options: WriteOptions) -> dict[str, Any]:
     plain = {
         name
         for name, column in zip(data.column_names, data.columns, strict=True)
-        if _incompressible(column, codec)
+        if _incompressible(column, codec, _encoded(dictionary, name), options)
     }
     if not plain:
         return out
@@ -186,11 +192,18 @@ def _codec_settings(data: pa.Table, options: WriteOptions) -> dict[str, Any]:
     return out
 
 
-def _incompressible(column: pa.ChunkedArray, codec: pa.Codec) -> bool:
+def _incompressible(
+    column: pa.ChunkedArray, codec: pa.Codec, encoded: bool, options: WriteOptions
+) -> bool:
     t = column.type
-    if not _numeric(t) or len(column) < _MIN_DICTIONARY_SAMPLE:
+    fixed = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)
+    if not fixed or len(column) < _MIN_DICTIONARY_SAMPLE:
         return False
     sample = column.slice(0, _DICTIONARY_SAMPLE).combine_chunks()
+    if encoded:
+        return _encoded_incompressible(sample, options)
+    if not _numeric(t):
+        return False
     width, data = t.bit_width // 8, sample.buffers()[1]
     if data is None:
         return False
@@ -239,6 +252,39 @@ def _many_distinct(column: pa.ChunkedArray, row_group: int) -> bool:
     repeats = _DICTIONARY_SAMPLE - pc.count_distinct(column.take(idx), mode="all").as_py()
     # m values sampled from D equally likely ones repeat about m^2 / (2 D) times
     return repeats * min(n, row_group) <= 2 * _DICTIONARY_SAMPLE**2
+
+
+def _encoded(dictionary: bool | list[str], name: str) -> bool:
+    """Whether ``use_dictionary`` (``dictionary``) encodes the column ``name``."""
+    return dictionary is True or (isinstance(dictionary, list) and name in dictionary)
+
+
+def _encoded_incompressible(sample: pa.Array, options: WriteOptions) -> bool:
+    """Whether ``write.compression`` shrinks the dictionary-encoded data pages of ``sample``
+    (as this writer would page them) by less than a tenth. The dictionary page is left out:
+    one per row group, it weighs far more in a sample than in a file."""
+    sizes = []
+    for compression in (options.compression, "none"):
+        sink = pa.BufferOutputStream()
+        pq.write_table(
+            pa.table({"v": sample}),
+            sink,
+            compression=compression,
+            compression_level=(
+                options.compression_level
+                if compression != "none" and pa.Codec.supports_compression_level(compression)
+                else None
+            ),
+            use_dictionary=True,
+            max_rows_per_page=options.page_rows or _DICTIONARY_SAMPLE,
+            write_statistics=False,
+        )
+        chunk = pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata.row_group(0).column(0)
+        dictionary = chunk.data_page_offset - (
+            chunk.dictionary_page_offset or chunk.data_page_offset
+        )
+        sizes.append(chunk.total_compressed_size - dictionary)
+    return sizes[0] > 0.9 * sizes[1]
 
 
 @functools.lru_cache(maxsize=256)
