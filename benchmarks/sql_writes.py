@@ -17,7 +17,9 @@ Prints, measured side by side in one run (``--repeats`` interleaved rounds, medi
     (goal: >= 5x fewer bytes, >= 3x faster); then the same in SQL on both sides, ``UPDATE … SET
     quality = quality + 1`` of every row. OmniTable runs the same SQL ``MERGE INTO`` (column-only
     through the session extension, docs/spark.md "MERGE INTO"); with a jar that refuses it,
-    ``Table.update`` (the same column-only write from Python); the report says which ran.
+    ``Table.update`` (the same column-only write from Python); the report says which ran. Every
+    (b) statement runs in ``--repeats`` interleaved rounds after a full-size warm-up round
+    (medians of time, JVM CPU and bytes).
 
 Run: ./dev bench sql_writes [--rows N] [--merge-rows N] [--repeats N] [--only a,b]
 """
