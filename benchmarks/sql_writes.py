@@ -224,7 +224,7 @@ def merge_part(spark: Any, wh: Any, root: Path, rows: int, repeats: int = 1) -> 
     b = {k: statistics.median(v) for k, v in written.items()}
     how = "SQL MERGE INTO" if sql_merge else "Table.update (SQL MERGE not available)"
     return [
-        ("(b) rows, rounds", f"{rows:,}, {repeats} (+1 warm-up)", ""),
+        ("(b) rows, rounds", f"{rows:,}, {repeats}" + ("" if smoke() else " (+1 warm-up)"), ""),
         ("OmniTable runs", how, ""),
         *_merge_rows("", ("omni", "delta"), b, t, cpu),
         *_merge_rows("SQL UPDATE ", ("omni_upd", "delta_upd"), b, t, cpu),
