@@ -17,7 +17,9 @@ Prints, measured side by side in one run (``--repeats`` interleaved rounds, medi
     (goal: >= 5x fewer bytes, >= 3x faster); then the same in SQL on both sides, ``UPDATE … SET
     quality = quality + 1`` of every row. OmniTable runs the same SQL ``MERGE INTO`` (column-only
     through the session extension, docs/spark.md "MERGE INTO"); with a jar that refuses it,
-    ``Table.update`` (the same column-only write from Python); the report says which ran.
+    ``Table.update`` (the same column-only write from Python); the report says which ran. Every
+    (b) statement runs in ``--repeats`` interleaved rounds after a full-size warm-up round
+    (medians of time, JVM CPU and bytes).
 
 Run: ./dev bench sql_writes [--rows N] [--merge-rows N] [--repeats N] [--only a,b]
 """
@@ -174,8 +176,10 @@ def _sql_merge_supported(spark: Any) -> bool:
     return True
 
 
-def merge_part(spark: Any, wh: Any, root: Path, rows: int) -> list[Any]:
-    """(b): one column of every row, OmniTable column-only write vs Delta MERGE."""
+def merge_part(spark: Any, wh: Any, root: Path, rows: int, repeats: int = 1) -> list[Any]:
+    """(b): one column of every row, OmniTable column-only write vs Delta MERGE, then SQL UPDATE on
+    both; each statement runs in ``repeats`` interleaved rounds after a warm-up round of the same
+    size (one JVM: both engines' code is compiled by then), medians of time and bytes."""
     src = spark.range(rows, numPartitions=4).selectExpr(*SOURCE_SQL, "rand(3) AS quality")
     table = wh.create_table("mrg", {**SCHEMA, "quality": "double"}, groups={"q": ["quality"]})
     table.append(src, "base")
@@ -187,68 +191,64 @@ def merge_part(spark: Any, wh: Any, root: Path, rows: int) -> list[Any]:
     table.to_spark(spark).write.format("delta").save(str(delta_path))
     omni_dir = root / "wh"
     sql_merge = _sql_merge_supported(spark)
+    merge_sql = ("MERGE INTO {t} t USING scores s ON t._ai_unique_id_ = s._ai_unique_id_ "
+                 "WHEN MATCHED THEN UPDATE SET quality = s.quality")  # fmt: skip
+    written: dict[str, list[int]] = {}
 
-    def omni(source: str) -> float:
-        start = time.perf_counter()
+    def statement(name: str, path: Path, run: Callable[[], Any]) -> Callable[[int], None]:
+        def go(i: int) -> None:
+            before = tree_size(path)
+            run()
+            if i:  # not the warm-up round
+                written.setdefault(name, []).append(tree_size(path) - before)
+
+        return go
+
+    def omni_merge() -> None:
         if sql_merge:
-            spark.sql(
-                f"MERGE INTO omnitable.mrg t USING {source} s "
-                "ON t._ai_unique_id_ = s._ai_unique_id_ WHEN MATCHED THEN UPDATE SET quality = s.quality"
-            )
+            spark.sql(merge_sql.format(t="omnitable.mrg"))
         else:
-            table.update(spark.table(source).toArrow(), columns=["quality"])
-        return time.perf_counter() - start
+            table.update(spark.table("scores").toArrow(), columns=["quality"])
 
-    def delta(source: str) -> float:
-        start = time.perf_counter()
-        spark.sql(
-            f"MERGE INTO delta.`{delta_path}` t USING {source} s "
-            "ON t._ai_unique_id_ = s._ai_unique_id_ WHEN MATCHED THEN UPDATE SET quality = s.quality"
-        )
-        return time.perf_counter() - start
-
-    scores.limit(100).createOrReplaceTempView("warm_scores")
-    if not smoke():  # JIT and first-use costs of both, not measured
-        omni("warm_scores"), delta("warm_scores")
-    delta_before = tree_size(delta_path)
-    omni_before = tree_size(omni_dir)
-    omni_t, delta_t = omni("scores"), delta("scores")
-    omni_bytes = tree_size(omni_dir) - omni_before
-    delta_bytes = tree_size(delta_path) - delta_before
+    delta_t = f"delta.`{delta_path}`"
+    variants = {
+        "omni": statement("omni", omni_dir, omni_merge),
+        "delta": statement("delta", delta_path, lambda: spark.sql(merge_sql.format(t=delta_t))),
+        "omni_upd": statement("omni_upd", omni_dir,
+                              lambda: spark.sql("UPDATE omnitable.mrg SET quality = quality + 1")),
+        "delta_upd": statement("delta_upd", delta_path,
+                               lambda: spark.sql(f"UPDATE {delta_t} SET quality = quality + 1")),
+    }  # fmt: skip
+    t, cpu = _interleaved(variants, repeats, _jvm_cpu_seconds(spark))
     scores.unpersist()
+    b = {k: statistics.median(v) for k, v in written.items()}
     how = "SQL MERGE INTO" if sql_merge else "Table.update (SQL MERGE not available)"
     return [
-        ("(b) rows", f"{rows:,}", ""),
+        ("(b) rows, rounds", f"{rows:,}, {repeats}" + ("" if smoke() else " (+1 warm-up)"), ""),
         ("OmniTable runs", how, ""),
-        ("OmniTable bytes written", fmt_bytes(omni_bytes), ""),
-        ("Delta MERGE bytes written", fmt_bytes(delta_bytes), ""),
-        ("bytes Delta / OmniTable", fmt_ratio(delta_bytes / max(omni_bytes, 1)), "goal >= 5x"),
-        ("OmniTable time", fmt_seconds(omni_t), ""),
-        ("Delta MERGE time", fmt_seconds(delta_t), ""),
-        ("speed-up vs Delta", fmt_ratio(delta_t / omni_t), "goal >= 3x"),
-        *_sql_update_rows(spark, {"OmniTable": (omni_dir, "omnitable.mrg"),
-                                  "Delta": (delta_path, f"delta.`{delta_path}`")}),
-    ]  # fmt: skip
-
-
-def _sql_update_rows(spark: Any, targets: dict[str, tuple[Path, str]]) -> list[Any]:
-    """(b) in SQL on both sides: ``UPDATE … SET quality = quality + 1`` of every row (OmniTable's
-    column-only UPDATE, WriteOnlyAssignedColumns; Delta's UPDATE rewrites its files)."""
-    spent: dict[str, tuple[int, float]] = {}
-    for name, (path, table) in targets.items():
-        before = tree_size(path)
-        start = time.perf_counter()
-        spark.sql(f"UPDATE {table} SET quality = quality + 1")
-        spent[name] = (tree_size(path) - before, time.perf_counter() - start)
-    (ob, ot), (db, dt) = spent["OmniTable"], spent["Delta"]
-    return [
-        ("SQL UPDATE bytes written, OmniTable", fmt_bytes(ob), ""),
-        ("SQL UPDATE bytes written, Delta", fmt_bytes(db), ""),
-        ("SQL UPDATE bytes Delta / OmniTable", fmt_ratio(db / max(ob, 1)), "goal >= 5x"),
-        ("SQL UPDATE time, OmniTable", fmt_seconds(ot), ""),
-        ("SQL UPDATE time, Delta", fmt_seconds(dt), ""),
-        ("SQL UPDATE speed-up vs Delta", fmt_ratio(dt / ot), "goal >= 3x"),
+        *_merge_rows("", ("omni", "delta"), b, t, cpu),
+        *_merge_rows("SQL UPDATE ", ("omni_upd", "delta_upd"), b, t, cpu),
     ]
+
+
+def _merge_rows(
+    what: str,
+    keys: tuple[str, str],
+    written: dict[str, float],
+    t: dict[str, float],
+    cpu: dict[str, float],
+) -> list[Any]:
+    """Report rows of one (b) statement: OmniTable (``keys[0]``) vs Delta (``keys[1]``)."""
+    o, d = keys
+    return [
+        (f"{what}bytes written, OmniTable", fmt_bytes(int(written[o])), ""),
+        (f"{what}bytes written, Delta", fmt_bytes(int(written[d])), ""),
+        (f"{what}bytes Delta / OmniTable", fmt_ratio(written[d] / max(written[o], 1)), "goal >= 5x"),
+        (f"{what}time, OmniTable", f"{fmt_seconds(t[o])} (JVM CPU {fmt_seconds(cpu[o])})", ""),
+        (f"{what}time, Delta", f"{fmt_seconds(t[d])} (JVM CPU {fmt_seconds(cpu[d])})", ""),
+        (f"{what}speed-up vs Delta", f"{fmt_ratio(t[d] / t[o])} (JVM CPU {fmt_ratio(cpu[d] / cpu[o])})",
+         "goal >= 3x"),
+    ]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 spark, wh, root, args.rows, args.repeats))  # fmt: skip
         if "b" in parts:
             report("sql_writes (b): one column of every row vs Delta MERGE", merge_part(
-                spark, wh, root, args.merge_rows))  # fmt: skip
+                spark, wh, root, args.merge_rows, args.repeats))  # fmt: skip
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)

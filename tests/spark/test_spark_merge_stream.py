@@ -13,11 +13,14 @@ import itertools
 import re
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from spark_tables import fragmented_rows, fragmented_table
 
 import omnitable
-from omnitable import ROW_ID
+from omnitable import APPEND_NAME, ROW_ID
 
 pytest.importorskip("pyspark")
 
@@ -204,3 +207,43 @@ def test_large_random_or_inserting_sources_keep_the_shuffle(
     got = {r["x"]: r["quality"] for r in _rows(t)}
     assert all(got[x] == x * 10 + 0.5 for x in range(200, 260) if x in got)
     assert t.history(1)[0].summary["rows"] == len([x for x in range(200, 260) if x in got])
+
+
+def _target_scan(plan: str) -> str:
+    """The BatchScan lines of ``plan`` (the target's and any source's)."""
+    return "\n".join(line for line in plan.splitlines() if "BatchScan" in line)
+
+
+@settings(
+    max_examples=4,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(xs=st.sets(st.integers(0, 949), min_size=1, max_size=120), scale=st.integers(-3, 3))
+def test_merge_and_update_skip_the_batch_name_and_keep_it(
+    spark: Any, wh: omnitable.Warehouse, catalog: str, xs: set[int], scale: int
+) -> None:
+    """Neither a MERGE nor an UPDATE that keeps every row's ``_ai_append_name_`` reads it (the
+    rule NULLs it in the written rows, the writer skips its check): the target scan lists no
+    ``_ai_append_name_``, the rows equal Python's ``Table.update`` of the same values on a twin
+    table, and every row keeps its batch name. An UPDATE filtering on the batch name still reads it."""
+    sql, py = _table(wh), _table(wh)
+    names = {r["x"]: r[APPEND_NAME] for r in sql.read(["x", APPEND_NAME]).to_pylist()}
+    merge = _merge(catalog, sql, _source(spark, sql, sorted(xs)), f"t.{ROW_ID} = s.{ROW_ID}",
+                   f"WHEN MATCHED THEN UPDATE SET quality = s.v * {scale}")  # fmt: skip
+    update = f"UPDATE {catalog}.{sql.name} SET label = concat(label, '+') WHERE x % 5 = 0"
+    for statement in (merge, update):
+        scan = _target_scan(_plan(spark, statement))
+        assert f"{sql.name}[" in scan and APPEND_NAME not in scan, scan
+        spark.sql(statement)
+    live = [r for r in _rows(py) if r["x"] in xs]
+    py.update(pa.table({ROW_ID: [r[ROW_ID] for r in live],
+                        "quality": [(r["x"] * 10 + 0.5) * scale for r in live]}), columns=["quality"])  # fmt: skip
+    five = [r for r in _rows(py) if r["x"] % 5 == 0]
+    py.update(pa.table({ROW_ID: [r[ROW_ID] for r in five],
+                        "label": [r["label"] + "+" for r in five]}), columns=["label"])  # fmt: skip
+    strip = [{k: v for k, v in r.items() if k != ROW_ID} for r in _rows(sql)]
+    assert strip == [{k: v for k, v in r.items() if k != ROW_ID} for r in _rows(py)]
+    assert {r["x"]: r[APPEND_NAME] for r in sql.read(["x", APPEND_NAME]).to_pylist()} == names
+    by_name = f"UPDATE {catalog}.{sql.name} SET quality = 1.0 WHERE {APPEND_NAME} = '{min(names.values())}'"
+    assert APPEND_NAME in _target_scan(_plan(spark, by_name))

@@ -20,7 +20,10 @@ import org.apache.spark.sql.omnitable.SqlInternals
  * target's own attribute (the assigned ones), tells the statement's operation
  * ([[OmniTableDeltaOperation.assignColumns]]: the write then rewrites only their files), and
  * replaces the unchanged ones in the row projection by NULL, so the scan no longer reads them and
- * they leave the statement's read set. System columns stay (the writer checks they are unchanged).
+ * they leave the statement's read set. `_ai_unique_id_` stays (the row id; the writer checks it is
+ * unchanged); `_ai_append_name_` is NULLed too when every UPDATE writes the target row's own value
+ * ([[OmniTableDeltaOperation.keepAppendName]]: the writer skips its check), else it stays and the
+ * writer refuses a changed value.
  * Backs off for other tables and commands, a plan not of this shape, or an UPDATE assigning
  * nothing that changes (`SET x = x`: every column is written, as without the extension). Runs
  * once per statement: the operation remembers the columns.
@@ -78,7 +81,10 @@ object WriteOnlyAssignedColumns extends Rule[LogicalPlan] {
     }
     if (updates.nonEmpty && assigned.isEmpty) return wd
     op.assignColumns(assigned.map(_._1).toSet) // empty for a MERGE that only deletes: nothing to write
-    val nulled = unchanged.map(_._2).toSet
+    val name = appendNameAt(rows).filter(at =>
+      updates.nonEmpty && updates.forall(k => isOwn(k.output(at), SystemColumns.AppendName, targetIds)))
+    name.foreach(_ => op.keepAppendName())
+    val nulled = unchanged.map(_._2).toSet ++ name
     val prune = (k: MergeRows.Keep) =>
       if (k.context != MergeRows.Update) k
       else k.copy(output = k.output.zipWithIndex.map { case (e, i) =>
@@ -93,6 +99,11 @@ object WriteOnlyAssignedColumns extends Rule[LogicalPlan] {
   private def userColumns(rows: ProjectingInternalRow): Seq[(String, Int)] =
     rows.schema.fieldNames.toSeq.zip(rows.colOrdinals.map(_.asInstanceOf[Int]))
       .filterNot { case (name, _) => name == SystemColumns.RowId || name == SystemColumns.AppendName }
+
+  /** The ordinal of `_ai_append_name_` in the written rows, if Spark's row projection writes it. */
+  private def appendNameAt(rows: ProjectingInternalRow): Option[Int] =
+    rows.schema.fieldNames.toSeq.zip(rows.colOrdinals.map(_.asInstanceOf[Int]))
+      .collectFirst { case (n, at) if n == SystemColumns.AppendName => at }
 
   private def isOwn(e: Expression, name: String, targetIds: Set[ExprId]): Boolean = e match {
     case n: NamedExpression => isOwnValue(n, name, targetIds)
@@ -109,7 +120,9 @@ object WriteOnlyAssignedColumns extends Rule[LogicalPlan] {
     val (unchanged, assigned) = user.partition { case (name, at) => isOwnValue(p.projectList(at), name, targetIds) }
     if (assigned.isEmpty) return wd
     op.assignColumns(assigned.map(_._1).toSet)
-    val nulled = unchanged.map(_._2).toSet
+    val name = appendNameAt(rows).filter(at => isOwnValue(p.projectList(at), SystemColumns.AppendName, targetIds))
+    name.foreach(_ => op.keepAppendName())
+    val nulled = unchanged.map(_._2).toSet ++ name
     val list = p.projectList.zipWithIndex.map { case (e, i) =>
       if (nulled.contains(i)) Alias(Literal(null, e.dataType), e.name)() else e
     }

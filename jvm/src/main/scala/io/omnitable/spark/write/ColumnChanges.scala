@@ -34,6 +34,8 @@ final case class ColumnFilesWritten(
  *
  * @param fragments the fragments of the snapshot by id: path, rows, providers of the written columns, batch name
  * @param inserts the new batch of a MERGE's inserted rows (its ids reserved and batch id set by the driver)
+ * @param appendNameKept the plan proved every updated row keeps its `_ai_append_name_`
+ *   (`optimizer.WriteOnlyAssignedColumns`): the rows carry NULL there, not checked
  */
 final case class ColumnChangesFactory(
     table: String,
@@ -43,7 +45,8 @@ final case class ColumnChangesFactory(
     rowSchema: StructType,
     metadataSchema: StructType,
     fragments: Map[String, (FragmentRewrite, String)],
-    inserts: Option[WriteTask] = None)
+    inserts: Option[WriteTask] = None,
+    appendNameKept: Boolean = false)
     extends RowChangesFactory {
 
   override def create(partitionId: Int, taskId: Long): RowChanges = new ColumnChanges(this, partitionId)
@@ -107,7 +110,8 @@ private[write] final class ColumnChanges(f: ColumnChangesFactory, partition: Int
   private val fragmentAt = f.metadataSchema.fieldIndex(SystemColumns.Fragment)
   private val offsetAt = f.metadataSchema.fieldIndex(SystemColumns.RowOffset)
   private val rowIdAt = Some(f.rowSchema.fieldNames.indexOf(SystemColumns.RowId)).filter(_ >= 0)
-  private val appendNameAt = Some(f.rowSchema.fieldNames.indexOf(SystemColumns.AppendName)).filter(_ >= 0)
+  private val appendNameAt =
+    Some(f.rowSchema.fieldNames.indexOf(SystemColumns.AppendName)).filter(_ >= 0 && !f.appendNameKept)
   private val ordinals = f.ordinals.toArray
   private val written = mutable.ArrayBuffer.empty[WrittenFile]
   private val seen = mutable.HashSet.empty[String] // the fragments this task rewrote or rewrites

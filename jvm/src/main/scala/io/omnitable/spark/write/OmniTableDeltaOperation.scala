@@ -72,6 +72,14 @@ final class OmniTableDeltaOperation(
   def assignColumns(names: Set[String]): Unit = assigned = Some(names)
 
   @volatile private var inserts = false
+  @volatile private var appendNameKept = false
+
+  /**
+   * Every updated row keeps its `_ai_append_name_`: the plan writes the target row's own value in
+   * every UPDATE (`optimizer.WriteOnlyAssignedColumns` proved it and put NULL there instead, so the
+   * scan does not read the column); the tasks then skip their check of it. Set before the write is built.
+   */
+  def keepAppendName(): Unit = appendNameKept = true
 
   /**
    * The MERGE has `WHEN NOT MATCHED … INSERT` clauses: its write names a new batch before any
@@ -96,7 +104,7 @@ final class OmniTableDeltaOperation(
 
   override def newWriteBuilder(info: LogicalWriteInfo): DeltaWriteBuilder = new DeltaWriteBuilder {
     override def build(): DeltaWrite = {
-      val changes = RowChanges.factory(command, handle, info, assigned, inserts)
+      val changes = RowChanges.factory(command, handle, info, assigned, inserts, appendNameKept)
       val metadata = info.metadataSchema().orElseThrow(() =>
         new IllegalStateException(s"Spark gave no metadata schema for a ${command.toString} on ${snap.table.name}"))
       if (command == RowLevelOperation.Command.DELETE || streamsFragments) new DeltaWrite {

@@ -66,18 +66,21 @@ object RowChanges {
 
   /**
    * The row changes of a statement `command` on `handle`'s table whose written rows are
-   * `info.schema`; `assigned`: the user columns it assigns, when known (see [[columnChanges]]).
+   * `info.schema`; `assigned`: the user columns it assigns, when known (see [[columnChanges]]);
+   * `appendNameKept`: the plan proved the rows keep their `_ai_append_name_` (NULL in the rows).
    */
   def factory(
       command: RowLevelOperation.Command,
       handle: TableHandle,
       info: LogicalWriteInfo,
       assigned: Option[Set[String]] = None,
-      inserts: Boolean = false): RowChangesFactory =
+      inserts: Boolean = false,
+      appendNameKept: Boolean = false): RowChangesFactory =
     command match {
       case RowLevelOperation.Command.DELETE => Unsupported(handle.snapshot.table.name, command.toString)
       case _ =>
         val changes = columnChanges(command, handle, info, assigned.filter(_.nonEmpty))
+          .copy(appendNameKept = appendNameKept)
         if (inserts) changes.copy(inserts = Some(insertTask(handle, info))) else changes
     }
 
