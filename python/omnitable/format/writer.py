@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from omnitable import settings
 from omnitable.format.fs import Location
 from omnitable.vocabulary.descriptors import FileDescriptor, FragmentDescriptor
+from omnitable.vocabulary.names import BASE_GROUP, ROW_ID
 from omnitable.vocabulary.stats import compute_stats
 
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -30,6 +31,7 @@ SMALL_DICTIONARY_BYTES = 64 * 1024  # dictionary page limit of files with write.
 _MIN_WIDE_PAGE_ROWS = 16  # pages of a very wide column (embeddings) hold at least this many
 _DICTIONARY_SAMPLE = 8192  # values sampled per column to choose its encoding (dictionary_columns)
 _MIN_DICTIONARY_SAMPLE = 64  # fewer values: keep the dictionary (too few to judge)
+WIDE_FILE_GROUP = f"{BASE_GROUP}.wide"  # file label of the base group's wide columns
 
 
 @dataclass(frozen=True)
@@ -250,6 +252,32 @@ def _leaf_paths(schema: pa.Schema) -> tuple[str, ...]:
     return tuple(meta.schema.column(i).path for i in range(meta.num_columns))
 
 
+def split_wide_columns(
+    data: pa.Table, by_group: dict[str, list[str]], options: WriteOptions
+) -> dict[str, list[str]]:
+    """``by_group`` with the wide columns of the base group (at least ``wide_row_bytes`` per
+    value in ``data``) moved to a file of their own, labelled ``WIDE_FILE_GROUP``, when the
+    base group also has narrower columns. The base group holds the columns the user placed in
+    no group, so their files are the writer's to lay out: the wide columns' small pages
+    (:func:`_page_settings`) then apply to them only, not to every column of the file. The
+    catalog's groups are unchanged; readers find each column in the file carrying it."""
+    names = by_group.get(BASE_GROUP)
+    if not names or len(names) < 2 or data.num_rows == 0 or WIDE_FILE_GROUP in by_group:
+        return by_group
+    wide = [n for n in names
+            if n != ROW_ID and _value_bytes(data.column(n)) >= options.wide_row_bytes]  # fmt: skip
+    if not wide or len(wide) == len(names):
+        return by_group
+    out: dict[str, list[str]] = {}
+    for group, cols in by_group.items():  # the wide file right after the base file
+        if group == BASE_GROUP:
+            out[group] = [n for n in cols if n not in wide]
+            out[WIDE_FILE_GROUP] = wide
+        else:
+            out[group] = cols
+    return out
+
+
 def write_fragment(
     location: Location,
     batch_name: str,
@@ -261,8 +289,9 @@ def write_fragment(
     seq: int = 0,
     threads: int | None = None,
 ) -> FragmentDescriptor:
-    """Write one fragment: one column file per group present in ``data``, listed in the order
-    the groups first appear in ``data``, written by up to ``threads`` threads at once (default:
+    """Write one fragment: one column file per group present in ``data`` (the base group's
+    wide columns in one more, :func:`split_wide_columns`), listed in the order the groups
+    first appear in ``data``, written by up to ``threads`` threads at once (default:
     one per core; a Spark task, which has one core, passes 1).
 
     Args:
@@ -275,6 +304,7 @@ def write_fragment(
     by_group: dict[str, list[str]] = {}
     for name in data.column_names:
         by_group.setdefault(group_of[name], []).append(name)
+    by_group = split_wide_columns(data, by_group, options)
 
     def write(group: str) -> FileDescriptor:
         return write_column_file(location, fragment_id, frag_path, group,
