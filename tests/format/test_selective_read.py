@@ -24,6 +24,7 @@ from omnitable.format.writer import (
     WriteOptions,
     _codec_settings,
     _page_settings,
+    _small_page_codec,
     split_wide_columns,
 )
 
@@ -177,3 +178,19 @@ def test_selective_reads_equal_full_reads_filtered(
                 assert got.equals(everything.filter(where).select(columns))
             want = [r["text"] for _, r in sorted(model.items()) if r["x"] < threshold]
             assert t.read(columns=["text"], where=where).column("text").to_pylist() == want
+
+
+def test_files_with_small_pages_use_zstd_level_1(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    n = 2000
+    wide = pa.table({"text": _text(rng, n, 250)})
+    narrow = pa.table({"x": rng.random(n)})
+    assert _small_page_codec(wide, WriteOptions()).compression_level == 1
+    assert _small_page_codec(narrow, WriteOptions()).compression_level == 3  # 1 MiB pages
+    assert _small_page_codec(wide, WriteOptions(compression_level=9)).compression_level == 9
+    lz4 = WriteOptions(compression="lz4", compression_level=None)
+    assert _small_page_codec(wide, lz4) == lz4
+    with omnitable.connect(tmp_path) as wh:
+        t = wh.create_table("z", {"x": "double", "text": "string"})
+        t.append(pa.table({"x": narrow.column("x"), "text": wide.column("text")}), "a")
+        assert t.read(columns=["text"]).column("text").equals(wide.column("text"))
