@@ -19,7 +19,14 @@ import omnitable
 from omnitable import ROW_ID
 from omnitable.format import pages
 from omnitable.format.pages import clear_cache
-from omnitable.format.writer import WriteOptions, _codec_settings, _page_settings
+from omnitable.format.writer import (
+    WIDE_FILE_GROUP,
+    WriteOptions,
+    _codec_settings,
+    _page_settings,
+    _small_page_codec,
+    split_wide_columns,
+)
 
 
 def _text(rng: np.random.Generator, n: int, width: int) -> list[str]:
@@ -46,6 +53,51 @@ def test_the_writer_picks_pages_and_dictionaries_itself() -> None:
     assert _codec_settings(data, WriteOptions(compression=None))["compression"] is None
 
 
+def test_the_base_groups_wide_columns_get_a_file_of_their_own(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    n = 3000
+    data = pa.table({"x": rng.random(n), "s": rng.choice(["a", "b"], n),
+                     "text": _text(rng, n, 250), "doc": _text(rng, n, 300)})  # fmt: skip
+    base = {"base": [ROW_ID, "x", "s", "text", "doc"], "g": ["y"]}
+    table = data.append_column(ROW_ID, pa.array(np.arange(n)))
+    assert split_wide_columns(table, base, WriteOptions()) == {
+        "base": [ROW_ID, "x", "s"], WIDE_FILE_GROUP: ["text", "doc"], "g": ["y"]}  # fmt: skip
+    declared = {"base": [ROW_ID, "x"], "payload": ["s", "text"]}  # the user placed text
+    assert split_wide_columns(table, declared, WriteOptions()) == declared
+    assert split_wide_columns(table, {"base": [ROW_ID, "x"]}, WriteOptions()) == {
+        "base": [ROW_ID, "x"]}  # fmt: skip
+    assert split_wide_columns(table.slice(0, 0), base, WriteOptions()) == base
+    with omnitable.connect(tmp_path) as wh:
+        t = wh.create_table("w", data.schema)
+        t.append(data, "a")
+        snap = t.snapshot()
+        (frag,) = snap.fragments
+        files = {f.group_name: f for f in snap.files_by_fragment[frag.fragment_id]}
+        assert set(files) == {"base", WIDE_FILE_GROUP}
+        metas = {g: pq.ParquetFile(t.location.child_path(f.path)).metadata
+                 for g, f in files.items()}  # fmt: skip
+        assert metas[WIDE_FILE_GROUP].schema.names == ["text", "doc"]
+        assert set(metas["base"].schema.names) == {ROW_ID, "x", "s"}
+        # the small pages stay with the wide columns: x keeps pyarrow's 1 MiB pages
+        assert _pages(t.location.child_path(files["base"].path), "x") == 1
+        assert _pages(t.location.child_path(files[WIDE_FILE_GROUP].path), "text") > 50
+        assert t.read().select(data.column_names).equals(data)
+        assert t.read(columns=["doc"], where=pc.field("x") < 0.1).column("doc").equals(
+            data.filter(pc.field("x") < 0.1).column("doc"))  # fmt: skip
+
+
+def _pages(path: str, column: str) -> int:
+    """Data pages of ``column`` (a flat top-level column) in the file at ``path``, from its
+    offset index."""
+    leaf = pq.ParquetFile(path).schema_arrow.get_field_index(column)
+    with pa.OSFile(path) as handle:
+        info = pages._file_info(handle, path)
+        assert info is not None
+        found = pages._leaf_pages(handle, info, [leaf])
+    assert found is not None
+    return len(found[0].starts)
+
+
 def test_a_selective_read_decodes_only_pages_with_survivors(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -61,7 +113,8 @@ def test_a_selective_read_decodes_only_pages_with_survivors(
         file = snap.resolve(frag.fragment_id, [col])[col]
         assert file is not None
         meta = pq.ParquetFile(t.location.child_path(file.path)).metadata
-        text_chunk = meta.row_group(0).column(2)
+        assert meta.schema.names == ["text"]  # the base group's wide column: a file of its own
+        text_chunk = meta.row_group(0).column(0)
         assert "RLE_DICTIONARY" not in text_chunk.encodings
         full = t.scan(columns=["text"], where=pc.field("x") >= 0)
         clear_cache()
@@ -152,3 +205,19 @@ def test_dictionary_indices_zstd_cannot_shrink_are_stored_uncompressed(tmp_path:
             for i in range(group.num_columns):
                 stored[group.column(i).path_in_schema] = group.column(i).compression
         assert stored["label"] == "UNCOMPRESSED" and stored["cycle"] == "ZSTD"
+
+
+def test_files_with_small_pages_use_zstd_level_1(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    n = 2000
+    wide = pa.table({"text": _text(rng, n, 250)})
+    narrow = pa.table({"x": rng.random(n)})
+    assert _small_page_codec(wide, WriteOptions()).compression_level == 1
+    assert _small_page_codec(narrow, WriteOptions()).compression_level == 3  # 1 MiB pages
+    assert _small_page_codec(wide, WriteOptions(compression_level=9)).compression_level == 9
+    lz4 = WriteOptions(compression="lz4", compression_level=None)
+    assert _small_page_codec(wide, lz4) == lz4
+    with omnitable.connect(tmp_path) as wh:
+        t = wh.create_table("z", {"x": "double", "text": "string"})
+        t.append(pa.table({"x": narrow.column("x"), "text": wide.column("text")}), "a")
+        assert t.read(columns=["text"]).column("text").equals(wide.column("text"))

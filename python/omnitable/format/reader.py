@@ -287,7 +287,9 @@ class FragmentReader:
                 f"pc.field('score') > 0.5, got {type(where).__name__}"
             )
         cols = columns_mentioned(str(where), self.snapshot.column_names())
-        schema = pa.schema([self._field(c) for c in self.snapshot.column_names()])
+        # binding against the mentioned columns only is enough (every column the filter names
+        # is among them, a name the table lacks fails either way) and stays cheap on wide tables
+        schema = pa.schema([self._field(c) for c in cols])
         dummy = ds.FileSystemDataset.from_paths(
             ["/omnitable/check"],
             schema=schema,
