@@ -31,9 +31,8 @@ from omnitable.exceptions import ValidationError
 from omnitable.format.access import read_access, record_access, summarize
 from omnitable.format.fs import Location
 from omnitable.format.reader import FragmentReader, ReadPlan, ReadStats
-from omnitable.governance.job import MaintenanceResult, run_job
-from omnitable.governance.jobs import make_job
-from omnitable.governance.service import GovernService
+from omnitable.governance.job import MaintenanceResult
+from omnitable.governance.service import GovernService, maintain_once
 from omnitable.ingest.append import append
 from omnitable.ingest.columns import add_columns
 from omnitable.settings import READ_ACCESS_LOG, READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
@@ -770,6 +769,8 @@ class Table:
         *,
         dry_run: bool = False,
         options: Mapping[str, Mapping[str, Any]] | None = None,
+        owner: str | None = None,
+        lease_ttl_s: float | None = None,
     ) -> list[MaintenanceResult]:
         """Run maintenance jobs on this table's branch, in order, each Prepare -> Execute ->
         Commit (docs/governance.md): ``compact`` merges small fragments of a batch, ``fold``
@@ -778,17 +779,22 @@ class Table:
         A dry run only prepares (each result's ``plan`` says what would be done); a job whose
         commit conflicts prepares again, and is ``skipped`` after 3 conflicts.
 
+        Each job runs under its catalog lease, as a governance service's does (``owner``
+        names this run in it, default ``maintain:<host>:<pid>:<random>``; ``lease_ttl_s``
+        defaults to the ``governance.lease_ttl_s`` setting): a job whose lease another owner
+        holds is not run, its result is ``leased`` (``summary``: ``holder``, ``expires``); a
+        lease lost mid-job commits nothing, its result is ``lease_lost``; the other jobs still
+        run. A dry run takes no lease.
+
         Raises:
-            ValidationError: an unknown job name (the message lists the known ones), or options
-                a job does not take.
+            ValidationError: an unknown job name (the message lists the known ones), options
+                a job does not take, or a bad ``lease_ttl_s``.
         """
         names = [jobs] if isinstance(jobs, str) else list(jobs)
-        options = options or {}
-        stray = sorted(set(options) - set(names))
-        if stray:
-            raise ValidationError(f"Options given for job(s) not run: {', '.join(stray)}")
-        built = [make_job(name, options.get(name)) for name in names]
-        return [run_job(self._ctx, job, dry_run=dry_run) for job in built]
+        if not names:
+            raise ValidationError("Cannot maintain: give at least one job name, e.g. ['compact']")
+        return maintain_once(self._ctx, names, dry_run=dry_run, options=options, owner=owner,
+                             ttl_s=lease_ttl_s)  # fmt: skip
 
     def governor(
         self,

@@ -246,3 +246,133 @@ def test_writers_racing_a_regroup_keep_their_data(
               for f in snap.resolve(frag.fragment_id, ids).values() if f is not None}  # fmt: skip
     assert len(groups) == 1  # b2 (appended meanwhile) keeps the declared groups until next run
     assert [h.op for h in t.history()].count("regroup") == 1
+
+
+def _declared(t: omnitable.Table, columns: list[str], version: int | None = None) -> set[str]:
+    """The catalog's declared groups of ``columns`` (what new writes use)."""
+    return {c.group_name for c in t.snapshot(version=version).columns if c.name in columns}
+
+
+def _batch_groups(t: omnitable.Table, batch: str, columns: list[str]) -> set[str]:
+    snap = t.snapshot()
+    ids = [c.column_id for c in snap.columns if c.name in columns]
+    return {f.group_name for frag in snap.fragments_of([batch])
+            for f in snap.resolve(frag.fragment_id, ids).values() if f is not None}  # fmt: skip
+
+
+def test_a_regroup_declares_its_groups_for_new_writes(wh: omnitable.Warehouse, name: str) -> None:
+    """The regroup's commit makes its target groups the declared ones: a batch appended after
+    it writes the hot columns into one file; time travel sees the old declaration."""
+    t = _table(wh, name)
+    t.read(columns=HOT)
+    old = t.version
+    (res,) = t.maintain(["regroup"], options={"regroup": {"min_group_columns": 1}})
+    assert res.outcome == "committed" and res.summary["columns_declared"] == 4
+    (hot,) = _declared(t, HOT)
+    assert _groups_of(t, HOT) == {hot} and _declared(t, ["c1"]) == {"g0"}
+    assert _declared(t, HOT, version=old) == {"g0", "g1", "g2", "g3"}
+    t.append(pa.table({c: [900 + j] for j, c in enumerate(COLS)}), "b2")
+    assert _batch_groups(t, "b2", HOT) == {hot}  # before: one file per old group (4)
+    assert t.read(where=pc.field("c0") == 900, columns=HOT).to_pylist() == [
+        {"c0": 900, "c2": 902, "c4": 904, "c6": 906}
+    ]
+    (again,) = t.maintain(["regroup"], options={"regroup": {"min_group_columns": 1}})
+    assert again.outcome == "nothing_to_do"
+    # a declaration-only change (no batch to move) still commits: a table with no batches
+    e = wh.create_table(name + "_e", dict.fromkeys(COLS, "bigint"), groups=GROUPS)
+    (only,) = e.maintain(["regroup"], options={"regroup": {"groups": {"pair": ["c1", "c11"]}}})
+    assert only.outcome == "committed" and only.plan.summary["batches"] == 0
+    assert _declared(e, ["c1", "c11"]) == {"pair"} and _declared(e, ["c0"]) == {"g0"}
+
+
+def _rename(t: omnitable.Table) -> None:
+    t.rename_column("c2", "c2b")
+
+
+@pytest.mark.parametrize("racer", [_append, _add_column], ids=["append", "add_columns"])
+def test_writes_racing_a_regroup_see_its_declared_groups(
+    wh: omnitable.Warehouse, name: str, racer: Any
+) -> None:
+    """An append or add_columns between the regroup's Execute and Commit: both commit, the
+    racer's files keep the groups it read, the declaration is the regroup's, and the next
+    append writes the new groups."""
+    t = _table(wh, name)
+    t.read(columns=HOT)
+    with hooked("governance.before_commit", lambda: racer(wh.table(name))):
+        (res,) = t.maintain(["regroup"], options={"regroup": {"min_group_columns": 1}})
+    assert res.outcome == "committed" and res.summary["columns_declared"] == 4
+    (hot,) = _declared(t, HOT)
+    if racer is _append:
+        assert len(_batch_groups(t, "b2", HOT)) == 4  # written with the groups it read
+    else:
+        assert _declared(t, ["extra"]) == {"ex"}
+    t.append(pa.table({c: [800 + j] for j, c in enumerate(COLS)}), "b3")
+    assert _batch_groups(t, "b3", HOT) == {hot}
+    assert t.read(where=pc.field("c0") == 800, columns=HOT).to_pylist() == [
+        {"c0": 800, "c2": 802, "c4": 804, "c6": 806}
+    ]
+
+
+def test_a_column_added_to_a_declared_group_meanwhile_conflicts(
+    wh: omnitable.Warehouse, name: str
+) -> None:
+    """add_columns into the group name a regroup declares, between its Execute and Commit: the
+    regroup conflicts (nothing of it committed), prepares again on the new head and commits;
+    the added column's values are kept."""
+    t = _table(wh, name)
+    before = _state(t)
+    seen: list[int] = []
+
+    def race() -> None:
+        if not seen:
+            other = wh.table(name)
+            ids = other.read(columns=["_ai_unique_id_"]).column(0)
+            other.add_columns(pa.table({"_ai_unique_id_": ids, "extra": ids}), group="pair")
+            seen.append(other.version)
+
+    opts = {"regroup": {"groups": {"pair": ["c1", "c11"]}}}
+    with hooked("governance.before_commit", race):
+        (res,) = t.maintain(["regroup"], options=opts)
+    assert res.outcome == "committed" and res.plan.base_version >= seen[0]
+    assert _declared(t, ["c1", "c11", "extra"]) == {"pair"}
+    rows = _state(t)
+    assert [{k: v for k, v in r.items() if k != "extra"} for r in rows] == before
+    assert all(r["extra"] == r["_ai_unique_id_"] for r in rows)
+    assert [h.op for h in t.history()].count("regroup") == 1
+    # no batch to rewrite (only the declaration changes): the group check alone conflicts
+    e = wh.create_table(name + "_e", dict.fromkeys(COLS, "bigint"), groups=GROUPS)
+    empty = pa.table(
+        {"_ai_unique_id_": pa.array([], pa.int64()), "extra": pa.array([], pa.int64())}
+    )
+    added: list[int] = []
+
+    def race_empty() -> None:
+        if not added:
+            other = wh.table(name + "_e")
+            other.add_columns(empty, group="pair")
+            added.append(other.version)
+
+    with hooked("governance.before_commit", race_empty):
+        (res,) = e.maintain(["regroup"], options=opts)
+    assert res.outcome == "committed" and res.plan.base_version >= added[0]
+    assert _declared(e, ["c1", "c11", "extra"]) == {"pair"}
+
+
+def test_a_rename_racing_a_regroup_conflicts_either_way(wh: omnitable.Warehouse, name: str) -> None:
+    """A rename of a column the regroup re-declares commits between its Execute and Commit:
+    the regroup prepares again and declares the renamed column; a rename prepared before a
+    regroup commits conflicts (its column's row changed)."""
+    t = _table(wh, name)
+    t.read(columns=HOT)
+    opts = {"regroup": {"min_group_columns": 1}}
+    with hooked("governance.before_commit", lambda: _rename(wh.table(name))):
+        (res,) = t.maintain(["regroup"], options=opts)
+    assert res.outcome == "committed"
+    assert len(_declared(t, ["c0", "c2b", "c4", "c6"])) == 1
+    u = wh.create_table(name + "_u", dict.fromkeys(COLS, "bigint"), groups=GROUPS)
+    u.append(pa.table({c: [1] for c in COLS}), "b0")
+    pair = {"regroup": {"groups": {"pair": ["c1", "c11"]}}}
+    regroup = hooked("columns.before_commit", lambda: u.maintain(["regroup"], options=pair))
+    with regroup, pytest.raises(omnitable.CommitConflict, match="regrouped"):
+        wh.table(name + "_u").rename_column("c1", "c1b")
+    assert _declared(u, ["c1"]) == {"pair"}

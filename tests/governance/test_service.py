@@ -206,7 +206,7 @@ def test_cli_service_rounds_and_errors(tmp_path: Path, capsys: pytest.CaptureFix
     assert [j["outcome"] for j in second["jobs"]] == ["nothing_to_do", "nothing_to_do"]
     assert "round 1: compact: committed" in err and "governing docs every 0.01s" in err
     for args, match in [
-        (["--rounds", "2"], "need --interval"),
+        (["--rounds", "2"], "needs --interval"),
         (["--interval", "10x"], "Invalid interval"),
         (["--interval", "1m", "--dry-run"], "without --interval"),
     ]:

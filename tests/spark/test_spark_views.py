@@ -240,3 +240,21 @@ def test_auto_declares_views_from_the_access_log(spark: Any, wh: omnitable.Wareh
     _check(spark, t, fresh=True)
     (again,) = t.maintain(["views"], options=opts)
     assert again.outcome == "nothing_to_do"
+
+
+def test_a_refresh_writes_one_sorted_file_per_batch(spark: Any, wh: omnitable.Warehouse) -> None:
+    """The view's layout: one data file per batch partition (not one per fragment: each batch
+    here has 3), rows sorted by the first declared column; reads still equal the table's."""
+    import pyarrow.parquet as pq
+
+    t = _make(wh, "layout")
+    t.create_view("hot", ["a", "b"])
+    assert _refresh(t, spark).outcome == "committed"
+    root = Path(t.location.child_path(t.views()[0]["path"]))
+    parts = sorted(p for p in root.iterdir() if p.name.startswith("_view_batch_="))
+    assert len(parts) == 2
+    for part in parts:
+        (file,) = [f for f in part.iterdir() if f.suffix == ".parquet"]
+        a = pq.read_table(file, columns=["a"]).column("a").to_pylist()
+        assert a == sorted(a) and len(a) == 50
+    _check(spark, t, fresh=True)

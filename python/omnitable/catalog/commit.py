@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import uuid
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -144,16 +145,19 @@ class NewDeletion:
 
 @dataclass(frozen=True)
 class ColumnChange:
-    """A new name and/or state of an existing column (rename, retire, restore).
+    """A new name and/or state of an existing column (rename, retire, restore), and for a
+    regroup its new declared column group (``group``; None keeps the group).
 
     ``read_version``: the ``added_version`` of the column's row the operation read; the commit
-    conflicts when the head holds another row (the column changed concurrently).
+    conflicts when the head holds another row (the column changed concurrently), and a new
+    ``group`` conflicts when a column added since ``base_version`` holds that group.
     """
 
     column_id: int
     read_version: int
     name: str
     state: str
+    group: str | None = None
 
 
 @dataclass
@@ -679,19 +683,21 @@ def _check_column_changes(
     vis = visible_clause("c", "columns", segments, params)
     rows = conn.execute(
         text(
-            f"SELECT column_id, name, added_version FROM columns c WHERE c.table_id = :t AND {vis}"
+            "SELECT column_id, name, added_version, group_name FROM columns c "
+            f"WHERE c.table_id = :t AND {vis}"
         ),
         params,
     ).all()
     head = {int(r.column_id): (r.name, int(r.added_version)) for r in rows}
     changed = {c.column_id for c in req.column_changes}
+    _check_new_groups(req, rows, changed)
     for change in req.column_changes:
         name, added = head.get(change.column_id, ("", -1))
         if added != change.read_version:
             raise CommitConflict(
                 f"Cannot commit {req.op}: column '{change.name}' was renamed, retired or restored "
-                f"by a concurrent commit (after version {req.base_version}); nothing was "
-                "committed. Re-run the operation on the new version.",
+                f"by a concurrent commit (or regrouped; after version {req.base_version}); "
+                "nothing was committed. Re-run the operation on the new version.",
                 [("*", name or change.name)],
             )
         taken = [n for cid, (n, _) in head.items() if n == change.name and cid not in changed]
@@ -702,6 +708,24 @@ def _check_column_changes(
             )
 
 
+def _check_new_groups(req: CommitRequest, rows: Sequence[Any], changed: set[int]) -> None:
+    """A regroup's new declared groups: no column added since its base version (a concurrent
+    ``add_columns``) may hold one of them."""
+    groups = {c.group for c in req.column_changes if c.group is not None}
+    if not groups:
+        return
+    clash = sorted(r.name for r in rows if r.group_name in groups
+                   and int(r.column_id) not in changed
+                   and int(r.added_version) > req.base_version)  # fmt: skip
+    if clash:
+        raise CommitConflict(
+            f"Cannot commit {req.op}: column(s) {clash[:5]} were added by a concurrent commit "
+            f"(after version {req.base_version}) to a column group this commit declares; nothing "
+            "was committed. Re-run the operation on the new version.",
+            [("*", n) for n in clash],
+        )
+
+
 def _apply_column_changes(
     conn: Connection, t: str, req: CommitRequest, version: int, segments: list[Segment]
 ) -> None:
@@ -710,13 +734,14 @@ def _apply_column_changes(
     end_rows(conn, t, "columns", "column_id", ended, req.branch, version, segments)
     for c in req.column_changes:
         params = {"t": t, "c": c.column_id, "rv": c.read_version, "v": version, "b": req.branch,
-                  "n": c.name, "s": c.state}  # fmt: skip
+                  "n": c.name, "s": c.state, "g": c.group}  # fmt: skip
         conn.execute(
             text(
                 "INSERT INTO columns (table_id, column_id, name, physical_name, data_type, "
                 "nullable, position, state, group_name, feature, branch, added_version, "
                 "removed_version) SELECT table_id, column_id, :n, physical_name, data_type, "
-                "nullable, position, :s, group_name, feature, :b, :v, NULL FROM columns "
+                "nullable, position, :s, COALESCE(:g, group_name), feature, :b, :v, NULL "
+                "FROM columns "
                 "WHERE table_id = :t AND column_id = :c AND added_version = :rv"
             ),
             params,

@@ -70,7 +70,7 @@ from omnitable.table import Table
     "--lease-ttl",
     type=float,
     default=None,
-    help="With --interval: lease TTL in seconds (default: the governance.lease_ttl_s setting).",
+    help="Lease TTL in seconds of each job (default: the governance.lease_ttl_s setting).",
 )
 @click.pass_obj
 def govern(
@@ -80,8 +80,9 @@ def govern(
 ) -> None:  # fmt: skip
     """Run maintenance jobs on TABLE: each prepares a plan on the head, writes new files, and
     commits atomically (a concurrent write makes it prepare again; after 3 conflicts it is
-    skipped). Nothing is rewritten with --dry-run. With --interval, runs them every interval
-    as a service (two services never run the same job of a table at once)."""
+    skipped). Each job runs under its catalog lease: one another service or run holds is
+    reported `leased` and not run. Nothing is rewritten with --dry-run. With --interval, runs
+    them every interval as a service."""
     names = [j.strip() for j in jobs.split(",") if j.strip()]
     options = {
         "expire": {k: v for k, v in (("older_than", older_than), ("retain_last", retain_last))
@@ -93,8 +94,8 @@ def govern(
             raise ValidationError(f"--option {job}.{key}: job {job!r} is not in --jobs {jobs!r}")
         options.setdefault(job, {})[key] = value
     options = {job: given for job, given in options.items() if given}
-    if interval is None and (rounds is not None or lease_ttl is not None):
-        raise ValidationError("--rounds and --lease-ttl need --interval (the service mode)")
+    if interval is None and rounds is not None:
+        raise ValidationError("--rounds needs --interval (the service mode)")
     if interval is not None and dry_run:
         raise ValidationError("--dry-run runs once: give it without --interval")
     with ctx.connect() as wh:
@@ -104,7 +105,7 @@ def govern(
         if interval is not None:
             _serve(ctx, t, names, options, interval, rounds, lease_ttl)
             return
-        results = t.maintain(names, dry_run=dry_run, options=options)
+        results = t.maintain(names, dry_run=dry_run, options=options, lease_ttl_s=lease_ttl)
     data = [
         {"job": r.job, "outcome": r.outcome, "version": r.version, "plan": r.plan.to_dict(),
          "summary": dict(r.summary)}

@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 
 OUTCOMES = ("committed", "nothing_to_do", "dry_run", "skipped")
 """How a job ended: its commit landed, its plan was empty, only planned, or given up after
-conflicts."""
+conflicts. A job run under a lease (governance/service.py) may also end ``leased`` (another
+owner holds it: not run) or ``lease_lost`` (taken mid-job: nothing committed)."""
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,10 @@
 - **Commit** replaces the batches with the rewrite rule (``CommitRequest.rewrite``: any change
   to their fragments since the plan conflicts), then compacts the access log: one file of
   distinct column sets with counts, entries older than ``log_retention_s`` dropped (under the
-  catalog lease ``access_log``: a concurrent compaction skips instead of counting twice). The catalog's
-  column groups are unchanged: later appends write the declared groups, and the next regroup
-  run moves them.
+  catalog lease ``access_log``: a concurrent compaction skips instead of counting twice). The
+  same commit makes the target groups the catalog's declared groups (``columns.group_name``,
+  through ``ColumnChange.group``: a new row per changed column, validated against the row
+  Prepare read), so later appends, upserts and backfills write the new layout.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from omnitable._failpoints import failpoint
+from omnitable.catalog.commit import ColumnChange
 from omnitable.catalog.lease import Holder, acquire, release
 from omnitable.catalog.records import ColumnRecord
 from omnitable.catalog.snapshot import Snapshot, SnapshotScope
@@ -123,25 +125,30 @@ class RegroupJob:
         wanted = [b for b in snap.batches if self.batches is None or b.name in self.batches]
         chosen = [b for b in wanted if moved.get(b.batch_id)]
         moving = {c for b in chosen for c in moved[b.batch_id]}
+        declare = {cid for cid, g in target.items() if raw[cid].group_name != g}
         for g in sorted(members):
-            if any(target[cid] == g for cid in moving):
+            if any(target[cid] == g for cid in moving | declare):
+                redeclared = [c for c in members[g] if c in declare]
                 actions.append({"kind": "group", "group": g, "reason": reasons.get(g, ""),
                                 "columns": [raw[c].name for c in members[g]],
-                                "column_ids": members[g]})  # fmt: skip
+                                "column_ids": members[g],
+                                # the declared group changes: column id -> its row read
+                                "declare": {str(c): [raw[c].added_version, raw[c].state]
+                                            for c in redeclared}})  # fmt: skip
         for b in chosen:
             frags = [f for f in snap.fragments if f.batch_id == b.batch_id]
             files = sum(len(snap.files_by_fragment.get(f.fragment_id, [])) for f in frags)
             actions.append({"kind": "batch", "batch": b.name, "batch_id": b.batch_id,
                             "fragments": len(frags), "files": files,
                             "rows": sum(f.row_count for f in frags)})  # fmt: skip
-        if not chosen:
+        if not chosen and not declare:
             actions = []
         log_files = count_access_files(ctx.location)
         if log_files > self.max_log_files:
             actions.append({"kind": "access_log", "files": log_files})
         summary = {
             "batches": len(chosen), "groups": sum(a["kind"] == "group" for a in actions),
-            "columns_moved": len(moving),
+            "columns_moved": len(moving), "columns_declared": len(declare) if actions else 0,
             "scans": scans, "access_log_files": log_files,
             "target_fragment_rows": ctx.options().target_fragment_rows,
         }  # fmt: skip
@@ -227,14 +234,30 @@ class RegroupJob:
         out: Rewritten = executed.payload
         version = None
         summary: dict[str, Any] = {}
-        if out.new_batches:
+        changes = _declare_changes(plan)
+        if out.new_batches or changes:
             req = out.request(self.name, plan.base_version)
+            req.column_changes = changes
             req.summary["columns_moved"] = int(plan.summary["columns_moved"])
+            req.summary["columns_declared"] = len(changes)
             failpoint("governance.before_commit")
             version = ctx.commit(req)
             summary.update(req.summary)
         summary["access_log"] = compact_log_once(ctx, keep_since=_ago(self.log_retention_s))
         return MaintenanceResult(self.name, "committed", version, plan, summary)
+
+
+def _declare_changes(plan: MaintenancePlan) -> list[ColumnChange]:
+    """The catalog changes that make the plan's target groups the declared ones (the columns'
+    rows as Prepare read them: a concurrent rename, retire or restore conflicts)."""
+    changes = []
+    for a in plan.actions:
+        if a["kind"] != "group":
+            continue
+        names = dict(zip(a["column_ids"], a["columns"], strict=True))
+        for cid, (read, state) in sorted(a.get("declare", {}).items(), key=lambda kv: int(kv[0])):
+            changes.append(ColumnChange(int(cid), int(read), names[int(cid)], state, a["group"]))
+    return changes
 
 
 def compact_log_once(ctx: TableContext, *, keep_since: dt.datetime) -> dict[str, Any]:

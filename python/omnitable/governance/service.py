@@ -31,7 +31,7 @@ from typing import Any
 from omnitable.catalog.lease import Holder, Lease, LeaseLost, acquire, holding, release, renew
 from omnitable.context import TableContext
 from omnitable.exceptions import NotFoundError, ValidationError
-from omnitable.governance.job import MaintenanceResult, run_job
+from omnitable.governance.job import MaintenancePlan, MaintenanceResult, run_job
 from omnitable.governance.jobs import make_job
 from omnitable.settings import GOVERNANCE_LEASE_TTL_S
 
@@ -247,6 +247,28 @@ class GovernService:
             except Exception as exc:  # the lease then expires by itself
                 log.warning("cannot release the %s lease: %s", name, exc)
 
+    def run_once(self, name: str) -> MaintenanceResult:
+        """Run job ``name`` once under its lease, as a one-shot ``Table.maintain`` /
+        ``omnitable govern`` does: a lease another owner holds gives outcome ``leased``
+        (``summary``: ``holder``, ``expires``), a lease lost mid-job gives ``lease_lost``
+        (``summary['error']``); neither committed anything. Other errors propagate."""
+        try:
+            got = self.run_leased(name)
+        except LeaseLost as exc:
+            return self._not_run(name, "lease_lost", {"error": str(exc)})
+        if isinstance(got, Holder):
+            expires = dt.datetime.fromtimestamp(got.expires, dt.timezone.utc).isoformat()
+            return self._not_run(name, "leased", {"holder": got.owner, "expires": expires})
+        return got
+
+    def _not_run(self, name: str, outcome: str, summary: dict[str, Any]) -> MaintenanceResult:
+        try:
+            version = self.ctx.head_version()
+        except Exception:  # a dropped table: the version no longer matters
+            version = -1
+        plan = MaintenancePlan(name, self.ctx.name, self.ctx.branch, version)
+        return MaintenanceResult(name, outcome, None, plan, summary)
+
     def _failed(self, name: str, exc: Exception) -> JobReport:
         if self._dropped():
             return JobReport(name, "dropped", error=f"table '{self.ctx.name}' was dropped: {exc}")
@@ -260,6 +282,33 @@ class GovernService:
             return True
         except Exception:  # the catalog cannot tell: not known to be dropped
             return False
+
+
+def maintain_once(
+    ctx: TableContext,
+    jobs: Sequence[str],
+    *,
+    dry_run: bool = False,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+    owner: str | None = None,
+    ttl_s: float | None = None,
+) -> list[MaintenanceResult]:
+    """Run ``jobs`` once, in order, each under its catalog lease like a service's job
+    (:meth:`GovernService.run_once`; a dry run takes none): a job whose lease another owner
+    holds is ``leased``, one whose lease was lost mid-job ``lease_lost``, and the other jobs
+    still run. ``owner`` defaults to ``maintain:<host>:<pid>:<random>``.
+
+    Raises:
+        ValidationError: unknown jobs or options, or a bad TTL.
+    """
+    if isinstance(jobs, str) or not jobs:
+        raise ValidationError("Cannot maintain: give a non-empty list of job names")
+    owner = owner or f"maintain:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    service = GovernService(ctx, jobs, interval=1, rounds=1, options=options, ttl_s=ttl_s,
+                            owner=owner)  # fmt: skip
+    if dry_run:
+        return [run_job(ctx, make_job(n, service.options.get(n)), dry_run=True) for n in jobs]
+    return [service.run_once(name) for name in jobs]
 
 
 def _report(result: MaintenanceResult) -> JobReport:

@@ -9,8 +9,9 @@
   rewritten whole. Views already fresh are left out.
 - **Execute** writes each view's Delta table in ONE Delta commit: the rows of the batches to
   write, read through the ``omnitable`` source at the plan's version, replace the partitions
-  (``_view_batch_``) of those batches and of the dropped ones (``replaceWhere``). The catalog is
-  not touched: readers keep reading the recorded Delta version.
+  (``_view_batch_``) of those batches and of the dropped ones (``replaceWhere``); each batch's
+  rows go to one task (files of at most ``VIEW_FILE_ROWS`` rows), sorted by the view's first
+  declared column. The catalog is not touched: readers keep reading the recorded Delta version.
 - **Commit** records, per view and in one catalog transaction under the table lock, the new
   Delta version and fingerprints, after checking that nobody changed the view's record since
   Prepare and that the Delta commit sits directly on the recorded version
@@ -46,10 +47,13 @@ from omnitable.context import TableContext
 from omnitable.exceptions import CommitConflict, ValidationError
 from omnitable.format.access import co_read_sets, read_access
 from omnitable.governance.job import Executed, MaintenancePlan, MaintenanceResult
-from omnitable.vocabulary.names import APPEND_NAME, MAIN
+from omnitable.vocabulary.names import APPEND_NAME, MAIN, ROW_ID
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+VIEW_FILE_ROWS = 1_000_000  # rows per data file of a view's Delta table, at most
 
 
 @dataclass(frozen=True)
@@ -263,10 +267,16 @@ def _write_view(
         df = reader.option("batches", ",".join(sorted(set(names.values())))).load(ctx.name)
         by_name = F.create_map(*[F.lit(x) for b in write for x in (names[b], b)])
         df = df.select(*columns, by_name[F.col(APPEND_NAME)].alias(BATCH_COLUMN))
+        # layout: one task per batch partition (files of at most VIEW_FILE_ROWS rows, not one per
+        # fragment), rows clustered by the first declared column so that the files' statistics
+        # let Delta skip files (and Parquet pages) under a filter on it
+        first = next((c for c in record.columns if c != ROW_ID), record.columns[0])
+        df = df.repartition(F.col(BATCH_COLUMN)).sortWithinPartitions(BATCH_COLUMN, first)
     else:  # only drops: an empty frame of the view's schema
         df = reader.load(ctx.name).select(*columns, F.lit("").alias(BATCH_COLUMN)).limit(0)
     token = f"omnitable-view-{uuid.uuid4().hex}"
     writer = df.write.format("delta").mode("overwrite").option("userMetadata", token)
+    writer = writer.option("maxRecordsPerFile", str(VIEW_FILE_ROWS))
     if action["full"]:
         writer = writer.option("overwriteSchema", "true").partitionBy(BATCH_COLUMN)
     else:
