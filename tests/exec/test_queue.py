@@ -251,3 +251,39 @@ def test_failed_item_stops_the_plan_and_a_rerun_starts_anew(wh: omnitable.Wareho
     fresh = q.items(store, tid, pid)
     assert [(i.state, i.attempts) for i in fresh] == [(q.PENDING, 0)] * 2
     assert isinstance(q.lease_next(store, tid, pid, {"worker": 2}, 30), q.Item)
+
+
+@pytest.mark.spark
+def test_queue_worker_tunes_from_history_and_reports_events(
+    wh: omnitable.Warehouse, spark: Any
+) -> None:
+    from omnitable.observability import ProgressEvent
+
+    t = _table(wh)
+    t.backfill(["clean"]).run(spark)  # a plain run: the history the queue worker tunes from
+    t.append(pa.table({"text": ROWS}), "b2", target_fragment_rows=2)
+    plan = t.backfill(["clean"], queue=True)
+    assert "batch_rows=" in plan.explain(spark) and "(history)" in plan.explain(spark)
+    events: list[ProgressEvent] = []
+    result = plan.run(spark, checkpoint_fragments=2, progress=events.append)
+    (step,) = result.steps
+    assert {k: v["source"] for k, v in step.settings.items()} == dict.fromkeys(
+        ("batch_rows", "fragments_per_task", "memory_mb"), "history"
+    )
+    assert step.routes == {"clean@1": "python-cpu"}
+    recorded = wh.catalog.get_run(result.run_id)["metrics"]
+    assert recorded["steps"][0]["settings"] == step.settings  # shown where plain runs show it
+    assert recorded["cluster"]["parallelism"] == 2
+    assert [e.fragments_done for e in events] == [2, 4, 6, 8]  # one event per item
+    assert events[-1].run_rows_done == events[-1].run_rows_total == len(ROWS)
+    assert events[-1].eta_s == 0.0 and events[-1].table == "docs"
+    got = t.read(columns=["clean"], batches=["b2"]).column("clean").to_pylist()
+    assert got == [r.strip().lower() for r in ROWS]
+    t.append(pa.table({"text": ROWS}), "b3", target_fragment_rows=2)
+    legacy: list[tuple[int, int, int, int]] = []
+    t.backfill(["clean"], queue=True).run(
+        spark, checkpoint_fragments=4, progress=lambda *a: legacy.append(a)
+    )
+    assert legacy == [(1, 1, 1, 2), (1, 1, 2, 2)]  # four arguments: items done of all
+    with pytest.raises(omnitable.ValidationError, match="progress must be"):
+        t.backfill(["n_chars"], queue=True).run(spark, progress=lambda a, b: None)

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from omnitable.catalog import queue as q
@@ -39,13 +39,23 @@ from omnitable.exec.runner import (
     Progress,
     RunOptions,
     RunResult,
-    StepResult,
     describe,
+    gpu_profile,
     prepare_session,
     run_chunk,
     start_run,
+    step_result,
+    tune_run,
+    warn_tunings,
 )
-from omnitable.observability.progress import LegacyProgress
+from omnitable.exec.tuning import Cluster, StepTuning
+from omnitable.observability.progress import (
+    LegacyProgress,
+    ProgressEvent,
+    dispatcher,
+    eta,
+    takes_event,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -160,38 +170,116 @@ def run_queue(
     queue_options: QueueOptions | None = None,
     plan_at: Callable[[int], Plan] | None = None,
 ) -> RunResult:
-    """Work the items of ``plan``'s queue until none are left; see the module doc.
+    """Work the items of ``plan``'s queue until none are left; see the module doc. Each step
+    runs with the routes and settings a plain run would pick (:func:`tune_run`: run arguments,
+    features' options, run history, defaults), recorded in the run like a plain run's.
+    ``progress``: ``True`` or a callable taking a
+    :class:`~omnitable.observability.ProgressEvent` gets one after each item this worker
+    finishes, counting the fragments and rows of every worker's done items; a callable taking
+    four is called as ``progress(step, steps, items_done, items_total)`` (all steps' items).
 
     Raises:
         QueueFailed: an item failed (here: the original error is raised instead).
         CommitConflict, ErrorRatioExceeded: as :func:`~omnitable.exec.runner.run_plan`.
+        ValidationError: ``progress`` is none of the accepted forms.
     """
     options, queue_options = options or RunOptions(), queue_options or QueueOptions()
     started = time.perf_counter()
+    report = _reporter(progress)  # a bad progress argument fails before any work
     if plan.is_empty:
         return RunResult(None)
     plan, pid = join_queue(ctx, plan, options, plan_at)
     session = prepare_session(ctx, plan, spark)
-    described = describe(plan, options, queue=pid)
+    cluster, tunings = tune_run(ctx, plan, session, options)
+    described = describe(plan, options, queue=pid, tuning=[t.settings() for t in tunings])
     with RunScope(
         ctx.catalog, ctx.record, "backfill", described, abort_on=(ErrorRatioExceeded,)
     ) as run:
-        result = RunResult(run.run_id)
+        result = RunResult(run.run_id, cluster=cluster.size())
         run.metrics = result.summary
-        result.steps = [StepResult([f.id for f in s.features]) for s in plan.steps]
+        warn_tunings(ctx, tunings, result)
+        result.steps = [step_result(s, t) for s, t in zip(plan.steps, tunings, strict=True)]
         shared = start_run(session, ctx, run.run_id, options, result)
-        _work(shared, plan, pid, queue_options, progress)
+        tuned = _Tunings(tunings, cluster, result)
+        _work(
+            shared, plan, pid, queue_options, tuned, lambda done: report(run.run_id, ctx.name, done)
+        )
         result.seconds = time.perf_counter() - started
     return result
 
 
+@dataclass
+class _Tunings:
+    """Each step's tuning, its GPU resource profile built when the worker first runs the step."""
+
+    steps: list[StepTuning]
+    cluster: Cluster
+    result: RunResult
+    ready: set[int] = field(default_factory=set)
+
+    def of(self, step: int) -> StepTuning:
+        if step not in self.ready:
+            self.ready.add(step)
+            gpu_profile(self.steps[step - 1], self.cluster, self.result)
+        return self.steps[step - 1]
+
+
+_Report = Callable[[str, str, "_Done"], None]
+
+
+@dataclass(frozen=True)
+class _Done:
+    """The item just finished, the queue's items now (all workers'), and the worker's start."""
+
+    plan: Plan
+    item: q.Item
+    items: list[q.Item]
+    started: float
+
+
+def _reporter(progress: Progress | None) -> _Report:
+    """What :func:`_work` calls after each item, from a ``progress=`` argument."""
+    if callable(progress) and not takes_event(progress):
+        legacy = cast(LegacyProgress, progress)
+        return lambda _run, _table, d: legacy(d.item.step, len(d.plan.steps),
+                                      sum(i.state == q.DONE for i in d.items), len(d.items))  # fmt: skip
+    events = dispatcher(progress)
+    if events is None:
+        return lambda _run, _table, _d: None
+    return lambda run_id, table, d: events(_event(run_id, table, d))
+
+
+def _event(run_id: str, table: str, d: _Done) -> ProgressEvent:
+    """A :class:`ProgressEvent` for the item's step: fragments and rows of every done item."""
+    rows = {f.fragment_id: f.row_count for s in d.plan.steps for f in s.fragments}
+    step = d.item.step
+    done = [i for i in d.items if i.state == q.DONE]
+    if not d.items:  # another worker finished the queue (and removed its items) meanwhile
+        done = [q.Item("", "", n, 0, [f.fragment_id for f in s.fragments])
+                for n, s in enumerate(d.plan.steps, 1)]  # fmt: skip
+    frags = [f for i in done if i.step == step for f in i.fragments]
+    step_rows = sum(rows.get(f, 0) for f in frags)
+    run_done = sum(rows.get(f, 0) for i in done for f in i.fragments)
+    totals = [sum(f.row_count for f in s.fragments) for s in d.plan.steps]
+    elapsed = time.perf_counter() - d.started
+    return ProgressEvent(run_id, table, step,
+                         len(d.plan.steps), len(frags), len(d.plan.steps[step - 1].fragments),
+                         step_rows, totals[step - 1], run_done, sum(totals), elapsed,
+                         eta(elapsed, run_done, sum(totals)))  # fmt: skip
+
+
 def _work(
-    run: ChunkRun, plan: Plan, pid: str, opts: QueueOptions, progress: Progress | None
+    run: ChunkRun,
+    plan: Plan,
+    pid: str,
+    opts: QueueOptions,
+    tunings: _Tunings,
+    report: Callable[[_Done], None],
 ) -> None:
     """Lease, compute and commit items until the queue is finished."""
     store, table_id = run.ctx.catalog.store, run.ctx.record.table_id
     owner = q.this_owner(run.run_id)
-    wait = opts.poll_s
+    wait, started = opts.poll_s, time.perf_counter()
     while True:
         got = q.lease_next(store, table_id, pid, owner, opts.lease_s)
         if isinstance(got, q.Finished):
@@ -206,15 +294,17 @@ def _work(
             wait = min(wait * 2, opts.max_poll_s)
             continue
         wait = opts.poll_s
-        _run_item(run, plan, got, store, opts)
-        if callable(progress):  # four arguments: BackfillPlan.run refuses event callbacks
-            states = [i.state for i in q.items(store, table_id, pid)]
-            items_progress = cast(LegacyProgress, progress)
-            items_progress(got.step, len(plan.steps), states.count(q.DONE), len(states))
+        _run_item(run, plan, got, store, opts, tunings.of(got.step))
+        report(_Done(plan, got, q.items(store, table_id, pid), started))
 
 
 def _run_item(
-    run: ChunkRun, plan: Plan, item: q.Item, store: CatalogStore, opts: QueueOptions
+    run: ChunkRun,
+    plan: Plan,
+    item: q.Item,
+    store: CatalogStore,
+    opts: QueueOptions,
+    tuning: StepTuning,
 ) -> None:
     """One leased item: compute and commit its chunk (which marks it done), or settle it."""
     step = plan.steps[item.step - 1]
@@ -225,7 +315,7 @@ def _run_item(
     committed = len(out.versions)
     try:
         with _heartbeats(store, item, opts), q.holding_item(item):
-            run_chunk(run, step, chunk, tag, out)
+            run_chunk(run, step, chunk, tag, out, tuning)
     except q.ItemLeaseLost as exc:  # another worker took the item: its commit counts
         log.warning("backfill of %s: %s", run.ctx.name, exc)
         run.result.warnings.append(str(exc))
