@@ -8,6 +8,9 @@ extends its lease, and commits the chunk and the item's ``done`` mark in one tra
 first checks the lease is still ours. A worker that dies stops heartbeating; its item is leased
 again once the lease expires. A worker whose lease expired while it was committing (a stalled
 process) commits nothing: the item is reported in ``RunResult.warnings`` and the worker goes on.
+An item whose chunk conflicts with a concurrent writer (``CommitConflict``: an update of its
+inputs, a compaction of its fragments) is given back and leased again, computed from the new
+head; after :data:`CONFLICT_ATTEMPTS` leases it fails (the plan no longer holds: re-plan).
 Steps are ordered: the items of a step are leased once the previous steps are done (a worker
 waits, polling with backoff). The worker returns when every item is done (the queue is then
 marked finished), or raises when an item failed (for every worker of the plan).
@@ -29,6 +32,7 @@ from omnitable.catalog import queue as q
 from omnitable.catalog.runs import RunScope
 from omnitable.exceptions import (
     CatalogError,
+    CommitConflict,
     CommitOutcomeUnknown,
     ErrorRatioExceeded,
     OmniTableError,
@@ -67,6 +71,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("omnitable.backfill")
 
 ITEMS_PER_STEP = 16  # default chunking of a step into work items (checkpoint_fragments wins)
+CONFLICT_ATTEMPTS = 3  # leases of an item whose commit conflicts before the item (plan) fails
 
 
 class QueueFailed(OmniTableError):
@@ -323,6 +328,16 @@ def _run_item(
     except (CommitOutcomeUnknown, CatalogError):  # the catalog, not the item: give it back
         _settle_quietly(store, item, q.PENDING)
         raise
+    except CommitConflict as exc:  # a concurrent writer: a fresh lease recomputes from the head
+        if item.attempts >= CONFLICT_ATTEMPTS:
+            _settle_quietly(store, item, q.FAILED, f"CommitConflict: {str(exc)[:500]}")
+            raise
+        _settle_quietly(store, item, q.PENDING)
+        note = (f"work item {item.step}-{item.chunk} conflicted with a concurrent commit "
+                f"(attempt {item.attempts} of {CONFLICT_ATTEMPTS}), given back: {exc}")  # fmt: skip
+        log.warning("backfill of %s: %s", run.ctx.name, note)
+        run.result.warnings.append(note)
+        return
     except Exception as exc:
         _settle_quietly(store, item, q.FAILED, f"{type(exc).__name__}: {str(exc)[:500]}")
         raise
