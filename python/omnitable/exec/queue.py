@@ -206,9 +206,9 @@ def run_queue(
         result.steps = [step_result(s, t) for s, t in zip(plan.steps, tunings, strict=True)]
         shared = start_run(session, ctx, run.run_id, options, result)
         tuned = _Tunings(tunings, cluster, result)
-        _work(
-            shared, plan, pid, queue_options, tuned, lambda done: report(run.run_id, ctx.name, done)
-        )
+        run_id = run.run_id
+        on_item = None if report is None else lambda d: report(run_id, ctx.name, d)
+        _work(shared, plan, pid, queue_options, tuned, on_item)
         result.seconds = time.perf_counter() - started
     return result
 
@@ -242,15 +242,16 @@ class _Done:
     started: float
 
 
-def _reporter(progress: Progress | None) -> _Report:
-    """What :func:`_work` calls after each item, from a ``progress=`` argument."""
+def _reporter(progress: Progress | None) -> _Report | None:
+    """What :func:`_work` calls after each item, from a ``progress=`` argument (None: no
+    report, and no read of the queue's items for it)."""
     if callable(progress) and not takes_event(progress):
         legacy = cast(LegacyProgress, progress)
         return lambda _run, _table, d: legacy(d.item.step, len(d.plan.steps),
                                       sum(i.state == q.DONE for i in d.items), len(d.items))  # fmt: skip
     events = dispatcher(progress)
     if events is None:
-        return lambda _run, _table, _d: None
+        return None
     return lambda run_id, table, d: events(_event(run_id, table, d))
 
 
@@ -279,7 +280,7 @@ def _work(
     pid: str,
     opts: QueueOptions,
     tunings: _Tunings,
-    report: Callable[[_Done], None],
+    report: Callable[[_Done], None] | None,
 ) -> None:
     """Lease, compute and commit items until the queue is finished."""
     store, table_id = run.ctx.catalog.store, run.ctx.record.table_id
@@ -300,7 +301,8 @@ def _work(
             continue
         wait = opts.poll_s
         _run_item(run, plan, got, store, opts, tunings.of(got.step))
-        report(_Done(plan, got, q.items(store, table_id, pid), started))
+        if report is not None:
+            report(_Done(plan, got, q.items(store, table_id, pid), started))
 
 
 def _run_item(
