@@ -189,8 +189,6 @@ SCRIPT = textwrap.dedent("""
 def test_killed_worker_item_is_leased_again(
     wh: omnitable.Warehouse, catalog_spec: tuple[str, str | None], spark: Any, tmp_path: Path
 ) -> None:
-    if catalog_spec[0].startswith("postgresql"):  # a child Spark application: ~30 s; the
-        pytest.skip("leasing on PostgreSQL is covered by the tests above")  # other tests cover it
     t = _table(wh)
     uri, root = catalog_spec
     env = dict(os.environ, OMNITABLE_FAILPOINTS="backfill.before_commit=sleep:300",
@@ -251,3 +249,97 @@ def test_failed_item_stops_the_plan_and_a_rerun_starts_anew(wh: omnitable.Wareho
     fresh = q.items(store, tid, pid)
     assert [(i.state, i.attempts) for i in fresh] == [(q.PENDING, 0)] * 2
     assert isinstance(q.lease_next(store, tid, pid, {"worker": 2}, 30), q.Item)
+
+
+@pytest.mark.spark
+def test_queue_worker_tunes_from_history_and_reports_events(
+    wh: omnitable.Warehouse, spark: Any
+) -> None:
+    from omnitable.observability import ProgressEvent
+
+    t = _table(wh)
+    t.backfill(["clean"]).run(spark)  # a plain run: the history the queue worker tunes from
+    t.append(pa.table({"text": ROWS}), "b2", target_fragment_rows=2)
+    plan = t.backfill(["clean"], queue=True)
+    assert "batch_rows=" in plan.explain(spark) and "(history)" in plan.explain(spark)
+    events: list[ProgressEvent] = []
+    result = plan.run(spark, checkpoint_fragments=2, progress=events.append)
+    (step,) = result.steps
+    assert {k: v["source"] for k, v in step.settings.items()} == dict.fromkeys(
+        ("batch_rows", "fragments_per_task", "memory_mb"), "history"
+    )
+    assert step.routes == {"clean@1": "python-cpu"}
+    recorded = wh.catalog.get_run(result.run_id)["metrics"]
+    assert recorded["steps"][0]["settings"] == step.settings  # shown where plain runs show it
+    assert recorded["cluster"]["parallelism"] == 2
+    assert [e.fragments_done for e in events] == [2, 4, 6, 8]  # one event per item
+    assert events[-1].run_rows_done == events[-1].run_rows_total == len(ROWS)
+    assert events[-1].eta_s == 0.0 and events[-1].table == "docs"
+    got = t.read(columns=["clean"], batches=["b2"]).column("clean").to_pylist()
+    assert got == [r.strip().lower() for r in ROWS]
+    t.append(pa.table({"text": ROWS}), "b3", target_fragment_rows=2)
+    legacy: list[tuple[int, int, int, int]] = []
+    t.backfill(["clean"], queue=True).run(
+        spark, checkpoint_fragments=4, progress=lambda *a: legacy.append(a)
+    )
+    assert legacy == [(1, 1, 1, 2), (1, 1, 2, 2)]  # four arguments: items done of all
+    with pytest.raises(omnitable.ValidationError, match="progress must be"):
+        t.backfill(["n_chars"], queue=True).run(spark, progress=lambda a, b: None)
+
+
+def _race(t: omnitable.Table, kind: str) -> None:
+    """One concurrent write of ``kind`` to ``t`` (from another thread: the queue item is
+    current in the worker's thread only)."""
+    from omnitable import ROW_ID
+
+    ids = t.read(columns=[ROW_ID]).column(ROW_ID).to_pylist()
+    if kind == "append":
+        t.append(pa.table({"text": ROWS}), "b2", target_fragment_rows=2)
+    elif kind == "add_columns":
+        t.add_columns(pa.table({ROW_ID: ids, "extra": list(range(len(ids)))}))
+    elif kind == "update":
+        t.update(pa.table({ROW_ID: ids, "text": [f" New {i} " for i in range(len(ids))]}))
+    elif kind == "delete":
+        t.delete(ids=ids[:1])
+    else:
+        assert t.maintain(["compact"])[0].version is not None
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kind", ["append", "add_columns", "update", "delete", "compact"])
+def test_item_racing_a_writer_commits_or_is_leased_again(
+    wh: omnitable.Warehouse, spark: Any, kind: str
+) -> None:
+    from omnitable._failpoints import hooked
+    from omnitable.exceptions import CommitConflict
+
+    t = _table(wh)
+
+    def write() -> None:  # when the first item is computed, before its commit
+        th = threading.Thread(target=_race, args=(t, kind))
+        th.start()
+        th.join()
+
+    plan = t.backfill(["clean"], queue=True)
+    with hooked("backfill.before_commit", write):
+        if kind == "compact":  # the plan's fragments are gone: the item fails after 3 leases
+            with pytest.raises(CommitConflict):
+                plan.run(spark, checkpoint_fragments=2)
+            result = t.backfill(["clean"], queue=True).run(spark, checkpoint_fragments=2)
+        else:
+            result = plan.run(spark, checkpoint_fragments=2)
+    backfills = _backfills(t)
+    assert sorted(result.versions) == sorted(c.version for c in backfills)  # each item once
+    given_back = [w for w in result.warnings if "conflicted" in w]
+    assert len(given_back) == (1 if kind == "update" else 0)
+    got = t.read(columns=["text", "clean"], batches=["b1"]).to_pydict()
+    assert got["clean"] == [x.strip().lower() for x in got["text"]]  # from the head's inputs
+    assert len(got["text"]) == (15 if kind == "delete" else 16)
+    if kind == "update":
+        assert got["clean"] == [f"new {i}" for i in range(16)]
+    if kind == "append":  # planned before the append: b2 is left to the next plan
+        assert [f.batch_name for s in t.backfill(["clean"]).steps for f in s.fragments] == [
+            "b2"
+        ] * 8
+    if kind == "add_columns":
+        assert t.read(columns=["extra"]).column("extra").to_pylist() == list(range(16))

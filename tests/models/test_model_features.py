@@ -7,6 +7,7 @@ and the session's Spark for the module."""
 from __future__ import annotations
 
 import collections
+import hashlib
 import pickle
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import pytest
 
 import omnitable
 from omnitable import ROW_ID
-from omnitable.exceptions import ValidationError
+from omnitable.exceptions import CorruptInputError, ValidationError
 from omnitable.exec.inference import ModelCaller, load_model
 from omnitable.features.definition import model_feature
 
@@ -118,8 +119,14 @@ def test_corrupt_artifact_fails_the_backfill_and_commits_nothing(mwh, spark, tmp
     before = t.version
     blob = Path(mwh.root.path) / "_models" / rec.sha256
     blob.write_bytes(pickle.dumps(mf.CountingLinear([5.0], 0.0, str(tmp_path / "c"))))
-    with pytest.raises(Exception, match=f"corrupt.*{rec.sha256}"):
+    actual = hashlib.sha256(blob.read_bytes()).hexdigest()
+    # the driver raises omnitable's error (not Spark's wrapped task failure, after no retries)
+    with pytest.raises(CorruptInputError) as info:
         t.backfill("corrupt").run(spark)
+    message = str(info.value)
+    assert "Model 'corrupt' version '1' is corrupt" in message and "Traceback" not in message
+    assert rec.sha256 in message and actual in message
+    assert not list(Path(t._ctx.location.path).rglob("corrupt-*"))  # no output file left
     assert t.version == before
     assert t.read(columns=["y"]).column("y").null_count == N
 

@@ -142,6 +142,16 @@ def _lock_read(conn: Connection, key: str, skip_locked: bool = False) -> str | N
     return None if raw is None else str(raw)
 
 
+def _ours(conn: Connection, item: Item) -> Item | None:
+    """``item`` as stored, read ``FOR UPDATE`` (PostgreSQL; SQLite: under the write lock), when
+    it is still leased with our token; None when it is gone, settled or leased by another."""
+    raw = _lock_read(conn, item.key)
+    if raw is None:
+        return None
+    cur = Item.from_json(item.table_id, item.plan_id, raw)
+    return cur if cur.state == LEASED and cur.token == item.token else None
+
+
 def _update(conn: Connection, item: Item) -> None:
     conn.execute(
         text("UPDATE omnitable_meta SET value = :v WHERE key = :k"),
@@ -243,11 +253,8 @@ def lease_next(
 def heartbeat(store: CatalogStore, item: Item, ttl_s: float) -> bool:
     """Extend ``item``'s lease by ``ttl_s`` from now; False when it is no longer ours."""
     with store.write() as conn:
-        raw = _lock_read(conn, item.key)
-        if raw is None:
-            return False
-        cur = Item.from_json(item.table_id, item.plan_id, raw)
-        if cur.state != LEASED or cur.token != item.token:
+        cur = _ours(conn, item)
+        if cur is None:
             return False
         now = time.time()
         _update(conn, replace(cur, expires=now + ttl_s, heartbeat=now))
@@ -258,11 +265,8 @@ def settle(store: CatalogStore, item: Item, state: str, error: str | None = None
     """Set our leased ``item`` to ``state`` (``pending``: give it back; ``done``: nothing to
     commit; ``failed``: for good, with ``error``); False when it is no longer ours."""
     with store.write() as conn:
-        raw = _lock_read(conn, item.key)
-        if raw is None:
-            return False
-        cur = Item.from_json(item.table_id, item.plan_id, raw)
-        if cur.state != LEASED or cur.token != item.token:
+        cur = _ours(conn, item)
+        if cur is None:
             return False
         _update(conn, replace(cur, state=state, token="" if state == PENDING else cur.token,
                               expires=0.0, error=error))  # fmt: skip

@@ -145,19 +145,16 @@ def backfill(
         spark = spark_session(wh, master=master)
         with out.progress() as report:
 
-            def progress(e: ProgressEvent) -> None:
-                eta = "?" if e.eta_s is None else f"{e.eta_s:.0f}s"
+            def progress(e: ProgressEvent) -> None:  # a queue worker counts every worker's
+                eta = "?" if e.eta_s is None else f"{e.eta_s:.0f}s"  # done items
                 report(f"step {e.step}/{e.steps} fragments", e.fragments_done,
                        e.fragments_total, f"rows {e.rows_done}/{e.rows_total}, ETA {eta}")  # fmt: skip
-
-            def items(step: int, steps: int, done: int, total: int) -> None:
-                report(f"step {step}/{steps} queue items (all workers)", done, total, "")
 
             result = plan.run(
                 spark,
                 checkpoint_fragments=checkpoint,
                 max_error_ratio=max_error_ratio,
-                progress=items if queue else progress,
+                progress=progress,
                 allow_version_drift=allow_version_drift,
                 tuning=tuning,
                 queue=queue,

@@ -47,11 +47,14 @@ def run_workers(
             procs.append(subprocess.Popen([*base, "--json", *args], stdout=out, stderr=err,
                                           env=os.environ.copy()))  # fmt: skip
         with ctx.out.progress() as report:
-            while any(p.poll() is None for p in procs):
-                items = q.items(store, tid, pid)
-                if items:
-                    report("work items", sum(i.state == q.DONE for i in items), len(items))
-                time.sleep(1.0)
+            shown = 0.0
+            while any(p.poll() is None for p in procs):  # noticed within 0.1 s of the last end
+                if time.monotonic() - shown >= 1.0:  # the queue's progress once a second
+                    shown = time.monotonic()
+                    items = q.items(store, tid, pid)
+                    if items:
+                        report("work items", sum(i.state == q.DONE for i in items), len(items))
+                time.sleep(0.1)
         failed = [(n, p.returncode) for n, p in enumerate(procs) if p.returncode != 0]
         if failed:
             n, rc = failed[0]

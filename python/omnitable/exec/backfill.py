@@ -13,7 +13,6 @@ from omnitable.exceptions import ValidationError
 from omnitable.exec.runner import Progress, RunOptions, RunResult, run_plan
 from omnitable.exec.tuning import Cluster, explain_lines, tune
 from omnitable.features.planner import Plan
-from omnitable.observability.progress import takes_event
 from omnitable.settings import BACKFILL_TUNING
 
 if TYPE_CHECKING:
@@ -111,8 +110,9 @@ class BackfillPlan(Plan):
             batch_rows, fragments_per_task, memory_mb: records per call of a pandas feature,
                 whole fragments per Spark task, per-call memory budget (MiB); given, they win
                 over the features' own options and the history.
-                A queue worker reports work items, not fragments: a four-argument callable is
-                called as ``progress(step, steps, items_done, items_total)``.
+                A queue worker reports after each work item it finishes, counting every
+                worker's done items: events carry their fragments and rows; a four-argument
+                callable is called as ``progress(step, steps, items_done, items_total)``.
             queue: run as one worker of the plan's durable work queue (default: the plan's
                 ``queue``, set by ``Table.backfill(queue=True)``): join or create the queue in
                 the catalog and work its items until none are left, sharing them with every
@@ -170,12 +170,6 @@ class BackfillPlan(Plan):
         if queue:
             from omnitable.exec.queue import QueueOptions, run_queue
 
-            if progress is True or (callable(progress) and takes_event(progress)):
-                raise ValidationError(
-                    "Cannot run backfill with queue=True and this progress argument: a queue "
-                    "worker reports work items; pass a callable progress(step, steps, items_done, "
-                    "items_total), or no progress"
-                )
             qopts = QueueOptions() if lease_s is None else QueueOptions(lease_s=lease_s)
             return run_queue(self.ctx, self, spark, options, progress, qopts, self.plan_at)
         return run_plan(self.ctx, self, spark, options, progress)

@@ -17,13 +17,15 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from omnitable.features.definition import AUTO, MODEL_OPTION, Feature
-from omnitable.models.store import ModelRecord, load_verified
+
+if TYPE_CHECKING:  # imported when a model is used: plain pandas tasks skip the catalog
+    from omnitable.models.store import ModelRecord
 
 AUTO_START_ROWS = 256
 """First call size of ``batch_size="auto"``."""
@@ -39,6 +41,8 @@ LOADS: dict[str, int] = {}  # SHA-256 -> loads in this process (tests and benchm
 
 def record_of(f: Feature) -> ModelRecord:
     """The model record a registered model feature's options carry."""
+    from omnitable.models.store import ModelRecord
+
     o = f.options
     name, version = str(o[MODEL_OPTION]).split("@")
     return ModelRecord(
@@ -62,6 +66,8 @@ def load_model(record: ModelRecord, prefer: str = "cpu") -> Any:
     """
     if record.sha256 in _MODELS:
         return _MODELS[record.sha256]
+    from omnitable.models.store import load_verified
+
     model = load_verified(record)
     if record.kind == "file" and record.framework == "torch":
         import torch

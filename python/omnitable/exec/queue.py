@@ -8,6 +8,9 @@ extends its lease, and commits the chunk and the item's ``done`` mark in one tra
 first checks the lease is still ours. A worker that dies stops heartbeating; its item is leased
 again once the lease expires. A worker whose lease expired while it was committing (a stalled
 process) commits nothing: the item is reported in ``RunResult.warnings`` and the worker goes on.
+An item whose chunk conflicts with a concurrent writer (``CommitConflict``: an update of its
+inputs, a compaction of its fragments) is given back and leased again, computed from the new
+head; after :data:`CONFLICT_ATTEMPTS` leases it fails (the plan no longer holds: re-plan).
 Steps are ordered: the items of a step are leased once the previous steps are done (a worker
 waits, polling with backoff). The worker returns when every item is done (the queue is then
 marked finished), or raises when an item failed (for every worker of the plan).
@@ -22,13 +25,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from omnitable.catalog import queue as q
 from omnitable.catalog.runs import RunScope
 from omnitable.exceptions import (
     CatalogError,
+    CommitConflict,
     CommitOutcomeUnknown,
     ErrorRatioExceeded,
     OmniTableError,
@@ -39,13 +43,23 @@ from omnitable.exec.runner import (
     Progress,
     RunOptions,
     RunResult,
-    StepResult,
     describe,
+    gpu_profile,
     prepare_session,
     run_chunk,
     start_run,
+    step_result,
+    tune_run,
+    warn_tunings,
 )
-from omnitable.observability.progress import LegacyProgress
+from omnitable.exec.tuning import Cluster, StepTuning
+from omnitable.observability.progress import (
+    LegacyProgress,
+    ProgressEvent,
+    dispatcher,
+    eta,
+    takes_event,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,6 +71,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("omnitable.backfill")
 
 ITEMS_PER_STEP = 16  # default chunking of a step into work items (checkpoint_fragments wins)
+CONFLICT_ATTEMPTS = 3  # leases of an item whose commit conflicts before the item (plan) fails
 
 
 class QueueFailed(OmniTableError):
@@ -160,38 +175,117 @@ def run_queue(
     queue_options: QueueOptions | None = None,
     plan_at: Callable[[int], Plan] | None = None,
 ) -> RunResult:
-    """Work the items of ``plan``'s queue until none are left; see the module doc.
+    """Work the items of ``plan``'s queue until none are left; see the module doc. Each step
+    runs with the routes and settings a plain run would pick (:func:`tune_run`: run arguments,
+    features' options, run history, defaults), recorded in the run like a plain run's.
+    ``progress``: ``True`` or a callable taking a
+    :class:`~omnitable.observability.ProgressEvent` gets one after each item this worker
+    finishes, counting the fragments and rows of every worker's done items; a callable taking
+    four is called as ``progress(step, steps, items_done, items_total)`` (all steps' items).
 
     Raises:
         QueueFailed: an item failed (here: the original error is raised instead).
         CommitConflict, ErrorRatioExceeded: as :func:`~omnitable.exec.runner.run_plan`.
+        ValidationError: ``progress`` is none of the accepted forms.
     """
     options, queue_options = options or RunOptions(), queue_options or QueueOptions()
     started = time.perf_counter()
+    report = _reporter(progress)  # a bad progress argument fails before any work
     if plan.is_empty:
         return RunResult(None)
     plan, pid = join_queue(ctx, plan, options, plan_at)
     session = prepare_session(ctx, plan, spark)
-    described = describe(plan, options, queue=pid)
+    cluster, tunings = tune_run(ctx, plan, session, options)
+    described = describe(plan, options, queue=pid, tuning=[t.settings() for t in tunings])
     with RunScope(
         ctx.catalog, ctx.record, "backfill", described, abort_on=(ErrorRatioExceeded,)
     ) as run:
-        result = RunResult(run.run_id)
+        result = RunResult(run.run_id, cluster=cluster.size())
         run.metrics = result.summary
-        result.steps = [StepResult([f.id for f in s.features]) for s in plan.steps]
+        warn_tunings(ctx, tunings, result)
+        result.steps = [step_result(s, t) for s, t in zip(plan.steps, tunings, strict=True)]
         shared = start_run(session, ctx, run.run_id, options, result)
-        _work(shared, plan, pid, queue_options, progress)
+        tuned = _Tunings(tunings, cluster, result)
+        run_id = run.run_id
+        on_item = None if report is None else lambda d: report(run_id, ctx.name, d)
+        _work(shared, plan, pid, queue_options, tuned, on_item)
         result.seconds = time.perf_counter() - started
     return result
 
 
+@dataclass
+class _Tunings:
+    """Each step's tuning, its GPU resource profile built when the worker first runs the step."""
+
+    steps: list[StepTuning]
+    cluster: Cluster
+    result: RunResult
+    ready: set[int] = field(default_factory=set)
+
+    def of(self, step: int) -> StepTuning:
+        if step not in self.ready:
+            self.ready.add(step)
+            gpu_profile(self.steps[step - 1], self.cluster, self.result)
+        return self.steps[step - 1]
+
+
+_Report = Callable[[str, str, "_Done"], None]
+
+
+@dataclass(frozen=True)
+class _Done:
+    """The item just finished, the queue's items now (all workers'), and the worker's start."""
+
+    plan: Plan
+    item: q.Item
+    items: list[q.Item]
+    started: float
+
+
+def _reporter(progress: Progress | None) -> _Report | None:
+    """What :func:`_work` calls after each item, from a ``progress=`` argument (None: no
+    report, and no read of the queue's items for it)."""
+    if callable(progress) and not takes_event(progress):
+        legacy = cast(LegacyProgress, progress)
+        return lambda _run, _table, d: legacy(d.item.step, len(d.plan.steps),
+                                      sum(i.state == q.DONE for i in d.items), len(d.items))  # fmt: skip
+    events = dispatcher(progress)
+    if events is None:
+        return None
+    return lambda run_id, table, d: events(_event(run_id, table, d))
+
+
+def _event(run_id: str, table: str, d: _Done) -> ProgressEvent:
+    """A :class:`ProgressEvent` for the item's step: fragments and rows of every done item."""
+    rows = {f.fragment_id: f.row_count for s in d.plan.steps for f in s.fragments}
+    step = d.item.step
+    done = [i for i in d.items if i.state == q.DONE]
+    if not d.items:  # another worker finished the queue (and removed its items) meanwhile
+        done = [q.Item("", "", n, 0, [f.fragment_id for f in s.fragments])
+                for n, s in enumerate(d.plan.steps, 1)]  # fmt: skip
+    frags = [f for i in done if i.step == step for f in i.fragments]
+    step_rows = sum(rows.get(f, 0) for f in frags)
+    run_done = sum(rows.get(f, 0) for i in done for f in i.fragments)
+    totals = [sum(f.row_count for f in s.fragments) for s in d.plan.steps]
+    elapsed = time.perf_counter() - d.started
+    return ProgressEvent(run_id, table, step,
+                         len(d.plan.steps), len(frags), len(d.plan.steps[step - 1].fragments),
+                         step_rows, totals[step - 1], run_done, sum(totals), elapsed,
+                         eta(elapsed, run_done, sum(totals)))  # fmt: skip
+
+
 def _work(
-    run: ChunkRun, plan: Plan, pid: str, opts: QueueOptions, progress: Progress | None
+    run: ChunkRun,
+    plan: Plan,
+    pid: str,
+    opts: QueueOptions,
+    tunings: _Tunings,
+    report: Callable[[_Done], None] | None,
 ) -> None:
     """Lease, compute and commit items until the queue is finished."""
     store, table_id = run.ctx.catalog.store, run.ctx.record.table_id
     owner = q.this_owner(run.run_id)
-    wait = opts.poll_s
+    wait, started = opts.poll_s, time.perf_counter()
     while True:
         got = q.lease_next(store, table_id, pid, owner, opts.lease_s)
         if isinstance(got, q.Finished):
@@ -206,15 +300,18 @@ def _work(
             wait = min(wait * 2, opts.max_poll_s)
             continue
         wait = opts.poll_s
-        _run_item(run, plan, got, store, opts)
-        if callable(progress):  # four arguments: BackfillPlan.run refuses event callbacks
-            states = [i.state for i in q.items(store, table_id, pid)]
-            items_progress = cast(LegacyProgress, progress)
-            items_progress(got.step, len(plan.steps), states.count(q.DONE), len(states))
+        _run_item(run, plan, got, store, opts, tunings.of(got.step))
+        if report is not None:
+            report(_Done(plan, got, q.items(store, table_id, pid), started))
 
 
 def _run_item(
-    run: ChunkRun, plan: Plan, item: q.Item, store: CatalogStore, opts: QueueOptions
+    run: ChunkRun,
+    plan: Plan,
+    item: q.Item,
+    store: CatalogStore,
+    opts: QueueOptions,
+    tuning: StepTuning,
 ) -> None:
     """One leased item: compute and commit its chunk (which marks it done), or settle it."""
     step = plan.steps[item.step - 1]
@@ -225,7 +322,7 @@ def _run_item(
     committed = len(out.versions)
     try:
         with _heartbeats(store, item, opts), q.holding_item(item):
-            run_chunk(run, step, chunk, tag, out)
+            run_chunk(run, step, chunk, tag, out, tuning)
     except q.ItemLeaseLost as exc:  # another worker took the item: its commit counts
         log.warning("backfill of %s: %s", run.ctx.name, exc)
         run.result.warnings.append(str(exc))
@@ -233,6 +330,16 @@ def _run_item(
     except (CommitOutcomeUnknown, CatalogError):  # the catalog, not the item: give it back
         _settle_quietly(store, item, q.PENDING)
         raise
+    except CommitConflict as exc:  # a concurrent writer: a fresh lease recomputes from the head
+        if item.attempts >= CONFLICT_ATTEMPTS:
+            _settle_quietly(store, item, q.FAILED, f"CommitConflict: {str(exc)[:500]}")
+            raise
+        _settle_quietly(store, item, q.PENDING)
+        note = (f"work item {item.step}-{item.chunk} conflicted with a concurrent commit "
+                f"(attempt {item.attempts} of {CONFLICT_ATTEMPTS}), given back: {exc}")  # fmt: skip
+        log.warning("backfill of %s: %s", run.ctx.name, note)
+        run.result.warnings.append(note)
+        return
     except Exception as exc:
         _settle_quietly(store, item, q.FAILED, f"{type(exc).__name__}: {str(exc)[:500]}")
         raise

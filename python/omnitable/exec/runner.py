@@ -219,31 +219,24 @@ def run_plan(
     if plan.is_empty:
         return RunResult(None)
     session = prepare_session(ctx, plan, spark)
-    cluster = Cluster.of_session(session)
-    user = {k: getattr(options, k) for k in ("batch_rows", "fragments_per_task", "memory_mb")}
-    tunings = tune(ctx, plan, cluster, enabled=options.tuning == "on", user=user)
+    cluster, tunings = tune_run(ctx, plan, session, options)
     described = describe(plan, options, tuning=[t.settings() for t in tunings])
     with RunScope(
         ctx.catalog, ctx.record, "backfill", described, abort_on=(ErrorRatioExceeded,)
     ) as run:
         result = RunResult(run.run_id, cluster=cluster.size())
         run.metrics = result.summary
-        for t in tunings:
-            for w in t.warnings:
-                log.warning("backfill of %s: %s", ctx.name, w)
-                result.warnings.append(w)
+        warn_tunings(ctx, tunings, result)
         shared = start_run(session, ctx, run.run_id, options, result)
         rlog = logging.LoggerAdapter(log, {"run_id": run.run_id, "table": ctx.name})
         rlog.info("backfill of %s: %d step(s), run %s", ctx.name, len(plan.steps), run.run_id)
         totals = [sum(f.row_count for f in s.fragments) for s in plan.steps]
         for index, (step, tuning) in enumerate(zip(plan.steps, tunings, strict=True), 1):
-            out = StepResult([f.id for f in step.features])
-            out.settings = tuning.settings()
-            out.routes = {r.feature: r.route for r in tuning.routes}
+            out = step_result(step, tuning)
             result.steps.append(out)
             tracked = _Tracked(report, run.run_id, ctx.name, index, totals, result, started)
             try:
-                _run_step(shared, step, index, out, tracked, _gpu_profile(tuning, cluster, result))
+                _run_step(shared, step, index, out, tracked, gpu_profile(tuning, cluster, result))
             finally:
                 metrics.BACKFILL_SECONDS.inc(time.perf_counter() - tracked.step_started)
             rlog.info("backfill of %s: step %d/%d (%s) committed %d fragment(s), %d row(s) in "
@@ -251,6 +244,32 @@ def run_plan(
                       out.fragments, out.rows, out.seconds)  # fmt: skip
         result.seconds = time.perf_counter() - started
     return result
+
+
+def tune_run(
+    ctx: TableContext, plan: Plan, session: SparkSession, options: RunOptions
+) -> tuple[Cluster, list[StepTuning]]:
+    """The session's cluster and every step's routes and settings (:func:`tune`: the run
+    arguments, then the features' options, then the run history, then the defaults)."""
+    cluster = Cluster.of_session(session)
+    user = {k: getattr(options, k) for k in ("batch_rows", "fragments_per_task", "memory_mb")}
+    return cluster, tune(ctx, plan, cluster, enabled=options.tuning == "on", user=user)
+
+
+def warn_tunings(ctx: TableContext, tunings: list[StepTuning], result: RunResult) -> None:
+    """Log the tunings' warnings (e.g. a GPU preference on a CPU cluster) into ``result``."""
+    for t in tunings:
+        for w in t.warnings:
+            log.warning("backfill of %s: %s", ctx.name, w)
+            result.warnings.append(w)
+
+
+def step_result(step: Step, tuning: StepTuning) -> StepResult:
+    """A step's empty result, with the settings and routes it runs with (as ``runs()`` shows)."""
+    out = StepResult([f.id for f in step.features])
+    out.settings = tuning.settings()
+    out.routes = {r.feature: r.route for r in tuning.routes}
+    return out
 
 
 def prepare_session(ctx: TableContext, plan: Plan, spark: SparkSession | None) -> SparkSession:
@@ -293,7 +312,7 @@ def start_run(
     return ChunkRun(session, ctx, run_id, options, result, driver_escalation)
 
 
-def _gpu_profile(tuning: StepTuning, cluster: Cluster, result: RunResult) -> StepTuning:
+def gpu_profile(tuning: StepTuning, cluster: Cluster, result: RunResult) -> StepTuning:
     """``tuning`` with the resource profile of a GPU stage built when it needs one; a session
     that cannot build one (e.g. an older Spark Connect) runs the stage without it, noted."""
     if not tuning.gpu_stage:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import uuid
+import weakref
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 FUNCTION = "omnitable_scan_metrics"
+_INSTALLED: weakref.WeakSet[SparkSession] = weakref.WeakSet()  # sessions whose listener is on
 
 # Display names of the SQL metrics callers ask for by their plan key (SparkPlan.metrics).
 SQL_METRIC_NAMES = {
@@ -32,7 +34,9 @@ class ScanMetrics:
 
     def __init__(self, spark: SparkSession) -> None:
         self._spark = spark
-        self.snapshot()  # installs the listener: counting starts now
+        if spark not in _INSTALLED:  # one query per session, not per job (a backfill chunk)
+            self.snapshot()  # installs the listener: counting starts now
+            _INSTALLED.add(spark)
 
     def _call(self, *args: str) -> dict[str, Any]:
         quoted = ", ".join("'" + a + "'" for a in args)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from omnitable.catalog.snapshot import Snapshot
-from omnitable.exceptions import ValidationError
+from omnitable.exceptions import CorruptInputError, NotFoundError, ValidationError
 from omnitable.exec.errors import error_offsets
 from omnitable.exec.escalation import TaskProgress, worker_died
 from omnitable.exec.scan_metrics import ScanMetrics
@@ -170,7 +170,9 @@ def execute_chunk(
             except Exception as exc:
                 remaining = _after_worker_death(ctx, exc, progress, remaining, outputs, escalated)
                 continue
-            outputs += [_task_output(json.loads(r.descriptor)) for r in rows]
+            descriptors = [json.loads(r.descriptor) for r in rows]
+            raise_fatal(ctx, descriptors, outputs)
+            outputs += [_task_output(d) for d in descriptors]
             break
     finally:
         if progress is not None:
@@ -207,6 +209,27 @@ def execute_chunk(
             c.get("error"),
         )
     return outputs, skipped, scan, escalated
+
+
+def raise_fatal(
+    ctx: TableContext, descriptors: list[dict[str, Any]], outputs: list[TaskOutput]
+) -> None:
+    """Raise the error a task reported instead of computing (a model artifact that is corrupt
+    or missing, :func:`omnitable.exec.task.compute_partition`), on the driver and without
+    Spark's task retries, after deleting the files the job wrote.
+
+    Raises:
+        CorruptInputError, NotFoundError: as the task reported it (the message names the model,
+            its version and, when corrupt, both SHA-256 hashes).
+    """
+    fatal = [d["fatal"] for d in descriptors if "fatal" in d]
+    if not fatal:
+        return
+    written = [_task_output(d) for d in descriptors if "fatal" not in d] + outputs
+    delete_quietly(ctx.location.fs, [ctx.location.child_path(o.file.path) for o in written])
+    first = fatal[0]
+    cls = NotFoundError if first["error"] == "NotFoundError" else CorruptInputError
+    raise cls(f"Cannot compute feature '{first['feature']}': {first['message']}")
 
 
 def _after_worker_death(

@@ -28,7 +28,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from omnitable.exceptions import ValidationError
+from omnitable.exceptions import CorruptInputError, NotFoundError, ValidationError
 from omnitable.exec.escalation import TaskProgress
 from omnitable.exec.inference import model_caller
 from omnitable.features.definition import Feature, model_reference
@@ -120,6 +120,10 @@ def compute_partition(
     retried = _previous_attempt_failed()
     escalated = set(spec.get("escalate", []))
     progress = TaskProgress(spec["progress"]) if spec.get("progress") else None
+    fatal = _load_models(features)
+    if fatal is not None:  # a row, not a task failure: Spark's task retries cannot help
+        yield pa.RecordBatch.from_pydict({"descriptor": [json.dumps({"fatal": fatal})]})
+        return
     for frag_id, table in _fragments(batches):
         live = _live_offsets(frag_id, spec, table)
         cache: dict[str, pd.Series] = {}
@@ -163,6 +167,20 @@ def compute_partition(
             if progress is not None:
                 progress.completed(descriptor)
             yield pa.RecordBatch.from_pydict({"descriptor": [descriptor]})
+
+
+def _load_models(features: list[Feature]) -> dict[str, str] | None:
+    """Load the models of ``features`` (once per process: :func:`model_caller`); a corrupt or
+    missing artifact as ``{"error": class name, "message", "feature"}`` for the driver to
+    raise (:func:`omnitable.exec.step_job.raise_fatal`), else None."""
+    for f in features:
+        if model_reference(f) is None:
+            continue
+        try:
+            model_caller(f)
+        except (CorruptInputError, NotFoundError) as exc:
+            return {"error": type(exc).__name__, "message": str(exc), "feature": f.name}
+    return None
 
 
 def peak_memory_bytes() -> int:
