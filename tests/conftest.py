@@ -235,6 +235,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
             "spark.sql.adaptive.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
             "spark.databricks.delta.snapshotPartitions": "2",
+            # a model store's env: storage option resolved in the Python workers (tests/models)
+            "spark.executorEnv.OMNITABLE_TEST_WORKER_OPTION": "true",
             **({"spark.jars": str(iceberg)} if iceberg else {}),
         },
     )

@@ -91,3 +91,30 @@ def corrupt(model: CountingLinear, x1: pd.Series) -> pd.Series:
 @omnitable.model_feature(model="nowhere@1", inputs=["x1"], outputs={"y": "double"}, version="1")
 def unknown(model: Any, x1: pd.Series) -> pd.Series:
     return x1
+
+
+WORKER_OPTION = "OMNITABLE_TEST_WORKER_OPTION"  # set in the Spark workers' environment (conftest)
+UNSET_OPTION = "OMNITABLE_TEST_UNSET_OPTION"  # set nowhere
+
+
+@omnitable.model_feature(
+    model="remote@1",
+    inputs=["x1"],
+    outputs={"y": "double"},
+    version="1",
+    storage_options={"skip_instance_cache": f"env:{WORKER_OPTION}"},
+)
+def remote(model: CountingLinear, x1: pd.Series) -> pd.Series:
+    return pd.Series(x1.to_numpy() * model.w[0])
+
+
+@omnitable.model_feature(
+    model="remote@2",
+    inputs=["x1"],
+    outputs={"y": "double"},
+    version="1",
+    name="remote_unset",
+    storage_options={"skip_instance_cache": f"env:{UNSET_OPTION}"},
+)
+def remote_unset(model: CountingLinear, x1: pd.Series) -> pd.Series:
+    return pd.Series(x1.to_numpy() * model.w[0])

@@ -7,6 +7,7 @@ and the session's Spark for the module."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import pickle
 import subprocess
@@ -23,7 +24,8 @@ import omnitable
 from omnitable import ROW_ID
 from omnitable.exceptions import CorruptInputError, ValidationError
 from omnitable.exec.inference import ModelCaller, load_model
-from omnitable.features.definition import model_feature
+from omnitable.features.definition import MODEL_STORAGE_OPTION, model_feature
+from omnitable.models.store import ModelStore
 
 from . import omt_model_features as mf
 
@@ -131,6 +133,47 @@ def test_corrupt_artifact_fails_the_backfill_and_commits_nothing(mwh, spark, tmp
     assert t.read(columns=["y"]).column("y").null_count == N
 
 
+def test_store_options_reach_the_workers_as_references(mwh, spark, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A model whose store needs storage options: the feature carries the ``env:`` references
+    (never a value), each Spark worker resolves them from its own environment; a variable unset
+    there fails the backfill on the driver with a message naming it, and commits nothing."""
+    monkeypatch.setenv(mf.WORKER_OPTION, "true")  # the driver's, to register the artifacts
+    monkeypatch.setenv(mf.UNSET_OPTION, "true")
+    store = ModelStore(
+        mwh.catalog, mwh.root, storage_options={"skip_instance_cache": f"env:{mf.WORKER_OPTION}"}
+    )
+    uri = (tmp_path / "remote-store").as_uri()
+    store.register("remote", "1", mf.CountingLinear([7.0], 0.0, str(tmp_path / "r")), uri=uri)
+    store.register("remote", "2", mf.CountingLinear([9.0], 0.0, str(tmp_path / "r")), uri=uri)
+    t = _table(mwh, "remote_scores", fragment_rows=N)
+    t.register(mf.remote)
+    (stored,) = [f for f in t.features() if f.name == "remote"]
+    assert stored.options[MODEL_STORAGE_OPTION] == {
+        "skip_instance_cache": f"env:{mf.WORKER_OPTION}"
+    }
+    t.backfill("remote").run(spark)
+    got = t.read(columns=["x1", "y"]).to_pandas()
+    np.testing.assert_allclose(got.y, got.x1 * 7.0)
+
+    u = _table(mwh, "remote_unset_scores", fragment_rows=N)
+    u.register(mf.remote_unset)
+    before = u.version
+    with pytest.raises(ValidationError) as info:
+        u.backfill("remote_unset").run(spark)  # unset in the workers (set in this driver)
+    message = str(info.value)
+    assert mf.UNSET_OPTION in message and "skip_instance_cache" in message
+    assert "Traceback" not in message
+    assert u.version == before
+    assert u.read(columns=["y"]).column("y").null_count == N
+    other = model_feature(model="remote@1", inputs=["x1"], outputs={"y": "double"}, version="1",
+                          storage_options={"skip_instance_cache": f"env:{mf.UNSET_OPTION}"})  # fmt: skip
+    with pytest.raises(ValidationError, match="storage options"):
+        t.register(other(mf.remote.fn))  # the version fixes its storage options
+    with pytest.raises(ValidationError, match="looks like a credential"):
+        model_feature(model="remote@1", inputs=["x1"], outputs={"y": "double"}, version="1",
+                      storage_options={"token": "s3cr3t"})(mf.remote.fn)  # fmt: skip
+
+
 def test_register_needs_the_model_and_delete_is_refused_while_used(wh) -> None:  # type: ignore[no-untyped-def]
     t = wh.create_table("refs", {"x1": "double"})
     with pytest.raises(ValidationError, match="model 'nowhere@1' is not in the model store"):
@@ -166,6 +209,11 @@ def test_caller_auto_size_grows_halves_on_oom_and_gpu_falls_back(mwh, tmp_path) 
     with pytest.warns(RuntimeWarning, match="prefers a GPU but this worker has none"):
         load_model(rec, "gpu")
     caller = ModelCaller(fn, rec, ["y"], 16, auto=True)
+    shipped = ModelCaller(abs, rec, ["y"], 16, auto=True, storage={"auto_mkdir": "1"})
+    assert pickle.loads(pickle.dumps(shipped)).storage == {"auto_mkdir": "1"}  # to a child
+    with pytest.raises(ValidationError, match=mf.UNSET_OPTION):  # resolved where it loads
+        load_model(dataclasses.replace(rec, sha256="0" * 64), "cpu",
+                   {"skip_instance_cache": f"env:{mf.UNSET_OPTION}"})  # fmt: skip
     out = caller(pd.Series(np.arange(1000.0)))
     np.testing.assert_allclose(out, np.arange(1000.0))
     assert caller.sizes[:3] == [16, 32, 64]  # doubled after fast calls; 128 ran out of memory

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from omnitable.features.definition import AUTO, MODEL_OPTION, Feature
+from omnitable.features.definition import AUTO, MODEL_OPTION, MODEL_STORAGE_OPTION, Feature
 
 if TYPE_CHECKING:  # imported when a model is used: plain pandas tasks skip the catalog
     from omnitable.models.store import ModelRecord
@@ -57,18 +57,25 @@ def record_of(f: Feature) -> ModelRecord:
     )
 
 
-def load_model(record: ModelRecord, prefer: str = "cpu") -> Any:
+def load_model(
+    record: ModelRecord, prefer: str = "cpu", storage: dict[str, Any] | None = None
+) -> Any:
     """The model of ``record``, loaded and verified once per process (cached by SHA-256).
 
     An ``object`` artifact is unpickled; a ``torch`` file goes through ``torch.load``; any other
     file or directory is passed as its verified local path. ``prefer="gpu"`` moves a torch
-    module to CUDA when there is one, else warns and stays on CPU.
+    module to CUDA when there is one, else warns and stays on CPU. ``storage``: the store's
+    storage options (``env:NAME`` references, checked against the allowed prefixes here and
+    resolved from this process's environment).
+
+    Raises:
+        ValidationError: a storage option is not allowed here or names an unset variable.
     """
     if record.sha256 in _MODELS:
         return _MODELS[record.sha256]
-    from omnitable.models.store import load_verified
+    from omnitable.models.store import check_storage_options, load_verified
 
-    model = load_verified(record)
+    model = load_verified(record, check_storage_options(storage))
     if record.kind == "file" and record.framework == "torch":
         import torch
 
@@ -118,17 +125,19 @@ class ModelCaller:
     size: int
     auto: bool
     prefer: str = "cpu"
+    storage: dict[str, Any] = field(default_factory=dict)  # storage options (references)
     ceiling: int | None = None
     calls: int = 0
     halvings: int = 0
     sizes: list[int] = field(default_factory=list)
 
     def __reduce__(self) -> Any:  # shipped to an isolation child: it loads the model itself
-        return (_rebuild, (self.fn, self.record, self.outputs, self.size, self.auto, self.prefer))
+        return (_rebuild, (self.fn, self.record, self.outputs, self.size, self.auto, self.prefer,
+                           self.storage))  # fmt: skip
 
     def __call__(self, *columns: pd.Series) -> Any:
         n = len(columns[0]) if columns else 0
-        model = load_model(self.record, self.prefer)
+        model = load_model(self.record, self.prefer, self.storage)
         if n == 0:
             return self._frame(self.fn(model, *columns), 0)
         parts: list[pd.DataFrame] = []
@@ -186,8 +195,9 @@ def _rebuild(
     size: int,
     auto: bool,
     prefer: str,
+    storage: dict[str, Any],
 ) -> ModelCaller:
-    return ModelCaller(fn, record, outputs, size, auto, prefer)
+    return ModelCaller(fn, record, outputs, size, auto, prefer, storage)
 
 
 def model_caller(f: Feature) -> ModelCaller:
@@ -196,6 +206,7 @@ def model_caller(f: Feature) -> ModelCaller:
     Raises:
         CorruptInputError: the model's artifact does not match its SHA-256.
         NotFoundError: the artifact is missing.
+        ValidationError: its storage options cannot be resolved here (:func:`load_model`).
     """
     key = f"{f.id}:{f.code_fingerprint}:{f.options['model_sha256']}"
     caller = _CALLERS.get(key)
@@ -204,8 +215,9 @@ def model_caller(f: Feature) -> ModelCaller:
         batch_size = f.options.get("batch_size", AUTO)
         auto = batch_size == AUTO
         record = record_of(f)
-        load_model(record, f.prefer)  # fail the task now if the artifact is corrupt
+        storage = dict(f.options.get(MODEL_STORAGE_OPTION) or {})
+        load_model(record, f.prefer, storage)  # fail the task now if the artifact is corrupt
         size = AUTO_START_ROWS if auto else int(batch_size)
-        caller = ModelCaller(f.fn, record, list(f.outputs), size, auto, f.prefer)
+        caller = ModelCaller(f.fn, record, list(f.outputs), size, auto, f.prefer, storage)
         _CALLERS[key] = caller
     return caller

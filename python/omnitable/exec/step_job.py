@@ -215,12 +215,14 @@ def raise_fatal(
     ctx: TableContext, descriptors: list[dict[str, Any]], outputs: list[TaskOutput]
 ) -> None:
     """Raise the error a task reported instead of computing (a model artifact that is corrupt
-    or missing, :func:`omnitable.exec.task.compute_partition`), on the driver and without
-    Spark's task retries, after deleting the files the job wrote.
+    or missing, or storage options the worker cannot resolve,
+    :func:`omnitable.exec.task.compute_partition`), on the driver and without Spark's task
+    retries, after deleting the files the job wrote.
 
     Raises:
-        CorruptInputError, NotFoundError: as the task reported it (the message names the model,
-            its version and, when corrupt, both SHA-256 hashes).
+        CorruptInputError, NotFoundError, ValidationError: as the task reported it (the message
+            names the model, its version and, when corrupt, both SHA-256 hashes; for storage
+            options, the option and the variable, never a value).
     """
     fatal = [d["fatal"] for d in descriptors if "fatal" in d]
     if not fatal:
@@ -228,7 +230,8 @@ def raise_fatal(
     written = [_task_output(d) for d in descriptors if "fatal" not in d] + outputs
     delete_quietly(ctx.location.fs, [ctx.location.child_path(o.file.path) for o in written])
     first = fatal[0]
-    cls = NotFoundError if first["error"] == "NotFoundError" else CorruptInputError
+    classes = {"NotFoundError": NotFoundError, "ValidationError": ValidationError}
+    cls = classes.get(first["error"], CorruptInputError)
     raise cls(f"Cannot compute feature '{first['feature']}': {first['message']}")
 
 

@@ -171,14 +171,15 @@ def compute_partition(
 
 def _load_models(features: list[Feature]) -> dict[str, str] | None:
     """Load the models of ``features`` (once per process: :func:`model_caller`); a corrupt or
-    missing artifact as ``{"error": class name, "message", "feature"}`` for the driver to
-    raise (:func:`omnitable.exec.step_job.raise_fatal`), else None."""
+    missing artifact, or storage options this worker cannot resolve, as ``{"error": class
+    name, "message", "feature"}`` for the driver to raise
+    (:func:`omnitable.exec.step_job.raise_fatal`), else None."""
     for f in features:
         if model_reference(f) is None:
             continue
         try:
             model_caller(f)
-        except (CorruptInputError, NotFoundError) as exc:
+        except (CorruptInputError, NotFoundError, ValidationError) as exc:
             return {"error": type(exc).__name__, "message": str(exc), "feature": f.name}
     return None
 

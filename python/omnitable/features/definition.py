@@ -44,7 +44,8 @@ class Feature:
         kind: "pandas" (vectorized Python over pandas Series) or "sql" (Spark SQL expression).
         prefer: execution preference, "cpu" or "gpu".
         options: isolation and resource hints (timeout_s, memory_mb, batch_rows, isolation);
-            a model feature's ``model`` (name@version), ``batch_size`` and, once registered,
+            a model feature's ``model`` (name@version), ``batch_size``, its store's
+            ``model_storage_options`` (references only) and, once registered,
             ``model_sha256``, ``model_path``, ``model_kind``, ``model_framework``.
         payload: for a pandas feature stored by value, its pickled code's file, hash and
             recorded environment (:func:`omnitable.features.payload.pickle_function`).
@@ -196,6 +197,7 @@ def feature(
 
 
 MODEL_OPTION = "model"  # options key of a model feature's "name@version"
+MODEL_STORAGE_OPTION = "model_storage_options"  # its store's storage options (references)
 AUTO = "auto"
 
 
@@ -211,6 +213,7 @@ def model_feature(
     timeout_s: float | None = None,
     memory_mb: int | None = None,
     isolation: str = "auto",
+    storage_options: Mapping[str, Any] | None = None,
 ) -> Callable[[Callable[..., Any]], Feature]:
     """Decorator making ``fn(model, *input_series)`` a feature that calls a stored model
     (docs/models.md, "Model features").
@@ -220,6 +223,9 @@ def model_feature(
     (verified by hash) and calls ``fn`` on micro-batches of ``batch_size`` rows (an int, or
     ``"auto"``: adapted while running). ``fn`` returns a Series / DataFrame as a pandas feature
     does, or an array-like (a NumPy array, list or torch tensor: one column per output).
+    ``storage_options``: those of the model's store when its artifacts need them (credentials
+    as ``env:NAME`` references, validated like ``ModelStore``'s): each worker resolves them from
+    its own environment when it loads the model; they are part of the registered version.
 
     Example::
 
@@ -228,7 +234,7 @@ def model_feature(
         def score(model, x):
             return model.predict(x.to_numpy()[:, None])
     """
-    from omnitable.models.store import check_model_id
+    from omnitable.models.store import check_model_id, check_storage_options
 
     def wrap(fn: Callable[..., Any]) -> Feature:
         f = feature(
@@ -255,6 +261,9 @@ def model_feature(
                 f"positive int (rows per model call), got {batch_size!r}"
             )
         options = dict(f.options, **{MODEL_OPTION: model, "batch_size": batch_size})
+        storage = check_storage_options(storage_options)
+        if storage:
+            options[MODEL_STORAGE_OPTION] = storage
         return dataclasses.replace(f, options=options)
 
     return wrap

@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, FeatureRow, NewColumn
 from omnitable.exceptions import NotFoundError, ValidationError
-from omnitable.features.definition import MODEL_OPTION, Feature, model_reference, storable
+from omnitable.features.definition import (
+    MODEL_OPTION,
+    MODEL_STORAGE_OPTION,
+    Feature,
+    model_reference,
+    storable,
+)
 from omnitable.features.graph import FeatureGraph
 from omnitable.features.payload import write_payload
 from omnitable.models.store import ModelStore
@@ -193,7 +199,8 @@ def _check_version_rule(ctx: TableContext, f: Feature) -> None:
         if row["fingerprint"] != f.code_fingerprint or not same_shape:
             raise ValidationError(
                 f"Cannot register feature '{f.name}': version {f.version} is already registered "
-                "with different code or inputs/outputs; bump the version (e.g. "
+                "with different code, inputs/outputs or model (reference, hash, storage options); "
+                "bump the version (e.g. "
                 f'version="{_next_version(f.version)}") so computed columns are marked stale'
             )
 
@@ -225,8 +232,10 @@ def _with_model(ctx: TableContext, f: Feature) -> Feature:
     return dataclasses.replace(f, options={**f.options, **found})
 
 
-def _model_of(options: dict[str, Any]) -> tuple[Any, Any]:
-    return options.get(MODEL_OPTION), options.get("model_sha256")
+def _model_of(options: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """What a registered version fixes of its model: reference, hash, storage options."""
+    return (options.get(MODEL_OPTION), options.get("model_sha256"),
+            options.get(MODEL_STORAGE_OPTION) or None)  # fmt: skip
 
 
 def _next_version(v: str) -> str:
