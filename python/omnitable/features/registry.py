@@ -199,8 +199,7 @@ def _check_version_rule(ctx: TableContext, f: Feature) -> None:
         if row["fingerprint"] != f.code_fingerprint or not same_shape:
             raise ValidationError(
                 f"Cannot register feature '{f.name}': version {f.version} is already registered "
-                "with different code, inputs/outputs or model (reference, hash, storage options); "
-                "bump the version (e.g. "
+                "with different code or inputs/outputs; bump the version (e.g. "
                 f'version="{_next_version(f.version)}") so computed columns are marked stale'
             )
 
