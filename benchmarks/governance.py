@@ -46,16 +46,16 @@ from benchmarks.common import (
 )
 
 VIEW_SWITCH = "spark.omnitable.optimizer.views.enabled"
+VIEW_FILES_SWITCH = "spark.omnitable.optimizer.views.recorded_files"
 
 
-def _tables(fragments: int, rows: int) -> tuple[Any, Any, Any, Any, float]:
-    """A warehouse with ``tiny`` (``fragments`` fragments) and ``compacted`` (the same rows,
-    then compacted); returns the compaction time too."""
+def _tables(fragments: int, rows: int, path: Any) -> tuple[Any, Any, Any, Any, float]:
+    """A warehouse at ``path`` with ``tiny`` (``fragments`` fragments) and ``compacted`` (the
+    same rows, then compacted); returns the compaction time too."""
     import pyarrow as pa
 
     import omnitable
 
-    path = BENCH_DIR / f"governance-{uuid.uuid4().hex[:6]}"
     wh = omnitable.connect(str(path))
     data = pa.table({
         "text": [f"row {i} " + "lorem ipsum " * (i % 7) for i in range(rows)],
@@ -195,29 +195,33 @@ def _views(
     assert res.outcome == "committed", res
     out_dir = path / "export"
 
-    def export(view: bool) -> None:
-        spark.conf.set(VIEW_SWITCH, str(view).lower())
+    def use(read: str) -> None:  # "zip", "view" (recorded files) or "delta" (the view via Delta)
+        spark.conf.set(VIEW_SWITCH, str(read != "zip").lower())
+        spark.conf.set(VIEW_FILES_SWITCH, str(read == "view").lower())
+
+    def export(read: str) -> None:
+        use(read)
         df = t.to_spark(spark).where("c0 < 0.01").select(*hot)
-        df.write.mode("overwrite").parquet(str(out_dir / ("view" if view else "zip")))
+        df.write.mode("overwrite").parquet(str(out_dir / read))
 
-    export(True)
-    export(False)
-    got = sorted(map(tuple, spark.read.parquet(str(out_dir / "view")).collect()))
-    assert got == sorted(map(tuple, spark.read.parquet(str(out_dir / "zip")).collect()))
-    spark.conf.set(VIEW_SWITCH, "true")
-    plan = t.to_spark(spark).where("c0 < 0.01").select(*hot)._jdf.queryExecution()
-    assert "ColumnViewRead" in plan.executedPlan().toString(), "the view was not used"
+    for read in ("view", "delta", "zip"):
+        export(read)
+    want = sorted(map(tuple, spark.read.parquet(str(out_dir / "zip")).collect()))
+    for read in ("view", "delta"):
+        assert sorted(map(tuple, spark.read.parquet(str(out_dir / read)).collect())) == want
+        use(read)
+        plan = t.to_spark(spark).where("c0 < 0.01").select(*hot)._jdf.queryExecution()
+        assert "ColumnViewRead" in plan.executedPlan().toString(), "the view was not used"
 
-    def plan_only(view: bool) -> None:  # analysis + optimization + physical planning, no job
-        spark.conf.set(VIEW_SWITCH, str(view).lower())
+    def plan_only(read: str) -> None:  # analysis + optimization + physical planning, no job
+        use(read)
         t.to_spark(spark).where("c0 < 0.01").select(*hot)._jdf.queryExecution().executedPlan()
 
-    times = time_interleaved(
-        {"view": lambda: export(True), "zip": lambda: export(False),
-         "plan_view": lambda: plan_only(True), "plan_zip": lambda: plan_only(False)},
-        repeats=3 * repeats,
-    )  # fmt: skip
+    variants = {r: (lambda r=r: export(r)) for r in ("view", "delta", "zip")}
+    variants.update({f"plan_{r}": (lambda r=r: plan_only(r)) for r in ("view", "delta", "zip")})
+    times = time_interleaved(variants, repeats=3 * repeats)
     spark.conf.unset(VIEW_SWITCH)
+    spark.conf.unset(VIEW_FILES_SWITCH)
     table_dir = t._ctx.location.path
     view_bytes = _dir_bytes(t._ctx.location.child_path(t.views()[0]["path"]))
     data_bytes = _dir_bytes(table_dir) - view_bytes
@@ -234,8 +238,15 @@ def _views(
         ("(b) 1 % export of 4 hot columns, zip read", fmt_seconds(times["zip"]), ""),
         ("(b) 1 % export of 4 hot columns, fresh view", fmt_seconds(times["view"]), ""),
         ("(b) export: zip / view", fmt_ratio(ratio), ">= 4x"),
+        (
+            "(b) the same view read through Delta (recorded files off)",
+            fmt_seconds(times["delta"]),
+            "",
+        ),
+        ("(b) export: zip / view through Delta", fmt_ratio(times["zip"] / times["delta"]), ""),
         ("(b) planning only (executedPlan), zip read", fmt_seconds(times["plan_zip"]), ""),
         ("(b) planning only (executedPlan), fresh view", fmt_seconds(times["plan_view"]), ""),
+        ("(b) planning only, view through Delta", fmt_seconds(times["plan_delta"]), ""),
         ("(b) export minus planning: zip / view", fmt_ratio(run_ratio), ""),
         ("(b) view data files", f"{view_files:,}", ""),
         ("(b) view storage", fmt_bytes(view_bytes), ""),
@@ -259,9 +270,41 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument(
         "--view-fragment-rows", type=int, default=None, help="(b): rows per fragment (--rows / 4)"
     )
+    parser.add_argument("--only", default="a,b,c", help="parts to run, of a,b,c (default all)")
     args = parser.parse_args(argv)
-    path, wh, tiny, compacted, took = _tables(args.fragments, args.rows)
+    import omnitable
+
+    parts = {p.strip() for p in args.only.split(",") if p.strip()}
+    if not parts or parts - {"a", "b", "c"}:
+        parser.error(f"--only takes parts of a,b,c; got {args.only!r}")
+    path = BENCH_DIR / f"governance-{uuid.uuid4().hex[:6]}"
+    path.mkdir(parents=True)
     out: dict[str, float] = {}
+    rows: list[tuple[str, str, str]] = []
+    try:
+        if "a" in parts:
+            rows += _compaction_rows(args, path, out)
+        if "b" in parts and not args.no_spark:
+            wh = omnitable.connect(str(path / "views"))
+            try:
+                view_rows, figures = _views(
+                    wh, path, args.rows, args.view_batches, args.repeats, args.view_fragment_rows
+                )
+            finally:
+                wh.close()
+            rows += view_rows
+            out.update(figures)
+        if "c" in parts:
+            rows += _wide_rows(args, path, out)
+        report("governance", rows)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+    return out
+
+
+def _compaction_rows(args: Any, path: Any, out: dict[str, float]) -> list[tuple[str, str, str]]:
+    """(a): full reads (and, with Spark, one-batch backfills) before vs after compaction."""
+    _, wh, tiny, compacted, took = _tables(args.fragments, args.rows, path / "compaction")
     try:
         reads = time_interleaved(
             {"tiny": lambda: tiny.read(), "compacted": lambda: compacted.read()},
@@ -284,14 +327,6 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 ("(a) one-batch backfill, compacted", fmt_seconds(fills["compacted"]), ""),
                 ("(a) backfill: before / after", fmt_ratio(out["backfill_ratio"]), ">= 5x"),
             ]  # fmt: skip
-            view_rows, figures = _views(
-                wh, path, args.rows, args.view_batches, args.repeats, args.view_fragment_rows
-            )
-            rows += view_rows
-            out.update(figures)
-        rows += _wide_rows(args, path, out)
-        report("governance", rows)
+        return rows
     finally:
         wh.close()
-        shutil.rmtree(path, ignore_errors=True)
-    return out

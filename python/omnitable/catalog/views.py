@@ -6,7 +6,15 @@ table under the table location (``views/<name>-<token>``), one partition per bat
 (``_view_batch_`` = the batch id). Its record lives in the existing ``omnitable_meta`` table
 under the key ``views:<table_id>`` (the catalog schema is not changed for it): a JSON object
 ``{name: {"columns": [...], "column_ids": {name: id}, "path": ..., "delta_version": v | null,
-"batches": {batch_id: fingerprint}, "refreshed_version": v | null, "branch": b | null}}``.
+"batches": {batch_id: fingerprint}, "refreshed_version": v | null, "branch": b | null,
+"files": [[relative path, size], ...] | null, "schema": spark schema json | null}}``.
+
+``files`` and ``schema`` describe the Delta version's data files (paths relative to the view's
+directory, in bytes) and its columns (without ``_view_batch_``), as recorded by the refresh: the
+JVM rule reads those Parquet files directly, skipping Delta's snapshot and file listing per
+query. They are null when the refresh could not record them (a Delta table with column mapping
+or deletion vectors enabled, a record written before they existed): readers then read the Delta
+table at ``delta_version``.
 
 A batch's **fingerprint** (:func:`fingerprints`) names exactly what the view's rows of that batch
 came from: the batch id and, per fragment (by id), its deletion vector id and the ids of its
@@ -40,7 +48,8 @@ BATCH_COLUMN = "_view_batch_"
 class ViewRecord:
     """One declared view. ``delta_version``: the Delta version holding exactly ``batches`` (None:
     never refreshed); ``batches``: batch id -> fingerprint of what that version's rows came
-    from."""
+    from; ``files``, ``schema``: that version's data files (relative path, bytes) and Spark
+    schema (JSON, without ``_view_batch_``), None when not recorded (module docstring)."""
 
     name: str
     columns: tuple[str, ...]
@@ -50,6 +59,8 @@ class ViewRecord:
     batches: dict[str, str] = field(default_factory=dict)
     refreshed_version: int | None = None
     branch: str | None = None
+    files: tuple[tuple[str, int], ...] | None = None
+    schema: str | None = None
 
     def to_doc(self) -> dict[str, Any]:
         return {
@@ -60,12 +71,15 @@ class ViewRecord:
             "batches": dict(sorted(self.batches.items())),
             "refreshed_version": self.refreshed_version,
             "branch": self.branch,
+            "files": None if self.files is None else [[p, n] for p, n in self.files],
+            "schema": self.schema,
         }
 
     @classmethod
     def from_doc(cls, name: str, doc: dict[str, Any]) -> ViewRecord:
         dv = doc.get("delta_version")
         rv = doc.get("refreshed_version")
+        files = doc.get("files")
         return cls(
             name,
             tuple(str(c) for c in doc["columns"]),
@@ -75,14 +89,24 @@ class ViewRecord:
             {str(k): str(v) for k, v in doc.get("batches", {}).items()},
             None if rv is None else int(rv),
             doc.get("branch"),
+            None if files is None else tuple((str(p), int(n)) for p, n in files),
+            doc.get("schema"),
         )
 
     def refreshed(
-        self, delta_version: int, fps: dict[str, str], version: int, branch: str
+        self,
+        delta_version: int,
+        fps: dict[str, str],
+        version: int,
+        branch: str,
+        files: tuple[tuple[str, int], ...] | None = None,
+        schema: str | None = None,
     ) -> ViewRecord:
+        """This view as recorded by a refresh to ``delta_version`` (``files``, ``schema``: that
+        version's data files and columns, or None when not recorded)."""
         return replace(
             self, delta_version=delta_version, batches=dict(fps), refreshed_version=version,
-            branch=branch,
+            branch=branch, files=files, schema=schema,
         )  # fmt: skip
 
 

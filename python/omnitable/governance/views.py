@@ -12,10 +12,13 @@
   (``_view_batch_``) of those batches and of the dropped ones (``replaceWhere``); each batch's
   rows go to one task (files of at most ``VIEW_FILE_ROWS`` rows), sorted by the view's first
   declared column. The catalog is not touched: readers keep reading the recorded Delta version.
+  The new version's data files (relative paths, sizes) and schema are noted for the record
+  (:func:`_data_files`).
 - **Commit** records, per view and in one catalog transaction under the table lock, the new
-  Delta version and fingerprints, after checking that nobody changed the view's record since
-  Prepare and that the Delta commit sits directly on the recorded version
-  (:class:`~omnitable.exceptions.CommitConflict` otherwise: the next attempt rewrites it whole).
+  Delta version, its data files and schema, and the fingerprints, after checking that nobody
+  changed the view's record since Prepare and that the Delta commit sits directly on the
+  recorded version (:class:`~omnitable.exceptions.CommitConflict` otherwise: the next attempt
+  rewrites it whole).
 
 A crash between the Delta commit and the record leaves the record naming the old Delta version
 and the old fingerprints: the view is stale for the new data, never wrongly fresh.
@@ -29,8 +32,9 @@ import hashlib
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from omnitable._failpoints import failpoint
 from omnitable.catalog.references import VIEWS_DIR
@@ -58,11 +62,14 @@ VIEW_FILE_ROWS = 1_000_000  # rows per data file of a view's Delta table, at mos
 
 @dataclass(frozen=True)
 class _Written:
-    """One view's Delta commit: its version and the version it was written on top of."""
+    """One view's Delta commit: its version, the version it was written on top of, and the new
+    version's data files and schema when they can be read as plain Parquet (:func:`_data_files`)."""
 
     view: str
     delta_version: int
     parent_version: int | None
+    files: tuple[tuple[str, int], ...] | None = None
+    schema: str | None = None
 
 
 class ViewsJob:
@@ -175,8 +182,9 @@ class ViewsJob:
                         "outside a recorded refresh; it is rewritten whole next time"
                     )
                 records[name] = rec.refreshed(
-                    w.delta_version, dict(a["fingerprints"]), plan.base_version, ctx.branch
-                )
+                    w.delta_version, dict(a["fingerprints"]), plan.base_version, ctx.branch,
+                    w.files, w.schema,
+                )  # fmt: skip
             write_views(conn, ctx.record.table_id, records)
         summary = dict(plan.summary)
         summary["delta_versions"] = {w.view: w.delta_version for w in written.values()}
@@ -283,7 +291,47 @@ def _write_view(
         ids = ", ".join(f"'{b}'" for b in sorted(set(write) | set(action["drop"])))
         writer = writer.option("replaceWhere", f"{BATCH_COLUMN} IN ({ids})")
     writer.save(uri)
-    return _committed(spark, uri, record.name, token)
+    done = _committed(spark, uri, record.name, token)
+    files, schema = _data_files(spark, ctx, record, uri, done.delta_version)
+    return replace(done, files=files, schema=schema)
+
+
+# table properties under which a Delta version's data files are not plain Parquet of its rows
+_NOT_PLAIN = {"delta.columnMapping.mode": "none", "delta.enableDeletionVectors": "false"}
+
+
+def _data_files(
+    spark: SparkSession, ctx: TableContext, record: ViewRecord, uri: str, version: int
+) -> tuple[tuple[tuple[str, int], ...] | None, str | None]:
+    """The data files of the view's Delta ``version`` (paths relative to the view directory,
+    sizes) and its schema without ``_view_batch_`` (Spark JSON), which the JVM rule reads as
+    plain Parquet; ``(None, None)`` when they are not plain Parquet of the version's rows (column
+    mapping or deletion vectors enabled) or a file is not where its path says."""
+    import pyarrow.fs as pafs
+    from pyspark.sql.types import StructType
+
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{uri}`").select("properties").first()
+    if detail is None:
+        return None, None
+    props = {str(k): str(v).lower() for k, v in dict(detail["properties"] or {}).items()}
+    if any(props.get(k, ok) != ok for k, ok in _NOT_PLAIN.items()):
+        return None, None
+    df = spark.read.format("delta").option("versionAsOf", str(version)).load(uri)
+    marker = f"/{BATCH_COLUMN}="
+    relative = []
+    for path in df.inputFiles():
+        at = path.rfind(marker)
+        if at < 0:
+            return None, None
+        relative.append(unquote(path[at + 1 :]))
+    infos = ctx.location.fs.get_file_info(
+        [ctx.location.child_path(f"{record.path}/{p}") for p in relative]
+    )
+    if any(i.type != pafs.FileType.File for i in infos):
+        return None, None
+    files = tuple(sorted((p, int(i.size)) for p, i in zip(relative, infos, strict=True)))
+    schema = StructType([f for f in df.schema.fields if f.name != BATCH_COLUMN])
+    return files, schema.json()
 
 
 def _committed(spark: SparkSession, uri: str, view: str, token: str) -> _Written:

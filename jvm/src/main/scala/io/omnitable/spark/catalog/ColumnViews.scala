@@ -12,7 +12,10 @@ import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
  * A declared hot column-group view (python/omnitable/catalog/views.py, docs/governance.md "Hot
  * column-group views"): `columns` (with `_ai_unique_id_`) of a table materialized as the Delta
  * table at `path` (relative to the table directory). `deltaVersion` holds exactly the rows of the
- * batches in `batches` (batch id -> fingerprint); None: never refreshed.
+ * batches in `batches` (batch id -> fingerprint); None: never refreshed. `files` (path relative to
+ * the view directory, bytes) and `schema` (Spark JSON, without `_view_batch_`) are that version's
+ * data files and columns as the refresh recorded them, plain Parquet; None: not recorded (read the
+ * Delta table at `deltaVersion`).
  */
 final case class ColumnView(
     name: String,
@@ -20,7 +23,9 @@ final case class ColumnView(
     columnIds: Map[String, Int],
     path: String,
     deltaVersion: Option[Long],
-    batches: Map[String, String])
+    batches: Map[String, String],
+    files: Option[Seq[(String, Long)]] = None,
+    schema: Option[String] = None)
 
 object ColumnViews {
 
@@ -45,13 +50,18 @@ object ColumnViews {
     val dv = Option(n.get("delta_version")).filterNot(_.isNull).map(_.asLong())
     val batches = Option(n.get("batches")).filterNot(_.isNull).map(_.properties().asScala.map(e =>
       e.getKey -> e.getValue.asText()).toMap).getOrElse(Map.empty)
+    val files = Option(n.get("files")).filter(_.isArray).map(_.elements().asScala.map(f =>
+      f.get(0).asText() -> f.get(1).asLong()).toSeq)
     ColumnView(
       name,
       n.get("columns").elements().asScala.map(_.asText()).toSeq,
       ids,
       n.get("path").asText(),
       dv,
-      batches)
+      batches,
+      files,
+      Option(n.get("schema")).filter(_.isTextual).map(_.asText())
+    )
   }
 
   /**

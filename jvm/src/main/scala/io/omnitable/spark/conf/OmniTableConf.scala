@@ -230,6 +230,16 @@ object OmniTableConf {
     boolean
   ))
 
+  val VIEWS_RECORDED_FILES: OmniTableConfEntry[Boolean] = declare(OmniTableConfEntry(
+    "spark.omnitable.optimizer.views.recorded_files",
+    None,
+    Some(true),
+    "Rule UseFreshColumnViews reads a fresh view's data files as its refresh recorded them (plain " +
+      "Parquet, no Delta snapshot or file listing per query); false, or a view without recorded " +
+      "files: the view's Delta table at the recorded version.",
+    boolean
+  ))
+
   val MERGE_BROADCAST_BYTES: OmniTableConfEntry[Long] = declare(OmniTableConfEntry(
     "spark.omnitable.optimizer.merge_broadcast_bytes",
     None,
@@ -331,6 +341,7 @@ final class OmniTableConf(options: Map[String, String], session: String => Optio
   def lateMaterialization: Boolean = get(LATE_MATERIALIZATION)
   def lateMaterializationMaxSelectivity: Double = get(LATE_MATERIALIZATION_MAX_SELECTIVITY)
   def views: Boolean = get(VIEWS)
+  def viewsRecordedFiles: Boolean = get(VIEWS_RECORDED_FILES)
   def mergeBroadcastBytes: Long = get(MERGE_BROADCAST_BYTES)
   def metadataPageSize: Int = get(METADATA_PAGE_SIZE)
 

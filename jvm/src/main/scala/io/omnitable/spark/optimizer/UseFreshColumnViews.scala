@@ -21,14 +21,15 @@ import org.apache.spark.sql.omnitable.SqlInternals
  * view is **fresh** for the snapshot read — the catalog's per-batch fingerprints of the snapshot
  * (its batch ids, fragments, deletion vectors and the files carrying the view's columns) equal
  * the ones the view recorded with its Delta version, and the view's column ids still carry their
- * names. The Delta table is then read at exactly that version; filters above are pushed into it by
- * Spark. Any other case (stale, never refreshed, a batch or fragment read option, a metadata
+ * names. The view is then read at exactly that version: the data files its refresh recorded for it,
+ * as plain Parquet ([[ViewFiles]]), or the Delta table at that version when none were recorded;
+ * filters above are pushed into the scan by Spark. Any other case (stale, never refreshed, a batch or fragment read option, a metadata
  * column, a type difference) reads the table as before.
  *
  * Matches a `Project` over Projects and Filters over one OmniTable relation (the columns those
  * operators reference are the ones the read needs) and replaces only the relation: every operator
  * above stays, so filters and UDFs see exactly the rows they would have seen. EXPLAIN shows a
- * `ColumnViewRead <table>.<view>` node over the chain, which reads the Delta table. Off with `spark.omnitable.optimizer.views.enabled=false`.
+ * `ColumnViewRead <table>.<view>` node over the chain, which reads the view. Off with `spark.omnitable.optimizer.views.enabled=false`.
  */
 object UseFreshColumnViews extends Rule[LogicalPlan] {
 
@@ -72,7 +73,7 @@ object UseFreshColumnViews extends Rule[LogicalPlan] {
     case _ => Nil
   }
 
-  /** The fresh view's Delta read standing for `rel` (same output attributes), if one applies. */
+  /** The fresh view's read standing for `rel` (same output attributes), if one applies. */
   private def viewRead(rel: DataSourceV2Relation, table: OmniTableTable, needed: AttributeSet)
       : Option[(String, LogicalPlan)] = {
     val handle = table.handle
@@ -127,9 +128,13 @@ object UseFreshColumnViews extends Rule[LogicalPlan] {
   private def plan(rel: DataSourceV2Relation, table: OmniTableTable, v: ColumnView, needed: AttributeSet)
       : Option[LogicalPlan] =
     try {
-      val path = table.handle.snapshot.tableUri + "/" + v.path
-      val df = SparkSession.active.read.format("delta").option("versionAsOf", v.deltaVersion.get.toString).load(path)
-      val delta = SqlInternals.analyzedPlan(df)
+      val tableUri = table.handle.snapshot.tableUri
+      val recorded = if (OmniTableConf.fromSQLConf().viewsRecordedFiles) ViewFiles.relation(tableUri, v) else None
+      val delta = recorded.getOrElse {
+        val path = tableUri + "/" + v.path
+        val df = SparkSession.active.read.format("delta").option("versionAsOf", v.deltaVersion.get.toString).load(path)
+        SqlInternals.analyzedPlan(df)
+      }
       val byName = delta.output.map(a => a.name -> a).toMap
       val list: Seq[Option[NamedExpression]] = rel.output.filter(needed.contains).map { a =>
         byName.get(a.name).filter(_.dataType == a.dataType).map(d => Alias(d, a.name)(a.exprId, a.qualifier))
