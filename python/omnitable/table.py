@@ -844,7 +844,8 @@ class Table:
 
     def views(self) -> list[dict[str, Any]]:
         """The declared views: name, columns, Delta path, recorded Delta version and batches,
-        the table version and branch of the last refresh."""
+        the table version and branch of the last refresh, and the number of data files recorded
+        with it (Spark reads them directly; None: not recorded, Spark reads through Delta)."""
         from omnitable.governance.views import list_views
 
         return [_view_info(v) for v in list_views(self._ctx)]
@@ -1023,4 +1024,5 @@ def _view_info(view: Any) -> dict[str, Any]:
     doc = view.to_doc()
     return {"name": view.name, "columns": doc["columns"], "path": doc["path"],
             "delta_version": doc["delta_version"], "batches": len(doc["batches"]),
-            "refreshed_version": doc["refreshed_version"], "branch": doc["branch"]}  # fmt: skip
+            "refreshed_version": doc["refreshed_version"], "branch": doc["branch"],
+            "data_files": None if doc["files"] is None else len(doc["files"])}  # fmt: skip

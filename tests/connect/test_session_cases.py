@@ -180,6 +180,7 @@ def test_hot_column_view_refresh_and_read(
     t.create_view("hot", ["a"])
     (res,) = t.maintain(["views"], options={"views": {"spark": session}})
     assert res.outcome == "committed"
+    assert t.views()[0]["data_files"] == 1  # recorded through this session: read directly
     query = f"SELECT a FROM {catalog}.hotv WHERE a > 6"
     assert "ColumnViewRead" in session.sql(f"EXPLAIN {query}").first()[0]
     assert sorted(r.a for r in session.sql(query).collect()) == [7, 8, 9]

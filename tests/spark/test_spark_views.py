@@ -285,6 +285,7 @@ def test_a_fresh_view_reads_the_files_its_refresh_recorded(
 
         rec = read_views(conn, t._ctx.record.table_id)["hot"]
     assert rec.files is not None and len(rec.files) == 2  # one file per batch partition
+    assert t.views()[0]["data_files"] == 2
     root = Path(t.location.child_path(path))
     for rel, size in rec.files:
         assert rel.startswith("_view_batch_=") and (root / rel).stat().st_size == size
@@ -337,5 +338,6 @@ def test_a_view_without_recorded_files_reads_its_delta_version(
     with store.read() as conn:
         rec = read_views(conn, table_id)["hot"]
     assert rec.files is None and rec.schema is None
+    assert t.views()[0]["data_files"] is None
     assert "delta" in _scan(_query(spark, t)).lower()
     _check(spark, t, fresh=True)
