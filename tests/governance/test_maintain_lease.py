@@ -6,13 +6,9 @@ lease is taken for the job and released after it; a dry run takes none."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pytest
 from sqlalchemy import text
 
@@ -21,31 +17,15 @@ from omnitable._failpoints import hooked
 from omnitable.catalog.lease import Holder, acquire, holder, lease_key
 from omnitable.cli.main import main
 
+from .conftest import decayed_table, table_files
+
 pytestmark = pytest.mark.shared_warehouse
-
-
-@pytest.fixture
-def name(request: pytest.FixtureRequest) -> str:
-    return "ml_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:16]
-
-
-def _table(wh: omnitable.Warehouse, name: str) -> omnitable.Table:
-    """12 rows in 4 fragments of one batch, 2 of them deleted: compact and fold both apply."""
-    t = wh.create_table(name, {"x": "bigint"})
-    t.append(pa.table({"x": list(range(12))}), "b0", target_fragment_rows=3)
-    t.delete(pc.field("x") < 2)
-    return t
-
-
-def _files(t: omnitable.Table) -> set[str]:
-    sel = pafs.FileSelector(t.location.path, recursive=True, allow_not_found=True)
-    return {i.path for i in t.location.fs.get_file_info(sel) if i.type == pafs.FileType.File}
 
 
 def test_a_held_lease_is_reported_and_the_other_jobs_run(
     wh: omnitable.Warehouse, name: str
 ) -> None:
-    t = _table(wh, name)
+    t = decayed_table(wh, name)
     store, table_id = wh.catalog.store, t.record.table_id
     held = acquire(store, table_id, "fold", "service-A", 60)
     assert not isinstance(held, Holder)
@@ -64,10 +44,10 @@ def test_a_held_lease_is_reported_and_the_other_jobs_run(
 
 
 def test_a_lease_taken_mid_job_commits_nothing(wh: omnitable.Warehouse, name: str) -> None:
-    t = _table(wh, name)
+    t = decayed_table(wh, name)
     store, table_id = wh.catalog.store, t.record.table_id
     key = lease_key(table_id, "compact")
-    files, version = _files(t), t.version
+    files, version = table_files(t), t.version
 
     def expire_and_take() -> None:
         with store.write() as conn:
@@ -84,7 +64,7 @@ def test_a_lease_taken_mid_job_commits_nothing(wh: omnitable.Warehouse, name: st
         (result,) = t.maintain(["compact"], lease_ttl_s=30)
     assert (result.outcome, result.version) == ("lease_lost", None)
     assert "held by 'service-B'" in result.summary["error"]
-    assert t.version == version and _files(t) == files  # nothing committed, files removed
+    assert t.version == version and table_files(t) == files  # nothing committed, files removed
     assert holder(store, table_id, "compact").owner == "service-B"  # type: ignore[union-attr]
     (again,) = t.maintain(["compact"])
     assert again.outcome == "leased" and again.summary["holder"] == "service-B"
@@ -92,7 +72,7 @@ def test_a_lease_taken_mid_job_commits_nothing(wh: omnitable.Warehouse, name: st
 
 
 def test_a_free_lease_is_taken_for_the_job_and_released(wh: omnitable.Warehouse, name: str) -> None:
-    t = _table(wh, name)
+    t = decayed_table(wh, name)
     store, table_id = wh.catalog.store, t.record.table_id
     seen: list[str] = []
 
@@ -113,7 +93,7 @@ def test_cli_one_shot_reports_a_held_lease(
 ) -> None:
     wh_dir = str(tmp_path / "wh")
     with omnitable.connect(wh_dir) as wh:
-        t = _table(wh, "docs")
+        t = decayed_table(wh, "docs")
         assert not isinstance(acquire(wh.catalog.store, t.record.table_id, "compact", "A", 60),
                               Holder)  # fmt: skip
         version = t.version

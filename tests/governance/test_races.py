@@ -5,31 +5,17 @@ mark expired reads back as before."""
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 import omnitable
 from omnitable._failpoints import hooked
 from omnitable.exceptions import NotFoundError
 
+from .conftest import decayed_table
+
 pytestmark = pytest.mark.shared_warehouse
-
-
-@pytest.fixture
-def name(request: pytest.FixtureRequest) -> str:
-    return "r_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:16]
-
-
-def _table(wh: omnitable.Warehouse, name: str) -> omnitable.Table:
-    """b0: 12 rows in 4 fragments, 2 of them deleted (a batch both compact and fold rewrite)."""
-    t = wh.create_table(name, {"x": "bigint"})
-    t.append(pa.table({"x": list(range(12))}), "b0", target_fragment_rows=3)
-    t.delete(pc.field("x") < 2)
-    return t
 
 
 def _versions(t: omnitable.Table) -> dict[int, list[Any]]:
@@ -49,7 +35,7 @@ def test_compact_and_fold_on_one_batch(
 ) -> None:
     """The paused job's commit conflicts ("the batch it replaces was changed"), it prepares
     again on the rewritten batch and has nothing left to do."""
-    t = _table(wh, name)
+    t = decayed_table(wh, name)
     rows, before = t.read().to_pylist(), _versions(t)
     results: list[Any] = []
 
@@ -67,7 +53,7 @@ def test_compact_and_fold_on_one_batch(
 def test_expiry_commits_while_a_compaction_executes(wh: omnitable.Warehouse, name: str) -> None:
     """The compaction read its base version's files; expiry keeps the head's files, so the
     compaction commits, and every unexpired version reads back."""
-    t = _table(wh, name)
+    t = decayed_table(wh, name)
     rows, before = t.read().to_pylist(), _versions(t)
     expired: list[Any] = []
 
@@ -93,7 +79,7 @@ def test_a_compaction_commits_while_an_expiry_is_prepared(
     """Expiry planned on the old head (retain 1); the compaction ends the old fragments and
     commits first: the expire commit re-computes what is purgeable and keeps the old head's
     files (still at its horizon), so every unexpired version reads back."""
-    t = _table(wh, name)
+    t = decayed_table(wh, name)
     head, rows = t.version, t.read().to_pylist()
     compacted: list[Any] = []
 
@@ -113,7 +99,7 @@ def test_an_error_after_the_commit_keeps_the_committed_files(
 ) -> None:
     """An error once the commit's transaction ended (a lost connection, an interrupt) must not
     remove the files the commit references: run_job removes only unreferenced ones."""
-    t = _table(wh, name)
+    t = decayed_table(wh, name)
     rows, version = t.read().to_pylist(), t.version
 
     def fail() -> None:

@@ -5,7 +5,6 @@ while governed, intervals, and the CLI's service mode."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -16,8 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.fs as pafs
 import pytest
 from sqlalchemy import text
 
@@ -30,23 +27,9 @@ from omnitable.governance.job import run_job
 from omnitable.governance.orphans import OrphanJob
 from omnitable.governance.service import JobReport, parse_interval
 
+from .conftest import decayed_table, table_files
+
 pytestmark = pytest.mark.shared_warehouse
-
-
-@pytest.fixture
-def name(request: pytest.FixtureRequest) -> str:
-    return "g_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:16]
-
-
-def _table(wh: omnitable.Warehouse, name: str) -> omnitable.Table:
-    t = wh.create_table(name, {"x": "bigint"})
-    t.append(pa.table({"x": list(range(12))}), "b0", target_fragment_rows=3)
-    return t
-
-
-def _files(t: omnitable.Table) -> set[str]:
-    sel = pafs.FileSelector(t.location.path, recursive=True, allow_not_found=True)
-    return {i.path for i in t.location.fs.get_file_info(sel) if i.type == pafs.FileType.File}
 
 
 def _in_thread(fn: Any) -> Any:
@@ -75,7 +58,7 @@ def test_parse_interval() -> None:
 def test_two_services_never_run_the_same_job(wh: omnitable.Warehouse, name: str) -> None:
     """While A executes compact under its lease, B (another thread) is refused that job but
     runs another one; A commits, releases, and B's next round finds nothing to do."""
-    t = _table(wh, name)
+    t = decayed_table(wh, name, deletes=False)
     a = t.governor(["compact"], interval="1s", rounds=1, owner="A")
     b = t.governor(["compact", "fold"], interval="1s", rounds=1, owner="B")
     seen: list[tuple[JobReport, ...]] = []
@@ -95,9 +78,9 @@ def test_two_services_never_run_the_same_job(wh: omnitable.Warehouse, name: str)
 def test_a_job_whose_lease_was_taken_commits_nothing(wh: omnitable.Warehouse, name: str) -> None:
     """A's lease expires (forced) and B takes it mid-execute: A's commit is refused inside its
     transaction, its files are removed; then B runs the job."""
-    t = _table(wh, name)
+    t = decayed_table(wh, name, deletes=False)
     store, key = wh.catalog.store, lease_key(t.record.table_id, "compact")
-    files, version = _files(t), t.version
+    files, version = table_files(t), t.version
     a = t.governor(["compact"], interval="1s", owner="A", ttl_s=30)
 
     def expire_and_take() -> None:
@@ -112,7 +95,7 @@ def test_a_job_whose_lease_was_taken_commits_nothing(wh: omnitable.Warehouse, na
     with hooked("governance.before_commit", expire_and_take):
         report = a.run_one("compact")
     assert report.outcome == "lease_lost" and "held by 'B'" in (report.error or "")
-    assert t.version == version and _files(t) == files
+    assert t.version == version and table_files(t) == files
     assert holder(store, t.record.table_id, "compact").owner == "B"  # type: ignore[union-attr]
     b = t.governor(["compact"], interval="1s", owner="B", ttl_s=30)
     assert b.run_one("compact").outcome == "committed"
@@ -129,8 +112,8 @@ wh.table(sys.argv[3]).governor(["compact"], interval=1, rounds=1, ttl_s=1, owner
 def test_a_service_killed_mid_execute_is_taken_over(
     wh: omnitable.Warehouse, catalog_spec: tuple[str, str | None], name: str
 ) -> None:
-    t = _table(wh, name)
-    files, version, rows = _files(t), t.version, t.read().to_pylist()
+    t = decayed_table(wh, name, deletes=False)
+    files, version, rows = table_files(t), t.version, t.read().to_pylist()
     uri, root = catalog_spec
     env = dict(os.environ, OMNITABLE_FAILPOINTS="governance.after_file=sleep:120",
                PYTHONPATH=os.pathsep.join(sys.path))  # fmt: skip
@@ -146,7 +129,7 @@ def test_a_service_killed_mid_execute_is_taken_over(
     store = wh.catalog.store
     assert holder(store, t.record.table_id, "compact").owner == "dead"  # type: ignore[union-attr]
     assert t.version == version and t.read().to_pylist() == rows  # the old layout serves
-    orphans = _files(t) - files
+    orphans = table_files(t) - files
     assert len(orphans) == 1
     b = t.governor(["compact"], interval="1s", owner="B", ttl_s=30)
     assert b.run_one("compact").outcome == "leased"  # until the dead lease expires (1 s)
@@ -154,13 +137,13 @@ def test_a_service_killed_mid_execute_is_taken_over(
     assert b.run_one("compact").outcome == "committed"
     assert t.read().to_pylist() == rows
     cleaned = run_job(t._ctx, OrphanJob(min_age_s=0))
-    assert cleaned.summary["files_deleted"] == 1 and not orphans & _files(t)
+    assert cleaned.summary["files_deleted"] == 1 and not orphans & table_files(t)
 
 
 def test_a_table_dropped_while_governed(wh: omnitable.Warehouse, name: str) -> None:
     """The job in flight commits nothing and removes its files; the service reports the drop
     and stops governing the table."""
-    t = _table(wh, name)
+    t = decayed_table(wh, name, deletes=False)
     service = t.governor(["compact", "fold"], interval=0.01, rounds=5, owner="A")
     with hooked("governance.after_file", lambda: wh.drop_table(name)):
         reports = service.run()
@@ -168,13 +151,13 @@ def test_a_table_dropped_while_governed(wh: omnitable.Warehouse, name: str) -> N
     (job,) = only.jobs
     assert only.dropped and job.outcome == "dropped" and job.version is None
     assert f"'{name}' was dropped" in (job.error or "")
-    assert _files(t) == set()
+    assert table_files(t) == set()
     with pytest.raises(omnitable.NotFoundError):
         wh.table(name)
 
 
 def test_service_arguments_are_validated(wh: omnitable.Warehouse, name: str) -> None:
-    t = _table(wh, name)
+    t = decayed_table(wh, name, deletes=False)
     for kwargs, match in [
         ({"jobs": ["vacuum"]}, "known jobs"),
         ({"jobs": []}, "non-empty"),
@@ -197,7 +180,7 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
 def test_cli_service_rounds_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     wh_dir = str(tmp_path / "wh")
     with omnitable.connect(wh_dir) as wh:
-        _table(wh, "docs")
+        decayed_table(wh, "docs", deletes=False)
     code, out, err = _cli(capsys, "--json", "-w", wh_dir, "govern", "docs", "--jobs",
                           "compact,fold", "--interval", "0.01s", "--rounds", "2")  # fmt: skip
     assert code == 0, err
@@ -224,7 +207,7 @@ sys.exit(main(["-w", sys.argv[1], "govern", "docs", "--interval", "1h"]))
 def test_cli_service_stops_on_sigterm(tmp_path: Path) -> None:
     wh_dir = str(tmp_path / "wh")
     with omnitable.connect(wh_dir) as wh:
-        _table(wh, "docs")
+        decayed_table(wh, "docs", deletes=False)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), COLUMNS="200")
     with subprocess.Popen([sys.executable, "-c", SERVE, wh_dir], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:  # fmt: skip
