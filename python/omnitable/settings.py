@@ -188,7 +188,10 @@ WRITE_COMPRESSION = _declare(
 )
 WRITE_COMPRESSION_LEVEL = _declare(
     Setting[int | None](
-        "write.compression_level", 3, _int_or_none, "Codec level (None: the codec's default)."
+        "write.compression_level",
+        3,
+        _int_or_none,
+        "Codec level (None: the codec's default; codecs without levels, snappy and none, ignore it).",
     )
 )
 WRITE_WIDE_ROW_BYTES = _declare(

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 import omnitable
 from omnitable.format.writer import dictionary_columns
@@ -61,5 +62,22 @@ def test_files_use_the_chosen_encodings_and_read_back_equal(tmp_path: Path) -> N
         "few": True,
         "text": False,
     }
+    got = t.read(columns=data.column_names).sort_by("text")
+    assert got.equals(data.sort_by("text").cast(got.schema))
+
+
+@pytest.mark.parametrize("codec", ["snappy", "none", "gzip", "lz4", "brotli", "zstd"])
+def test_every_codec_writes_with_the_default_level(tmp_path: Path, codec: str) -> None:
+    """``write.compression`` alone (``write.compression_level`` left at its default, 3): codecs
+    without levels (snappy, uncompressed) ignore it instead of failing every append."""
+    wh = omnitable.connect(tmp_path / "wh")
+    data = _data(3_000)
+    t = wh.create_table("c", data.schema, properties={"write.compression": codec})
+    t.append(data, "b1")
+    want = "UNCOMPRESSED" if codec == "none" else codec.upper()
+    for f in (f for fs in t.snapshot().files_by_fragment.values() for f in fs):
+        meta = pq.read_metadata(t.location.child_path(f.path))
+        codecs = {meta.row_group(0).column(i).compression for i in range(meta.num_columns)}
+        assert want in codecs  # the incompressible columns may be stored uncompressed
     got = t.read(columns=data.column_names).sort_by("text")
     assert got.equals(data.sort_by("text").cast(got.schema))

@@ -183,21 +183,19 @@ def _small_page_codec(data: pa.Table, options: WriteOptions) -> WriteOptions:
 def _codec_settings(
     data: pa.Table, options: WriteOptions, dictionary: bool | list[str] = False
 ) -> dict[str, Any]:
-    """``write.compression`` for every column but the fixed-width ones whose stored form it
+    """``write.compression`` (at ``write.compression_level`` where the codec takes a level:
+    not snappy, not uncompressed) for every column but the fixed-width ones whose stored form it
     does not shrink by a tenth: the values themselves (random floats, hashes), or, for a
     column ``dictionary`` (``use_dictionary``: True for all) encodes, its bit-packed
     dictionary indices (labels, small counts). Those are stored uncompressed, which reads them
     3-4x faster for the same bytes (docs/format.md); more so in the small pages of keyed
     tables, where zstd's cost per page dominates a point read."""
-    out: dict[str, Any] = {
-        "compression": options.compression,
-        "compression_level": options.compression_level,
-    }
     if options.compression is None or options.compression.lower() in ("none", "uncompressed"):
-        return out
+        return {"compression": options.compression, "compression_level": None}
     level = options.compression_level
     if not pa.Codec.supports_compression_level(options.compression):
-        level = None
+        level = None  # snappy: ``write.compression_level`` does not apply
+    out: dict[str, Any] = {"compression": options.compression, "compression_level": level}
     codec = pa.Codec(options.compression, compression_level=level)
     plain = {
         name
@@ -208,8 +206,8 @@ def _codec_settings(
         return out
     paths = _leaf_paths(data.schema)
     out["compression"] = {p: "none" if p in plain else options.compression for p in paths}
-    if options.compression_level is not None:
-        out["compression_level"] = {p: options.compression_level for p in paths if p not in plain}
+    if level is not None:
+        out["compression_level"] = {p: level for p in paths if p not in plain}
     return out
 
 
