@@ -18,7 +18,7 @@ from omnitable.exceptions import ValidationError
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
-from omnitable.torch import TableDataset  # noqa: E402
+from omnitable.torch import TableDataset, TensorBatch  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +50,59 @@ def test_dataloader_with_two_workers_reads_every_row_once_as_tensors(
     assert b["x"].dtype == torch.int64 and b["emb"].shape == (16, 3)
     assert b["emb"].dtype == torch.float32 and (b["emb"][:, 1] == b["x"].float()).all()
     assert b["s"] == [str(v) for v in b["x"].tolist()]  # strings pass through as lists
+
+
+def test_worker_batches_arrive_as_one_buffer_equal_to_in_process_batches(
+    table: omnitable.Table,
+) -> None:
+    """In DataLoader workers a batch's tensors share one buffer (one shared-memory segment per
+    batch on the way to the main process); what arrives equals what an in-process iteration
+    yields: same keys in order, dtypes, shapes, values."""
+    cols = [ROW_ID, "x", "emb", "s"]
+    local = list(TableDataset(table, cols, batch_size=16))
+    assert all(type(b) is dict for b in local)  # no packing in the main process
+    sent = list(DataLoader(TableDataset(table, cols, batch_size=16), batch_size=None,
+                           num_workers=2, timeout=60))  # fmt: skip
+
+    def rows(batches: list) -> dict[int, tuple]:
+        return {int(r): (int(x), tuple(e.tolist()), s)
+                for b in batches for r, x, e, s in zip(b[ROW_ID], b["x"], b["emb"], b["s"],
+                                                       strict=True)}  # fmt: skip
+
+    assert rows(sent) == rows(local) and len(rows(local)) == 195
+    for b in sent:
+        assert isinstance(b, TensorBatch) and list(b) == cols
+        tensors = [v for v in b.values() if isinstance(v, torch.Tensor)]
+        assert len({t.untyped_storage().data_ptr() for t in tensors}) == 1  # one buffer
+        assert b["x"].dtype == torch.int64 and b["emb"].dtype == torch.float32
+        assert b["emb"].shape == (len(b["x"]), 3)
+
+
+def test_a_tensor_batch_pickles_as_one_buffer_and_falls_back_when_changed() -> None:
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing
+
+    values = {
+        "f": torch.arange(5, dtype=torch.float32),
+        "b": torch.tensor([True, False, True, True, False]),
+        "emb": torch.arange(15, dtype=torch.float64).reshape(5, 3),
+        "empty": torch.zeros((0, 4), dtype=torch.int16),
+        "s": ["a", "b", "c", "d", "e"],
+    }
+    batch = TensorBatch.packed(values)
+    back = pickle.loads(ForkingPickler.dumps(batch))
+    assert isinstance(back, TensorBatch) and list(back) == list(values)
+    for k, v in values.items():
+        if isinstance(v, torch.Tensor):
+            assert back[k].dtype == v.dtype and back[k].shape == v.shape and torch.equal(back[k], v)
+            assert back[k].untyped_storage().data_ptr() == back["f"].untyped_storage().data_ptr()
+        else:
+            assert back[k] == v
+    back["f"] = torch.ones(5)  # no longer a view into the buffer: pickled as a plain dict
+    again = pickle.loads(pickle.dumps(back))
+    assert type(again) is dict and torch.equal(again["f"], torch.ones(5))
+    assert torch.equal(again["emb"], values["emb"])
 
 
 def test_loader_state_resumes_exactly_on_another_world_size(table: omnitable.Table) -> None:
