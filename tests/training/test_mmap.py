@@ -138,6 +138,31 @@ def test_crash_leaves_the_target(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m", "wh"]  # no temporary left
 
 
+def test_a_read_failing_in_a_read_ahead_thread_fails_the_export_and_leaves_the_target(
+    table: omnitable.Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fragments are read ahead in threads (``mmap.READ_AHEAD``); the export still writes them
+    in order, and a read that fails there fails the export with its error, nothing swapped in."""
+    from omnitable.format.reader import FragmentReader
+
+    target = tmp_path / "m"
+    table.export_mmap(target, ["a"])
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    real, calls = FragmentReader.read_fragment, []
+
+    def flaky(self: FragmentReader, *args: object, **kwargs: object) -> pa.Table:
+        calls.append(1)
+        if len(calls) == 4:
+            raise OSError("fragment unreadable")
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(FragmentReader, "read_fragment", flaky)
+    with pytest.raises(OSError, match="fragment unreadable"):
+        table.export_mmap(target, ["a", "b"], overwrite=True)
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m", "wh"]
+
+
 def test_the_examples_memory_cap_is_real(tmp_path: Path) -> None:
     """examples/train_mmap.py trains under its cap (tests/test_examples.py runs it); loading the
     same export into memory under the same cap fails."""

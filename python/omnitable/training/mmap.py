@@ -13,6 +13,9 @@ import json
 import os
 import shutil
 import uuid
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,7 +101,8 @@ def export_mmap(
     overwrite: bool = False,
 ) -> MmapExport:
     """Write ``features`` (and ``label``) of the live rows of ``reader``'s snapshot matching
-    ``where`` to the directory ``path`` as float32 (NULL -> NaN), one fragment at a time.
+    ``where`` to the directory ``path`` as float32 (NULL -> NaN), one fragment at a time (the
+    next ``READ_AHEAD`` read in threads meanwhile).
 
     Raises:
         ValidationError: bad arguments, a non-numeric column, a target that is not a directory.
@@ -134,8 +138,7 @@ def _write(
     moments = _Moments(len(features))
     rows = 0
     with open(tmp / FEATURES_FILE, "wb") as fx, open(tmp / LABELS_FILE, "wb") as fy:
-        for frag in fragments:
-            part = reader.read_fragment(frag, names, where, where_cols)
+        for part in _read_ahead(reader, fragments, names, where, where_cols):
             if part.num_rows == 0:
                 continue
             block = np.empty((part.num_rows, len(features)), np.float32)
@@ -171,6 +174,40 @@ def _write(
         json.dump(doc, f, indent=2, allow_nan=False)
         f.write("\n")
     return doc
+
+
+READ_AHEAD = 2  # fragments read in threads while the previous one is converted and written
+
+
+def _read_ahead(
+    reader: FragmentReader,
+    fragments: list[Any],
+    names: list[str],
+    where: pc.Expression | None,
+    where_cols: list[str],
+) -> Iterator[pa.Table]:
+    """The fragments' live rows, in order, with up to ``READ_AHEAD`` fragments read in threads
+    ahead of the one handed out (at most ``READ_AHEAD + 1`` fragments in memory)."""
+    if len(fragments) < 2:
+        yield from (reader.read_fragment(f, names, where, where_cols) for f in fragments)
+        return
+    todo = iter(fragments)
+    pending: deque[Future[pa.Table]] = deque()
+    with ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="omnitable-export") as pool:
+        try:
+            for frag in todo:
+                pending.append(pool.submit(reader.read_fragment, frag, names, where, where_cols))
+                if len(pending) == READ_AHEAD:
+                    break
+            while pending:
+                part = pending.popleft().result()
+                nxt = next(todo, None)
+                if nxt is not None:
+                    pending.append(pool.submit(reader.read_fragment, nxt, names, where, where_cols))
+                yield part
+        finally:
+            for f in pending:
+                f.cancel()
 
 
 def _float32(column: pa.ChunkedArray) -> np.ndarray:
