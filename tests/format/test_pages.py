@@ -132,19 +132,25 @@ def test_page_reads_equal_a_pyarrow_read_and_take(
 ) -> None:
     table = _sample(n)
     raw = _write(table, **config)
-    columns = data.draw(
-        st.lists(st.sampled_from(table.column_names), min_size=1, max_size=5, unique=True)
-    )
+    got, want = _read_drawn(data, raw, table.column_names, n, 12)
+    assert got is not None and got.file_rows == n
+    assert got.table.equals(want)
+    assert 0 < got.bytes_read <= len(raw)
+
+
+def _read_drawn(
+    data: st.DataObject, raw: bytes, names: list[str], n: int, max_rows: int
+) -> tuple[pages.PageRead | None, pa.Table]:
+    """A page read of drawn columns and rows of the file ``raw`` (``n`` rows), and what
+    pyarrow's read and take give for them."""
+    columns = data.draw(st.lists(st.sampled_from(names), min_size=1, max_size=5, unique=True))
     rows = np.array(
-        sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=12))), np.int64
+        sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=max_rows))), np.int64
     )
     got = pages.read_pages(
         pa.BufferReader(raw), f"mem:{next(_names)}", columns, rows, max_fraction=1.0
     )
-    want = pq.read_table(pa.BufferReader(raw), columns=columns).take(pa.array(rows))
-    assert got is not None and got.file_rows == n
-    assert got.table.equals(want)
-    assert 0 < got.bytes_read <= len(raw)
+    return got, pq.read_table(pa.BufferReader(raw), columns=columns).take(pa.array(rows))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
@@ -182,16 +188,7 @@ def test_page_reads_of_files_our_writer_wrote_equal_take(
     written = write_column_file(location, "f", "frag", "g", table, {}, options)
     with open(location.child_path(written.path), "rb") as fh:
         raw = fh.read()
-    columns = data.draw(
-        st.lists(st.sampled_from(table.column_names), min_size=1, max_size=5, unique=True)
-    )
-    rows = np.array(
-        sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=40))), np.int64
-    )
-    got = pages.read_pages(
-        pa.BufferReader(raw), f"mem:{next(_names)}", columns, rows, max_fraction=1.0
-    )
-    want = pq.read_table(pa.BufferReader(raw), columns=columns).take(pa.array(rows))
+    got, want = _read_drawn(data, raw, table.column_names, n, 40)
     assert got is not None and got.table.equals(want)
 
 
