@@ -42,7 +42,7 @@ TINY = {
     "branches": "--sizes 100 300 --real-fragments 4 --merge-fragments 200 --repeats 1",
     "sql_writes": "--rows 5000 --merge-rows 2000 --repeats 1",
     "governance": (
-        "--fragments 8 --rows 2000 --repeats 1 --columns 60 --wide-rows 40 --view-batches 1"
+        "--fragments 8 --rows 2000 --repeats 1 --columns 60 --wide-rows 40 --view-batches 2"
     ),
     "training_export": "--rows 20000 --features 4 --fragment-rows 5000 --repeats 1",
     "training_stats": "--rows 20000 --fragment-rows 5000 --repeats 1",
