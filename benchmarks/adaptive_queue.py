@@ -7,7 +7,7 @@ on the second. Wall times are end to end (process and Spark start included). Pri
 (goal >= 1.7x) with the machine's load average, since the cores are shared. Checks that both
 tables hold the same values and that every work item was committed exactly once.
 
-Run: ./dev bench adaptive_queue [--rows N] [--fragment-rows N]
+Run: ./dev bench adaptive_queue [--rows N] [--fragment-rows N] [--ceiling-loops N]
 """
 
 from __future__ import annotations
@@ -56,16 +56,17 @@ def _work_phase(wh: object, table: str) -> float:
     return (end - start).total_seconds()
 
 
-_BURN = "import math\ns = 0\nfor i in range(4_000_000): s += math.sqrt(i)"
+_BURN = "import math, sys\ns = 0\nfor i in range(int(sys.argv[1])): s += math.sqrt(i)"
 
 
-def _ceiling() -> float:
-    """The machine's CPU parallelism now: throughput of two pure-Python processes vs one (what
-    other users of the cores leave; 2.0 on two idle cores)."""
+def _ceiling(loops: int) -> float:
+    """The machine's CPU parallelism now: throughput of two pure-Python processes vs one, each
+    taking ``loops`` square roots (what other users of the cores leave; 2.0 on two idle cores)."""
 
     def burn(n: int) -> float:
         start = time.perf_counter()
-        procs = [subprocess.Popen([sys.executable, "-c", _BURN]) for _ in range(n)]
+        cmd = [sys.executable, "-c", _BURN, str(loops)]
+        procs = [subprocess.Popen(cmd) for _ in range(n)]
         for p in procs:
             p.wait()
         return time.perf_counter() - start
@@ -111,14 +112,20 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument(
         "--two-only", action="store_true", help="only the 2-worker run (the smoke test's)"
     )
+    parser.add_argument(
+        "--ceiling-loops",
+        type=int,
+        default=4_000_000,
+        help="square roots per process of the CPU ceiling measure (a smaller figure: a rougher one)",
+    )
     args = parser.parse_args(argv)
     work = BENCH_DIR / "adaptive_queue"
     shutil.rmtree(work, ignore_errors=True)
     x = pa.table({"x": pa.array(np.random.default_rng(0).random(args.rows) * 100)})
     load_before = os.getloadavg()[0]
-    ceiling = [_ceiling()]
+    ceiling = [_ceiling(args.ceiling_loops)]
     rounds = [_round(work, x, args, r) for r in range(args.rounds)]
-    ceiling.append(_ceiling())
+    ceiling.append(_ceiling(args.ceiling_loops))
     load_after = os.getloadavg()[0]
     rows = [("CPU ceiling: 2 processes vs 1", " / ".join(fmt_ratio(c) for c in ceiling),
              "(pure Python, before / after: what the shared cores allow)")]  # fmt: skip

@@ -34,21 +34,21 @@ TINY = {
     ),
     "spark_read": "--rows 20000 --repeats 1",
     "models": "--rows 20000 --per-row-rows 300 --fragment-rows 5000 --repeats 1",
-    "backfill_fusion": "--rows 20000 --fragment-rows 5000",
-    "optimizer": "--rows 20000 --udf-rows 5000 --text-rows 5000 --repeats 1",
+    "backfill_fusion": "--rows 4000 --fragment-rows 2000",
+    "optimizer": "--rows 5000 --udf-rows 2000 --text-rows 2000 --repeats 1",
     "reader_memory": "--wide-rows 500 --wide-columns 50 --text-rows 2000 --row-group-bytes 1000000",
     "metadata": "--sizes 60x3x6 120x3x6 --fragments-per-batch 10 --repeats 1",
-    "dataops": (
-        "--rows 20000 --update-rows 2000 --upsert-base 20000 --upsert-rows 2000 --repeats 1"
-    ),
+    "dataops": "--rows 5000 --update-rows 1000 --upsert-base 5000 --upsert-rows 1000 --repeats 1",
     "branches": "--sizes 100 300 --real-fragments 4 --merge-fragments 200 --repeats 1",
-    "sql_writes": "--rows 20000 --merge-rows 5000 --repeats 1",
-    "governance": "--fragments 20 --rows 2000 --repeats 1 --columns 60 --wide-rows 40",
+    "sql_writes": "--rows 5000 --merge-rows 2000 --repeats 1",
+    "governance": (
+        "--fragments 8 --rows 2000 --repeats 1 --columns 60 --wide-rows 40 --view-batches 2"
+    ),
     "training_export": "--rows 20000 --features 4 --fragment-rows 5000 --repeats 1",
     "training_stats": "--rows 20000 --fragment-rows 5000 --repeats 1",
     "training": "--rows 20000 --workers 2 --repeats 1",
     "adaptive": "--rows 4000 --fragment-rows 1000",
-    "adaptive_queue": "--rows 400 --fragment-rows 100 --two-only",
+    "adaptive_queue": "--rows 200 --fragment-rows 100 --two-only --ceiling-loops 100000",
 }
 
 SMOKE_SPARK = {
