@@ -14,6 +14,8 @@ import pytest
 
 import omnitable
 from omnitable import ROW_ID
+from omnitable.format import writer as writer_module
+from omnitable.format.stitch import stitch
 from omnitable.format.writer import WriteOptions
 from omnitable.spark.session import warehouse_string
 
@@ -116,6 +118,34 @@ def test_random_tables_read_the_same(spark: Any, wh: omnitable.Warehouse, seed: 
         .load(t.name)
     )
     assert_same(small, t.read())
+
+
+def test_files_written_in_parts_read_the_same(
+    spark: Any, wh: omnitable.Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Column files written as parts on several threads and stitched (format/stitch.py) read
+    as the Python reader reads them, a filtered read of small text pages included."""
+    stitched: list[int] = []
+
+    def counting(parts: Any, sink: Any) -> int:
+        stitched.append(len(parts))
+        return stitch(parts, sink)
+
+    monkeypatch.setattr(writer_module, "PART_MIN_BYTES", 1)
+    monkeypatch.setattr(writer_module, "stitch", counting)
+    monkeypatch.setattr(writer_module.os, "cpu_count", lambda: 3)
+    t = _random_table(wh, 11)
+    rng = np.random.default_rng(11)
+    n = 3_000
+    texts = wh.create_table("parted_text", {"x": "double", "text": "string"})
+    texts.append(pa.table({"x": rng.random(n), "text": ["w" * 300 + str(i) for i in range(n)]}),
+                 "a", row_group_size=500)  # fmt: skip
+    assert stitched and max(stitched) == 3
+    assert_same(t.to_spark(spark), t.read())
+    df = texts.to_spark(spark)
+    assert_same(df.where("x < 0.05").select(ROW_ID, "text"),
+                texts.read([ROW_ID, "text"], where=pc.field("x") < 0.05))  # fmt: skip
+    assert texts.read().num_rows == n
 
 
 def test_projection_predicates_and_batches(spark: Any, wh: omnitable.Warehouse) -> None:
