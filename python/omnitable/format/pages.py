@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -343,7 +343,8 @@ def _fetch(
 ) -> tuple[dict[int, memoryview], int]:
     """The bytes of each ``(offset, size)`` range by offset, ranges closer than ``_GAP`` read
     in one read (each range a view of its read, not a copy: a selective read of a wide column
-    fetches tens of MB of pages); and the bytes read."""
+    fetches tens of MB of pages; of a memory-mapped file, a view of the mapping); and the
+    bytes read."""
     spans = np.array(sorted(set(ranges)), dtype=np.int64).reshape(-1, 2)
     offsets, ends = spans[:, 0], spans[:, 0] + spans[:, 1]
     reach = np.maximum.accumulate(ends)
@@ -353,9 +354,13 @@ def _fetch(
     tails = np.append(heads[1:], len(spans))
     out: dict[int, memoryview] = {}
     total = 0
+    mapped = None
+    if isinstance(handle, pa.MemoryMappedFile):  # read_at would copy the spans
+        handle.seek(0)
+        mapped = memoryview(handle.read_buffer()).cast("B")
     for i, j in zip(heads.tolist(), tails.tolist(), strict=True):
         lo, hi = int(offsets[i]), int(reach[j - 1])
-        blob = memoryview(handle.read_at(hi - lo, lo))
+        blob = mapped[lo:hi] if mapped is not None else memoryview(handle.read_at(hi - lo, lo))
         if len(blob) != hi - lo:
             raise CorruptInputError(f"short read at byte {lo}")
         total += hi - lo
@@ -454,72 +459,88 @@ def _assemble(
     picked: list[np.ndarray],
     rows: np.ndarray,
 ) -> PageRead | None:
+    """Fetch the picked pages, build one small Parquet file per row group they lie in and
+    decode it, taking ``rows``. Each file is handed to the decoding threads as soon as it is
+    built (when there is enough to decode), so building the next overlaps decoding this one."""
     ranges, dictionaries = _ranges(info, leaves, pages, picked)
     fetched, bytes_read = _fetch(handle, ranges)
-    groups: list[Struct] = info.meta.get(4).items
-    out = bytearray(b"PAR1")
-    row_groups: list[Struct] = []
-    for g in np.unique(pages[0].group[picked[0]]).tolist():
-        chunks, uncompressed, counts = [], 0, set()
-        for li, (leaf, p, idx) in enumerate(zip(leaves, pages, picked, strict=True)):
-            sel = idx[p.group[idx] == g]
-            rows_here = int((p.ends[sel] - p.starts[sel]).sum())
-            counts.add(rows_here)
-            dict_range = dictionaries.get((li, g))
-            chunk, size = _chunk(
-                out,
-                groups[g].get(1).items[leaf],
-                None if dict_range is None else fetched[dict_range[0]],
-                [fetched[o] for o in p.offsets[sel].tolist()],
-                rows_here if leaf in info.flat else None,
-            )
-            chunks.append(chunk)
-            uncompressed += size
-        if len(counts) != 1:
-            return None
-        first = chunks[0].get(2)
-        row_groups.append(
-            Struct(
-                [
-                    [1, tc.LIST, ThriftList(tc.STRUCT, chunks)],
-                    [2, tc.I64, uncompressed],
-                    [3, tc.I64, counts.pop()],
-                    [5, tc.I64, first],
-                    [6, tc.I64, len(out) - first],
-                ]
-            )
-        )
-    out += _footer(info, columns, leaves, row_groups)
+    hit = np.unique(pages[0].group[picked[0]])
     a, b = _merge(pages[0].starts[picked[0]], pages[0].ends[picked[0]])
-    group_rows = np.array([g.get(3) for g in row_groups], dtype=np.int64)
-    if int(group_rows.sum()) != int((b - a).sum()):
-        return None
     k = np.searchsorted(a, rows, side="right") - 1
-    positions = (np.cumsum(b - a) - (b - a))[k] + rows - a[k]  # in the synthetic file
-    table = _decode(pa.py_buffer(out), group_rows, positions)
+    positions = (np.cumsum(b - a) - (b - a))[k] + rows - a[k]  # in the synthetic row groups
+    page_rows = pages[0].ends[picked[0]] - pages[0].starts[picked[0]]
+    counts = np.array([int(page_rows[pages[0].group[picked[0]] == g].sum()) for g in hit.tolist()])
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    cuts = np.searchsorted(positions, starts)
+    parallel = len(hit) > 1 and sum(r[1] for r in ranges) >= _PARALLEL_BYTES
+    futures: list[Future[pa.Table]] = []
+    tables: list[pa.Table] = []
+    for i, g in enumerate(hit.tolist()):
+        built = _group_file(info, columns, leaves, pages, picked, dictionaries, fetched, g)
+        if built is None or built[1] != counts[i]:
+            return None  # the leaves' pages cover other rows: not a file for page reads
+        local = positions[cuts[i] : cuts[i + 1]] - starts[i]
+        if parallel:
+            futures.append(_decode_pool().submit(_decode, built[0], int(counts[i]), local))
+        else:
+            tables.append(_decode(built[0], int(counts[i]), local))
+    tables += [f.result() for f in futures]
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
     return PageRead(_with_types(table, columns, info.arrow_schema), info.num_rows, bytes_read)
 
 
-def _decode(buffer: pa.Buffer, counts: np.ndarray, positions: np.ndarray) -> pa.Table:
-    """The rows at ``positions`` (sorted) of the synthetic file whose row groups hold
-    ``counts`` rows: each row group decoded and taken from on its own (in parallel when there
-    is enough to decode; one reader per thread, sharing the parsed footer)."""
-    first = pq.ParquetFile(pa.BufferReader(buffer))
-    if first.metadata.num_rows != int(counts.sum()):
+def _group_file(
+    info: _FileInfo,
+    columns: list[str],
+    leaves: list[int],
+    pages: list[_Pages],
+    picked: list[np.ndarray],
+    dictionaries: dict[tuple[int, int], tuple[int, int]],
+    fetched: dict[int, memoryview],
+    g: int,
+) -> tuple[pa.Buffer, int] | None:
+    """The Parquet file of row group ``g``'s picked pages of ``leaves`` (with their dictionary
+    pages) and its rows; None when the leaves' pages hold different row counts."""
+    groups: list[Struct] = info.meta.get(4).items
+    out = bytearray(b"PAR1")
+    chunks, uncompressed, counts = [], 0, set()
+    for li, (leaf, p, idx) in enumerate(zip(leaves, pages, picked, strict=True)):
+        sel = idx[p.group[idx] == g]
+        rows_here = int((p.ends[sel] - p.starts[sel]).sum())
+        counts.add(rows_here)
+        dict_range = dictionaries.get((li, g))
+        chunk, size = _chunk(
+            out,
+            groups[g].get(1).items[leaf],
+            None if dict_range is None else fetched[dict_range[0]],
+            [fetched[o] for o in p.offsets[sel].tolist()],
+            rows_here if leaf in info.flat else None,
+        )
+        chunks.append(chunk)
+        uncompressed += size
+    if len(counts) != 1:
+        return None
+    rows = counts.pop()
+    first = chunks[0].get(2)
+    group = Struct(
+        [
+            [1, tc.LIST, ThriftList(tc.STRUCT, chunks)],
+            [2, tc.I64, uncompressed],
+            [3, tc.I64, rows],
+            [5, tc.I64, first],
+            [6, tc.I64, len(out) - first],
+        ]
+    )
+    out += _footer(info, columns, leaves, [group])
+    return pa.py_buffer(out), rows
+
+
+def _decode(buffer: pa.Buffer, rows: int, positions: np.ndarray) -> pa.Table:
+    """The rows at ``positions`` (sorted) of a synthetic file of one row group of ``rows``."""
+    reader = pq.ParquetFile(pa.BufferReader(buffer))
+    if reader.metadata.num_rows != rows:
         raise CorruptInputError("the synthetic file lost rows")
-    if len(counts) < 2 or buffer.size < _PARALLEL_BYTES:
-        return first.read(use_threads=False).take(pa.array(positions))
-    meta = first.metadata
-    starts = np.concatenate([[0], np.cumsum(counts)])
-    cuts = np.searchsorted(positions, starts)
-
-    def one(g: int) -> pa.Table:
-        reader = pq.ParquetFile(pa.BufferReader(buffer), metadata=meta)
-        local = positions[cuts[g] : cuts[g + 1]] - starts[g]
-        return reader.read_row_group(g, use_threads=False).take(pa.array(local))
-
-    wanted = [g for g in range(len(counts)) if cuts[g + 1] > cuts[g]]
-    return pa.concat_tables(list(_decode_pool().map(one, wanted)))
+    return reader.read(use_threads=False).take(pa.array(positions))
 
 
 def _decode_pool() -> ThreadPoolExecutor:
