@@ -221,3 +221,60 @@ def test_files_with_small_pages_use_zstd_level_1(tmp_path: Path) -> None:
         t = wh.create_table("z", {"x": "double", "text": "string"})
         t.append(pa.table({"x": narrow.column("x"), "text": wide.column("text")}), "a")
         assert t.read(columns=["text"]).column("text").equals(wide.column("text"))
+
+
+def test_selective_reads_of_mapped_and_streamed_files_agree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A selective read of a local file memory-maps it (page spans are views of the mapping);
+    through a non-local filesystem the spans are read; both give the same rows and bytes."""
+    import fsspec
+    import pyarrow.fs as pafs
+
+    from omnitable.format.fs import Location
+    from omnitable.format.reader import FragmentReader
+
+    handles: list[str] = []
+    fetch = pages._fetch
+
+    def recording(handle: pa.NativeFile, ranges: list[tuple[int, int]]) -> object:
+        handles.append(type(handle).__name__)
+        return fetch(handle, ranges)
+
+    monkeypatch.setattr(pages, "_fetch", recording)
+    rng = np.random.default_rng(5)
+    n = 6_000
+    data = pa.table({"x": rng.random(n), "text": _text(rng, n, 300)})
+    where = pc.field("x") < 0.02
+    with omnitable.connect(tmp_path) as wh:
+        t = wh.create_table("m", data.schema)
+        t.append(data, "a", row_group_size=1_500)
+        snap = t.snapshot()
+        remote = Location(pafs.PyFileSystem(pafs.FSSpecHandler(fsspec.filesystem("file"))),
+                          t.location.path, "fsspec-" + t.location.uri)  # fmt: skip
+        reads = []
+        for location in (t.location, remote):
+            clear_cache()
+            reads.append(FragmentReader(location, snap, 0.5).read(["text"], where, None))
+    assert handles[0] == "MemoryMappedFile" and "MemoryMappedFile" not in handles[-1]
+    (mapped, mapped_stats), (streamed, streamed_stats) = reads
+    assert mapped.equals(streamed) and mapped.equals(data.filter(where).select(["text"]))
+    assert mapped_stats.bytes_read == streamed_stats.bytes_read < data.nbytes / 2
+
+
+def test_the_dictionary_sample_is_taken_chunk_by_chunk() -> None:
+    """The writer samples a column chunk by chunk (pyarrow's take of a chunked string column
+    concatenates it first), with the same values and the same encoding choice."""
+    from omnitable.format import writer
+
+    rng = np.random.default_rng(9)
+    texts = _text(rng, 20_000, 40)
+    chunked = pa.chunked_array([texts[:7_000], [], texts[7_000:7_001], texts[7_001:]])
+    idx = np.linspace(0, len(texts) - 1, 8_192).astype(np.int64)
+    assert writer._take(chunked, idx).equals(chunked.take(idx))
+    labels = pa.chunked_array([["a", "b"] * 3_000, ["c"] * 9_000])
+    for column in (chunked, labels):
+        table = pa.table({"v": column})
+        assert writer.dictionary_columns(table, 131_072) == writer.dictionary_columns(
+            table.combine_chunks(), 131_072)  # fmt: skip
+    assert writer.dictionary_columns(pa.table({"v": chunked}), 131_072) == []
