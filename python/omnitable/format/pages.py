@@ -5,10 +5,11 @@ rows from each. With the file's page index (every file we write has one, docs/fo
 offset index of a column chunk says where each data page starts and which row it begins with.
 :func:`read_pages` reads the footer and those offset indexes (both cached per file: files never
 change), picks the pages holding the wanted rows, fetches their bytes (adjacent pages in one
-read) and assembles ONE synthetic in-memory Parquet file: the selected columns' schema, one row
-group per source row group with hits, each column chunk made of its dictionary page and the
-selected data pages, with counts, sizes and offsets rewritten. pyarrow decodes that file and
-the wanted rows are taken from it.
+read; of a memory-mapped file, views of the mapping) and assembles, per source row group with
+hits, a small synthetic in-memory Parquet file: the selected columns' schema, one row group,
+each column chunk made of its dictionary page and the selected data pages, with counts, sizes
+and offsets rewritten. pyarrow decodes each file (on the decoding threads as soon as it is
+built, when there is enough to decode) and the wanted rows are taken from it.
 
 The pages of different leaf columns need not start at the same rows, so the rows read are
 widened until every leaf's selected pages cover exactly the same rows (a fixed point; pages of
@@ -38,7 +39,7 @@ from omnitable.format.thrift_compact import Struct, ThriftList
 
 _TAIL = 64 * 1024  # bytes read from the end of a file for its footer, in one read
 _GAP = 16 * 1024  # pages closer than this are fetched in one read
-_PARALLEL_BYTES = 1024 * 1024  # synthetic files at least this big decode row groups in parallel
+_PARALLEL_BYTES = 1024 * 1024  # pages at least this big: synthetic files decoded in parallel
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 _MAX_FILES = 512  # files whose footer and offset indexes stay cached

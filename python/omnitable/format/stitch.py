@@ -1,4 +1,5 @@
-"""One Parquet file from parts written in parallel (docs/format.md, "Parallel file writes").
+"""One Parquet file from parts written in parallel (docs/format.md: a large file is written in
+parts).
 
 pyarrow's writer encodes and compresses all pages of a file on one thread, so the largest file
 of a fragment (a text column's) bounds an append. The writer may instead write a file's rows as
