@@ -3,12 +3,13 @@ parts).
 
 pyarrow's writer encodes and compresses all pages of a file on one thread, so the largest file
 of a fragment (a text column's) bounds an append. The writer may instead write a file's rows as
-several parts, each a complete in-memory Parquet file of whole row groups written with the same
-settings on its own thread, and :func:`stitch` joins them into one ordinary file: the parts'
-column chunks one after the other, their column indexes as they are, their offset indexes with
-every page offset moved to the page's new position, and one footer (the first part's, with
-every part's row groups, offsets moved and ordinals renumbered). Readers cannot tell it from a
-file one writer wrote: the same row groups, pages, statistics and page index.
+several parts, each a complete Parquet file of whole row groups written with the same settings
+on its own thread (the first straight to the destination through a :class:`LeadingPart`, the
+others in memory), and :func:`stitch` joins them into one ordinary file: the parts' column
+chunks one after the other, their column indexes as they are, their offset indexes with every
+page offset moved to the page's new position, and one footer (the first part's, with every
+part's row groups, offsets moved and ordinals renumbered). Readers cannot tell it from a file
+one writer wrote: the same row groups, pages, statistics and page index.
 """
 
 from __future__ import annotations
