@@ -192,6 +192,109 @@ def test_page_reads_of_files_our_writer_wrote_equal_take(
     assert got is not None and got.table.equals(want)
 
 
+# -- values read in place (format/plain_pages.py) -----------------------------------------------
+
+
+_PLAIN_TYPES = [pa.int32(), pa.int64(), pa.float32(), pa.float64()]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    n=st.integers(1, 3_000),
+    type_=st.sampled_from(_PLAIN_TYPES),
+    required=st.booleans(),
+    nulls=st.sampled_from([0.0, 0.001, 0.3]),
+    page_rows=st.sampled_from([1, 5, 8, 9, 64, 1000, 20_000]),
+    row_group=st.sampled_from([7, 500, 100_000]),
+    version=st.sampled_from(["1.0", "2.0"]),
+    codec=st.sampled_from(["none", "zstd"]),
+    dictionary=st.booleans(),
+    mapped=st.booleans(),
+    data=st.data(),
+)
+def test_plain_values_read_in_place_equal_a_pyarrow_read_and_take(
+    tmp_path_factory: pytest.TempPathFactory,
+    n: int,
+    type_: pa.DataType,
+    required: bool,
+    nulls: float,
+    page_rows: int,
+    row_group: int,
+    version: str,
+    codec: str,
+    dictionary: bool,
+    mapped: bool,
+    data: st.DataObject,
+) -> None:
+    """A gather answers exactly when every page holding a wanted row is an uncompressed PLAIN
+    page without NULLs (else None), and then equals pyarrow's read and take: over types,
+    required and optional fields, page versions and sizes (definition levels in RLE runs and in
+    bit-packed groups), row groups, codecs, dictionaries, memory-mapped and streamed files."""
+    rng = np.random.default_rng(n)
+    values = (rng.random(n) * 2**20).astype(type_.to_pandas_dtype())
+    mask = None if required or nulls == 0 else rng.random(n) < nulls
+    table = pa.table({"v": pa.array(values, type_, mask=mask), "w": pa.array(values, type_)})
+    if required:
+        table = table.cast(pa.schema([pa.field("v", type_, nullable=False), table.schema.field(1)]))
+    path = tmp_path_factory.mktemp("plain") / "f.parquet"
+    pq.write_table(table, path, write_page_index=True, max_rows_per_page=page_rows,
+                   row_group_size=row_group, data_page_version=version, compression=codec,
+                   use_dictionary=dictionary)  # fmt: skip
+    rows = np.array(
+        sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=60))), np.int64
+    )
+    handle = pa.memory_map(str(path)) if mapped else pa.OSFile(str(path))
+    with handle:
+        got = pages.gather_plain(handle, f"mem:{next(_names)}", "v", rows)
+    want = table.select(["v"]).take(pa.array(rows))
+    eligible = codec == "none" and not dictionary
+    if eligible and (mask is None or not mask.any()):
+        assert got is not None  # no NULL anywhere: every page is read in place
+    if not eligible:
+        assert got is None
+    if got is not None:
+        assert got.file_rows == n and got.table.column("v").equals(want.column("v"))
+        assert want.column("v").null_count == 0
+
+
+def test_values_read_in_place_touch_only_their_bytes() -> None:
+    n = 100_000
+    raw = _write(pa.table({"x": np.arange(n, dtype=np.float64)}), compression="none",
+                 use_dictionary=False, max_rows_per_page=10_000)  # fmt: skip
+    rows = np.array([3, 50_001, 99_999])
+    streamed = pages.gather_plain(pa.BufferReader(raw), "mem:touch", "x", rows)
+    assert streamed is not None and streamed.table.column("x").to_pylist() == [
+        3.0,
+        50001.0,
+        99999.0,
+    ]
+    assert streamed.bytes_read == 3 * 10_000 * 8  # the values of the three pages holding them
+    assert pages.gather_plain(pa.BufferReader(raw), "mem:touch", "nope", rows) is None
+    assert pages.gather_plain(pa.BufferReader(raw), "mem:touch", "x", rows[:0]) is None
+    assert pages.gather_plain(pa.BufferReader(raw), "mem:touch", "x", np.array([n])) is None
+
+
+@pytest.mark.parametrize(
+    ("levels", "count", "ones"),
+    [
+        (bytes([16, 1]), 8, True),  # an RLE run of 8 ones
+        (bytes([16, 0]), 8, False),  # of 8 zeros (NULLs)
+        (bytes([3, 0xFF]), 8, True),  # one bit-packed group of 8 set bits
+        (bytes([3, 0x1F]), 5, True),  # 5 values (padding bits unread)
+        (bytes([3, 0x17]), 5, False),  # a NULL among 5
+        (bytes([3, 0xFF, 4, 1]), 10, True),  # a group, then a run of 2
+        (bytes([16, 1]), 9, False),  # too few levels
+        (bytes([20, 1]), 8, False),  # a run past the page's values
+        (bytes([16, 1, 0]), 8, False),  # bytes left over
+        (bytes([0x80]), 8, False),  # a cut varint
+    ],
+)
+def test_definition_levels_of_pages_without_nulls(levels: bytes, count: int, ones: bool) -> None:
+    from omnitable.format.plain_pages import _all_ones
+
+    assert _all_ones(memoryview(levels), count) is ones
+
+
 def test_a_few_rows_read_a_few_pages() -> None:
     n = 20_000
     raw = _write(pa.table({"x": np.arange(n), "s": [f"v{i}" for i in range(n)]}),

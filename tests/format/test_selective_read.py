@@ -278,3 +278,56 @@ def test_the_dictionary_sample_is_taken_chunk_by_chunk() -> None:
         assert writer.dictionary_columns(table, 131_072) == writer.dictionary_columns(
             table.combine_chunks(), 131_072)  # fmt: skip
     assert writer.dictionary_columns(pa.table({"v": chunked}), 131_072) == []
+
+
+@_settings
+@given(
+    n=st.integers(50, 3000),
+    nulls=st.sampled_from([0.0, 0.01]),
+    row_group=st.sampled_from([100, 131_072]),
+    delete_above=st.floats(0.5, 1.0),
+    seed=st.integers(0, 2**31),
+)
+def test_filtered_reads_of_uncompressed_numbers_equal_full_reads_filtered(
+    tmp_path_factory: pytest.TempPathFactory,
+    n: int,
+    nulls: float,
+    row_group: int,
+    delete_above: float,
+    seed: int,
+) -> None:
+    """Random numbers are stored uncompressed; a filtered read takes their surviving rows in
+    place from the pages (format/plain_pages.py) unless a page holds NULLs: the same rows as
+    the full read filtered, deletes included, across groups and row groups."""
+    rng = np.random.default_rng(seed)
+    mask = rng.random(n) < nulls if nulls else None
+    data = pa.table({"x": rng.random(n), "a": pa.array(rng.random(n), mask=mask),
+                     "b": rng.integers(-(2**60), 2**60, n), "c": rng.random(n).astype(np.float32),
+                     "d": pa.array(rng.integers(-(2**30), 2**30, n, dtype=np.int32))})  # fmt: skip
+    with omnitable.connect(tmp_path_factory.mktemp("wh")) as wh:
+        t = wh.create_table("n", data.schema, groups={"g1": ["a", "b"], "g2": ["c", "d"]})
+        t.append(data, "a", row_group_size=row_group)
+        t.delete(pc.field("x") > delete_above)
+        everything = t.read()
+        for threshold in (0.0, 0.01, 0.2, 0.5):
+            where = pc.field("x") < threshold
+            columns = ["a", "b", "c", "d", ROW_ID]
+            got = t.scan(columns=columns, where=where)
+            assert got.table.equals(everything.filter(where).select(columns))
+
+
+def test_a_filtered_read_of_uncompressed_numbers_reads_only_their_values(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    n = 200_000
+    data = pa.table({"x": rng.random(n), "f": rng.random(n), "g": rng.random(n)})
+    with omnitable.connect(tmp_path) as wh:
+        t = wh.create_table("n", data.schema, groups={"p": ["f", "g"]})
+        t.append(data, "a")
+        where = pc.field("x") < 0.001
+        full = t.scan(columns=["f", "g"], where=pc.field("x") >= 0)
+        few = t.scan(columns=["f", "g"], where=where)
+        assert few.table.equals(data.filter(where).select(["f", "g"]))
+        survivors = few.table.num_rows
+        filter_column = t.scan(columns=["x"]).stats.bytes_read  # read whole
+        assert few.stats.bytes_read == filter_column + 2 * 8 * survivors  # 8 bytes per value
+        assert few.stats.bytes_read < full.stats.bytes_read / 2.5

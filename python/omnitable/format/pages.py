@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from omnitable.exceptions import CorruptInputError
 from omnitable.format import thrift_compact as tc
+from omnitable.format.plain_pages import plain_type, value_offset
 from omnitable.format.thrift_compact import Struct, ThriftList
 
 _TAIL = 64 * 1024  # bytes read from the end of a file for its footer, in one read
@@ -43,6 +44,7 @@ _PARALLEL_BYTES = 1024 * 1024  # pages at least this big: synthetic files decode
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 _MAX_FILES = 512  # files whose footer and offset indexes stay cached
+_HEAD = 256  # bytes of a page read to find where its values start (header, levels)
 _SAVING = 0.5  # use pages only when they are at most this fraction of the row groups' bytes
 _DATA_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 2, 3
 _REPEATED = 2  # FieldRepetitionType
@@ -72,6 +74,17 @@ class _FileInfo:
     arrow_schema: pa.Schema | None
     flat: set[int]  # leaves without a repeated ancestor: a data page's values are its rows
     pages: dict[int, _Pages] = field(default_factory=dict)
+    plain: dict[int, _Plain | None] = field(default_factory=dict)  # leaf -> its plain layout
+
+
+@dataclass
+class _Plain:
+    """A leaf whose chunks are uncompressed fixed-width values (:func:`gather_plain`)."""
+
+    dtype: np.dtype
+    arrow_type: pa.DataType
+    max_def: int
+    values: np.ndarray  # per page: file offset of its first value; -1 unknown yet, -2 not plain
 
 
 @dataclass(frozen=True)
@@ -160,6 +173,103 @@ def read_pages(
         # not a file this module reads: the caller's row-group read answers, or reports it
         log.debug("Point read of %s by row groups: %s: %s", uri, type(exc).__name__, exc)
         return None
+
+
+def gather_plain(handle: pa.NativeFile, uri: str, column: str, rows: np.ndarray) -> PageRead | None:
+    """The rows at ``rows`` (sorted, distinct file rows) of the top-level ``column`` taken
+    straight from the bytes of the pages holding them, with no page decoded, when the column
+    is one uncompressed fixed-width leaf and those pages are PLAIN without NULLs
+    (:mod:`omnitable.format.plain_pages`; of a memory-mapped file, a gather from the mapping);
+    None otherwise (the caller decodes pages or row groups)."""
+    if len(rows) == 0:
+        return None
+    try:
+        info = _file_info(handle, uri)
+        if info is None or column not in info.tops or rows[-1] >= info.num_rows or rows[0] < 0:
+            return None
+        leaves = info.tops[column][1]
+        if len(leaves) != 1 or leaves[0] not in info.flat:
+            return None
+        found = _leaf_pages(handle, info, leaves)
+        if found is None:
+            return None
+        return _gather(handle, info, column, leaves[0], found[0], rows)
+    except _NOT_FOR_PAGES as exc:
+        log.debug("Gather of %s by pages: %s: %s", uri, type(exc).__name__, exc)
+        return None
+
+
+def _gather(
+    handle: pa.NativeFile, info: _FileInfo, column: str, leaf: int, p: _Pages, rows: np.ndarray
+) -> PageRead | None:
+    plain = _plain_of(info, column, leaf, p)
+    if plain is None:
+        return None
+    page = np.searchsorted(p.starts, rows, side="right") - 1  # the page holding each row
+    hit = np.unique(page)
+    if not _locate(handle, p, plain, hit):
+        return None
+    if isinstance(handle, pa.MemoryMappedFile):  # a gather from the OS's cache
+        width = plain.dtype.itemsize
+        at = plain.values[page] + (rows - p.starts[page]) * width  # each value's file offset
+        handle.seek(0)
+        mapping = np.frombuffer(handle.read_buffer(), dtype=np.uint8)
+        values = mapping[at[:, None] + np.arange(width)].view(plain.dtype).reshape(-1)
+        bytes_read = len(rows) * width
+    else:
+        values, bytes_read = _gather_streamed(handle, p, plain, rows, page, hit)
+    table = pa.Table.from_arrays([pa.array(values, plain.arrow_type)], names=[column])
+    return PageRead(table, info.num_rows, bytes_read)
+
+
+def _gather_streamed(
+    handle: pa.NativeFile,
+    p: _Pages,
+    plain: _Plain,
+    rows: np.ndarray,
+    page: np.ndarray,
+    hit: np.ndarray,
+) -> tuple[np.ndarray, int]:
+    """``rows`` from the values of the pages ``hit`` (adjacent ones fetched in one read)."""
+    starts = plain.values[hit].tolist()
+    lengths = ((p.ends[hit] - p.starts[hit]) * plain.dtype.itemsize).tolist()
+    fetched, bytes_read = _fetch(handle, list(zip(starts, lengths, strict=True)))
+    cuts = [*np.searchsorted(page, hit).tolist(), len(rows)]
+    parts = [
+        np.frombuffer(fetched[s], dtype=plain.dtype)[rows[a:b] - p.starts[i]]
+        for s, i, a, b in zip(starts, hit.tolist(), cuts[:-1], cuts[1:], strict=True)
+    ]
+    return np.concatenate(parts), bytes_read
+
+
+def _plain_of(info: _FileInfo, column: str, leaf: int, p: _Pages) -> _Plain | None:
+    """The leaf's plain layout (cached): None when a chunk is not uncompressed fixed-width."""
+    if leaf not in info.plain:
+        schema = info.arrow_schema
+        found = schema is not None and schema.get_field_index(column) >= 0
+        arrow_type = schema.field(column).type if schema is not None and found else None
+        groups: list[Struct] = info.meta.get(4).items
+        kinds = {
+            plain_type(info.tops[column][0], g.get(1).items[leaf].get(3), arrow_type)
+            for g in groups
+        }
+        kind = kinds.pop() if len(kinds) == 1 else None
+        info.plain[leaf] = None if kind is None else _Plain(
+            *kind, np.full(len(p.starts), -1, dtype=np.int64)
+        )  # fmt: skip
+    return info.plain[leaf]
+
+
+def _locate(handle: pa.NativeFile, p: _Pages, plain: _Plain, pages: np.ndarray) -> bool:
+    """Find where the values of ``pages`` start (the first bytes of each page not seen yet);
+    whether every one is a plain page without NULLs."""
+    for i in pages[plain.values[pages] == -1].tolist():
+        size = int(p.sizes[i])
+        head = memoryview(handle.read_at(min(size, _HEAD), int(p.offsets[i])))
+        rows = int(p.ends[i] - p.starts[i])
+        pos = value_offset(head, size, plain.dtype, plain.max_def, rows)
+        plain.values[i] = -2 if pos is None else int(p.offsets[i]) + pos
+    return bool(np.all(plain.values[pages] >= 0))
 
 
 # -- footer and offset indexes ----------------------------------------------------------------

@@ -29,7 +29,7 @@ from omnitable.catalog.records import ColumnRecord, FileRecord, FragmentRecord
 from omnitable.catalog.snapshot import Snapshot, columns_mentioned
 from omnitable.exceptions import CorruptInputError, UnknownColumnError, ValidationError
 from omnitable.format.fs import Location
-from omnitable.format.pages import read_pages
+from omnitable.format.pages import gather_plain, read_pages
 from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
 from omnitable.vocabulary.names import APPEND_NAME, ROW_ID
 from omnitable.vocabulary.stats import decode_value
@@ -384,6 +384,8 @@ class FragmentReader:
                 continue
             per_file.setdefault(provider.file_id, (provider, []))[1].append(col)
         jobs = list(per_file.values())
+        if rows is not None and self._few(frag, rows):  # values read in place need no thread
+            jobs = [job for job in jobs if not self._gathered(frag, job[0], job[1], rows, out)]
         if len(jobs) > 1:
             tables = list(
                 _file_pool().map(
@@ -405,10 +407,46 @@ class FragmentReader:
                 out[col.name] = arr
         return out
 
+    def _few(self, frag: FragmentRecord, rows: np.ndarray) -> bool:
+        """Whether ``rows`` are few enough to read by pages (the selectivity setting)."""
+        return len(rows) <= self.max_selectivity * frag.row_count
+
+    def _gathered(
+        self,
+        frag: FragmentRecord,
+        file: FileRecord,
+        cols: list[ColumnRecord],
+        rows: np.ndarray,
+        out: dict[str, pa.ChunkedArray | pa.Array],
+    ) -> bool:
+        """Put ``rows`` of every column of ``cols`` into ``out`` when all of them are read in
+        place from ``file``'s pages (:func:`omnitable.format.pages.gather_plain`: plain
+        uncompressed values, no decoding); whether they were (else ``out`` is unchanged)."""
+        uri = self.location.child_uri(file.path)
+        try:
+            handle = self._open(file.path, mapped=True)
+        except (OSError, pa.ArrowInvalid):
+            return False  # the caller's read reports it
+        got: dict[str, pa.Array] = {}
+        fetched = 0
+        with handle:
+            for col in cols:
+                read = gather_plain(handle, uri, col.physical_name, rows)
+                if read is None or read.file_rows != frag.row_count:
+                    return False
+                arr = read.table.column(0)
+                got[col.name] = arr if arr.type.equals(col.arrow_type) else arr.cast(col.arrow_type)
+                fetched += read.bytes_read
+        out.update(got)
+        with self._lock:
+            self._files_opened += 1
+            self._bytes += fetched
+        return True
+
     def _read_file(
         self, frag: FragmentRecord, file: FileRecord, physical: list[str], rows: np.ndarray | None
     ) -> pa.Table:
-        few = rows is not None and len(rows) <= self.max_selectivity * frag.row_count
+        few = rows is not None and self._few(frag, rows)
         paged: dict[str, pa.ChunkedArray] = {}
         try:
             handle = self._open(file.path, mapped=few)
