@@ -100,6 +100,37 @@ def test_stats_encode_min_max_and_round_trip(t: pa.DataType, values: list) -> No
     assert encode_value(min(present), t) == s.min_value
 
 
+@given(
+    st.sampled_from([pa.float16(), pa.float32(), pa.float64()]),
+    st.lists(
+        st.lists(st.one_of(st.none(), st.floats(width=16, allow_nan=True)), max_size=20),
+        min_size=1,
+        max_size=4,
+    ),
+)
+def test_float_bounds_match_arrows_min_max(
+    t: pa.DataType, chunks: list[list[float | None]]
+) -> None:
+    """Float bounds come from numpy: the same as Arrow's ``min_max`` over chunks, nulls, empty
+    and all-null chunks, infinities and signed zeros; none with a NaN."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    col = pa.chunked_array(
+        [pa.array(np.array([np.nan if v is None else v for v in c], t.to_pandas_dtype()), t,
+                  mask=np.array([v is None for v in c], bool)) for c in chunks], t
+    )  # fmt: skip
+    s = compute_stats(col)
+    assert s.null_count == col.null_count
+    present = [v for c in chunks for v in c if v is not None]
+    if not present or any(v != v for v in present):
+        assert s.min_value is None and s.max_value is None
+        return
+    mm = pc.min_max(col.cast(pa.float32()) if t == pa.float16() else col)  # no float16 kernel
+    assert float(decode_value(s.min_value, t)) == float(mm["min"].as_py())  # type: ignore[arg-type]
+    assert float(decode_value(s.max_value, t)) == float(mm["max"].as_py())  # type: ignore[arg-type]
+
+
 def test_stats_not_kept_where_planning_cannot_use_them() -> None:
     assert compute_stats(pa.array([1.0, float("nan")])).min_value is None
     assert compute_stats(pa.array(["x" * 65, "a"])).max_value is None

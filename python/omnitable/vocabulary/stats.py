@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -45,17 +46,36 @@ def compute_stats(values: pa.ChunkedArray | pa.Array) -> ColumnStats:
     nulls = int(values.null_count)
     if len(values) == nulls or not _keeps_min_max(t):
         return ColumnStats(nulls)
-    if pa.types.is_floating(t) and bool(pc.any(pc.is_nan(values)).as_py()):
-        return ColumnStats(nulls)
-    mm = pc.min_max(values)
-    lo, hi = mm["min"].as_py(), mm["max"].as_py()
-    if lo is None or hi is None:
-        return ColumnStats(nulls)
+    if pa.types.is_floating(t):
+        bounds = _float_bounds(values)
+        if bounds is None:
+            return ColumnStats(nulls)
+        lo, hi = bounds
+    else:
+        mm = pc.min_max(values)
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if lo is None or hi is None:
+            return ColumnStats(nulls)
     if pa.types.is_string(t) and (
         len(lo) > MAX_STRING_STAT_CHARS or len(hi) > MAX_STRING_STAT_CHARS
     ):
         return ColumnStats(nulls)
     return ColumnStats(nulls, encode_value(lo, t), encode_value(hi, t))
+
+
+def _float_bounds(values: pa.ChunkedArray | pa.Array) -> tuple[float, float] | None:
+    """(min, max) of the non-null values of a floating-point column by numpy (Arrow's
+    ``min_max`` of doubles is ~20x slower: 0.4 ms per 100,000 values, a fifth of writing a file
+    of random floats); None when there is none, or a NaN (a NaN bound prunes nothing)."""
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    arrays = [
+        (c.drop_null() if c.null_count else c).to_numpy(zero_copy_only=False)
+        for c in chunks
+        if len(c) > c.null_count
+    ]
+    if not arrays or any(np.isnan(a).any() for a in arrays):
+        return None
+    return float(min(a.min() for a in arrays)), float(max(a.max() for a in arrays))
 
 
 def _keeps_min_max(t: pa.DataType) -> bool:
