@@ -50,12 +50,11 @@ def compute_stats(values: pa.ChunkedArray | pa.Array) -> ColumnStats:
         bounds = _float_bounds(values)
         if bounds is None:
             return ColumnStats(nulls)
-        lo, hi = bounds
-    else:
-        mm = pc.min_max(values)
-        lo, hi = mm["min"].as_py(), mm["max"].as_py()
-        if lo is None or hi is None:
-            return ColumnStats(nulls)
+        return ColumnStats(nulls, encode_value(bounds[0], t), encode_value(bounds[1], t))
+    mm = pc.min_max(values)
+    lo, hi = mm["min"].as_py(), mm["max"].as_py()
+    if lo is None or hi is None:
+        return ColumnStats(nulls)
     if pa.types.is_string(t) and (
         len(lo) > MAX_STRING_STAT_CHARS or len(hi) > MAX_STRING_STAT_CHARS
     ):
