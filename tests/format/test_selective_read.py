@@ -297,21 +297,22 @@ def test_filtered_reads_of_uncompressed_numbers_equal_full_reads_filtered(
     seed: int,
 ) -> None:
     """Random numbers are stored uncompressed; a filtered read takes their surviving rows in
-    place from the pages (format/plain_pages.py) unless a page holds NULLs: the same rows as
+    place from the pages (format/plain_pages.py), in files of such columns alone or beside others, unless a page holds NULLs: the same rows as
     the full read filtered, deletes included, across groups and row groups."""
     rng = np.random.default_rng(seed)
     mask = rng.random(n) < nulls if nulls else None
     data = pa.table({"x": rng.random(n), "a": pa.array(rng.random(n), mask=mask),
                      "b": rng.integers(-(2**60), 2**60, n), "c": rng.random(n).astype(np.float32),
-                     "d": pa.array(rng.integers(-(2**30), 2**30, n, dtype=np.int32))})  # fmt: skip
-    with omnitable.connect(tmp_path_factory.mktemp("wh")) as wh:
-        t = wh.create_table("n", data.schema, groups={"g1": ["a", "b"], "g2": ["c", "d"]})
+                     "d": pa.array(rng.integers(-(2**30), 2**30, n, dtype=np.int32)),
+                     "s": rng.choice(["p", "q"], n)})  # fmt: skip
+    with omnitable.connect(tmp_path_factory.mktemp("wh")) as wh:  # g1: s is decoded, a and b not
+        t = wh.create_table("n", data.schema, groups={"g1": ["a", "b", "s"], "g2": ["c", "d"]})
         t.append(data, "a", row_group_size=row_group)
         t.delete(pc.field("x") > delete_above)
         everything = t.read()
         for threshold in (0.0, 0.01, 0.2, 0.5):
             where = pc.field("x") < threshold
-            columns = ["a", "b", "c", "d", ROW_ID]
+            columns = ["a", "b", "c", "d", "s", ROW_ID]
             got = t.scan(columns=columns, where=where)
             assert got.table.equals(everything.filter(where).select(columns))
 

@@ -492,12 +492,13 @@ class FragmentReader:
         rows: np.ndarray,
     ) -> dict[str, pa.ChunkedArray]:
         """The columns of ``physical`` whose pages holding ``rows`` are worth reading alone,
-        each read on its own (a narrow column's large pages do not widen a wide one's)."""
+        each read on its own (a narrow column's large pages do not widen a wide one's; plain
+        uncompressed values taken in place)."""
         uri = self.location.child_uri(file.path)
         out: dict[str, pa.ChunkedArray] = {}
         fetched = 0
         for name in physical:
-            got = read_pages(handle, uri, [name], rows)
+            got = gather_plain(handle, uri, name, rows) or read_pages(handle, uri, [name], rows)
             if got is not None and got.file_rows == frag.row_count:
                 out[name] = got.table.column(0)
                 fetched += got.bytes_read
