@@ -179,8 +179,9 @@ def gather_plain(handle: pa.NativeFile, uri: str, column: str, rows: np.ndarray)
     """The rows at ``rows`` (sorted, distinct file rows) of the top-level ``column`` taken
     straight from the bytes of the pages holding them, with no page decoded, when the column
     is one uncompressed fixed-width leaf and those pages are PLAIN without NULLs
-    (:mod:`omnitable.format.plain_pages`; of a memory-mapped file, a gather from the mapping);
-    None otherwise (the caller decodes pages or row groups)."""
+    (:mod:`omnitable.format.plain_pages`): the pages' values are read (adjacent ones in one
+    read) or, of a memory-mapped file, gathered from the mapping; None otherwise (the caller
+    decodes pages or row groups)."""
     if len(rows) == 0:
         return None
     try:

@@ -423,8 +423,8 @@ class FragmentReader:
         place from ``file``'s pages (:func:`omnitable.format.pages.gather_plain`: plain
         uncompressed values, no decoding); whether they were (else ``out`` is unchanged)."""
         uri = self.location.child_uri(file.path)
-        try:
-            handle = self._open(file.path, mapped=True)
+        try:  # not memory-mapped: reading the pages' values costs less than faulting them in
+            handle = self._open(file.path, mapped=False)
         except (OSError, pa.ArrowInvalid):
             return False  # the caller's read reports it
         got: dict[str, pa.Array] = {}
