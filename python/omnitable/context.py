@@ -77,14 +77,15 @@ class TableContext:
         tag: str | None = None,
         with_files: bool = True,
         scope: SnapshotScope = FULL_SCOPE,
+        reuse: bool = False,
     ) -> Snapshot:
         """The catalog state of one version (default: head of this context's branch; a version
-        of a branch other than main must be in its history), only ``scope`` loaded."""
+        of a branch other than main must be in its history), only ``scope`` loaded; ``reuse``:
+        for a read, possibly one loaded before for the same resolved version (Catalog.snapshot)."""
         if branch is None and tag is None and (version is None or self.branch != MAIN):
             branch = self.branch
-        return self.catalog.snapshot(
-            self.record, branch=branch, tag=tag, version=version, with_files=with_files, scope=scope
-        )
+        return self.catalog.snapshot(self.record, branch=branch, tag=tag, version=version,
+                                     with_files=with_files, scope=scope, reuse=reuse)  # fmt: skip
 
     def commit(self, request: CommitRequest) -> int:
         """Commit ``request`` to this context's branch; returns the new version (see

@@ -396,8 +396,9 @@ class Table:
     def _reader(
         self, scope: SnapshotScope, version: int | None, branch: str | None, tag: str | None
     ) -> FragmentReader:
-        """A reader over the snapshot of ``scope`` (what the read needs, nothing more)."""
-        snap = self.snapshot(version=version, branch=branch, tag=tag, scope=scope)
+        """A reader over the snapshot of ``scope`` (what the read needs, nothing more; one
+        loaded before for the same resolved version is reused)."""
+        snap = self._ctx.snapshot(version=version, branch=branch, tag=tag, scope=scope, reuse=True)
         selectivity = self._ctx.settings.resolve(READ_LATE_MATERIALIZATION_MAX_SELECTIVITY)
         return FragmentReader(self.location, snap, selectivity)
 

@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Boolean, text
@@ -38,10 +39,13 @@ from omnitable.catalog.snapshot import (
     SnapshotScope,
     all_columns,
     batch_counts,
+    load_segments,
     load_snapshot,
     segments_for,
     within_clause,
 )
+from omnitable.catalog.snapshot_cache import SnapshotCache
+from omnitable.catalog.snapshot_cache import key as cache_key
 from omnitable.catalog.sql import gc_paused
 from omnitable.catalog.store import CatalogStore
 from omnitable.exceptions import (
@@ -80,6 +84,7 @@ class Catalog:
         self.address = address
         self.store = CatalogStore(address)
         self._heartbeats: dict[str, _Heartbeat] = {}
+        self.snapshots = SnapshotCache()  # reads' snapshots by resolved segments
         try:
             self.store.ensure_schema()
             self.root = self._resolve_root(root)
@@ -332,18 +337,28 @@ class Catalog:
         version: int | None = None,
         with_files: bool = True,
         scope: SnapshotScope = FULL_SCOPE,
+        reuse: bool = False,
     ) -> Snapshot:
-        """One snapshot, only its ``scope`` loaded (see :func:`load_snapshot`)."""
+        """One snapshot, only its ``scope`` loaded (see :func:`load_snapshot`). ``reuse``: a
+        read's snapshot, served from the snapshots this connection loaded for the same resolved
+        segments when there is one (:mod:`omnitable.catalog.snapshot_cache`; writers load
+        their own)."""
         with self.store.read() as conn:
-            return load_snapshot(
-                conn,
-                table,
-                branch=branch,
-                tag=tag,
-                version=version,
-                with_files=with_files,
-                scope=scope,
+            if not reuse:
+                return load_snapshot(conn, table, branch=branch, tag=tag, version=version,
+                                     with_files=with_files, scope=scope)  # fmt: skip
+            if not with_files:
+                scope = replace(scope, files=False)
+            segments, resolved, commit_branch = segments_for(
+                conn, table, branch=branch, tag=tag, version=version
             )
+            k = cache_key(table.table_id, segments, resolved, commit_branch, scope)
+            found = self.snapshots.get(k, table)
+            if found is not None:
+                return found
+            snap = load_segments(conn, table, segments, resolved, commit_branch, scope)
+            self.snapshots.put(k, snap)
+            return snap
 
     def batch_counts(
         self, table: TableRecord, version: int | None = None, branch: str | None = None

@@ -398,6 +398,18 @@ def load_snapshot(
     segments, resolved_version, commit_branch = segments_for(
         conn, table, branch=branch, tag=tag, version=version
     )
+    return load_segments(conn, table, segments, resolved_version, commit_branch, scope)
+
+
+def load_segments(
+    conn: Connection,
+    table: TableRecord,
+    segments: list[Segment],
+    resolved_version: int,
+    commit_branch: str | None,
+    scope: SnapshotScope,
+) -> Snapshot:
+    """The snapshot of resolved ``segments`` (:func:`segments_for`), only ``scope`` loaded."""
     columns = _load_columns(conn, table, segments)
     batches = _load_batches(conn, table, segments, scope.batches)
     snap = Snapshot(
