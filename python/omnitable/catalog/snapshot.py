@@ -84,8 +84,11 @@ def segments_for(
                 )
         return segs, version, None
     name = branch or MAIN
-    head = _head(conn, table, name)
-    return _branch_segments(conn, table, name, head), head, name
+    ref = _ref(conn, table, name)
+    if ref is None or ref.kind != "branch":
+        raise NotFoundError(f"Cannot find branch '{name}' of table '{table.name}'")
+    head = int(ref.version)
+    return _branch_segments(conn, table, name, head, first=ref), head, name
 
 
 def _covers(segs: list[Segment], branch: str, version: int) -> bool:
@@ -114,7 +117,10 @@ def branch_segments(conn: Connection, table: TableRecord, branch: str, upto: int
     return _branch_segments(conn, table, branch, upto)
 
 
-def _branch_segments(conn: Connection, table: TableRecord, branch: str, upto: int) -> list[Segment]:
+def _branch_segments(
+    conn: Connection, table: TableRecord, branch: str, upto: int, first: Any = None
+) -> list[Segment]:
+    """``first``: ``branch``'s ref row when the caller already read it."""
     out: list[Segment] = []
     seen = set()
     current: str | None = branch
@@ -122,7 +128,7 @@ def _branch_segments(conn: Connection, table: TableRecord, branch: str, upto: in
         if current in seen:  # pragma: no cover - refs are written by us, never cyclic
             raise ValidationError(f"Cannot resolve branch '{branch}': cyclic parents")
         seen.add(current)
-        ref = _ref(conn, table, current)
+        ref = first if current == branch and first is not None else _ref(conn, table, current)
         if ref is None or ref.kind != "branch":
             raise NotFoundError(f"Cannot find branch '{current}' of table '{table.name}'")
         out.append((current, upto))
