@@ -278,7 +278,8 @@ class FragmentReader:
         return pa.field(name, col.arrow_type, nullable=True)
 
     def _where_columns(self, where: pc.Expression | None) -> list[str]:
-        """Columns a filter references (a superset is harmless), after checking it binds."""
+        """Columns a filter references (a superset is harmless; :meth:`_prune` checks that the
+        filter binds to them)."""
         if where is None:
             return []
         if not isinstance(where, pc.Expression):
@@ -286,19 +287,30 @@ class FragmentReader:
                 f"Cannot read: where must be a pyarrow.compute.Expression such as "
                 f"pc.field('score') > 0.5, got {type(where).__name__}"
             )
-        cols = columns_mentioned(str(where), self.snapshot.column_names())
-        # binding against the mentioned columns only is enough (every column the filter names
-        # is among them, a name the table lacks fails either way) and stays cheap on wide tables
-        schema = pa.schema([self._field(c) for c in cols])
-        dummy = ds.FileSystemDataset.from_paths(
-            ["/omnitable/check"],
+        return columns_mentioned(str(where), self.snapshot.column_names())
+
+    # -- pruning --------------------------------------------------------------------------
+
+    def _prune(
+        self, fragments: list[FragmentRecord], where: pc.Expression, where_cols: list[str]
+    ) -> list[FragmentRecord]:
+        """The fragments whose statistics do not rule ``where`` out, after checking that it
+        binds to ``where_cols`` (binding against the mentioned columns only is enough: every
+        column the filter names is among them, a name the table lacks fails either way, and
+        it stays cheap on wide tables)."""
+        records = {c.name: c for c in self.snapshot.columns}
+        guarantees = [self._guarantee(f, where_cols, records) for f in fragments]
+        schema = pa.schema([self._field(c) for c in where_cols])
+        dataset = ds.FileSystemDataset.from_paths(
+            [f"/omnitable/{f.fragment_id}" for f in fragments] or ["/omnitable/check"],
             schema=schema,
             format=ds.ParquetFileFormat(),
             filesystem=pafs.LocalFileSystem(),
-            partitions=[pc.scalar(True)],
+            partitions=guarantees or [pc.scalar(True)],
         )
         try:
-            list(dummy.get_fragments(filter=where))
+            found = dataset.get_fragments(filter=where)
+            keep = {frag.path.rsplit("/", 1)[-1] for frag in found}
         except ARROW_VALUE_ERRORS as exc:
             msg = str(exc).splitlines()[0]
             if "No match for FieldRef" in msg:
@@ -308,26 +320,6 @@ class FragmentReader:
                     + ", ".join(self.snapshot.column_names())
                 ) from exc
             raise ValidationError(f"Cannot filter with {where}: {msg}") from exc
-        return cols
-
-    # -- pruning --------------------------------------------------------------------------
-
-    def _prune(
-        self, fragments: list[FragmentRecord], where: pc.Expression, where_cols: list[str]
-    ) -> list[FragmentRecord]:
-        if not fragments:
-            return fragments
-        records = {c.name: c for c in self.snapshot.columns}
-        guarantees = [self._guarantee(f, where_cols, records) for f in fragments]
-        schema = pa.schema([self._field(c) for c in where_cols])
-        dataset = ds.FileSystemDataset.from_paths(
-            [f"/omnitable/{f.fragment_id}" for f in fragments],
-            schema=schema,
-            format=ds.ParquetFileFormat(),
-            filesystem=pafs.LocalFileSystem(),
-            partitions=guarantees,
-        )
-        keep = {frag.path.rsplit("/", 1)[-1] for frag in dataset.get_fragments(filter=where)}
         return [f for f in fragments if f.fragment_id in keep]
 
     def _guarantee(
