@@ -226,8 +226,9 @@ def test_plain_values_read_in_place_equal_a_pyarrow_read_and_take(
     mapped: bool,
     data: st.DataObject,
 ) -> None:
-    """A gather answers exactly when every page holding a wanted row is an uncompressed PLAIN
-    page without NULLs (else None), and then equals pyarrow's read and take: over types,
+    """A gather answers exactly when every page holding a wanted row (or every page, for all
+    rows) is an uncompressed PLAIN page without NULLs (else None), and then equals pyarrow's
+    read and take: over types,
     required and optional fields, page versions and sizes (definition levels in RLE runs and in
     bit-packed groups), row groups, codecs, dictionaries, memory-mapped and streamed files."""
     rng = np.random.default_rng(n)
@@ -240,13 +241,15 @@ def test_plain_values_read_in_place_equal_a_pyarrow_read_and_take(
     pq.write_table(table, path, write_page_index=True, max_rows_per_page=page_rows,
                    row_group_size=row_group, data_page_version=version, compression=codec,
                    use_dictionary=dictionary)  # fmt: skip
-    rows = np.array(
+    rows: np.ndarray | None = np.array(
         sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=60))), np.int64
     )
+    if data.draw(st.booleans()):
+        rows = None  # every row
     handle = pa.memory_map(str(path)) if mapped else pa.OSFile(str(path))
     with handle:
         got = pages.gather_plain(handle, f"mem:{next(_names)}", "v", rows)
-    want = table.select(["v"]).take(pa.array(rows))
+    want = table.select(["v"]) if rows is None else table.select(["v"]).take(pa.array(rows))
     eligible = codec == "none" and not dictionary
     if eligible and (mask is None or not mask.any()):
         assert got is not None  # no NULL anywhere: every page is read in place

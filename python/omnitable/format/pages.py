@@ -175,18 +175,22 @@ def read_pages(
         return None
 
 
-def gather_plain(handle: pa.NativeFile, uri: str, column: str, rows: np.ndarray) -> PageRead | None:
-    """The rows at ``rows`` (sorted, distinct file rows) of the top-level ``column`` taken
-    straight from the bytes of the pages holding them, with no page decoded, when the column
-    is one uncompressed fixed-width leaf and those pages are PLAIN without NULLs
-    (:mod:`omnitable.format.plain_pages`): the pages' values are read (adjacent ones in one
-    read) or, of a memory-mapped file, gathered from the mapping; None otherwise (the caller
-    decodes pages or row groups)."""
-    if len(rows) == 0:
+def gather_plain(
+    handle: pa.NativeFile, uri: str, column: str, rows: np.ndarray | None
+) -> PageRead | None:
+    """The rows at ``rows`` (sorted, distinct file rows; None: every row) of the top-level
+    ``column`` taken straight from the bytes of the pages holding them, with no page decoded,
+    when the column is one uncompressed fixed-width leaf and those pages are PLAIN without
+    NULLs (:mod:`omnitable.format.plain_pages`): the pages' values are read (adjacent ones in
+    one read) or, of a memory-mapped file, gathered from the mapping; None otherwise (the
+    caller decodes pages or row groups)."""
+    if rows is not None and len(rows) == 0:
         return None
     try:
         info = _file_info(handle, uri)
-        if info is None or column not in info.tops or rows[-1] >= info.num_rows or rows[0] < 0:
+        if info is None or column not in info.tops or info.num_rows == 0:
+            return None
+        if rows is not None and (rows[-1] >= info.num_rows or rows[0] < 0):
             return None
         leaves = info.tops[column][1]
         if len(leaves) != 1 or leaves[0] not in info.flat:
@@ -194,10 +198,30 @@ def gather_plain(handle: pa.NativeFile, uri: str, column: str, rows: np.ndarray)
         found = _leaf_pages(handle, info, leaves)
         if found is None:
             return None
+        if rows is None:
+            return _gather_all(handle, info, column, leaves[0], found[0])
         return _gather(handle, info, column, leaves[0], found[0], rows)
     except _NOT_FOR_PAGES as exc:
         log.debug("Gather of %s by pages: %s: %s", uri, type(exc).__name__, exc)
         return None
+
+
+def _gather_all(
+    handle: pa.NativeFile, info: _FileInfo, column: str, leaf: int, p: _Pages
+) -> PageRead | None:
+    """Every row: the pages' values as the chunks of the column (no copy of a read)."""
+    plain = _plain_of(info, column, leaf, p)
+    every = np.arange(len(p.starts))
+    if plain is None or not _locate(handle, p, plain, every):
+        return None
+    starts = plain.values.tolist()
+    lengths = ((p.ends - p.starts) * plain.dtype.itemsize).tolist()
+    fetched, bytes_read = _fetch(handle, list(zip(starts, lengths, strict=True)))
+    mapped = isinstance(handle, pa.MemoryMappedFile)  # copied: the mapping is closed after
+    chunks = [np.frombuffer(fetched[s], dtype=plain.dtype) for s in starts]
+    arrays = [pa.array(c.copy() if mapped else c, plain.arrow_type) for c in chunks]
+    table = pa.Table.from_arrays([pa.chunked_array(arrays, plain.arrow_type)], names=[column])
+    return PageRead(table, info.num_rows, bytes_read)
 
 
 def _gather(

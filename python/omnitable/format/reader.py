@@ -36,6 +36,7 @@ from omnitable.vocabulary.stats import decode_value
 from omnitable.vocabulary.types import ARROW_VALUE_ERRORS
 
 _INDEX = "__omnitable_row__"
+_PLAIN_TYPES = (pa.int32(), pa.int64(), pa.float32(), pa.float64())  # what can be read in place
 _FILE_POOL: ThreadPoolExecutor | None = None
 _FILE_POOL_LOCK = threading.Lock()
 
@@ -376,7 +377,7 @@ class FragmentReader:
                 continue
             per_file.setdefault(provider.file_id, (provider, []))[1].append(col)
         jobs = list(per_file.values())
-        if rows is not None and self._few(frag, rows):  # values read in place need no thread
+        if rows is None or self._few(frag, rows):  # values read in place need no thread
             jobs = [job for job in jobs if not self._gathered(frag, job[0], job[1], rows, out)]
         if len(jobs) > 1:
             tables = list(
@@ -408,12 +409,15 @@ class FragmentReader:
         frag: FragmentRecord,
         file: FileRecord,
         cols: list[ColumnRecord],
-        rows: np.ndarray,
+        rows: np.ndarray | None,
         out: dict[str, pa.ChunkedArray | pa.Array],
     ) -> bool:
-        """Put ``rows`` of every column of ``cols`` into ``out`` when all of them are read in
-        place from ``file``'s pages (:func:`omnitable.format.pages.gather_plain`: plain
-        uncompressed values, no decoding); whether they were (else ``out`` is unchanged)."""
+        """Put ``rows`` (None: all) of every column of ``cols`` into ``out`` when all of them
+        are read in place from ``file``'s pages (:func:`omnitable.format.pages.gather_plain`:
+        plain uncompressed values, no decoding); whether they were (else ``out`` is
+        unchanged)."""
+        if not all(c.arrow_type in _PLAIN_TYPES for c in cols):
+            return False  # only such columns can be read in place: no file is opened for it
         uri = self.location.child_uri(file.path)
         try:  # not memory-mapped: reading the pages' values costs less than faulting them in
             handle = self._open(file.path, mapped=False)
