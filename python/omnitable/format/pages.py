@@ -142,6 +142,11 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
+def footer_cached(uri: str) -> bool:
+    """Whether the footer of the file at ``uri`` is parsed and cached here."""
+    return _CACHE.get(uri) is not None
+
+
 def read_pages(
     handle: pa.NativeFile,
     uri: str,
@@ -183,9 +188,12 @@ def gather_plain(
     when the column is one uncompressed fixed-width leaf and those pages are PLAIN without
     NULLs (:mod:`omnitable.format.plain_pages`): the pages' values are read (adjacent ones in
     one read) or, of a memory-mapped file, gathered from the mapping; None otherwise (the
-    caller decodes pages or row groups)."""
+    caller decodes pages or row groups). Every row is read this way only from a file whose
+    footer is cached (an earlier point or selective read parsed it)."""
     if rows is not None and len(rows) == 0:
         return None
+    if rows is None and not footer_cached(uri):
+        return None  # parsing a footer in Python costs more than pyarrow's read of the column
     try:
         info = _file_info(handle, uri)
         if info is None or column not in info.tops or info.num_rows == 0:
