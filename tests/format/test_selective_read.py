@@ -348,3 +348,33 @@ def test_a_filtered_read_of_uncompressed_numbers_decodes_none_of_their_pages(
             few = t.scan(columns=["f", "g"], where=where)  # x alone is decoded, by pyarrow
             assert few.table.equals(data.filter(where).select(["f", "g"]))
             assert few.stats.bytes_read <= full.stats.bytes_read
+
+
+def test_full_reads_take_plain_values_in_place_from_a_files_second_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file read once is read by pyarrow (parsing its footer in Python would cost more); from
+    its second read on, its plain columns are taken in place, with the same result."""
+    from omnitable.format import reader as reader_module
+
+    gathered: list[str] = []
+    gather = reader_module.gather_plain
+
+    def recording(handle: pa.NativeFile, uri: str, column: str, rows: Any) -> Any:
+        got = gather(handle, uri, column, rows)
+        if rows is None and got is not None:
+            gathered.append(column)
+        return got
+
+    monkeypatch.setattr(reader_module, "gather_plain", recording)
+    rng = np.random.default_rng(4)
+    data = pa.table({"f": rng.random(5000), "s": rng.choice(["a", "b"], 5000)})
+    with omnitable.connect(tmp_path) as wh:
+        t = wh.create_table("twice", data.schema, groups={"p": ["f"]})
+        t.append(data, "a")
+        clear_cache()
+        first = t.read(columns=["f", "s"])
+        assert gathered == []
+        second = t.read(columns=["f", "s"])
+        assert gathered == ["f"]  # s (a string column) is never tried
+        assert first.equals(second) and first.equals(data)

@@ -123,6 +123,9 @@ class _Cache:
 
 
 _CACHE = _Cache(_MAX_FILES)
+_MAX_SEEN = 8192  # files remembered as read once (read_before)
+_SEEN: OrderedDict[str, None] = OrderedDict()
+_SEEN_LOCK = threading.Lock()
 # what a file this module does not read raises (a missing footer field reads as None)
 _NOT_FOR_PAGES = (
     CorruptInputError,
@@ -138,13 +141,28 @@ log = logging.getLogger(__name__)
 
 
 def clear_cache() -> None:
-    """Forget every cached footer and offset index."""
+    """Forget every cached footer and offset index, and which files were read."""
     _CACHE.clear()
+    with _SEEN_LOCK:
+        _SEEN.clear()
 
 
 def footer_cached(uri: str) -> bool:
     """Whether the footer of the file at ``uri`` is parsed and cached here."""
     return _CACHE.get(uri) is not None
+
+
+def read_before(uri: str) -> bool:
+    """Whether the file at ``uri`` was asked about here before (then noted as asked about):
+    a file read twice is likely read again, worth parsing its footer for."""
+    with _SEEN_LOCK:
+        if uri in _SEEN:
+            _SEEN.move_to_end(uri)
+            return True
+        _SEEN[uri] = None
+        while len(_SEEN) > _MAX_SEEN:
+            _SEEN.popitem(last=False)
+        return False
 
 
 def read_pages(
@@ -188,12 +206,9 @@ def gather_plain(
     when the column is one uncompressed fixed-width leaf and those pages are PLAIN without
     NULLs (:mod:`omnitable.format.plain_pages`): the pages' values are read (adjacent ones in
     one read) or, of a memory-mapped file, gathered from the mapping; None otherwise (the
-    caller decodes pages or row groups). Every row is read this way only from a file whose
-    footer is cached (an earlier point or selective read parsed it)."""
+    caller decodes pages or row groups)."""
     if rows is not None and len(rows) == 0:
         return None
-    if rows is None and not footer_cached(uri):
-        return None  # parsing a footer in Python costs more than pyarrow's read of the column
     try:
         info = _file_info(handle, uri)
         if info is None or column not in info.tops or info.num_rows == 0:

@@ -29,7 +29,7 @@ from omnitable.catalog.records import ColumnRecord, FileRecord, FragmentRecord
 from omnitable.catalog.snapshot import Snapshot, columns_mentioned
 from omnitable.exceptions import CorruptInputError, UnknownColumnError, ValidationError
 from omnitable.format.fs import Location
-from omnitable.format.pages import footer_cached, gather_plain, read_pages
+from omnitable.format.pages import footer_cached, gather_plain, read_before, read_pages
 from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
 from omnitable.vocabulary.names import APPEND_NAME, ROW_ID
 from omnitable.vocabulary.stats import decode_value
@@ -419,8 +419,8 @@ class FragmentReader:
         if not all(c.arrow_type in _PLAIN_TYPES for c in cols):
             return False  # only such columns can be read in place: no file is opened for it
         uri = self.location.child_uri(file.path)
-        if rows is None and not footer_cached(uri):
-            return False  # gather_plain reads every row only of a file it knows
+        if rows is None and not footer_cached(uri) and not read_before(uri):
+            return False  # a file read once is read by pyarrow (parsing its footer costs more)
         try:  # not memory-mapped: reading the pages' values costs less than faulting them in
             handle = self._open(file.path, mapped=False)
         except (OSError, pa.ArrowInvalid):
