@@ -378,3 +378,48 @@ def test_full_reads_take_plain_values_in_place_from_a_files_second_read(
         second = t.read(columns=["f", "s"])
         assert gathered == ["f"]  # s (a string column) is never tried
         assert first.equals(second) and first.equals(data)
+
+
+def _read_in_child(path: str, out: Any, inherited: Any) -> None:
+    assert inherited.get("any", None) is None  # the parent's snapshot cache, copied by fork
+    with omnitable.connect(path) as wh:  # a fresh connection: the catalog's own engine
+        t = wh.table("forked")
+        out.put(t.read(columns=["text", "f"], where=pc.field("x") < 0.05).num_rows)
+
+
+def test_a_forked_child_reads_though_the_parent_held_every_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DataLoader worker is a fork: the parent's decoding threads are not in it and a lock a
+    parent thread held stays held, unless the page reader and the snapshot cache renew them."""
+    import multiprocessing
+
+    rng = np.random.default_rng(6)
+    n = 6_000
+    data = pa.table({"x": rng.random(n), "f": rng.random(n), "text": _text(rng, n, 300)})
+    monkeypatch.setattr(pages, "_PARALLEL_BYTES", 0)  # row groups decoded on the pool threads
+    with omnitable.connect(tmp_path) as wh:
+        t = wh.create_table("forked", data.schema)
+        t.append(data, "a", row_group_size=1_500)
+        where = pc.field("x") < 0.05
+        want = t.read(columns=["text", "f"], where=where).num_rows  # the parent's pool exists
+        ctx = multiprocessing.get_context("fork")
+        out = ctx.Queue()
+        locks = [pages._SEEN_LOCK, pages._CACHE._lock, wh.catalog.snapshots._lock]
+        for lock in locks:
+            lock.acquire()
+        try:
+            child = ctx.Process(
+                target=_read_in_child, args=(str(tmp_path), out, wh.catalog.snapshots), daemon=True
+            )
+            child.start()
+        finally:
+            for lock in locks:
+                lock.release()
+        child.join(120)
+        hung = child.is_alive()
+        if hung:
+            child.kill()
+            child.join()
+        assert not hung and child.exitcode == 0, "the forked child hung or failed"
+        assert out.get(timeout=5) == want

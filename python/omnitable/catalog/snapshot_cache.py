@@ -19,7 +19,9 @@ are not kept (they are rare per process and costly to hold).
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Hashable
 
@@ -38,6 +40,7 @@ class SnapshotCache:
         self.max_files = max_files
         self._items: OrderedDict[Hashable, Snapshot] = OrderedDict()
         self._lock = threading.Lock()
+        _CACHES.add(self)
 
     def get(self, key: Hashable, table: TableRecord) -> Snapshot | None:
         """A copy of the snapshot kept under ``key`` (its own containers, the caller's record
@@ -72,6 +75,20 @@ class SnapshotCache:
     def __len__(self) -> int:
         with self._lock:
             return len(self._items)
+
+
+_CACHES: weakref.WeakSet[SnapshotCache] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child (a DataLoader worker) a lock another parent thread held stays held:
+    give every cache a new one (the snapshots kept stay valid)."""
+    for cache in list(_CACHES):
+        cache._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def key(

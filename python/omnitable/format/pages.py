@@ -121,11 +121,28 @@ class _Cache:
         with self._lock:
             self._items.clear()
 
+    def reset_lock(self) -> None:
+        """A new lock (in a forked child, where another thread may have held the old one)."""
+        self._lock = threading.Lock()
+
 
 _CACHE = _Cache(_MAX_FILES)
 _MAX_SEEN = 8192  # files remembered as read once (read_before)
 _SEEN: OrderedDict[str, None] = OrderedDict()
 _SEEN_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child (a DataLoader worker) the parent's decoding threads do not exist and
+    a lock another parent thread held stays held: start a new pool on first use and new locks
+    (the cached footers stay valid: files never change)."""
+    global _POOL, _POOL_LOCK, _SEEN_LOCK
+    _POOL, _POOL_LOCK, _SEEN_LOCK = None, threading.Lock(), threading.Lock()
+    _CACHE.reset_lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 # what a file this module does not read raises (a missing footer field reads as None)
 _NOT_FOR_PAGES = (
     CorruptInputError,
