@@ -7,6 +7,7 @@ and created again under the same name, tags), on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -24,7 +25,7 @@ from omnitable.catalog.snapshot import SnapshotScope
 from omnitable.catalog.snapshot_cache import SnapshotCache
 from omnitable.exceptions import OmniTableError
 from omnitable.format.reader import FragmentReader
-from omnitable.vocabulary.names import MAIN
+from omnitable.vocabulary.names import APPEND_NAME, MAIN
 
 
 @contextmanager
@@ -178,3 +179,38 @@ def _apply(
     elif op == "tag":
         tags.append(f"t{i}")
         t.create_tag(f"t{i}")
+
+
+def test_reads_through_the_cache_race_a_writer(catalog_spec: tuple[str, str | None]) -> None:
+    """A reader reading through its cache while another connection appends sees only whole
+    versions, never an older one than it saw before, and the last one in the end."""
+    uri, root = catalog_spec
+    with omnitable.connect(uri, root=root) as reader, omnitable.connect(uri, root=root) as writer:
+        writer.create_table("raced", _data(1, 0).schema).append(_data(10, 0), "b0")
+        t = reader.table("raced")
+        done = threading.Event()
+        failures: list[BaseException] = []
+
+        def write() -> None:
+            try:
+                w = writer.table("raced")
+                for i in range(1, 12):
+                    w.append(_data(10, i), f"b{i}")
+            except BaseException as exc:  # pragma: no cover - reported below
+                failures.append(exc)
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=write)
+        thread.start()
+        seen, reads = 0, 0
+        while (not done.is_set() or seen < 120) and not failures and reads < 5000:
+            reads += 1
+            got = t.read(columns=[APPEND_NAME])
+            names = set(got.column(APPEND_NAME).to_pylist())
+            k = len(names)
+            assert names == {f"b{i}" for i in range(k)} and got.num_rows == 10 * k  # whole
+            assert k * 10 >= seen  # never an older version
+            seen = got.num_rows
+        thread.join()
+        assert not failures and seen == 120
