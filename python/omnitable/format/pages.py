@@ -259,9 +259,17 @@ def _gather_all(
     fetched, bytes_read = _fetch(handle, list(zip(starts, lengths, strict=True)))
     mapped = isinstance(handle, pa.MemoryMappedFile)  # copied: the mapping is closed after
     chunks = [np.frombuffer(fetched[s], dtype=plain.dtype) for s in starts]
-    arrays = [pa.array(c.copy() if mapped else c, plain.arrow_type) for c in chunks]
+    arrays = [pa.array(_own_aligned(c, mapped), plain.arrow_type) for c in chunks]
     table = pa.Table.from_arrays([pa.chunked_array(arrays, plain.arrow_type)], names=[column])
     return PageRead(table, info.num_rows, bytes_read)
+
+
+def _own_aligned(values: np.ndarray, mapped: bool) -> np.ndarray:
+    """``values`` as a chunk a read may return: copied when they view a mapping (closed after
+    the read) or sit at an address that is not a multiple of their width (a page's values
+    follow its header at any byte; Arrow's kernels and Acero expect aligned buffers, and Acero
+    warns on every batch that is not)."""
+    return values.copy() if mapped or not values.flags.aligned else values
 
 
 def _gather(
