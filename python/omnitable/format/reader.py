@@ -30,6 +30,7 @@ from omnitable.catalog.snapshot import Snapshot, columns_mentioned
 from omnitable.exceptions import CorruptInputError, UnknownColumnError, ValidationError
 from omnitable.format.fs import Location
 from omnitable.format.pages import footer_cached, gather_plain, read_before, read_pages
+from omnitable.format.predicate import survivors as simple_survivors
 from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
 from omnitable.vocabulary.names import APPEND_NAME, ROW_ID
 from omnitable.vocabulary.stats import decode_value
@@ -237,16 +238,28 @@ class FragmentReader:
         where_cols: list[str],
     ) -> np.ndarray:
         """Sorted offsets of the live rows where ``where`` is true (NULL counts as false)."""
+        survivors = simple_survivors(where, pred_arrays)
+        if survivors is None:
+            survivors = self._filtered(frag, pred_arrays, where, where_cols)
+        dv = self.snapshot.deletion(frag.fragment_id)
+        return survivors if dv is None else survivors[~dv.mask()[survivors]]
+
+    @staticmethod
+    def _filtered(
+        frag: FragmentRecord,
+        pred_arrays: dict[str, pa.ChunkedArray | pa.Array],
+        where: pc.Expression,
+        where_cols: list[str],
+    ) -> np.ndarray:
+        """Offsets where ``where`` is true, evaluated by Acero (any expression)."""
         pred = pa.Table.from_arrays(
             [pred_arrays[c] for c in where_cols] + [pa.array(np.arange(frag.row_count))],
             names=[*where_cols, _INDEX],
         )
         try:
-            survivors = pred.filter(where).column(_INDEX).to_numpy()
+            return pred.filter(where).column(_INDEX).to_numpy()
         except ARROW_VALUE_ERRORS as exc:
             raise ValidationError(f"Cannot evaluate filter {where}: {exc}") from exc
-        dv = self.snapshot.deletion(frag.fragment_id)
-        return survivors if dv is None else survivors[~dv.mask()[survivors]]
 
     # -- columns --------------------------------------------------------------------------
 

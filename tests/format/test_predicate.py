@@ -1,0 +1,183 @@
+"""Simple filters evaluated by compute kernels (format/predicate.py) keep exactly the rows Acero's
+filter keeps, or decline (None) and leave the filter to Acero."""
+
+from __future__ import annotations
+
+import math
+import operator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import omnitable
+from omnitable.exceptions import ValidationError
+from omnitable.format import predicate
+from omnitable.format.predicate import survivors
+
+TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint32(), pa.uint64(),
+         pa.float32(), pa.float64()]  # fmt: skip
+OPS = [operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne]
+INDEX = "__row"
+
+
+def _acero(where: pc.Expression, arrays: dict[str, Any]) -> np.ndarray:
+    n = len(next(iter(arrays.values())))
+    table = pa.table({**arrays, INDEX: pa.array(np.arange(n))})
+    return table.filter(where).column(INDEX).to_numpy()
+
+
+def _column(t: pa.DataType, values: list[float | None]) -> pa.Array:
+    if pa.types.is_floating(t):
+        return pa.array(values, t)
+    info = np.iinfo(t.to_pandas_dtype())
+    ints = [None if v is None or math.isnan(v) else int(min(max(v, info.min), info.max))
+            for v in values]  # fmt: skip
+    return pa.array(ints, t)
+
+
+element = st.one_of(
+    st.none(), st.floats(-300, 300), st.just(math.nan), st.sampled_from([0.0, 1.0, -1.0])
+)
+literals = st.one_of(
+    st.integers(-200, 200), st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.5, 1.0, -0.0, 1e-300]),
+)  # fmt: skip
+
+
+@st.composite
+def trees(draw: Any, names: list[str]) -> pc.Expression:
+    if draw(st.integers(0, 3)) > 0:
+        op = draw(st.sampled_from(OPS))
+        return op(pc.field(draw(st.sampled_from(names))), draw(literals))
+    join = draw(st.sampled_from([operator.and_, operator.or_]))
+    return join(draw(trees(names)), draw(trees(names)))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), types=st.lists(st.sampled_from(TYPES), min_size=1, max_size=3))
+def test_equals_acero_or_declines(data: Any, types: list[pa.DataType]) -> None:
+    n = data.draw(st.integers(1, 60))
+    arrays = {}
+    nulls = data.draw(st.booleans())  # without NULLs, numpy answers (predicate._evaluate_exact)
+    for i, t in enumerate(types):
+        drawn = data.draw(
+            st.lists(
+                element if nulls else element.filter(lambda v: v is not None),
+                min_size=n,
+                max_size=n,
+            )
+        )
+        arrays[f"c{i}"] = data.draw(st.sampled_from([
+            _column(t, drawn), pa.chunked_array([_column(t, drawn[: n // 2]), _column(t, drawn[n // 2 :])]),
+        ]))  # fmt: skip
+    where = data.draw(trees(list(arrays)))
+    try:
+        want = _acero(where, arrays)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        want = None  # Acero cannot evaluate it (e.g. an integer literal out of the type's range)
+    try:
+        got = survivors(where, arrays)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        assert want is None, f"{where}: Acero evaluates it, the kernels raise"
+        return
+    if got is not None:
+        assert want is not None, f"{where}: Acero raises, the kernels do not"
+        np.testing.assert_array_equal(got, want, err_msg=str(where))
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        pc.field("f") < 0.01,
+        pc.field("f") >= -1.5e-7,
+        pc.field("i") == 3,
+        pc.field("i") != -2,
+        (pc.field("f") < 0.5) & (pc.field("i") > 2),
+        (pc.field("f") < 0.1) | ((pc.field("i") <= 1) & (pc.field("f") > 0.9)),
+        pc.field("f") < 1.0,  # prints as (f < 1)
+        pc.field("f") > float("inf"),
+        pc.field("f") == float("nan"),
+        pc.field("i") < 2**63 - 1,
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("nulls", [True, False])
+def test_the_everyday_shapes_are_evaluated_here(where: pc.Expression, nulls: bool) -> None:
+    rng = np.random.default_rng(1)
+    f = rng.random(1000)
+    f[::7] = np.nan
+    arrays = {
+        "f": pa.array(f, mask=(np.arange(1000) % 11 == 0) if nulls else None),
+        "i": pa.array(
+            rng.integers(-5, 5, 1000), mask=(np.arange(1000) % 13 == 0) if nulls else None
+        ),
+    }
+    got = survivors(where, arrays)
+    assert got is not None
+    np.testing.assert_array_equal(got, _acero(where, arrays))
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        pc.field("f") < pa.scalar(0.5, pa.float32()),  # a literal of another type
+        pc.field("s") == "a",  # strings
+        pc.field("f").is_null(),
+        ~(pc.field("f") < 0.5),
+        pc.and_(pc.field("f") < 0.5, pc.field("f") > 0.1),  # and (not Kleene's)
+        pc.field("f") < pc.field("g"),
+        pc.field("missing") < 1,
+        pc.field("f") + 1 < 2,
+        pc.scalar(True),
+    ],
+    ids=str,
+)
+def test_other_shapes_are_left_to_acero(where: pc.Expression) -> None:
+    arrays = {"f": pa.array([0.2, 0.7]), "g": pa.array([0.1, 0.9]), "s": pa.array(["a", "b"])}
+    assert survivors(where, arrays) is None
+
+
+def test_field_names_are_read_back_exactly() -> None:
+    arrays = {"a.b": pa.array([1, 5]), 'q"x': pa.array([1, 5]), "a": pa.array([9, 9])}
+    for name in ("a.b", 'q"x'):
+        got = survivors(pc.field(name) > 2, arrays)
+        assert got is not None and got.tolist() == [1]
+    assert survivors(pc.field("a b") > 2, {"a b": pa.array([1, 5])}) is None  # cannot be parsed
+    assert predicate._parse.cache_info().maxsize is not None
+
+
+def test_a_table_read_filters_through_the_kernels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Table.read of a simple filter never builds an Acero plan; other filters still do, and a
+    filter Acero rejects still fails with a clear error."""
+    rng = np.random.default_rng(3)
+    data = pa.table({"x": rng.random(3000), "n": rng.integers(0, 9, 3000), "s": ["a", "b"] * 1500})
+    with omnitable.connect(tmp_path) as wh:
+        t = wh.create_table("p", data.schema)
+        t.append(data, "a")
+        acero: list[str] = []
+        from omnitable.format.reader import FragmentReader
+
+        real = FragmentReader._filtered
+
+        def counting(*args: Any) -> Any:
+            acero.append(str(args[2]))
+            return real(*args)
+
+        monkeypatch.setattr(FragmentReader, "_filtered", staticmethod(counting))
+        simple = (pc.field("x") < 0.2) & (pc.field("n") >= 4)
+        got = t.read(columns=["x", "s"], where=simple)
+        assert acero == []
+        assert got.equals(data.filter(simple).select(["x", "s"]))
+        other = pc.field("s") == "a"
+        assert t.read(columns=["x"], where=other).equals(data.filter(other).select(["x"]))
+        assert acero == [str(other)]
+        with pytest.raises(ValidationError, match="Cannot"):
+            t.read(columns=["x"], where=pc.field("s") < 1)
