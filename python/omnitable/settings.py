@@ -253,7 +253,7 @@ READ_ACCESS_LOG = _declare(
         True,
         _bool,
         "Table.read and Spark scans record the columns each scan reads in the table's access "
-        "log (`_access/`, one small file per scan; the regroup job reads it).",
+        "log (`_access/`, small JSON-lines files; the regroup job reads it).",
     )
 )
 

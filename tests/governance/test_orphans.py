@@ -18,6 +18,7 @@ import pytest
 import omnitable
 from omnitable._failpoints import hooked
 from omnitable.exceptions import ValidationError
+from omnitable.format import access
 from omnitable.governance.job import MaintenanceResult, run_job
 from omnitable.governance.jobs import JOBS
 from omnitable.governance.orphans import OrphanJob
@@ -62,6 +63,7 @@ def test_only_unreferenced_files_go(wh: omnitable.Warehouse) -> None:
     _plant(t, "_progress/old/0.json", b"{}")
     _plant(t, "errors/_delta_log/00.json", b"{}")  # the error table's own files
     rows = t.read(["id", "x"]).sort_by("id").to_pylist()
+    access.flush()  # the read's access-log entry is on disk before the job lists files
 
     dry = run_job(t._ctx, OrphanJob(min_age_s=0), dry_run=True)
     assert sorted(a["path"] for a in dry.plan.actions) == [
