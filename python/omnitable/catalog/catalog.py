@@ -234,7 +234,7 @@ class Catalog:
                 text("SELECT * FROM tables WHERE namespace = :ns AND name = :n"),
                 {"ns": namespace, "n": short},
             ).first()
-            known = namespaces.exists(conn, namespace)
+            known = row is not None or namespaces.exists(conn, namespace)  # only for the error
         if row is None:
             where = "" if known else f" (namespace '{namespace}' does not exist)"
             listed = ", ".join(self.list_tables(namespace if known else None)) or "none"
