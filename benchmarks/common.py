@@ -7,6 +7,7 @@ reports medians and ratios, never absolute thresholds.
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -33,18 +34,32 @@ def rounds(n: int) -> int:
 
 
 def time_interleaved(
-    variants: dict[str, Callable[[], Any]], repeats: int = 5, warmup: int = 1
+    variants: dict[str, Callable[[], Any]],
+    repeats: int = 5,
+    warmup: int = 1,
+    *,
+    shuffle: bool = False,
 ) -> dict[str, float]:
     """Median wall time per variant, running the variants round-robin ``repeats`` times (after
-    ``warmup`` untimed rounds; a smoke run times one round and warms nothing up)."""
+    ``warmup`` untimed rounds; a smoke run times one round and warms nothing up).
+
+    ``shuffle``: each round runs the variants in a new order (seeded), for variants that do not
+    depend on each other's order. Otherwise the first always runs right after the last, and on
+    2 cores a read of a few ms pays for what the read before it left running (a thread pool
+    winding down): 0.5-0.9 ms measured for a read after pyarrow's."""
     if smoke():
         repeats, warmup = 1, 0
     for _ in range(warmup):
         for fn in variants.values():
             fn()
     samples: dict[str, list[float]] = {k: [] for k in variants}
+    order = random.Random(0)
     for _ in range(repeats):
-        for name, fn in variants.items():
+        names = list(variants)
+        if shuffle:
+            order.shuffle(names)
+        for name in names:
+            fn = variants[name]
             start = time.perf_counter()
             fn()
             samples[name].append(time.perf_counter() - start)
