@@ -184,6 +184,8 @@ class _Writer:
                 taken, self._pending, self._busy = self._pending, [], True
             try:
                 _write_entries(taken)
+            except Exception as exc:  # never let the writer die: later entries would wait
+                log.debug("access log entries not recorded: %s", exc)
             finally:
                 with self._cond:
                     self._busy = False
