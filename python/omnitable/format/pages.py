@@ -196,12 +196,10 @@ def read_pages(
     if len(rows) == 0 or len(set(columns)) != len(columns):
         return None
     try:
-        info = _file_info(handle, uri)
-        if info is None or any(c not in info.tops for c in columns):
+        found = _footer_for(handle, uri, columns, rows)
+        if found is None:
             return None
-        if rows[-1] >= info.num_rows or rows[0] < 0:
-            return None
-        leaves = [leaf for c in columns for leaf in info.tops[c][1]]
+        info, leaves = found
         pages = _leaf_pages(handle, info, leaves)
         if pages is None:
             return None
@@ -222,17 +220,15 @@ def gather_plain(
     ``column`` taken straight from the bytes of the pages holding them, with no page decoded,
     when the column is one uncompressed fixed-width leaf and those pages are PLAIN without
     NULLs (:mod:`omnitable.format.plain_pages`): the pages' values are read (adjacent ones in
-    one read) or, of a memory-mapped file, gathered from the mapping; None otherwise (the
+    one read; of a memory-mapped file, viewed in the mapping); None otherwise (the
     caller decodes pages or row groups)."""
     if rows is not None and len(rows) == 0:
         return None
     try:
-        info = _file_info(handle, uri)
-        if info is None or column not in info.tops or info.num_rows == 0:
+        footer = _footer_for(handle, uri, [column], rows)
+        if footer is None:
             return None
-        if rows is not None and (rows[-1] >= info.num_rows or rows[0] < 0):
-            return None
-        leaves = info.tops[column][1]
+        info, leaves = footer
         if len(leaves) != 1 or leaves[0] not in info.flat:
             return None
         found = _leaf_pages(handle, info, leaves)
@@ -244,6 +240,20 @@ def gather_plain(
     except _NOT_FOR_PAGES as exc:
         log.debug("Gather of %s by pages: %s: %s", uri, type(exc).__name__, exc)
         return None
+
+
+def _footer_for(
+    handle: pa.NativeFile, uri: str, columns: list[str], rows: np.ndarray | None
+) -> tuple[_FileInfo, list[int]] | None:
+    """The file's parsed footer and the leaves of ``columns``, when the file has rows, holds
+    every column of ``columns`` at its top level and ``rows`` (sorted; None: every row) lie
+    within it; else None."""
+    info = _file_info(handle, uri)
+    if info is None or info.num_rows == 0 or any(c not in info.tops for c in columns):
+        return None
+    if rows is not None and (rows[-1] >= info.num_rows or rows[0] < 0):
+        return None
+    return info, [leaf for c in columns for leaf in info.tops[c][1]]
 
 
 def _gather_all(
@@ -282,15 +292,7 @@ def _gather(
     hit = np.unique(page)
     if not _locate(handle, p, plain, hit):
         return None
-    if isinstance(handle, pa.MemoryMappedFile):  # a gather from the OS's cache
-        width = plain.dtype.itemsize
-        at = plain.values[page] + (rows - p.starts[page]) * width  # each value's file offset
-        handle.seek(0)
-        mapping = np.frombuffer(handle.read_buffer(), dtype=np.uint8)
-        values = mapping[at[:, None] + np.arange(width)].view(plain.dtype).reshape(-1)
-        bytes_read = len(rows) * width
-    else:
-        values, bytes_read = _gather_streamed(handle, p, plain, rows, page, hit)
+    values, bytes_read = _gather_streamed(handle, p, plain, rows, page, hit)
     table = pa.Table.from_arrays([pa.array(values, plain.arrow_type)], names=[column])
     return PageRead(table, info.num_rows, bytes_read)
 
@@ -303,7 +305,8 @@ def _gather_streamed(
     page: np.ndarray,
     hit: np.ndarray,
 ) -> tuple[np.ndarray, int]:
-    """``rows`` from the values of the pages ``hit`` (adjacent ones fetched in one read)."""
+    """``rows`` from the values of the pages ``hit`` (adjacent ones fetched in one read; of a
+    memory-mapped file, views of the mapping), copied out of them."""
     starts = plain.values[hit].tolist()
     lengths = ((p.ends[hit] - p.starts[hit]) * plain.dtype.itemsize).tolist()
     fetched, bytes_read = _fetch(handle, list(zip(starts, lengths, strict=True)))
