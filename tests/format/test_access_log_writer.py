@@ -77,9 +77,7 @@ def test_recording_returns_before_the_entry_is_written(
         real(*args)
 
     monkeypatch.setattr(access, "_write", held)
-    start = time.perf_counter()
-    _record(loc, 1)
-    assert time.perf_counter() - start < 5  # not blocked on the held write
+    _record(loc, 1)  # returns while the write is held (had it waited, the file would exist)
     assert not access.flush(timeout=0.3) and _files(loc) == []
     release.set()
     assert access.flush() and len(read_access(loc)) == 1
