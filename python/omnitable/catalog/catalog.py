@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Boolean, text
@@ -38,11 +39,13 @@ from omnitable.catalog.snapshot import (
     SnapshotScope,
     all_columns,
     batch_counts,
+    load_segments,
     load_snapshot,
     segments_for,
     within_clause,
 )
 from omnitable.catalog.snapshot_cache import SnapshotCache
+from omnitable.catalog.snapshot_cache import key as cache_key
 from omnitable.catalog.sql import gc_paused
 from omnitable.catalog.store import CatalogStore
 from omnitable.exceptions import (
@@ -341,9 +344,21 @@ class Catalog:
         segments when there is one (:mod:`omnitable.catalog.snapshot_cache`; writers load
         their own)."""
         with self.store.read() as conn:
-            return load_snapshot(conn, table, branch=branch, tag=tag, version=version,
-                                 with_files=with_files, scope=scope,
-                                 cache=self.snapshots if reuse else None)  # fmt: skip
+            if not reuse:
+                return load_snapshot(conn, table, branch=branch, tag=tag, version=version,
+                                     with_files=with_files, scope=scope)  # fmt: skip
+            if not with_files:
+                scope = replace(scope, files=False)
+            segments, resolved, commit_branch = segments_for(
+                conn, table, branch=branch, tag=tag, version=version
+            )
+            k = cache_key(table.table_id, segments, resolved, commit_branch, scope)
+            found = self.snapshots.get(k, table)
+            if found is not None:
+                return found
+            snap = load_segments(conn, table, segments, resolved, commit_branch, scope)
+            self.snapshots.put(k, snap)
+            return snap
 
     def batch_counts(
         self, table: TableRecord, version: int | None = None, branch: str | None = None

@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 from sqlalchemy import Connection, text
@@ -28,9 +28,6 @@ from omnitable.catalog.sql import gc_paused, in_list
 from omnitable.exceptions import NotFoundError, UnknownColumnError, ValidationError
 from omnitable.vocabulary.names import APPEND_NAME, MAIN, ROW_ID
 from omnitable.vocabulary.types import to_arrow
-
-if TYPE_CHECKING:
-    from omnitable.catalog.snapshot_cache import SnapshotCache
 
 Segment = tuple[str, int]
 
@@ -392,15 +389,12 @@ def load_snapshot(
     version: int | None = None,
     with_files: bool = True,
     scope: SnapshotScope = FULL_SCOPE,
-    cache: SnapshotCache | None = None,
 ) -> Snapshot:
     """Read one snapshot of ``table`` from the catalog (inside one read transaction).
 
     Only ``scope`` is loaded (``with_files=False`` drops the files from it): the batch and
     column filters run in SQL, so a one-batch read of a few columns touches that batch's
-    fragments and only those columns' sets and files, whatever the table's size. ``cache``
-    (a read's): a snapshot loaded before for the same resolved segments is reused, one
-    loaded is kept (:mod:`omnitable.catalog.snapshot_cache`).
+    fragments and only those columns' sets and files, whatever the table's size.
 
     Raises:
         NotFoundError: unknown ref, version or batch of the scope.
@@ -410,11 +404,7 @@ def load_snapshot(
     segments, resolved_version, commit_branch = segments_for(
         conn, table, branch=branch, tag=tag, version=version
     )
-    if cache is None:
-        return load_segments(conn, table, segments, resolved_version, commit_branch, scope)
-    return cache.load(table, segments, resolved_version, commit_branch, scope,
-                      lambda: load_segments(conn, table, segments, resolved_version,
-                                            commit_branch, scope))  # fmt: skip
+    return load_segments(conn, table, segments, resolved_version, commit_branch, scope)
 
 
 def load_segments(

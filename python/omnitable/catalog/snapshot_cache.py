@@ -23,7 +23,7 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 
 from omnitable.catalog.records import TableRecord
 from omnitable.catalog.snapshot import Snapshot
@@ -41,25 +41,6 @@ class SnapshotCache:
         self._items: OrderedDict[Hashable, Snapshot] = OrderedDict()
         self._lock = threading.Lock()
         _CACHES.add(self)
-
-    def load(
-        self,
-        table: TableRecord,
-        segments: list[tuple[str, int]],
-        version: int,
-        branch: str | None,
-        scope: Hashable,
-        loader: Callable[[], Snapshot],
-    ) -> Snapshot:
-        """The snapshot of ``table`` for these resolved segments (:func:`key`): a copy of the
-        one kept, else ``loader()``'s, kept."""
-        k = key(table.table_id, segments, version, branch, scope)
-        found = self.get(k, table)
-        if found is not None:
-            return found
-        snap = loader()
-        self.put(k, snap)
-        return snap
 
     def get(self, key: Hashable, table: TableRecord) -> Snapshot | None:
         """A copy of the snapshot kept under ``key`` (its own containers, the caller's record
