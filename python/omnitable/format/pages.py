@@ -289,12 +289,31 @@ def _gather(
     if plain is None:
         return None
     page = np.searchsorted(p.starts, rows, side="right") - 1  # the page holding each row
-    hit = np.unique(page)
+    first = np.empty(len(page), dtype=bool)  # rows sorted: a page's rows are one run
+    first[0] = True
+    np.not_equal(page[1:], page[:-1], out=first[1:])
+    hit = page[first]
     if not _locate(handle, p, plain, hit):
         return None
-    values, bytes_read = _gather_streamed(handle, p, plain, rows, page, hit)
+    width = plain.dtype.itemsize
+    starts = plain.values[hit]
+    ends = starts + (p.ends[hit] - p.starts[hit]) * width
+    gaps = starts[1:] - ends[:-1]
+    if np.all((gaps >= 0) & (gaps <= _GAP)):  # the pages lie in order, close: one read
+        lo, hi = int(starts[0]), int(ends[-1])
+        at = plain.values[page] + (rows - p.starts[page]) * width - lo
+        values, bytes_read = _values_at(_span(handle, lo, hi), plain.dtype, at), hi - lo
+    else:
+        values, bytes_read = _gather_streamed(handle, p, plain, rows, page, hit)
     table = pa.Table.from_arrays([pa.array(values, plain.arrow_type)], names=[column])
     return PageRead(table, info.num_rows, bytes_read)
+
+
+def _values_at(blob: memoryview, dtype: np.dtype, at: np.ndarray) -> np.ndarray:
+    """The values of ``dtype`` starting at the bytes ``at`` of ``blob`` (any alignment), as
+    a new array: ``blob`` viewed as one value starting at every byte, indexed by ``at``."""
+    every_byte = np.ndarray((len(blob) - dtype.itemsize + 1,), dtype, blob, 0, (1,))
+    return every_byte[at]
 
 
 def _gather_streamed(
@@ -541,19 +560,26 @@ def _fetch(
     tails = np.append(heads[1:], len(spans))
     out: dict[int, memoryview] = {}
     total = 0
-    mapped = None
-    if isinstance(handle, pa.MemoryMappedFile):  # read_at would copy the spans
-        handle.seek(0)
-        mapped = memoryview(handle.read_buffer()).cast("B")
     for i, j in zip(heads.tolist(), tails.tolist(), strict=True):
         lo, hi = int(offsets[i]), int(reach[j - 1])
-        blob = mapped[lo:hi] if mapped is not None else memoryview(handle.read_at(hi - lo, lo))
-        if len(blob) != hi - lo:
-            raise CorruptInputError(f"short read at byte {lo}")
+        blob = _span(handle, lo, hi)
         total += hi - lo
         for off, end in zip(offsets[i:j].tolist(), ends[i:j].tolist(), strict=True):
             out[off] = blob[off - lo : end - lo]
     return out, total
+
+
+def _span(handle: pa.NativeFile, lo: int, hi: int) -> memoryview:
+    """The bytes ``[lo, hi)`` of the file: read, or of a memory-mapped file a view of the
+    mapping (read_at would copy them). Raises CorruptInputError when the file ends before."""
+    if isinstance(handle, pa.MemoryMappedFile):
+        handle.seek(lo)
+        blob = memoryview(handle.read_buffer(hi - lo)).cast("B")
+    else:
+        blob = memoryview(handle.read_at(hi - lo, lo))
+    if len(blob) != hi - lo:
+        raise CorruptInputError(f"short read at byte {lo}")
+    return blob
 
 
 def _dictionary_range(chunk: Struct, first_page: int) -> tuple[int, int] | None:
