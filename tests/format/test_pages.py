@@ -273,6 +273,9 @@ def test_values_read_in_place_touch_only_their_bytes() -> None:
         99999.0,
     ]
     assert streamed.bytes_read == 3 * 10_000 * 8  # the values of the three pages holding them
+    every = pages.gather_plain(pa.BufferReader(raw), "mem:touch", "x", None)
+    assert every is not None and every.bytes_read == n * 8  # every value, no page header
+    assert every.table.column("x").to_numpy().tolist() == list(range(n))
     assert pages.gather_plain(pa.BufferReader(raw), "mem:touch", "nope", rows) is None
     assert pages.gather_plain(pa.BufferReader(raw), "mem:touch", "x", rows[:0]) is None
     assert pages.gather_plain(pa.BufferReader(raw), "mem:touch", "x", np.array([n])) is None
