@@ -181,3 +181,112 @@ def test_a_table_read_filters_through_the_kernels(
         assert acero == [str(other)]
         with pytest.raises(ValidationError, match="Cannot"):
             t.read(columns=["x"], where=pc.field("s") < 1)
+
+
+# -- pruning fragments by their statistics (predicate.may_hold) --------------------------------
+
+EXACT_TYPES = [pa.float64(), pa.int64()]
+
+
+def _bounds_of(values: pa.Array, widen: float) -> predicate.Bounds:
+    """What statistics could say of ``values``: the bounds of the values neither NULL nor NaN,
+    widened by ``widen`` (statistics may bound loosely, never tightly)."""
+    kept = [v for v in values.to_pylist() if v is not None and v == v]
+    if values.null_count == len(values):
+        return predicate.Bounds(all_null=True)
+    if not kept:
+        return predicate.Bounds()  # only NaNs (and NULLs): no bounds
+    lo, hi = min(kept), max(kept)
+    if pa.types.is_integer(values.type):
+        return predicate.Bounds(lo - int(widen), hi + int(widen))
+    return predicate.Bounds(lo - widen, hi + widen)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), types=st.lists(st.sampled_from(EXACT_TYPES), min_size=1, max_size=3))
+def test_may_hold_never_rules_out_a_fragment_with_a_matching_row(
+    data: Any, types: list[pa.DataType]
+) -> None:
+    """Sound against Acero's filter of the fragment's rows (NULLs, NaNs, loose bounds), and as
+    tight as its bounds: with exact bounds, a filter of one ordering comparison (``<``, ``<=``,
+    ``>``, ``>=``) is ruled out exactly when no row matches, unless the bounds are unknown."""
+    n = data.draw(st.integers(1, 40))
+    arrays, bounds = {}, {}
+    widen = data.draw(st.sampled_from([0.0, 0.0, 1.0, 50.0]))
+    for i, t in enumerate(types):
+        drawn = data.draw(st.lists(element, min_size=n, max_size=n))
+        arrays[f"c{i}"] = _column(t, drawn)
+        bounds[f"c{i}"] = (t, _bounds_of(arrays[f"c{i}"], widen))
+    where = data.draw(trees(list(arrays)))
+    found = predicate.may_hold(where, bounds)
+    if found is None:
+        return
+    matches = len(_acero(where, arrays))
+    assert found or matches == 0, f"{where} ruled out with {matches} matching rows"
+    leaf = predicate._simple(where)
+    if widen == 0 and leaf is not None and isinstance(leaf[0], predicate._Compare):
+        b = bounds[leaf[0].name][1]
+        if leaf[0].op not in ("==", "!=") and (b.all_null or b.lo is not None):
+            assert found == (matches > 0), f"{where}: {b}, {matches} matching rows"
+
+
+def test_may_hold_declines_what_it_cannot_decide_exactly() -> None:
+    b = predicate.Bounds(0, 10)
+    assert predicate.may_hold(pc.field("x") < 5, {"x": (pa.int64(), b)}) is True
+    assert predicate.may_hold(pc.field("x") > 10, {"x": (pa.int64(), b)}) is False
+    assert predicate.may_hold(pc.field("x") > 10.0, {"x": (pa.int64(), b)}) is None  # a cast
+    assert predicate.may_hold(pc.field("x") > 10, {"x": (pa.int32(), b)}) is None
+    assert predicate.may_hold(pc.field("x") > 1.5, {"x": (pa.float32(), b)}) is None
+    assert predicate.may_hold(pc.field("y") > 1, {"x": (pa.int64(), b)}) is None
+    assert predicate.may_hold(pc.field("x").isin([1]), {"x": (pa.int64(), b)}) is None
+    edge = {"f": (pa.float64(), predicate.Bounds(0.5, 2.0))}
+    assert [predicate.may_hold(w, edge) for w in (pc.field("f") < 0.5, pc.field("f") <= 0.5,
+            pc.field("f") > 2.0, pc.field("f") >= 2.0, pc.field("f") == 2.0)] == [
+        False, True, False, True, True]  # fmt: skip
+    nan = predicate.Bounds(math.nan, math.nan)
+    assert predicate.may_hold(pc.field("f") < 0.5, {"f": (pa.float64(), nan)}) is True
+
+
+def test_a_table_prunes_simple_filters_as_arrow_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan of a simple filter keeps the fragments Arrow's pruning keeps (four batches, a
+    column added after two of them: NULL there), without building a dataset; a filter of
+    another shape still goes through Arrow."""
+    from omnitable.format.reader import FragmentReader
+
+    rng = np.random.default_rng(5)
+    with omnitable.connect(tmp_path) as wh:
+        t = wh.create_table("p", pa.schema([("x", pa.float64()), ("n", pa.int64())]))
+        for b in range(4):
+            x = rng.random(500) + b  # batch b holds x in [b, b + 1)
+            n = np.arange(500, dtype=np.int64) + 1000 * b
+            t.append(pa.table({"x": x, "n": n}), f"b{b}")
+            if b == 1:
+                t.add_columns(pa.table({"_ai_unique_id_": t.read(columns=["_ai_unique_id_"])
+                                        .column(0), "late": pa.array([1.0] * 1000)}), group="late")  # fmt: skip
+        filters = [
+            pc.field("x") < 1.5,
+            (pc.field("x") >= 2.2) & (pc.field("n") < 2400),
+            (pc.field("x") > 3.5) | (pc.field("n") == 1),
+            pc.field("x") != 0.25,
+            pc.field("late") > 0.0,
+            pc.field("x") > 9.0,
+        ]
+        simple = {str(w): [f.fragment_id for f in t.plan(where=w).fragments] for w in filters}
+        datasets: list[str] = []
+        real = FragmentReader._prune_simple
+        monkeypatch.setattr(FragmentReader, "_prune_simple", lambda *a: None)
+        arrow = {str(w): [f.fragment_id for f in t.plan(where=w).fragments] for w in filters}
+        assert simple == arrow
+        assert [len(v) for v in simple.values()] == [2, 1, 2, 4, 2, 0]
+        monkeypatch.setattr(FragmentReader, "_prune_simple", real)
+        for w in filters:
+            assert t.read(where=w).num_rows == t.read().filter(w).num_rows
+        monkeypatch.setattr(
+            FragmentReader, "_guarantee", lambda *a: datasets.append("dataset") or pc.scalar(True)
+        )
+        t.plan(where=pc.field("x") < 1.5)
+        assert datasets == []
+        t.plan(where=pc.field("x").isin([0.5]))
+        assert datasets

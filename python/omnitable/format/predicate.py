@@ -70,15 +70,10 @@ def survivors(
     counts as false), as Acero's filter would keep them; None when ``where`` is not of the
     simple shape (module docstring) or names a column that is not a numeric one of
     ``arrays``."""
-    tree = _parse(str(where))
-    if tree is None:
+    parsed = _simple(where)
+    if parsed is None:
         return None
-    for as_float in (False, True):  # ``x < 1.0`` prints as ``(x < 1)``
-        rebuilt = _expression(tree, as_float)
-        if rebuilt is not None and rebuilt.equals(where):
-            break
-    else:
-        return None
+    tree, as_float = parsed
     if not all(_numeric(arrays.get(name)) for name in _names(tree)):
         return None
     exact = _evaluate_exact(tree, arrays, as_float)
@@ -86,6 +81,73 @@ def survivors(
         return np.flatnonzero(exact)
     mask = _evaluate(tree, arrays, as_float)
     return pc.indices_nonzero(mask).to_numpy().astype(np.int64, copy=False)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What a fragment's statistics say of one column: ``lo`` and ``hi`` bound its values that
+    are neither NULL nor NaN (None: unknown); ``all_null``: every value is NULL."""
+
+    lo: float | int | None = None
+    hi: float | int | None = None
+    all_null: bool = False
+
+
+def may_hold(where: pc.Expression, bounds: Mapping[str, tuple[pa.DataType, Bounds]]) -> bool | None:
+    """Whether ``where`` may be true on some row of a fragment whose columns (type and
+    statistics) are ``bounds``: False only when no row can match; None when ``where`` is not
+    of the simple shape or compares a column other than float64 with a float or int64 with an
+    int (the caller prunes through Arrow's guarantees). Statistics leave NaN out, and NaN
+    compares false but for ``!=``, which is never ruled out."""
+    parsed = _simple(where)
+    if parsed is None:
+        return None
+    tree, as_float = parsed
+    for name in _names(tree):
+        if name not in bounds or bounds[name][0] not in _EXACT:
+            return None
+    for leaf in _leaves(tree):
+        kind = _EXACT[bounds[leaf.name][0]]
+        if type(_literal(leaf.literal, as_float).as_py()) is not kind:
+            return None
+    return _may(tree, {n: b for n, (_, b) in bounds.items()}, as_float)
+
+
+def _may(tree: _Node, bounds: Mapping[str, Bounds], as_float: bool) -> bool:
+    if isinstance(tree, _Join):
+        left = _may(tree.left, bounds, as_float)
+        if tree.op == "and":
+            return left and _may(tree.right, bounds, as_float)
+        return left or _may(tree.right, bounds, as_float)
+    b = bounds[tree.name]
+    if b.all_null:
+        return False  # a comparison with NULL is NULL: no row passes
+    lo, hi = b.lo, b.hi
+    if lo is None or hi is None or lo != lo or hi != hi or tree.op == "!=":
+        return True  # unknown (or NaN) bounds; NaN != c holds
+    c = _literal(tree.literal, as_float).as_py()
+    return {
+        "<": lo < c, "<=": lo <= c, ">": hi > c, ">=": hi >= c, "==": lo <= c <= hi,
+    }[tree.op]  # fmt: skip
+
+
+def _simple(where: pc.Expression) -> tuple[_Node, bool] | None:
+    """``where``'s comparison tree and whether its literals are floats, when the tree rebuilt
+    is ``where`` itself; else None."""
+    tree = _parse(str(where))
+    if tree is None:
+        return None
+    for as_float in (False, True):  # ``x < 1.0`` prints as ``(x < 1)``
+        rebuilt = _expression(tree, as_float)
+        if rebuilt is not None and rebuilt.equals(where):
+            return tree, as_float
+    return None
+
+
+def _leaves(tree: _Node) -> list[_Compare]:
+    if isinstance(tree, _Compare):
+        return [tree]
+    return _leaves(tree.left) + _leaves(tree.right)
 
 
 @functools.lru_cache(maxsize=256)

@@ -30,6 +30,7 @@ from omnitable.catalog.snapshot import Snapshot, columns_mentioned
 from omnitable.exceptions import CorruptInputError, UnknownColumnError, ValidationError
 from omnitable.format.fs import Location
 from omnitable.format.pages import footer_cached, gather_plain, read_before, read_pages
+from omnitable.format.predicate import Bounds, may_hold
 from omnitable.format.predicate import survivors as simple_survivors
 from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
 from omnitable.vocabulary.names import APPEND_NAME, ROW_ID
@@ -313,6 +314,9 @@ class FragmentReader:
         column the filter names is among them, a name the table lacks fails either way, and
         it stays cheap on wide tables)."""
         records = {c.name: c for c in self.snapshot.columns}
+        kept = self._prune_simple(fragments, where, where_cols, records)
+        if kept is not None:
+            return kept
         guarantees = [self._guarantee(f, where_cols, records) for f in fragments]
         schema = pa.schema([self._field(c) for c in where_cols])
         dataset = ds.FileSystemDataset.from_paths(
@@ -335,6 +339,51 @@ class FragmentReader:
                 ) from exc
             raise ValidationError(f"Cannot filter with {where}: {msg}") from exc
         return [f for f in fragments if f.fragment_id in keep]
+
+    def _prune_simple(
+        self,
+        fragments: list[FragmentRecord],
+        where: pc.Expression,
+        where_cols: list[str],
+        records: dict[str, ColumnRecord],
+    ) -> list[FragmentRecord] | None:
+        """The fragments ``where`` may hold on, decided from their statistics in Python when it
+        is a simple comparison filter (:func:`omnitable.format.predicate.may_hold`; a tenth of
+        an Arrow dataset's pruning, whose set-up costs ~0.2 ms); None otherwise."""
+        if not all(c in records for c in where_cols):
+            return None  # Arrow's pruning names the unknown column
+        kept = []
+        for frag in fragments:
+            found = may_hold(where, self._bounds(frag, where_cols, records))
+            if found is None:
+                return None
+            if found:
+                kept.append(frag)
+        return kept
+
+    def _bounds(
+        self, frag: FragmentRecord, where_cols: list[str], records: dict[str, ColumnRecord]
+    ) -> dict[str, tuple[pa.DataType, Bounds]]:
+        """Each column's type and what the fragment's statistics say of it."""
+        providers = self.snapshot.resolve(
+            frag.fragment_id, [records[c].column_id for c in where_cols]
+        )
+        out: dict[str, tuple[pa.DataType, Bounds]] = {}
+        for name in where_cols:
+            col = records[name]
+            provider = providers[col.column_id]
+            if provider is None:  # the fragment predates the column: all NULL
+                out[name] = (col.arrow_type, Bounds(all_null=True))
+                continue
+            st = provider.stats(col.column_id)
+            if st.min_value is None or st.max_value is None:
+                all_null = frag.row_count > 0 and st.null_count >= frag.row_count
+                out[name] = (col.arrow_type, Bounds(all_null=all_null))
+                continue
+            t = col.arrow_type
+            lo, hi = decode_value(st.min_value, t), decode_value(st.max_value, t)
+            out[name] = (t, Bounds(lo, hi))
+        return out
 
     def _guarantee(
         self, frag: FragmentRecord, where_cols: list[str], records: dict[str, ColumnRecord]
