@@ -183,9 +183,17 @@ def test_a_table_read_filters_through_the_kernels(
             t.read(columns=["x"], where=pc.field("s") < 1)
 
 
-# -- pruning fragments by their statistics (predicate.may_hold) --------------------------------
+# -- pruning fragments by their statistics (predicate.pruner) ----------------------------------
 
 EXACT_TYPES = [pa.float64(), pa.int64()]
+
+
+def may_hold(
+    where: pc.Expression, bounds: dict[str, tuple[pa.DataType, predicate.Bounds]]
+) -> bool | None:
+    """The pruner's answer for one fragment of columns (type, bounds); None: declined."""
+    check = predicate.pruner(where, {name: t for name, (t, _) in bounds.items()})
+    return None if check is None else check({name: b for name, (_, b) in bounds.items()})
 
 
 def _bounds_of(values: pa.Array, widen: float) -> predicate.Bounds:
@@ -204,7 +212,7 @@ def _bounds_of(values: pa.Array, widen: float) -> predicate.Bounds:
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), types=st.lists(st.sampled_from(EXACT_TYPES), min_size=1, max_size=3))
-def test_may_hold_never_rules_out_a_fragment_with_a_matching_row(
+def test_pruning_never_rules_out_a_fragment_with_a_matching_row(
     data: Any, types: list[pa.DataType]
 ) -> None:
     """Sound against Acero's filter of the fragment's rows (NULLs, NaNs, loose bounds), and as
@@ -218,7 +226,7 @@ def test_may_hold_never_rules_out_a_fragment_with_a_matching_row(
         arrays[f"c{i}"] = _column(t, drawn)
         bounds[f"c{i}"] = (t, _bounds_of(arrays[f"c{i}"], widen))
     where = data.draw(trees(list(arrays)))
-    found = predicate.may_hold(where, bounds)
+    found = may_hold(where, bounds)
     if found is None:
         return
     matches = len(_acero(where, arrays))
@@ -230,21 +238,21 @@ def test_may_hold_never_rules_out_a_fragment_with_a_matching_row(
             assert found == (matches > 0), f"{where}: {b}, {matches} matching rows"
 
 
-def test_may_hold_declines_what_it_cannot_decide_exactly() -> None:
+def test_pruning_declines_what_it_cannot_decide_exactly() -> None:
     b = predicate.Bounds(0, 10)
-    assert predicate.may_hold(pc.field("x") < 5, {"x": (pa.int64(), b)}) is True
-    assert predicate.may_hold(pc.field("x") > 10, {"x": (pa.int64(), b)}) is False
-    assert predicate.may_hold(pc.field("x") > 10.0, {"x": (pa.int64(), b)}) is None  # a cast
-    assert predicate.may_hold(pc.field("x") > 10, {"x": (pa.int32(), b)}) is None
-    assert predicate.may_hold(pc.field("x") > 1.5, {"x": (pa.float32(), b)}) is None
-    assert predicate.may_hold(pc.field("y") > 1, {"x": (pa.int64(), b)}) is None
-    assert predicate.may_hold(pc.field("x").isin([1]), {"x": (pa.int64(), b)}) is None
+    assert may_hold(pc.field("x") < 5, {"x": (pa.int64(), b)}) is True
+    assert may_hold(pc.field("x") > 10, {"x": (pa.int64(), b)}) is False
+    assert may_hold(pc.field("x") > 10.0, {"x": (pa.int64(), b)}) is None  # a cast
+    assert may_hold(pc.field("x") > 10, {"x": (pa.int32(), b)}) is None
+    assert may_hold(pc.field("x") > 1.5, {"x": (pa.float32(), b)}) is None
+    assert may_hold(pc.field("y") > 1, {"x": (pa.int64(), b)}) is None
+    assert may_hold(pc.field("x").isin([1]), {"x": (pa.int64(), b)}) is None
     edge = {"f": (pa.float64(), predicate.Bounds(0.5, 2.0))}
-    assert [predicate.may_hold(w, edge) for w in (pc.field("f") < 0.5, pc.field("f") <= 0.5,
+    assert [may_hold(w, edge) for w in (pc.field("f") < 0.5, pc.field("f") <= 0.5,
             pc.field("f") > 2.0, pc.field("f") >= 2.0, pc.field("f") == 2.0)] == [
         False, True, False, True, True]  # fmt: skip
     nan = predicate.Bounds(math.nan, math.nan)
-    assert predicate.may_hold(pc.field("f") < 0.5, {"f": (pa.float64(), nan)}) is True
+    assert may_hold(pc.field("f") < 0.5, {"f": (pa.float64(), nan)}) is True
 
 
 def test_a_table_prunes_simple_filters_as_arrow_does(

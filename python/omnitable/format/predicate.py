@@ -93,24 +93,23 @@ class Bounds:
     all_null: bool = False
 
 
-def may_hold(where: pc.Expression, bounds: Mapping[str, tuple[pa.DataType, Bounds]]) -> bool | None:
-    """Whether ``where`` may be true on some row of a fragment whose columns (type and
-    statistics) are ``bounds``: False only when no row can match; None when ``where`` is not
-    of the simple shape or compares a column other than float64 with a float or int64 with an
-    int (the caller prunes through Arrow's guarantees). Statistics leave NaN out, and NaN
-    compares false but for ``!=``, which is never ruled out."""
+def pruner(
+    where: pc.Expression, types: Mapping[str, pa.DataType]
+) -> Callable[[Mapping[str, Bounds]], bool] | None:
+    """A check of ``where`` against one fragment's bounds of its columns (of ``types``): False
+    only when no row can match. None when ``where`` is not of the simple shape or compares a
+    column other than float64 with a float or int64 with an int (the caller prunes through
+    Arrow's guarantees). Statistics leave NaN out, and NaN compares false but for ``!=``,
+    which is never ruled out. ``where`` is parsed once, for every fragment."""
     parsed = _simple(where)
     if parsed is None:
         return None
     tree, as_float = parsed
-    for name in _names(tree):
-        if name not in bounds or bounds[name][0] not in _EXACT:
-            return None
     for leaf in _leaves(tree):
-        kind = _EXACT[bounds[leaf.name][0]]
-        if type(_literal(leaf.literal, as_float).as_py()) is not kind:
+        kind = _EXACT.get(types[leaf.name]) if leaf.name in types else None
+        if kind is None or type(_literal(leaf.literal, as_float).as_py()) is not kind:
             return None
-    return _may(tree, {n: b for n, (_, b) in bounds.items()}, as_float)
+    return functools.partial(_may, tree, as_float=as_float)
 
 
 def _may(tree: _Node, bounds: Mapping[str, Bounds], as_float: bool) -> bool:

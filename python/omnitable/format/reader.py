@@ -30,7 +30,7 @@ from omnitable.catalog.snapshot import Snapshot, columns_mentioned
 from omnitable.exceptions import CorruptInputError, UnknownColumnError, ValidationError
 from omnitable.format.fs import Location
 from omnitable.format.pages import footer_cached, gather_plain, read_before, read_pages
-from omnitable.format.predicate import Bounds, may_hold
+from omnitable.format.predicate import Bounds, pruner
 from omnitable.format.predicate import survivors as simple_survivors
 from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
 from omnitable.vocabulary.names import APPEND_NAME, ROW_ID
@@ -348,41 +348,35 @@ class FragmentReader:
         records: dict[str, ColumnRecord],
     ) -> list[FragmentRecord] | None:
         """The fragments ``where`` may hold on, decided from their statistics in Python when it
-        is a simple comparison filter (:func:`omnitable.format.predicate.may_hold`; a tenth of
+        is a simple comparison filter (:func:`omnitable.format.predicate.pruner`; a tenth of
         an Arrow dataset's pruning, whose set-up costs ~0.2 ms); None otherwise."""
         if not all(c in records for c in where_cols):
             return None  # Arrow's pruning names the unknown column
-        kept = []
-        for frag in fragments:
-            found = may_hold(where, self._bounds(frag, where_cols, records))
-            if found is None:
-                return None
-            if found:
-                kept.append(frag)
-        return kept
+        check = pruner(where, {c: records[c].arrow_type for c in where_cols})
+        if check is None:
+            return None
+        return [f for f in fragments if check(self._bounds(f, where_cols, records))]
 
     def _bounds(
         self, frag: FragmentRecord, where_cols: list[str], records: dict[str, ColumnRecord]
-    ) -> dict[str, tuple[pa.DataType, Bounds]]:
-        """Each column's type and what the fragment's statistics say of it."""
+    ) -> dict[str, Bounds]:
+        """What the fragment's statistics say of each column."""
         providers = self.snapshot.resolve(
             frag.fragment_id, [records[c].column_id for c in where_cols]
         )
-        out: dict[str, tuple[pa.DataType, Bounds]] = {}
+        out: dict[str, Bounds] = {}
         for name in where_cols:
             col = records[name]
             provider = providers[col.column_id]
             if provider is None:  # the fragment predates the column: all NULL
-                out[name] = (col.arrow_type, Bounds(all_null=True))
+                out[name] = Bounds(all_null=True)
                 continue
             st = provider.stats(col.column_id)
             if st.min_value is None or st.max_value is None:
-                all_null = frag.row_count > 0 and st.null_count >= frag.row_count
-                out[name] = (col.arrow_type, Bounds(all_null=all_null))
+                out[name] = Bounds(all_null=frag.row_count > 0 and st.null_count >= frag.row_count)
                 continue
             t = col.arrow_type
-            lo, hi = decode_value(st.min_value, t), decode_value(st.max_value, t)
-            out[name] = (t, Bounds(lo, hi))
+            out[name] = Bounds(decode_value(st.min_value, t), decode_value(st.max_value, t))
         return out
 
     def _guarantee(
