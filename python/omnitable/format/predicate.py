@@ -74,7 +74,7 @@ def survivors(
     if parsed is None:
         return None
     tree, as_float = parsed
-    if not all(_numeric(arrays.get(name)) for name in _names(tree)):
+    if not all(_numeric(arrays.get(name)) for name in (leaf.name for leaf in _leaves(tree))):
         return None
     exact = _evaluate_exact(tree, arrays, as_float)
     if exact is not None:
@@ -154,7 +154,7 @@ def _parse(text: str) -> _Node | None:
     """The comparison tree ``text`` prints, or None when it is not one (at most
     ``_MAX_COMPARISONS`` comparisons)."""
     tree = _node(text)
-    return tree if tree is not None and len(_names(tree)) <= _MAX_COMPARISONS else None
+    return tree if tree is not None and len(_leaves(tree)) <= _MAX_COMPARISONS else None
 
 
 def _node(text: str) -> _Node | None:
@@ -176,12 +176,6 @@ def _node(text: str) -> _Node | None:
                     return _Join(op, left, right)
             return None
     return None
-
-
-def _names(tree: _Node) -> list[str]:
-    if isinstance(tree, _Compare):
-        return [tree.name]
-    return _names(tree.left) + _names(tree.right)
 
 
 def _literal(text: str, as_float: bool) -> pa.Scalar:
