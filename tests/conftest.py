@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 import omnitable
+from jvm_watch import JvmWatch, output_to
 from omnitable.catalog.address import parse_address
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -216,14 +217,43 @@ def wh(
     warehouse.close()
 
 
+_JVM_WATCH: list[JvmWatch] = []  # the shared session's JVM, once ``spark`` started it
+
+
+@pytest.fixture(autouse=True)
+def _spark_jvm_alive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that needs the shared session fails at once, and clearly, when its JVM has died;
+    the test during which it died fails at teardown (tests/jvm_watch.py)."""
+    if _JVM_WATCH and "spark" in request.fixturenames:
+        _JVM_WATCH[0].check(request.node.nodeid)
+    yield
+    if _JVM_WATCH and _JVM_WATCH[0].died is None:
+        _JVM_WATCH[0].check(request.node.nodeid)
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    """One local[2] SparkSession with the OmniTable jar for the whole test process."""
+    """One local[2] SparkSession with the OmniTable jar for the whole test process; the JVM's
+    output goes to a file, and its death fails the tests clearly (tests/jvm_watch.py)."""
     # The PostgreSQL test server is part of the application's static configuration: the JVM
     # resolves an env: password of a read option only for such a server (any database on it).
     pg = os.environ.get(PG_ENV)
     iceberg = find_test_jar("iceberg-spark-runtime")  # Spark reads the Iceberg exports with it
-    session = omnitable.spark_session(
+    logs = tmp_path_factory.mktemp("spark-jvm")
+    with output_to(logs / "jvm.log"):
+        session = _shared_session(tmp_path_factory, pg, iceberg, logs)
+    watch = JvmWatch(session.sparkContext._gateway.proc, logs / "jvm.log", logs)
+    _JVM_WATCH.append(watch)
+    yield session
+    _JVM_WATCH.clear()
+    if watch.proc.poll() is None:  # a dead JVM failed its tests already
+        session.stop()
+
+
+def _shared_session(  # type: ignore[no-untyped-def]
+    tmp_path_factory: pytest.TempPathFactory, pg: str | None, iceberg: Path | None, logs: Path
+):
+    return omnitable.spark_session(
         tmp_path_factory.mktemp("spark-default-wh"),
         master="local[2,4]",  # 4 attempts per task, as on a cluster (crash escalation needs retries)
         **({"spark.omnitable.warehouses.test_postgres": pg} if pg else {}),
@@ -237,11 +267,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
             "spark.databricks.delta.snapshotPartitions": "2",
             # a model store's env: storage option resolved in the Python workers (tests/models)
             "spark.executorEnv.OMNITABLE_TEST_WORKER_OPTION": "true",
+            "spark.driver.extraJavaOptions": f"-XX:ErrorFile={logs}/hs_err_%p.log",
             **({"spark.jars": str(iceberg)} if iceberg else {}),
         },
     )
-    yield session
-    session.stop()
 
 
 Race = Callable[[str, Callable[[], Any], Callable[[], Any]], dict[str, Any]]
