@@ -160,7 +160,7 @@ def stitch(parts: Sequence[pa.Buffer], sink: Any, lead: LeadingPart | None = Non
     shifts = [] if lead is None else [0]
     for part in decoded[len(shifts) :]:
         shifts.append(pos - len(MAGIC))
-        sink.write(part.at(len(MAGIC), part.data_end - len(MAGIC)))
+        _write_in_pieces(sink, part.at(len(MAGIC), part.data_end - len(MAGIC)))
         pos += part.data_end - len(MAGIC)
     pos = _write_indexes(decoded, shifts, sink, pos)
     groups: list[Struct] = []
@@ -174,6 +174,14 @@ def stitch(parts: Sequence[pa.Buffer], sink: Any, lead: LeadingPart | None = Non
     footer = tc.encode_struct(meta)
     sink.write(footer + len(footer).to_bytes(4, "little") + MAGIC)
     return pos + len(footer) + 8
+
+
+def _write_in_pieces(sink: Any, data: memoryview) -> None:
+    """``data`` written ``_BUFFER`` bytes at a time. One write of a part's tens of MB into a new
+    file's page cache was measured 50x slower than the same bytes in 4 MiB writes on this
+    project's (virtual) machines: 0.7-0.9 s against 0.017 s for 66 MB (docs/format.md)."""
+    for start in range(0, len(data), _BUFFER):
+        sink.write(data[start : start + _BUFFER])
 
 
 def _write_indexes(parts: list[_Part], shifts: list[int], sink: Any, pos: int) -> int:
