@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 _TAIL_BYTES = 6000
 
 
@@ -60,8 +62,6 @@ class JvmWatch:
     def check(self, test: str) -> None:
         """Raise (``pytest.fail``) when the JVM has exited: first during ``test``, then again
         for every later check."""
-        import pytest
-
         if self.died is None:
             code = self.proc.poll()
             if code is None:

@@ -85,12 +85,14 @@ def survivors(
 
 @dataclass(frozen=True)
 class Bounds:
-    """What a fragment's statistics say of one column: ``lo`` and ``hi`` bound its values that
-    are neither NULL nor NaN (None: unknown); ``all_null``: every value is NULL."""
+    """What a fragment's statistics say of one column: ``lo`` and ``hi`` (Python values of the
+    column's type) bound its values that are neither NULL nor NaN (None: unknown);
+    ``all_null``: every value is NULL; ``nulls``: some value may be NULL."""
 
-    lo: float | int | None = None
-    hi: float | int | None = None
+    lo: Any = None
+    hi: Any = None
     all_null: bool = False
+    nulls: bool = False
 
 
 def pruner(

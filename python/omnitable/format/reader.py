@@ -369,45 +369,38 @@ class FragmentReader:
             col = records[name]
             provider = providers[col.column_id]
             if provider is None:  # the fragment predates the column: all NULL
-                out[name] = Bounds(all_null=True)
+                out[name] = Bounds(all_null=True, nulls=True)
                 continue
             st = provider.stats(col.column_id)
+            nulls = st.null_count > 0
             if st.min_value is None or st.max_value is None:
-                out[name] = Bounds(all_null=frag.row_count > 0 and st.null_count >= frag.row_count)
+                all_null = frag.row_count > 0 and st.null_count >= frag.row_count
+                out[name] = Bounds(all_null=all_null, nulls=nulls)
                 continue
             t = col.arrow_type
-            out[name] = Bounds(decode_value(st.min_value, t), decode_value(st.max_value, t))
+            lo, hi = decode_value(st.min_value, t), decode_value(st.max_value, t)
+            out[name] = Bounds(lo, hi, nulls=nulls)
         return out
 
     def _guarantee(
         self, frag: FragmentRecord, where_cols: list[str], records: dict[str, ColumnRecord]
     ) -> pc.Expression:
-        parts: list[pc.Expression] = []
-        ids = [records[c].column_id for c in where_cols if c in records]
-        providers = self.snapshot.resolve(frag.fragment_id, ids)
+        """What the fragment's statistics (:meth:`_bounds`) and batch guarantee of
+        ``where_cols``, as the partition expression of Arrow's pruning."""
+        bounds = self._bounds(frag, [c for c in where_cols if c != APPEND_NAME], records)
+        out = pc.scalar(True)
         for name in where_cols:
             field = pc.field(name)
             if name == APPEND_NAME:
-                parts.append(field == pc.scalar(frag.batch_name))
+                out = out & (field == pc.scalar(frag.batch_name))
                 continue
-            col = records[name]
-            provider = providers[col.column_id]
-            if provider is None:
-                parts.append(field.is_null())
-                continue
-            st = provider.stats(col.column_id)
-            if st.min_value is None or st.max_value is None:
-                if frag.row_count > 0 and st.null_count >= frag.row_count:
-                    parts.append(field.is_null())
-                continue
-            t = col.arrow_type
-            lo = pa.scalar(decode_value(st.min_value, t), type=t)
-            hi = pa.scalar(decode_value(st.max_value, t), type=t)
-            in_range = (field >= lo) & (field <= hi)
-            parts.append(in_range | field.is_null() if st.null_count > 0 else in_range)
-        out = pc.scalar(True)
-        for p in parts:
-            out = out & p
+            b = bounds[name]
+            if b.all_null:
+                out = out & field.is_null()
+            elif b.lo is not None and b.hi is not None:
+                t = records[name].arrow_type
+                in_range = (field >= pa.scalar(b.lo, type=t)) & (field <= pa.scalar(b.hi, type=t))
+                out = out & (in_range | field.is_null() if b.nulls else in_range)
         return out
 
     # -- files ----------------------------------------------------------------------------
