@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from forking import start_forked, wait_forked
 from omnitable.format import access
 from omnitable.format.access import ACCESS_DIR, read_access, record_access
 from omnitable.format.fs import Location, resolve_location
@@ -103,19 +104,8 @@ def _record_in_child(path: str) -> None:
 def test_a_forked_worker_writes_its_own_entries_and_not_the_parents(tmp_path: Path) -> None:
     """A multiprocessing child ends by os._exit (no atexit): its finalizer writes its entries;
     the parent's entries waiting at the fork are written once, by the parent."""
-    import multiprocessing
-
     loc = resolve_location(str(tmp_path))
     _record(loc, 1, "parent")  # waiting (lingering) when the child is forked
-    child = multiprocessing.get_context("fork").Process(
-        target=_record_in_child, args=(str(tmp_path),), daemon=True
-    )
-    child.start()
-    child.join(120)
-    hung = child.is_alive()
-    if hung:
-        child.kill()
-        child.join()
-    assert not hung and child.exitcode == 0, "the forked child hung or failed"
+    wait_forked(start_forked(_record_in_child, str(tmp_path)))
     tables = sorted(e.table_id for e in read_access(loc))
     assert tables == ["child", "child", "parent"]

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import omnitable
+from forking import FORK, start_forked, wait_forked
 from omnitable import ROW_ID
 from omnitable.format import pages
 from omnitable.format.pages import clear_cache
@@ -399,8 +400,6 @@ def test_a_forked_child_reads_though_the_parent_held_every_lock(
 ) -> None:
     """A DataLoader worker is a fork: the parent's decoding threads are not in it and a lock a
     parent thread held stays held, unless the page reader and the snapshot cache renew them."""
-    import multiprocessing
-
     rng = np.random.default_rng(6)
     n = 6_000
     data = pa.table({"x": rng.random(n), "f": rng.random(n), "text": _text(rng, n, 300)})
@@ -410,23 +409,14 @@ def test_a_forked_child_reads_though_the_parent_held_every_lock(
         t.append(data, "a", row_group_size=1_500)
         where = pc.field("x") < 0.05
         want = t.read(columns=["text", "f"], where=where).num_rows  # the parent's pool exists
-        ctx = multiprocessing.get_context("fork")
-        out = ctx.Queue()
+        out = FORK.Queue()
         locks = [pages._SEEN_LOCK, pages._CACHE._lock, wh.catalog.snapshots._lock]
         for lock in locks:
             lock.acquire()
         try:
-            child = ctx.Process(
-                target=_read_in_child, args=(str(tmp_path), out, wh.catalog.snapshots), daemon=True
-            )
-            child.start()
+            child = start_forked(_read_in_child, str(tmp_path), out, wh.catalog.snapshots)
         finally:
             for lock in locks:
                 lock.release()
-        child.join(120)
-        hung = child.is_alive()
-        if hung:
-            child.kill()
-            child.join()
-        assert not hung and child.exitcode == 0, "the forked child hung or failed"
+        wait_forked(child)
         assert out.get(timeout=5) == want

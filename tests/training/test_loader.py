@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import multiprocessing
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import pyarrow.compute as pc
 import pytest
 
 import omnitable
+from forking import FORK, start_forked, wait_forked
 from omnitable import ROW_ID
 from omnitable.exceptions import NotFoundError, UnknownColumnError, ValidationError
 from omnitable.training.loader import BatchLoader, Progress, merge_states, to_numpy
@@ -209,13 +209,7 @@ def test_a_forked_child_reads_multi_file_fragments(tmp_path: Path) -> None:
     t.append(pa.table({"a": np.arange(50), "b": np.arange(50.0)}), "x")
     assert t.read().num_rows == 50  # two files a fragment: the pool starts here
     loader = BatchLoader(t, ["a", "b"])
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
-    child = ctx.Process(target=_read_in_child, args=(loader, out))
-    child.start()
-    try:
-        assert out.get(timeout=60) == 50
-    finally:
-        child.join(10)
-        if child.is_alive():
-            child.kill()
+    out = FORK.Queue()
+    child = start_forked(_read_in_child, loader, out)
+    assert out.get(timeout=60) == 50
+    wait_forked(child, timeout_s=10)
