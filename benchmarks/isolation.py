@@ -84,9 +84,9 @@ machine is slower than that (a clean call must never time out, see docs/isolatio
 
 CRASH_BUDGET = {"timeout_s": 5.0, "call_timeout_s": 60.0, "memory_mb": 2048}
 """Budgets of the Spark crash run. It measures what segfaults cost, and a segfault is found by
-bisection without waiting for any deadline, so its deadlines sit far above a clean call's time:
-with DIRTY_BUDGET's 0.05 s a clean record on a loaded CI machine once overran its deadline and
-the run counted four failures for three crashes."""
+bisection without waiting for any deadline, so its deadlines sit far above a clean call's time.
+With DIRTY_BUDGET's 0.05 s per record the run once counted four failures for three crashes on a
+loaded CI machine, most likely a clean record stalled past its deadline."""
 
 
 def make_batches(rows: int, batch: int, seed: int = 0) -> list[pd.DataFrame]:

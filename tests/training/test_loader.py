@@ -211,5 +211,7 @@ def test_a_forked_child_reads_multi_file_fragments(tmp_path: Path) -> None:
     loader = BatchLoader(t, ["a", "b"])
     out = FORK.Queue()
     child = start_forked(_read_in_child, loader, out)
-    assert out.get(timeout=60) == 50
-    wait_forked(child, timeout_s=10)
+    try:
+        assert out.get(timeout=60) == 50
+    finally:
+        wait_forked(child, timeout_s=10)
