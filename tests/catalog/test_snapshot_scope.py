@@ -78,6 +78,14 @@ def _providers(snap: Snapshot, fragment_id: str, ids: list[int]) -> dict[int, An
     }
 
 
+def _resolved_files(snap: Snapshot, fragment_ids: list[str], ids: list[int]) -> int:
+    """The files providing ``ids`` in these fragments, as :meth:`Snapshot.resolve` picks them."""
+    return sum(
+        len({f.file_id for f in snap.resolve(fid, ids).values() if f is not None})
+        for fid in fragment_ids
+    )
+
+
 def _check_scope(
     t: omnitable.Table, ref: dict[str, Any], batches: list[str] | None, names: list[str] | None
 ) -> None:
@@ -98,6 +106,9 @@ def _check_scope(
     ids = [c.column_id for c in full.columns if c.name in wanted]
     for frag in scoped.fragments:
         assert _providers(scoped, frag.fragment_id, ids) == _providers(full, frag.fragment_id, ids)
+    frag_ids = [f.fragment_id for f in scoped.fragments]
+    counted = scoped.count_providers(frag_ids, ids)
+    assert counted == full.count_providers(frag_ids, ids) == _resolved_files(full, frag_ids, ids)
     for w in (None, where):
         expected, _ = FragmentReader(t.location, full).read(names, w, batches)
         got, _ = FragmentReader(t.location, scoped).read(names, w, batches)
@@ -177,6 +188,28 @@ def test_scoped_snapshot_refuses_questions_outside_its_scope(tmp_path: Path) -> 
     assert kept.stats(x) == full.stats(x) and full.stats(x).min_value == "101"
     assert [(b.name, b.rows, b.fragments) for b in t.batches()] == [("a", 5, 1), ("b", 5, 1)]
     assert t.count() == 10
+    wh.close()
+
+
+def test_a_plan_counts_the_files_resolution_picks_when_two_files_carry_a_column(
+    tmp_path: Path,
+) -> None:
+    """An update overlays a file of ``x`` on a fragment whose base file also carries ``x``:
+    a plan of ``x`` counts the overlay alone, one of ``x`` and ``y`` both files."""
+    wh = omnitable.connect(str(tmp_path / "wh"))
+    t = wh.create_table("t", {"x": "bigint", "y": "double", "s": "string"}, {"gy": ["y"]})
+    t.append(_rows(8, 1), "a", target_fragment_rows=4)  # 2 fragments, files base + gy each
+    ids = t.read([ROW_ID])[ROW_ID].to_pylist()
+    t.update(pa.table({ROW_ID: pa.array(ids[:2], pa.int64()), "x": [7, 8]}), ["x"])
+    snap = t.snapshot()
+    first, second = (f.fragment_id for f in snap.fragments)
+    assert len(snap.files_by_fragment[first]) == 3  # base (x, s), gy (y), the overlay (x)
+    x, y, s = (snap.column(n).column_id for n in ("x", "y", "s"))
+    for cols, expected in (([x], 2), ([x, y], 4), ([x, s], 3), ([y], 2), ([x, y, s], 5)):
+        assert snap.count_providers([first, second], cols) == expected, cols
+        assert _resolved_files(snap, [first, second], cols) == expected, cols
+    assert t.plan(["x", "y"]).files == 4
+    assert t.read(["x"])["x"].to_pylist()[:2] == [7, 8]
     wh.close()
 
 

@@ -320,6 +320,42 @@ class Snapshot:
                     out[cid] = f
         return out
 
+    def count_providers(self, fragment_ids: Iterable[str], column_ids: list[int]) -> int:
+        """How many files provide at least one of ``column_ids`` in these fragments: the
+        distinct files :meth:`resolve` returns, summed over the fragments (a file belongs to one
+        fragment). A fragment whose files carry disjoint parts of ``column_ids`` (the usual
+        case) is counted from its files' column sets alone; only one where two files carry the
+        same column is resolved (newest wins).
+
+        Raises:
+            ValidationError: a column outside the snapshot's loaded scope.
+        """
+        self._check_column_scope(column_ids)
+        wanted = frozenset(column_ids)
+        carried: dict[int, frozenset[int]] = {}  # id(a shared column map) -> wanted it carries
+        count = 0
+        for fid in fragment_ids:
+            files = self.files_by_fragment.get(fid)
+            if not files:
+                continue
+            seen: set[int] = set()
+            providing = 0
+            for f in files:
+                hit = carried.get(id(f.columns))
+                if hit is None:
+                    hit = carried[id(f.columns)] = wanted & f.columns.keys()
+                if hit:
+                    if not seen.isdisjoint(hit):
+                        break  # two files carry one column: resolve decides
+                    seen |= hit
+                    providing += 1
+            else:
+                count += providing
+                continue
+            chosen = self.resolve(fid, column_ids).values()
+            count += len({f.file_id for f in chosen if f is not None})
+        return count
+
     def deletion(self, fragment_id: str) -> DeletionRecord | None:
         """The fragment's visible deletion vector (None: no row of it is deleted)."""
         return self.deletions.get(fragment_id)
@@ -659,20 +695,10 @@ def _load_files(
 def _file_records(
     rows: Iterable[Any], sets: dict[str, dict[int, FileColumn]], with_stats: bool
 ) -> dict[str, list[FileRecord]]:
+    """The counts and versions are BIGINT columns, which both drivers return as ints."""
     by_fragment: dict[str, list[FileRecord]] = defaultdict(list)
     for file_id, frag_id, group, path, n, size, v, set_id, stats in rows:
         by_fragment[frag_id].append(
-            FileRecord(
-                file_id,
-                frag_id,
-                group,
-                path,
-                int(n),
-                int(size),
-                int(v),
-                sets[set_id],
-                stats,
-                with_stats,
-            )
+            FileRecord(file_id, frag_id, group, path, n, size, v, sets[set_id], stats, with_stats)
         )
     return dict(by_fragment)

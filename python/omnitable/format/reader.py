@@ -144,13 +144,8 @@ class FragmentReader:
         if where is not None:
             fragments = self._prune(fragments, where, where_cols)
         ids = [c.column_id for c in self.snapshot.columns if c.name in {*out_cols, *where_cols}]
-        files = {
-            f.file_id
-            for frag in fragments
-            for f in self.snapshot.resolve(frag.fragment_id, ids).values()
-            if f is not None
-        }
-        return ReadPlan(out_cols, where, where_cols, total, fragments, len(files))
+        files = self.snapshot.count_providers((f.fragment_id for f in fragments), ids)
+        return ReadPlan(out_cols, where, where_cols, total, fragments, files)
 
     def read(
         self,
