@@ -213,6 +213,42 @@ def test_a_plan_counts_the_files_resolution_picks_when_two_files_carry_a_column(
     wh.close()
 
 
+def test_a_full_scan_lists_files_from_the_set_index_and_a_batch_by_fragment(
+    tmp_path: Path,
+) -> None:
+    """SQLite's plans of the files statements: a full scan of some columns reads
+    ``files_by_set`` alone (a covering index), a one-batch plan looks its files up by fragment
+    (the set index would walk every file of those sets)."""
+    wh = omnitable.connect(str(tmp_path / "wh"))
+    t = wh.create_table("t", {"x": "bigint", "y": "double", "s": "string"}, {"gy": ["y"]})
+    for name in ("a", "b", "c"):
+        t.append(_rows(12, 1), name, target_fragment_rows=4)
+    seen: list[tuple[str, Any]] = []
+
+    def keep(conn: Any, cursor: Any, statement: str, params: Any, *args: Any) -> None:
+        if statement.startswith("SELECT fi.file_id"):
+            seen.append((statement, params))
+
+    _listening(
+        wh, "before_cursor_execute", keep, lambda: t.snapshot(scope=SnapshotScope.of(None, ["y"]))
+    )
+    _listening(
+        wh, "before_cursor_execute", keep, lambda: t.snapshot(scope=SnapshotScope.of(["b"], ["y"]))
+    )
+    (full, one) = seen
+    raw = wh.catalog.store.engine.raw_connection()
+    try:
+        plans = [
+            " ".join(str(r[-1]) for r in raw.cursor().execute("EXPLAIN QUERY PLAN " + q, p))
+            for q, p in (full, one)
+        ]
+    finally:
+        raw.close()
+    assert "COVERING INDEX files_by_set" in plans[0], plans[0]
+    assert "files_by_fragment" in plans[1] and "files_by_set" not in plans[1], plans[1]
+    wh.close()
+
+
 def _listening(wh: omnitable.Warehouse, name: str, listener: Any, fn: Any) -> None:
     """Runs ``fn`` with ``listener`` on the catalog engine's event ``name``."""
     engine = wh.catalog.store.engine

@@ -183,6 +183,7 @@ def _as_version_2(store: CatalogStore) -> int:
         )
         conn.execute(text("DROP INDEX column_sets_by_column"))
         conn.execute(text("DROP TABLE column_sets"))
+        conn.execute(text("DROP INDEX files_by_set"))  # version 2 had neither it nor set_id
         conn.execute(text("ALTER TABLE files DROP COLUMN set_id"))
         conn.execute(text("ALTER TABLE files DROP COLUMN stats"))
         conn.execute(text("ALTER TABLE batches DROP COLUMN row_count"))

@@ -157,16 +157,25 @@ REMOVABLE_ID = {
 }
 
 
-def visible_clause(alias: str, kind: str, segments: list[Segment], params: dict[str, Any]) -> str:
+def visible_clause(
+    alias: str,
+    kind: str,
+    segments: list[Segment],
+    params: dict[str, Any],
+    version_indexed: bool = True,
+) -> str:
     """SQL condition selecting the rows of ``alias`` (a row of table ``kind``) visible in
     ``segments`` (adds params): added and not removed inside a segment, and, on a branch, not
-    removed by the branch or an ancestor through ``removals`` (docs/catalog.md)."""
+    removed by the branch or an ancestor through ``removals`` (docs/catalog.md).
+    ``version_indexed=False`` keeps the version condition out of index choice (``+``), for rows
+    looked up by another key (SQLite would otherwise walk the version index of every row)."""
+    added = f"{alias}.added_version" if version_indexed else f"+{alias}.added_version"
     parts = []
     for i, (branch, upto) in enumerate(segments):
         b, u = f"seg_b{i}", f"seg_u{i}"
         params[b], params[u] = branch, upto
         parts.append(
-            f"({alias}.branch = :{b} AND {alias}.added_version <= :{u} AND "
+            f"({alias}.branch = :{b} AND {added} <= :{u} AND "
             f"({alias}.removed_version IS NULL OR {alias}.removed_version > :{u}))"
         )
     clause = "(" + " OR ".join(parts) + ")"
@@ -669,7 +678,7 @@ def _load_files(
         sets[r.set_id][int(r.column_id)] = FileColumn(
             int(r.column_id), int(r.position), r.feature_version
         )
-    where = visible_clause("fi", "files", segments, params)
+    where = visible_clause("fi", "files", segments, params, version_indexed=batch_ids is None)
     if fragment_ids is not None and len(fragment_ids) <= MAX_LISTED_FRAGMENTS:
         where += " AND " + in_list("fi.fragment_id", "fid", fragment_ids, params)
     elif batch_ids is not None:
@@ -677,8 +686,9 @@ def _load_files(
             " AND fi.fragment_id IN (SELECT f.fragment_id FROM fragments f "
             "WHERE f.table_id = :t AND " + in_list("f.batch_id", "bid", batch_ids, params) + ")"
         )
-    if column_ids is not None:
-        where += f" AND fi.set_id IN (SELECT cs.set_id FROM column_sets cs WHERE cs.table_id = :t{of_columns})"
+    if column_ids is not None:  # by fragment when named: `|| ''` keeps files_by_set out
+        set_id = "fi.set_id" if batch_ids is None else "(fi.set_id || '')"
+        where += f" AND {set_id} IN (SELECT cs.set_id FROM column_sets cs WHERE cs.table_id = :t{of_columns})"
     rows = conn.execute(
         text(
             "SELECT fi.file_id, fi.fragment_id, fi.group_name, fi.path, fi.row_count, "

@@ -129,8 +129,9 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
   /**
    * Statement 4: the visible files of `kept` whose sets are in `sets` (one row per file), by
    * fragment, each sorted by file id. `files.stats` is selected only for the sets holding a
-   * statistics column. With the fragments pushed, the version condition is kept out of index
-   * choice (`+added_version`), so SQLite looks the files up by fragment, not by version range.
+   * statistics column. With the fragments pushed, the version and set conditions are kept out
+   * of index choice (`+added_version`, `fi.set_id || ''`), so the database looks the files up by
+   * fragment, not by version range or set; without, a full scan reads `files_by_set` alone.
    */
   private def filesOf(kept: Seq[FragmentEntry]): Map[String, Seq[FileEntry]] = {
     val sets = columnSets()
@@ -145,7 +146,9 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
             tableId +: params)
         }
     val setIds = sets.keys.toSeq.sorted
-    val ofSets = Option.when(setIds.size <= maxPushed)(Jdbc.in("fi.set_id", setIds))
+    // looked up by fragment when they are pushed: `|| ''` keeps files_by_set out of index choice
+    val setColumn = if (ofFragments.isDefined) "(fi.set_id || '')" else "fi.set_id"
+    val ofSets = Option.when(setIds.size <= maxPushed)(Jdbc.in(setColumn, setIds))
     val statsSets = setIds.filter(sets(_).exists { case (c, _) => scope.statsColumns.forall(_.contains(c)) })
     val (stats, statsParams) =
       if (statsSets.isEmpty) ("NULL", Nil)
