@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -388,10 +389,16 @@ class Table:
         tag: str | None = None,
     ) -> ReadPlan:
         """What :meth:`read` with these arguments would visit (fragments after pruning, the
-        files providing the columns), without opening a file."""
+        files providing the columns), without opening a file. A plan of every batch without a
+        filter counts the files in the catalog rather than loading them
+        (:func:`omnitable.catalog.provider_count.count_providers_in_catalog`)."""
         batches = _batch_list(batches)
         scope = SnapshotScope.of(batches, columns, where)
-        return self._reader(scope, version, branch, tag).plan(columns, where, batches)
+        if where is not None or batches is not None:
+            return self._reader(scope, version, branch, tag).plan(columns, where, batches)
+        reader = self._reader(dataclasses.replace(scope, files=False), version, branch, tag)
+        count = functools.partial(self._ctx.catalog.count_providers, reader.snapshot)
+        return reader.plan(columns, None, None, count_files=count)
 
     def _reader(
         self, scope: SnapshotScope, version: int | None, branch: str | None, tag: str | None

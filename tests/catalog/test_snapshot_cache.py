@@ -77,19 +77,25 @@ def test_another_connections_commit_is_seen(catalog_spec: tuple[str, str | None]
 
 def test_the_cache_is_bounded_and_keeps_no_large_snapshot(wh: omnitable.Warehouse) -> None:
     t = wh.create_table("bounded", _data(1, 0).schema)
-    t.append(_data(10, 1), "a", target_fragment_rows=4)  # 3 fragments, 3 files
+    t.append(_data(10, 1), "a", target_fragment_rows=4)  # 3 fragments, 3 files: 6 records
     snap = t.snapshot()
-    cache = SnapshotCache(max_snapshots=2, max_files=2)
+    cache = SnapshotCache(max_snapshots=2, max_records=5)
     cache.put("big", snap)
     assert len(cache) == 0 and cache.get("big", snap.table) is None
-    cache = SnapshotCache(max_snapshots=2, max_files=7)
+    without_files = t.snapshot(with_files=False)  # 3 fragments: kept or not by them alone
+    cache.put("fragments", without_files)
+    assert cache.get("fragments", snap.table) is not None
+    cache = SnapshotCache(max_snapshots=2, max_records=2)
+    cache.put("fragments", without_files)
+    assert len(cache) == 0
+    cache = SnapshotCache(max_snapshots=2, max_records=14)
     for k in ("a", "b", "c"):
         cache.put(k, snap)
     assert len(cache) == 2 and cache.get("a", snap.table) is None  # least recently used
-    cache = SnapshotCache(max_snapshots=3, max_files=7)
+    cache = SnapshotCache(max_snapshots=3, max_records=14)
     for k in ("a", "b", "c"):
         cache.put(k, snap)
-    assert len(cache) == 2 and cache.get("a", snap.table) is None  # 9 files > 7: one out
+    assert len(cache) == 2 and cache.get("a", snap.table) is None  # 18 records > 14: one out
     got = cache.get("c", snap.table)
     assert got is not None and got.fragments == snap.fragments
     got.fragments.clear()  # a caller's containers are its own

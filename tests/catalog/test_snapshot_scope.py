@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from sqlalchemy import event
 
 import omnitable
+from omnitable.catalog import provider_count
 from omnitable.catalog import snapshot as snapshot_module
 from omnitable.catalog.snapshot import Snapshot, SnapshotScope
 from omnitable.exceptions import NotFoundError, ValidationError
@@ -36,6 +37,8 @@ OP = st.one_of(
     st.tuples(st.just("replace"), st.sampled_from(BATCHES), st.integers(1, 30)),
     st.tuples(st.just("add_columns"), st.sampled_from(BATCHES), st.integers(0, 1)),
     st.tuples(st.just("branch"), st.sampled_from(BATCHES), st.integers(1, 10)),
+    st.tuples(st.just("update"), st.sampled_from(BATCHES), st.integers(0, 2)),
+    st.tuples(st.just("delete"), st.sampled_from(BATCHES), st.integers(1, 20)),
 )
 
 
@@ -59,10 +62,15 @@ def _apply(t: omnitable.Table, ops: list[tuple[str, str, int]]) -> list[dict[str
             t.append(_rows(n, k), name, target_fragment_rows=8)
         elif op == "replace":
             t.append(_rows(n, k), name, mode="replace", target_fragment_rows=8)
-        elif op == "add_columns" and have:
+        elif op == "add_columns" and t.count() > n:
             ids = t.read([ROW_ID])[ROW_ID].to_pylist()[n::2]
             data = pa.table({ROW_ID: pa.array(ids, pa.int64()), f"z{k}": [1.5] * len(ids)})
             t.add_columns(data, group=f"gz{k}")
+        elif op == "update" and t.count() > n:  # an overlay of x over some fragments' files
+            ids = t.read([ROW_ID])[ROW_ID].to_pylist()[n::3]
+            t.update(pa.table({ROW_ID: pa.array(ids, pa.int64()), "x": [k] * len(ids)}), ["x"])
+        elif op == "delete" and have:  # rows i < n of every append: whole first fragments
+            t.delete(pc.field("y") < n / 3)
         elif op == "branch" and not any("branch" in r for r in refs):
             _add_ref(t, "dev", "branch", t.version, "main", t.version)
             _append_on_branch(t, _rows(n, k), f"dev-{name}", "dev")
@@ -93,7 +101,7 @@ def _check_scope(
     if "branch" not in ref:  # the counts stored on batch rows match their visible fragments
         counted: dict[str, list[int]] = {b.name: [0, 0] for b in full.batches}
         for f in full.fragments:
-            counted[f.batch_name][0] += f.row_count
+            counted[f.batch_name][0] += full.live_rows(f)
             counted[f.batch_name][1] += 1
         got = [(b.name, b.rows, b.fragments) for b in t.batches(**ref)]
         assert got == [(b.name, *counted[b.name]) for b in full.batches]
@@ -109,11 +117,28 @@ def _check_scope(
     frag_ids = [f.fragment_id for f in scoped.fragments]
     counted = scoped.count_providers(frag_ids, ids)
     assert counted == full.count_providers(frag_ids, ids) == _resolved_files(full, frag_ids, ids)
+    if batches is None:
+        _check_catalog_count(t, ref, full, names, ids)
     for w in (None, where):
         expected, _ = FragmentReader(t.location, full).read(names, w, batches)
         got, _ = FragmentReader(t.location, scoped).read(names, w, batches)
         assert got.equals(expected)
         assert t.read(names, w, batches=batches, **ref).equals(expected)
+
+
+def _check_catalog_count(
+    t: omnitable.Table, ref: dict[str, Any], full: Snapshot, names: Any, ids: list[int]
+) -> None:
+    """The catalog counts providers as the loaded snapshot does: of every live fragment, of
+    some of them, of none; and a plan of every batch without a filter reports that count."""
+    live = [f.fragment_id for f in full.live_fragments(None)]
+    unfiled = t.snapshot(**ref, with_files=False)
+    catalog = t._ctx.catalog
+    for subset in (live, live[1::2], []):
+        assert catalog.count_providers(unfiled, subset, ids) == full.count_providers(subset, ids)
+    expected = FragmentReader(t.location, full).plan(names)
+    got = t.plan(names, **ref)
+    assert (got.files, got.fragments) == (expected.files, expected.fragments)
 
 
 @settings(max_examples=16, deadline=None, suppress_health_check=list(HealthCheck))
@@ -136,19 +161,33 @@ def _check_scope(
         min_size=1,
         max_size=4,
     ),
-    listed=st.sampled_from([snapshot_module.MAX_LISTED_FRAGMENTS, 0]),
+    listed=st.sampled_from([snapshot_module.MAX_LISTED_FRAGMENTS, 0, 1]),
+    loaded=st.sampled_from(["sql", "carriers", "special"]),
 )
 def test_scoped_snapshot_answers_like_the_full_one(
-    ops: list[tuple[str, str, int]], picks: list[tuple[Any, Any, int]], listed: int
+    ops: list[tuple[str, str, int]],
+    picks: list[tuple[Any, Any, int]],
+    listed: int,
+    loaded: str,
 ) -> None:
     """``listed``: up to how many fragments the files statement names them (0: always by a
-    sub-select of the batches)."""
-    default = snapshot_module.MAX_LISTED_FRAGMENTS
+    sub-select of the batches; 1: a catalog count's fragments go one per statement).
+    ``loaded``: whether the catalog counts in SQL or falls back to loading the files, as it
+    does past too many column-set lists or special fragments."""
+    limits = {"carriers": "MAX_CARRIER_LISTS", "special": "MAX_SPECIAL_FRAGMENTS"}
+    defaults = (
+        snapshot_module.MAX_LISTED_FRAGMENTS,
+        getattr(provider_count, limits.get(loaded, "MAX_CARRIER_LISTS")),
+    )
     snapshot_module.MAX_LISTED_FRAGMENTS = listed
+    if loaded in limits:
+        setattr(provider_count, limits[loaded], 0)
     try:
         _scoped_like_full(ops, picks)
     finally:
-        snapshot_module.MAX_LISTED_FRAGMENTS = default
+        snapshot_module.MAX_LISTED_FRAGMENTS = defaults[0]
+        if loaded in limits:
+            setattr(provider_count, limits[loaded], defaults[1])
 
 
 def _scoped_like_full(ops: list[tuple[str, str, int]], picks: list[tuple[Any, Any, int]]) -> None:
@@ -210,6 +249,48 @@ def test_a_plan_counts_the_files_resolution_picks_when_two_files_carry_a_column(
         assert _resolved_files(snap, [first, second], cols) == expected, cols
     assert t.plan(["x", "y"]).files == 4
     assert t.read(["x"])["x"].to_pylist()[:2] == [7, 8]
+    wh.close()
+
+
+def test_a_full_scan_plan_counts_files_in_the_catalog_and_lists_only_overlaid_fragments(
+    tmp_path: Path,
+) -> None:
+    """A plan of every batch without a filter loads no file record: the catalog counts them
+    (from ``files_by_set`` alone on SQLite); only fragments where an update overlays a column
+    have their files listed, by name, and resolved."""
+    wh = omnitable.connect(str(tmp_path / "wh"))
+    t = wh.create_table("t", {"x": "bigint", "y": "double", "s": "string"}, {"gy": ["y"]})
+    for name in ("a", "b", "c"):
+        t.append(_rows(12, 1), name, target_fragment_rows=4)  # 9 fragments, 18 files
+    listed: list[tuple[str, Any]] = []
+    counted: list[tuple[str, Any]] = []
+
+    def keep(conn: Any, cursor: Any, statement: str, params: Any, *args: Any) -> None:
+        if statement.startswith("SELECT fi.file_id"):
+            listed.append((statement, params))
+        elif "FROM files fi" in statement:
+            counted.append((statement, params))
+
+    _listening(wh, "before_cursor_execute", keep, lambda: t.plan(["x", "y"]))
+    assert t.plan(["x", "y"]).files == 18 and listed == [] and len(counted) == 2
+    raw = wh.catalog.store.engine.raw_connection()
+    try:
+        for q, p in counted:
+            plan = " ".join(str(r[-1]) for r in raw.cursor().execute("EXPLAIN QUERY PLAN " + q, p))
+            assert "COVERING INDEX files_by_set" in plan, plan
+    finally:
+        raw.close()
+    ids = t.read([ROW_ID])[ROW_ID].to_pylist()
+    t.update(pa.table({ROW_ID: pa.array(ids[:2], pa.int64()), "x": [7, 8]}), ["x"])
+    fragments = {f.fragment_id for f in t.snapshot().fragments}
+    overlaid = t.snapshot().fragments[0].fragment_id
+    listed.clear()
+    _listening(wh, "before_cursor_execute", keep, lambda: t.plan(["x", "y"]))
+    assert [fragments.intersection(p) for _, p in listed] == [{overlaid}]
+    assert t.plan(["x", "y"]).files == 18 and t.plan(["x", "s"]).files == 10
+    t.delete(pc.field("s").isin([f"s1-{i}" for i in range(4, 8)]))  # each batch's 2nd fragment
+    plan = t.plan(["x", "y"])
+    assert (len(plan.fragments), plan.files) == (6, 12) and t.plan(["x", "s"]).files == 7
     wh.close()
 
 

@@ -90,6 +90,8 @@ def test_update_ignores_nothing_silently(wh: omnitable.Warehouse) -> None:
     cases = [
         (pa.table({"label": ["x"]}), omnitable.ValidationError, "needs a _ai_unique_id_ column"),
         (pa.table({ROW_ID: [ids[0]]}), omnitable.ValidationError, "found none"),
+        (pa.table({ROW_ID: pa.array([], pa.int64()), "label": pa.array([], pa.string())}),
+         omnitable.ValidationError, "no rows"),
         (pa.table({ROW_ID: pa.array([None], pa.int64()), "label": ["x"]}),
          omnitable.ValidationError, "null"),
         (pa.table({ROW_ID: [ids[0], ids[0]], "label": ["x", "y"]}),

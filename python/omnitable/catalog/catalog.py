@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
 
@@ -32,6 +33,7 @@ from omnitable.catalog.commit import (
 from omnitable.catalog.commit_sql import sql
 from omnitable.catalog.features import feature_rows
 from omnitable.catalog.horizon import read_record
+from omnitable.catalog.provider_count import count_providers_in_catalog
 from omnitable.catalog.records import ColumnRecord, CommitRecord, TableRecord
 from omnitable.catalog.snapshot import (
     FULL_SCOPE,
@@ -359,6 +361,15 @@ class Catalog:
             snap = load_segments(conn, table, segments, resolved, commit_branch, scope)
             self.snapshots.put(k, snap)
             return snap
+
+    def count_providers(
+        self, snap: Snapshot, fragment_ids: Collection[str], column_ids: list[int]
+    ) -> int:
+        """``snap.count_providers(fragment_ids, column_ids)`` for a snapshot of every batch
+        loaded without its files: counted by the catalog
+        (:func:`omnitable.catalog.provider_count.count_providers_in_catalog`)."""
+        with self.store.read() as conn:
+            return count_providers_in_catalog(conn, snap, fragment_ids, column_ids)
 
     def batch_counts(
         self, table: TableRecord, version: int | None = None, branch: str | None = None

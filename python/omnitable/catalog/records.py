@@ -79,8 +79,10 @@ class BatchRecord:
     position: int  # the read position (schema.sql, ``batches.position``)
 
 
-@dataclass(frozen=True, slots=True)
-class FragmentRecord:
+class FragmentRecord(NamedTuple):
+    """A visible fragment. A tuple: a full scan lists 300 K of them, and a frozen dataclass
+    took twice as long to build (0.3-0.5 vs 0.12-0.19 s)."""
+
     fragment_id: str
     batch_id: str
     batch_name: str

@@ -13,8 +13,9 @@ of a 5 ms `Table.read`).
 
 Only reads use it (``Table.read``/``scan``/``plan``, exports); writers load their own
 snapshot, and each caller gets its own containers (records are shared and never mutated by
-readers). At most ``MAX_FILES`` files are held in all (a few tens of MB at most): large snapshots
-are not kept (they are rare per process and costly to hold).
+readers). At most ``MAX_RECORDS`` fragments and files are held in all (a few tens of MB at
+most): large snapshots are not kept (they are rare per process and costly to hold), including
+those of many fragments loaded without their files (a full scan's plan).
 """
 
 from __future__ import annotations
@@ -29,15 +30,15 @@ from omnitable.catalog.records import TableRecord
 from omnitable.catalog.snapshot import Snapshot
 
 MAX_SNAPSHOTS = 16  # per catalog connection, least recently used evicted first
-MAX_FILES = 20_000  # files (summed over fragments) of all snapshots kept, per connection
+MAX_RECORDS = 30_000  # fragments and files of all snapshots kept, per connection
 
 
 class SnapshotCache:
     """A thread-safe LRU of loaded snapshots by key (see :func:`key`)."""
 
-    def __init__(self, max_snapshots: int = MAX_SNAPSHOTS, max_files: int = MAX_FILES) -> None:
+    def __init__(self, max_snapshots: int = MAX_SNAPSHOTS, max_records: int = MAX_RECORDS) -> None:
         self.max_snapshots = max_snapshots
-        self.max_files = max_files
+        self.max_records = max_records
         self._items: OrderedDict[Hashable, Snapshot] = OrderedDict()
         self._lock = threading.Lock()
         _CACHES.add(self)
@@ -54,19 +55,19 @@ class SnapshotCache:
 
     def put(self, key: Hashable, snap: Snapshot) -> None:
         """Keep a copy of ``snap`` under ``key``, evicting the least recently used snapshots
-        until at most ``max_snapshots`` holding at most ``max_files`` files in all are kept (a
-        snapshot of more files than that is not kept)."""
-        size = _files(snap)
-        if size > self.max_files:
+        until at most ``max_snapshots`` holding at most ``max_records`` fragments and files in all
+        are kept (a snapshot of more than that is not kept)."""
+        size = _records(snap)
+        if size > self.max_records:
             return
         kept = _copy(snap, snap.table)
         with self._lock:
             self._items[key] = kept
             self._items.move_to_end(key)
-            total = sum(_files(s) for s in self._items.values())
-            while len(self._items) > self.max_snapshots or total > self.max_files:
+            total = sum(_records(s) for s in self._items.values())
+            while len(self._items) > self.max_snapshots or total > self.max_records:
                 _, gone = self._items.popitem(last=False)
-                total -= _files(gone)
+                total -= _records(gone)
 
     def clear(self) -> None:
         with self._lock:
@@ -99,8 +100,9 @@ def key(
     return (table_id, tuple(segments), version, branch, scope)
 
 
-def _files(s: Snapshot) -> int:
-    return sum(len(files) for files in s.files_by_fragment.values())
+def _records(s: Snapshot) -> int:
+    """The fragments and files ``s`` holds (what a kept copy costs)."""
+    return len(s.fragments) + sum(len(files) for files in s.files_by_fragment.values())
 
 
 def _copy(s: Snapshot, table: TableRecord) -> Snapshot:

@@ -61,7 +61,8 @@ def update_rows(
     """Set ``columns`` (None: every column of ``data`` but the id) of the rows ``data`` names.
 
     Raises:
-        ValidationError: no id column, null or duplicate ids, system or unconvertible columns.
+        ValidationError: no id column, no rows, null or duplicate ids, system or unconvertible
+            columns.
         UnknownColumnError: a column the table does not have (or has retired).
         NotFoundError: ids that are not live rows (nothing is committed).
         CommitConflict: a concurrent commit wrote one of the same (fragment, column) cells.
@@ -109,6 +110,10 @@ def _values(ctx: TableContext, snap: Snapshot, data: Any, columns: list[str] | N
     missing = [n for n in names if n not in incoming.column_names]
     if missing:
         raise ValidationError(f"Cannot update table '{ctx.name}': data has no column(s) {missing}")
+    if len(ids) == 0:
+        raise ValidationError(
+            f"Cannot update table '{ctx.name}': data has no rows; give at least one row to update"
+        )
     records = []
     for name in names:
         if name in SYSTEM_COLUMNS:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -96,6 +96,11 @@ class ReadStats:
     bytes_read: int
 
 
+FileCounter = Callable[[list[str], list[int]], int]
+"""How many files provide columns (by id) in fragments (by id): the contract of
+:meth:`~omnitable.catalog.snapshot.Snapshot.count_providers`."""
+
+
 @dataclass(frozen=True)
 class ReadPlan:
     """The fragments a read visits (after pruning) and how many files provide its columns."""
@@ -134,9 +139,12 @@ class FragmentReader:
         columns: list[str] | None = None,
         where: pc.Expression | None = None,
         batches: list[str] | None = None,
+        count_files: FileCounter | None = None,
     ) -> ReadPlan:
         """What a read would touch (columns checked, fragments pruned by statistics, the file
-        providing each column of each fragment), without opening a file."""
+        providing each column of each fragment), without opening a file. ``count_files``
+        counts the files providing the columns (default: the snapshot's
+        :meth:`~omnitable.catalog.snapshot.Snapshot.count_providers`, over its loaded files)."""
         out_cols = self._check_columns(columns)
         where_cols = self._where_columns(where)
         fragments = self.snapshot.live_fragments(batches)  # fully deleted ones drop out
@@ -144,7 +152,8 @@ class FragmentReader:
         if where is not None:
             fragments = self._prune(fragments, where, where_cols)
         ids = [c.column_id for c in self.snapshot.columns if c.name in {*out_cols, *where_cols}]
-        files = self.snapshot.count_providers((f.fragment_id for f in fragments), ids)
+        count = count_files or self.snapshot.count_providers
+        files = count([f.fragment_id for f in fragments], ids)
         return ReadPlan(out_cols, where, where_cols, total, fragments, files)
 
     def read(
