@@ -351,3 +351,22 @@ def test_the_jvm_reader_refuses_expired_versions(
         spark.sql(
             f"CALL {cat}.system.create_tag(table => 'default.t', tag => 'late', version => 2)"
         ).collect()
+
+
+def test_a_catalog_count_of_a_version_expired_since_its_snapshot_fails(
+    wh: omnitable.Warehouse,
+) -> None:
+    """A full-scan plan counts its files in a later transaction than its snapshot's: a version
+    expired in between fails naming the horizon instead of counting what the purge left."""
+    t = wh.create_table("counted", {"x": "bigint"})
+    for name in ("a", "b", "c"):
+        t.append(_x(1, 2), name)
+    snap = t.snapshot(version=1, with_files=False)
+    x = [snap.column("x").column_id]
+    live = [f.fragment_id for f in snap.fragments]
+    assert wh.catalog.count_providers(snap, live, x) == 1 == t.plan(["x"], version=1).files
+    assert run_job(t._ctx, ExpireJob(retain_last=1)).outcome == "committed"
+    with pytest.raises(NotFoundError, match="version 1 .*expired"):
+        wh.catalog.count_providers(snap, live, x)
+    head = t.snapshot(with_files=False)
+    assert wh.catalog.count_providers(head, [f.fragment_id for f in head.fragments], x) == 3

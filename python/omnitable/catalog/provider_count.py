@@ -31,8 +31,10 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from omnitable.catalog.horizon import check_not_expired
 from omnitable.catalog.snapshot import Snapshot, load_files, visible_clause
 from omnitable.catalog.sql import in_list
+from omnitable.exceptions import NotFoundError
 
 MAX_CARRIER_LISTS = 64
 """At most this many distinct lists of sets carrying a wanted column are checked for overlays
@@ -52,12 +54,23 @@ def count_providers_in_catalog(
     Raises:
         ValueError: ``snap`` was loaded for some batches only (its other fragments' files would
             be counted).
+        ValidationError: a column outside the snapshot's loaded scope.
+        NotFoundError: the snapshot's version was expired since it was loaded (the rows it
+            shows may be gone; the count would be wrong).
     """
     if snap.scope.batches is not None:
         raise ValueError("count_providers_in_catalog needs a snapshot of every batch")
     snap.count_providers((), column_ids)  # the column-scope check
     if not column_ids or not fragment_ids:
         return 0
+    count = _count(conn, snap, fragment_ids, column_ids)
+    _check_still_readable(conn, snap)  # checked after: an expiry seen by a count is seen here
+    return count
+
+
+def _count(
+    conn: Connection, snap: Snapshot, fragment_ids: Collection[str], column_ids: list[int]
+) -> int:
     carriers = _carrier_lists(conn, snap, column_ids)
     if not carriers:
         return 0
@@ -76,6 +89,21 @@ def count_providers_in_catalog(
     listed = sum(len(fs) for fs in files.values())
     return total - listed + _count_loaded(conn, snap, counted.intersection(overlaid),
                                           column_ids, files)  # fmt: skip
+
+
+def _check_still_readable(conn: Connection, snap: Snapshot) -> None:
+    """Raises NotFoundError when the snapshot's version was expired (its load checked it, but
+    this count runs in a later transaction)."""
+    row = conn.execute(
+        text("SELECT branch FROM commits WHERE table_id = :t AND version = :v"),
+        {"t": snap.table.table_id, "v": snap.version},
+    ).first()
+    if row is None:
+        raise NotFoundError(
+            f"Cannot count the files of version {snap.version} of table '{snap.table.name}': "
+            "its commit is gone (the table was dropped?); plan again"
+        )
+    check_not_expired(conn, snap.table, row.branch, snap.version)
 
 
 def _carrier_lists(
