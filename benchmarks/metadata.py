@@ -12,18 +12,24 @@ measure is catalog work only. Measured (median of ``--repeats``):
     4 columns (target <= 2 s): the snapshot plus the reader's planning, no file opened;
   * the catalog time of a commit: an append of one batch, and a backfill of the feature over
     one batch (target <= 200 ms);
-  * the catalog's size per file and per statistic (``files`` and ``column_sets``).
+  * the catalog's size per file and per statistic (``files`` and ``column_sets``);
+  * Spark's plans of the same two reads in a ``local[2]`` session (target <= 100 ms and
+    <= 2 s): ``Table.to_spark(...).select(4 columns)`` and its physical plan (``explain``, which
+    plans the scan: catalog reads, pruning, input partitions), after warm-up plans; the ratio to
+    the Python plan of the same batch, measured in the same run (``--no-spark`` skips them).
 
 Sizes are ``NxGxC`` (fragments x groups x columns); several sizes give the growth law. The
 issue's full size is ``--sizes 300000x50x2500`` (PostgreSQL). PostgreSQL runs when
 ``OMNITABLE_TEST_POSTGRES_URL`` is set (in a throw-away database), SQLite always.
 
-Run: ./dev bench metadata [--sizes 1000x10x100 4000x10x100] [--backends sqlite postgres]
+Run: ./dev bench metadata [--sizes 1000x10x100 4000x10x100] [--backends sqlite postgres] [--no-spark]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import shutil
 import time
@@ -38,6 +44,7 @@ from benchmarks.common import (
     fmt_ratio,
     fmt_seconds,
     report,
+    smoke,
     time_interleaved,
 )
 
@@ -400,6 +407,46 @@ def measure(wh: Any, t: Any, layout: Layout, size: Size, repeats: int) -> dict[s
     return times
 
 
+SPARK_ONE = "Spark: plan one batch, 4 columns"
+SPARK_FULL = "Spark: plan full scan, 4 columns"
+SPARK_WARMUP = 10
+"""Untimed Spark plans first: the JVM compiles the planner's code during its first plans."""
+
+
+def measure_spark(wh: Any, t: Any, layout: Layout, size: Size, repeats: int) -> dict[str, float]:
+    """Spark's plans of the reads :func:`measure` times, in a ``local[2]`` session: the DataFrame
+    of 4 columns and its physical plan (``explain`` plans the scan, as any action would first)."""
+    import omnitable
+
+    four = four_columns(layout)
+    mid = f"batch/{size.batches // 2:08d}"
+    spark = omnitable.spark_session(
+        wh,
+        master="local[2]",
+        **{"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"},
+    )
+
+    def plan(batches: list[str] | None) -> str:
+        df = t.to_spark(spark, batches=batches).select(*four)
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            df.explain()
+        return out.getvalue()
+
+    try:
+        text = plan([mid])
+        kept = min(size.per_batch, size.fragments)
+        assert f"fragments={kept}/" in text, text
+        for _ in range(0 if smoke() else SPARK_WARMUP):
+            plan([mid])
+        return time_interleaved(
+            {SPARK_ONE: lambda: plan([mid]), SPARK_FULL: lambda: plan(None)},
+            repeats=repeats,
+            warmup=0,
+        )
+    finally:
+        spark.stop()
+
+
 BASELINE = "baseline: plan one batch from the whole snapshot"
 """What every plan did before snapshots were scoped (load every file and statistic), measured
 side by side in the same run."""
@@ -417,6 +464,8 @@ TARGETS = {
     "plan full scan, 4 columns": 2.0,
     "commit: append one batch": 0.2,
     "commit: backfill one batch": 0.2,
+    SPARK_ONE: 0.1,
+    SPARK_FULL: 2.0,
 }
 
 
@@ -434,7 +483,7 @@ def peak_memory(fn: Callable[[], Any]) -> int:
         tracemalloc.stop()
 
 
-def run_one(backend: str, size: Size, repeats: int) -> dict[str, float]:
+def run_one(backend: str, size: Size, repeats: int, spark: bool = True) -> dict[str, float]:
     import omnitable
 
     address, cleanup = _warehouse(backend, size)
@@ -447,6 +496,8 @@ def run_one(backend: str, size: Size, repeats: int) -> dict[str, float]:
         load = time.perf_counter() - start
         t = wh.table("meta")
         times = measure(wh, t, layout, size, repeats)
+        if spark:
+            times.update(measure_spark(wh, t, layout, size, repeats))
         memory = peak_memory(lambda: t.plan(four_columns(layout)))
         sizes = catalog_sizes(wh.catalog.store)
         _report(backend, size, times, sizes, load, memory)
@@ -477,6 +528,9 @@ def _report(
     else:
         ratio = f"this / the scoped plan: {fmt_ratio(base / one)}"
         rows.append((BASELINE, fmt_seconds(base), ratio))
+    if SPARK_ONE in times:
+        ratio = f"Spark / the Python plan: {fmt_ratio(times[SPARK_ONE] / one)}"
+        rows.append(("Spark: one batch against Python", fmt_seconds(times[SPARK_ONE]), ratio))
     total = sizes.get("files", 0) + sizes.get("column_sets", 0)
     read = 2 * size.fragments  # the full scan's files: 2 groups of every fragment
     rows += [
@@ -539,12 +593,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--fragments-per-batch", type=int, default=20)
     parser.add_argument("--backends", nargs="+", default=None, choices=["sqlite", "postgres"])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--no-spark", dest="spark", action="store_false", help="skip the Spark plans"
+    )
     args = parser.parse_args(argv)
     backends = args.backends or ["sqlite"] + (["postgres"] if os.environ.get(PG_ENV) else [])
     sizes = [parse_size(s, args.fragments_per_batch) for s in args.sizes]
     out: dict[str, float] = {}
     for backend in backends:
-        results = {s.label: run_one(backend, s, args.repeats) for s in sizes}
+        results = {s.label: run_one(backend, s, args.repeats, args.spark) for s in sizes}
         law = list(growth(results, sizes))
         if law:
             report(f"growth law, {backend}: time ~ (fragments x columns)^k", law)

@@ -72,6 +72,7 @@ append: both implementations refuse appends to keyed tables. Python has no maint
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -320,13 +321,21 @@ def dump(wh: omnitable.Warehouse, branch: str = "main") -> dict[str, Any]:
             "batches": sorted((b.name, b.rows) for b in table.batches())}  # fmt: skip
 
 
+def database_prefix() -> str:
+    """The prefix of the databases :func:`_new_database` makes from this checkout: the JVM suites
+    do not drop theirs, so the next run's fixture (tests/spark/fixtures/make_warehouses.py) drops
+    every database with this prefix before the suites start."""
+    checkout = hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hexdigest()[:8]
+    return f"omt_conf_{checkout}_"
+
+
 def _new_database(base_url: str) -> str:
     import psycopg
 
     from omnitable.catalog.address import parse_address
 
     base = parse_address(base_url)
-    name = f"omt_conf_{uuid.uuid4().hex[:12]}"
+    name = f"{database_prefix()}{uuid.uuid4().hex[:12]}"
     with psycopg.connect(**base.connect_params(), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     # the URL as given (an env: password stays a reference), with the new database

@@ -6,7 +6,6 @@ import scala.jdk.CollectionConverters._
 import scala.util.control.NonFatal
 
 import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableErrors}
-import org.apache.spark.sql.catalyst.parser.CatalystSqlParser
 
 /**
  * Reads an OmniTable catalog over JDBC (SQLite or PostgreSQL): every method opens a read-only
@@ -130,7 +129,7 @@ final class CatalogReader(
       throw OmniTableErrors.corruptCatalog(display, "omnitable_meta has no 'root' entry"))
     val entry = TableEntry(t.tableId, t.address, t.location, jsonObject(s"table '${t.address}'", t.propertiesJson))
     val columns = t.allColumns.zipWithIndex.map { case (c, i) =>
-      val dataType = CatalystSqlParser.parseDataType(c.ddl)
+      val dataType = CatalogTypes.parse(c.ddl)
       ColumnEntry(i, c.name, c.name, c.ddl, dataType, c.nullable, i, "active", c.group, None)
     }
     val main = SystemColumns.MainBranch
@@ -229,7 +228,7 @@ final class CatalogReader(
     ) { rs =>
       val name = rs.getString(2)
       val ddl = rs.getString(4)
-      val dataType = try CatalystSqlParser.parseDataType(ddl)
+      val dataType = try CatalogTypes.parse(ddl)
       catch {
         case NonFatal(e) => throw OmniTableErrors.unsupportedDataType(table.name, name, ddl, e)
       }
@@ -331,21 +330,20 @@ final class CatalogReader(
     }
   }
 
-  /** Opens a checked connection, runs `body` in one read transaction, translates driver errors. */
+  /**
+   * Runs `body` in one read transaction on a checked connection (a kept PostgreSQL one when there
+   * is one: [[ReadConnections]]), translates driver errors.
+   */
   private[catalog] def withConnection[T](what: String)(body: Jdbc.Conn => T): T = {
-    val jdbc = JdbcConnector.open(address, env)
-    val conn = Jdbc.Conn(jdbc, queries)
+    val lease = ReadConnections.borrow(address, env)
+    val conn = Jdbc.Conn(lease.connection, queries)
     try {
       checkSchemaVersion(conn)
       body(conn)
     } catch {
       case e: OmniTableAnalysisException => throw e
       case e: SQLException => throw OmniTableErrors.catalogQueryFailed(display, what, e)
-    } finally {
-      try jdbc.rollback()
-      catch { case NonFatal(_) => }
-      jdbc.close()
-    }
+    } finally lease.release()
   }
 }
 

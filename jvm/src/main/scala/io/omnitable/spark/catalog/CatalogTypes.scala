@@ -1,5 +1,8 @@
 package io.omnitable.spark.catalog
 
+import java.util.concurrent.ConcurrentHashMap
+
+import org.apache.spark.sql.catalyst.parser.CatalystSqlParser
 import org.apache.spark.sql.types._
 
 /**
@@ -9,6 +12,26 @@ import org.apache.spark.sql.types._
  */
 object CatalogTypes {
   private val Plain = "^[A-Za-z_][A-Za-z0-9_]*$".r
+
+  /** Distinct DDL strings whose parsed type is kept; the cache is emptied when it is full. */
+  val MaxParsedTypes = 4096
+  private val parsed = new ConcurrentHashMap[String, DataType]()
+
+  /**
+   * The Spark type of a catalog DDL string (`CatalystSqlParser.parseDataType`), parsed once per
+   * distinct string: a 2,500-column table has a few distinct types, and parsing each column's
+   * took most of loading its schema. Throws what the parser throws.
+   */
+  def parse(ddl: String): DataType = {
+    val known = parsed.get(ddl)
+    if (known != null) known
+    else {
+      val t = CatalystSqlParser.parseDataType(ddl)
+      if (parsed.size >= MaxParsedTypes) parsed.clear()
+      parsed.put(ddl, t)
+      t
+    }
+  }
 
   /** A plain `string` (no CHAR/VARCHAR, the default collation). */
   def plainString(s: StringType): Boolean =

@@ -396,11 +396,11 @@ final class CatalogWriter(
   }
 
   private def withRead[T](body: Jdbc.Conn => T): T = {
-    val jdbc = try JdbcConnector.open(address, env)
+    val lease = try ReadConnections.borrow(address, env)
     catch { case e: SQLException => throw OmniTableErrors.cannotConnect(display, e) }
-    try body(Jdbc.Conn(jdbc, queries))
+    try body(Jdbc.Conn(lease.connection, queries))
     catch { case e: SQLException => throw OmniTableErrors.catalogQueryFailed(display, "the _ai_unique_id_ files", e) }
-    finally jdbc.close()
+    finally lease.release()
   }
 
   private def insertData(conn: Jdbc.Conn, c: AppendCommit, version: Long, ids: Map[String, Int], now: String): Unit = {

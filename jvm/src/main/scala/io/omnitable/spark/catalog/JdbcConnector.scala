@@ -76,7 +76,8 @@ object JdbcConnector {
     }
   }
 
-  private def openPostgres(a: PostgresAddress, env: Env, write: Boolean = false): Connection = {
+  /** The driver properties of a connection to `a`: user, password (an `env:NAME` one read now), application, mode. */
+  def postgresProperties(a: PostgresAddress, env: Env, write: Boolean): Properties = {
     val props = new Properties()
     a.user.foreach(props.setProperty("user", _))
     a.password.foreach {
@@ -85,6 +86,11 @@ object JdbcConnector {
     }
     props.setProperty("ApplicationName", "omnitable-spark")
     if (!write) props.setProperty("readOnly", "true")
+    props
+  }
+
+  private def openPostgres(a: PostgresAddress, env: Env, write: Boolean = false): Connection = {
+    val props = postgresProperties(a, env, write)
     val conn = connectWith(a.display)(new org.postgresql.Driver().connect(a.jdbcUrl, props))
     try {
       conn.setAutoCommit(false)
