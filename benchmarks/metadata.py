@@ -366,6 +366,11 @@ def catalog_sizes(store: Any) -> dict[str, int]:
             return {"files": total, "column_sets": 0}
 
 
+def middle_batch(size: Size) -> str:
+    """The batch every one-batch plan reads: the middle one."""
+    return f"batch/{size.batches // 2:08d}"
+
+
 def four_columns(layout: Layout) -> list[str]:
     """The columns every plan reads: 2 of each of 2 raw groups."""
     return [n for g in list(layout.by_group)[1:3] for _, n in layout.by_group[g][:2]]
@@ -375,7 +380,7 @@ def measure(wh: Any, t: Any, layout: Layout, size: Size, repeats: int) -> dict[s
     from omnitable.format.reader import FragmentReader
 
     four = four_columns(layout)
-    mid = f"batch/{size.batches // 2:08d}"
+    mid = middle_batch(size)
     one = t.plan(four, batches=[mid])
     assert len(one.fragments) == min(size.per_batch, size.fragments), one.fragments_total
     assert one.files == 2 * len(one.fragments), one.files
@@ -425,7 +430,7 @@ def measure_spark(wh: Any, t: Any, layout: Layout, size: Size, repeats: int) -> 
     import omnitable
 
     four = four_columns(layout)
-    mid = f"batch/{size.batches // 2:08d}"
+    mid = middle_batch(size)
     spark = omnitable.spark_session(
         wh,
         master="local[2]",

@@ -9,8 +9,8 @@ import scala.util.control.NonFatal
 /**
  * Idle read-only PostgreSQL connections kept for reuse, per server, database and credentials.
  * Opening one costs a TCP connection, usually a TLS handshake and a SCRAM authentication: 20-40 ms
- * of the driver's time, more than the statements of a one-batch plan (docs/spark.md, "Planning at
- * scale"). A connection comes back only after its read transaction was rolled back without error;
+ * of the driver's time, more than the statements of a one-batch plan (docs/spark.md, "Catalog
+ * connections"). A connection comes back only after its read transaction was rolled back without error;
  * a connection idle for [[IdleSeconds]] is closed, and a reused one is checked (`isValid`, one
  * round trip) before it is lent again, so a server restart costs a new connection, not an error.
  * SQLite connections are not kept: opening one is a file open.
@@ -124,7 +124,7 @@ private[catalog] object ReadConnections {
   }
 
   private def keep(key: Key, c: Connection): Unit = {
-    sweeper
+    sweeper // started by the first connection kept
     val kept = synchronized {
       val list = idle.getOrElse(key, Nil)
       if (list.size >= MaxIdlePerKey) false
