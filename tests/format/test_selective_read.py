@@ -246,6 +246,13 @@ def test_selective_reads_of_mapped_and_streamed_files_agree(
         return fetch(handle, ranges)
 
     monkeypatch.setattr(pages, "_fetch", recording)
+    spans = pages._pages_bytes
+
+    def recording_spans(handle: pa.NativeFile, *args: np.ndarray) -> object:
+        handles.append(type(handle).__name__)
+        return spans(handle, *args)
+
+    monkeypatch.setattr(pages, "_pages_bytes", recording_spans)
     rng = np.random.default_rng(5)
     n = 6_000
     data = pa.table({"x": rng.random(n), "text": _text(rng, n, 300)})

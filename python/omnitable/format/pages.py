@@ -36,6 +36,13 @@ import pyarrow.parquet as pq
 from omnitable.exceptions import CorruptInputError
 from omnitable.format import thrift_compact as tc
 from omnitable.format.plain_pages import plain_type, value_offset
+from omnitable.format.string_pages import (
+    SCRATCH_BYTES,
+    StringLeaf,
+    parse_headers,
+    string_leaf,
+    take_values,
+)
 from omnitable.format.thrift_compact import Struct, ThriftList
 
 _TAIL = 64 * 1024  # bytes read from the end of a file for its footer, in one read
@@ -242,6 +249,89 @@ def gather_plain(
     except _NOT_FOR_PAGES as exc:
         log.debug("Gather of %s by pages: %s: %s", uri, type(exc).__name__, exc)
         return None
+
+
+def gather_strings(
+    handle: pa.NativeFile, uri: str, column: str, rows: np.ndarray
+) -> PageRead | None:
+    """The rows at ``rows`` (sorted, distinct file rows) of the top-level ``column`` taken
+    from the pages holding them without decoding those pages, when the column is one flat
+    byte-array leaf (string, binary) stored PLAIN, uncompressed or in zstd
+    (:mod:`omnitable.format.string_pages`): the pages are fetched (adjacent ones in one read; of
+    a memory-mapped file, viewed in the mapping), decompressed and only the wanted values
+    copied out; None otherwise (the caller decodes pages or row groups)."""
+    if len(rows) == 0:
+        return None
+    try:
+        footer = _footer_for(handle, uri, [column], rows)
+        if footer is None:
+            return None
+        info, leaves = footer
+        if len(leaves) != 1 or leaves[0] not in info.flat:
+            return None
+        leaf = _string_leaf(info, column, leaves[0])
+        found = None if leaf is None else _leaf_pages(handle, info, leaves)
+        if leaf is None or found is None:
+            return None
+        return _gather_strings(handle, info, column, leaf, found[0], rows)
+    except _NOT_FOR_PAGES as exc:
+        log.debug("Gather of %s by string pages: %s: %s", uri, type(exc).__name__, exc)
+        return None
+
+
+def _string_leaf(info: _FileInfo, column: str, leaf: int) -> StringLeaf | None:
+    schema = info.arrow_schema
+    found = schema is not None and schema.get_field_index(column) >= 0
+    arrow_type = schema.field(column).type if schema is not None and found else None
+    groups: list[Struct] = info.meta.get(4).items
+    metas = [g.get(1).items[leaf].get(3) for g in groups]
+    return string_leaf(info.tops[column][0], metas, arrow_type)
+
+
+def _gather_strings(
+    handle: pa.NativeFile,
+    info: _FileInfo,
+    column: str,
+    leaf: StringLeaf,
+    p: _Pages,
+    rows: np.ndarray,
+) -> PageRead:
+    page = np.searchsorted(p.starts, rows, side="right") - 1  # the page holding each row
+    hit, page_of = np.unique(page, return_inverse=True)
+    offsets, ends = p.offsets[hit], p.offsets[hit] + p.sizes[hit]
+    counts = p.ends[hit] - p.starts[hit]
+    at = rows - p.starts[page]
+    data, starts, fetched = _pages_bytes(handle, offsets, ends)
+    headers = parse_headers(data, starts, starts + (ends - offsets))
+    pool = _decode_pool() if int(headers.size.sum()) >= 2 * SCRATCH_BYTES else None
+    values = take_values(data, headers, leaf, counts, page_of, at, pool)
+    table = pa.Table.from_arrays([values], names=[column])
+    return PageRead(table, info.num_rows, fetched)
+
+
+def _pages_bytes(
+    handle: pa.NativeFile, offsets: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """The byte ranges ``[offsets, ends)`` (sorted, disjoint) in one array: of a memory-mapped
+    file, a view of the mapping from the first to the last; else the reads of the ranges
+    closer than ``_GAP``, one after the other. Also where each range starts in it, and the
+    bytes read (of a mapping: those the reads would have read, as :func:`_fetch` counts)."""
+    reach = np.maximum.accumulate(ends)
+    new = np.ones(len(offsets), dtype=bool)
+    new[1:] = offsets[1:] > reach[:-1] + _GAP
+    heads = np.flatnonzero(new)
+    tails = np.append(heads[1:], len(offsets)) - 1
+    lows, highs = offsets[heads], reach[tails]
+    place = np.concatenate([[0], np.cumsum(highs - lows)]).astype(np.int64)
+    if isinstance(handle, pa.MemoryMappedFile):
+        lo = int(offsets[0])
+        blob = _span(handle, lo, int(reach[-1]))
+        return np.frombuffer(blob, dtype=np.uint8), offsets - lo, int(place[-1])
+    data = np.empty(int(place[-1]), dtype=np.uint8)
+    for lo, hi, at in zip(lows.tolist(), highs.tolist(), place.tolist(), strict=False):
+        _read_into(handle, lo, data[at : at + hi - lo])
+    read = np.cumsum(new) - 1  # the read holding each range
+    return data, offsets - lows[read] + place[read], int(place[-1])
 
 
 def _footer_for(

@@ -29,7 +29,13 @@ from omnitable.catalog.records import ColumnRecord, FileRecord, FragmentRecord
 from omnitable.catalog.snapshot import Snapshot, columns_mentioned
 from omnitable.exceptions import CorruptInputError, UnknownColumnError, ValidationError
 from omnitable.format.fs import Location
-from omnitable.format.pages import footer_cached, gather_plain, read_before, read_pages
+from omnitable.format.pages import (
+    footer_cached,
+    gather_plain,
+    gather_strings,
+    read_before,
+    read_pages,
+)
 from omnitable.format.predicate import Bounds, pruner
 from omnitable.format.predicate import survivors as simple_survivors
 from omnitable.settings import READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
@@ -549,7 +555,11 @@ class FragmentReader:
         out: dict[str, pa.ChunkedArray] = {}
         fetched = 0
         for name in physical:
-            got = gather_plain(handle, uri, name, rows) or read_pages(handle, uri, [name], rows)
+            got = (
+                gather_plain(handle, uri, name, rows)
+                or gather_strings(handle, uri, name, rows)
+                or read_pages(handle, uri, [name], rows)
+            )
             if got is not None and got.file_rows == frag.row_count:
                 out[name] = got.table.column(0)
                 fetched += got.bytes_read
