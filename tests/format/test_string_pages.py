@@ -118,7 +118,7 @@ def test_many_pages_are_taken_in_runs_on_the_decoding_threads(
     n = 20_000
     values = pa.array(_values(rng, n, 300), mask=rng.random(n) < 0.05)
     buf = io.BytesIO()
-    pq.write_table(pa.table({"t": values}), buf, write_page_index=True, data_page_size=4096,
+    pq.write_table(pa.table({"t": values}), buf, write_page_index=True, max_rows_per_page=32,
                    use_dictionary=False, compression="zstd", row_group_size=3_000)  # fmt: skip
     rows = np.flatnonzero(rng.random(n) < 0.2)
     monkeypatch.setattr(string_pages, "SCRATCH_BYTES", 20_000)
@@ -138,8 +138,8 @@ def test_rows_deep_in_long_pages_are_left_to_the_decoder() -> None:
     pq.write_table(pa.table({"t": [str(i) for i in range(n)]}), buf, write_page_index=True,
                    use_dictionary=False, compression="zstd")  # fmt: skip
     raw = buf.getvalue()
-    shallow = pages.gather_strings(pa.BufferReader(raw), _uri(), "t", np.array([3, 1_000]))
-    assert shallow is not None and shallow.table.column("t").to_pylist() == ["3", "1000"]
+    shallow = pages.gather_strings(pa.BufferReader(raw), _uri(), "t", np.array([3, 40]))
+    assert shallow is not None and shallow.table.column("t").to_pylist() == ["3", "40"]
     deep = np.array([string_pages.MAX_STEPS + 1])
     assert pages.gather_strings(pa.BufferReader(raw), _uri(), "t", deep) is None
     got = pages.read_pages(pa.BufferReader(raw), _uri(), ["t"], deep, max_fraction=1.0)
@@ -147,9 +147,9 @@ def test_rows_deep_in_long_pages_are_left_to_the_decoder() -> None:
 
 
 def _one_page_file(codec: str) -> tuple[bytearray, int, int]:
-    """A file of one data page of 100 strings: its bytes, its page's offset and size."""
+    """A file of one data page of 64 strings: its bytes, its page's offset and size."""
     buf = io.BytesIO()
-    pq.write_table(pa.table({"t": [f"value {i}" for i in range(100)]}), buf,
+    pq.write_table(pa.table({"t": [f"value {i}" for i in range(64)]}), buf,
                    write_page_index=True, use_dictionary=False, compression=codec)  # fmt: skip
     raw = bytearray(buf.getvalue())
     chunk = pq.ParquetFile(io.BytesIO(bytes(raw))).metadata.row_group(0).column(0)
@@ -161,9 +161,9 @@ def test_damaged_pages_are_left_to_the_decoder(codec: str) -> None:
     """A page whose values do not decompress, or whose length prefixes run past it: None,
     never wrong values (pyarrow's decode then reports the damage)."""
     raw, offset, size = _one_page_file(codec)
-    rows = np.array([5, 99])
+    rows = np.array([5, 63])
     intact = pages.gather_strings(pa.BufferReader(bytes(raw)), _uri(), "t", rows)
-    assert intact is not None and intact.table.column("t").to_pylist() == ["value 5", "value 99"]
+    assert intact is not None and intact.table.column("t").to_pylist() == ["value 5", "value 63"]
     broken = raw.copy()
     if codec == "zstd":
         broken[offset + size - 40 : offset + size - 4] = b"\xff" * 36  # inside the zstd frame

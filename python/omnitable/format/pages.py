@@ -37,6 +37,7 @@ from omnitable.exceptions import CorruptInputError
 from omnitable.format import thrift_compact as tc
 from omnitable.format.plain_pages import plain_type, value_offset
 from omnitable.format.string_pages import (
+    MAX_STEPS,
     SCRATCH_BYTES,
     StringLeaf,
     parse_headers,
@@ -273,7 +274,10 @@ def gather_strings(
         found = None if leaf is None else _leaf_pages(handle, info, leaves)
         if leaf is None or found is None:
             return None
-        return _gather_strings(handle, info, column, leaf, found[0], rows)
+        page = np.searchsorted(found[0].starts, rows, side="right") - 1
+        if int((rows - found[0].starts[page]).max()) >= MAX_STEPS:
+            return None  # a row too deep in its page to walk to (string_pages.MAX_STEPS)
+        return _gather_strings(handle, info, column, leaf, found[0], rows, page)
     except _NOT_FOR_PAGES as exc:
         log.debug("Gather of %s by string pages: %s: %s", uri, type(exc).__name__, exc)
         return None
@@ -295,8 +299,9 @@ def _gather_strings(
     leaf: StringLeaf,
     p: _Pages,
     rows: np.ndarray,
+    page: np.ndarray,
 ) -> PageRead:
-    page = np.searchsorted(p.starts, rows, side="right") - 1  # the page holding each row
+    """``rows`` of ``column`` from the pages ``page`` (the page holding each row)."""
     hit, page_of = np.unique(page, return_inverse=True)
     offsets, ends = p.offsets[hit], p.offsets[hit] + p.sizes[hit]
     counts = p.ends[hit] - p.starts[hit]
