@@ -211,7 +211,8 @@ def test_headers_parsed_in_bulk_equal_those_parsed_field_by_field(
         single = [string_pages._header(blob, int(a), int(a + b)) for a, b in
                   zip(p.offsets, p.sizes, strict=True)]  # fmt: skip
         assert [tuple(x) for x in zip(bulk.body.tolist(), bulk.stored.tolist(),
-                                      bulk.size.tolist(), strict=True)] == single  # fmt: skip
+                                      bulk.size.tolist(), bulk.values.tolist(),
+                                      strict=True)] == single  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -267,3 +268,23 @@ def test_a_filtered_table_read_takes_text_from_its_pages(
     want = t.read(columns=["x", "text"]).filter(where)
     assert got.sort_by("x").equals(want.sort_by("x"))
     assert FragmentReader is not None
+
+
+def test_headers_checked_one_by_one_catch_a_page_size_the_bulk_parse_trusts() -> None:
+    """An offset index whose page sizes are off: the field-by-field parse (used for
+    uncompressed pages, whose values nothing else would check) refuses them; the page counts
+    are checked against the headers' value counts."""
+    from omnitable.exceptions import CorruptInputError
+
+    raw, offset, size = _one_page_file("none")
+    blob = np.frombuffer(bytes(raw), np.uint8)
+    starts, ends = np.array([offset]), np.array([offset + size])
+    exact = string_pages.parse_headers(blob, starts, ends, one_by_one=True)
+    assert exact.values.tolist() == [64]
+    with pytest.raises(CorruptInputError):
+        string_pages.parse_headers(blob, starts, ends - 4, one_by_one=True)
+    leaf = string_pages.StringLeaf(pa.string(), 1, 0)
+    with pytest.raises(CorruptInputError):
+        string_pages.take_values(blob, exact, leaf, np.array([65]), np.array([0]), np.array([3]))
+    got = string_pages.take_values(blob, exact, leaf, np.array([64]), np.array([0]), np.array([3]))
+    assert got.to_pylist() == ["value 3"]

@@ -307,7 +307,7 @@ def _gather_strings(
     counts = p.ends[hit] - p.starts[hit]
     at = rows - p.starts[page]
     data, starts, fetched = _pages_bytes(handle, offsets, ends)
-    headers = parse_headers(data, starts, starts + (ends - offsets))
+    headers = parse_headers(data, starts, starts + (ends - offsets), leaf.uncompressed)
     pool = _decode_pool() if int(headers.size.sum()) >= 2 * SCRATCH_BYTES else None
     values = take_values(data, headers, leaf, counts, page_of, at, pool)
     table = pa.Table.from_arrays([values], names=[column])

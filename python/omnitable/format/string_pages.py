@@ -41,7 +41,8 @@ _HEAD = 48  # first bytes of a page parsed in bulk (its header's fixed prefix fi
 # values skipped in one page at most: each step costs ~10 us of NumPy calls whatever the pages,
 # so a row deeper in its page (a 512-row page of a keyed table) is decoded as usual, by pyarrow
 MAX_STEPS = 64
-SCRATCH_BYTES = 16 * 1024 * 1024  # decompressed pages handled at once (a per-thread buffer)
+# decompressed pages handled at once: a buffer kept by each thread that read pages this way
+SCRATCH_BYTES = 8 * 1024 * 1024
 _LOCAL = threading.local()
 
 
@@ -52,6 +53,10 @@ class StringLeaf:
     arrow_type: pa.DataType
     max_def: int
     codec: int
+
+    @property
+    def uncompressed(self) -> bool:
+        return self.codec == _UNCOMPRESSED
 
 
 def string_leaf(
@@ -87,12 +92,17 @@ class Headers:
     body: np.ndarray  # first byte of the page's (compressed) values
     stored: np.ndarray  # their bytes as stored
     size: np.ndarray  # their bytes uncompressed
+    values: np.ndarray  # values in the page, NULLs included
 
 
-def parse_headers(blob: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Headers:
+def parse_headers(
+    blob: np.ndarray, starts: np.ndarray, ends: np.ndarray, one_by_one: bool = False
+) -> Headers:
     """The headers of the pages ``[starts, ends)`` of ``blob`` (uint8), each of which must be a
     v1 data page of PLAIN values with RLE definition levels; raises CorruptInputError for any
-    other page."""
+    other page. In bulk, a page's values are taken to end where the page ends (its offset
+    index's size); ``one_by_one`` parses every header field by field, checking that, for
+    uncompressed pages, where nothing else would notice values read from the wrong place."""
     n = len(starts)
     cols = np.minimum(starts[:, None] + np.arange(_HEAD), len(blob) - 1)
     head = blob[cols].astype(np.int64)
@@ -121,10 +131,11 @@ def parse_headers(blob: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Hea
     kind, size, stored = fields
     ok &= (kind == _DATA_PAGE) & (inner[1] == _PLAIN) & (inner[2] == _RLE)
     body = ends - stored
-    ok &= (stored >= 0) & (size >= 0) & (body >= starts + cur)
+    ok &= (stored >= 0) & (size >= 0) & (body >= starts + cur) & (not one_by_one)
+    values = inner[0]
     for i in np.flatnonzero(~ok).tolist():  # parsed field by field: the page or an error
-        body[i], stored[i], size[i] = _header(blob, int(starts[i]), int(ends[i]))
-    return Headers(body, stored, size)
+        body[i], stored[i], size[i], values[i] = _header(blob, int(starts[i]), int(ends[i]))
+    return Headers(body, stored, size, values)
 
 
 def _byte(head: np.ndarray, rows: np.ndarray, cur: np.ndarray) -> np.ndarray:
@@ -155,9 +166,10 @@ def _zigzag(v: np.ndarray) -> np.ndarray:
     return (v >> 1) ^ -(v & 1)
 
 
-def _header(blob: np.ndarray, start: int, end: int) -> tuple[int, int, int]:
+def _header(blob: np.ndarray, start: int, end: int) -> tuple[int, int, int, int]:
     """One page's header parsed field by field: its body's offset, stored and uncompressed
-    bytes; raises CorruptInputError unless it is a v1 PLAIN data page with RLE levels."""
+    bytes, its values; raises CorruptInputError unless it is a v1 PLAIN data page with RLE
+    levels whose values end where the page ends."""
     header, pos = tc.decode_struct(blob[start:end].data)
     data = header.get(5)
     if header.get(1) != _DATA_PAGE or data is None:
@@ -167,7 +179,7 @@ def _header(blob: np.ndarray, start: int, end: int) -> tuple[int, int, int]:
     stored, size = header.get(3), header.get(2)
     if stored is None or size is None or start + pos + stored != end or size < 0:
         raise CorruptInputError("a page's sizes do not match its offset index")
-    return start + pos, stored, size
+    return start + pos, stored, size, data.get(1)
 
 
 def take_values(
@@ -184,6 +196,8 @@ def take_values(
     (NULLs included), as an array of ``leaf.arrow_type`` (NULL where the row is NULL). The
     pages are taken in runs of at most ``SCRATCH_BYTES`` uncompressed, on ``pool``'s threads
     when given and there are several."""
+    if np.any(headers.values != counts):
+        raise CorruptInputError("a page holds another number of values than its rows")
     runs, lo = [], 0
     sizes = headers.size + 8  # room for a decoder's overrun, never read
     while lo < len(headers.body):
