@@ -31,7 +31,7 @@ def _values(rng: np.random.Generator, n: int, longest: int) -> list[str]:
 
 
 def _uri() -> str:
-    return f"mem:{next(_names)}"
+    return f"mem:strings:{next(_names)}"  # not a name another test module caches a footer for
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))

@@ -235,18 +235,16 @@ def gather_plain(
     if rows is not None and len(rows) == 0:
         return None
     try:
-        footer = _footer_for(handle, uri, [column], rows)
-        if footer is None:
+        flat = _flat_leaf(handle, uri, column, rows)
+        if flat is None:
             return None
-        info, leaves = footer
-        if len(leaves) != 1 or leaves[0] not in info.flat:
-            return None
-        found = _leaf_pages(handle, info, leaves)
+        info, leaf = flat
+        found = _leaf_pages(handle, info, [leaf])
         if found is None:
             return None
         if rows is None:
-            return _gather_all(handle, info, column, leaves[0], found[0])
-        return _gather(handle, info, column, leaves[0], found[0], rows)
+            return _gather_all(handle, info, column, leaf, found[0])
+        return _gather(handle, info, column, leaf, found[0], rows)
     except _NOT_FOR_PAGES as exc:
         log.debug("Gather of %s by pages: %s: %s", uri, type(exc).__name__, exc)
         return None
@@ -264,14 +262,12 @@ def gather_strings(
     if len(rows) == 0:
         return None
     try:
-        footer = _footer_for(handle, uri, [column], rows)
-        if footer is None:
+        flat = _flat_leaf(handle, uri, column, rows)
+        if flat is None:
             return None
-        info, leaves = footer
-        if len(leaves) != 1 or leaves[0] not in info.flat:
-            return None
-        leaf = _string_leaf(info, column, leaves[0])
-        found = None if leaf is None else _leaf_pages(handle, info, leaves)
+        info, index = flat
+        leaf = _string_leaf(info, column, index)
+        found = None if leaf is None else _leaf_pages(handle, info, [index])
         if leaf is None or found is None:
             return None
         page = np.searchsorted(found[0].starts, rows, side="right") - 1
@@ -337,6 +333,20 @@ def _pages_bytes(
         _read_into(handle, lo, data[at : at + hi - lo])
     read = np.cumsum(new) - 1  # the read holding each range
     return data, offsets - lows[read] + place[read], int(place[-1])
+
+
+def _flat_leaf(
+    handle: pa.NativeFile, uri: str, column: str, rows: np.ndarray | None
+) -> tuple[_FileInfo, int] | None:
+    """The file's parsed footer and the leaf of ``column`` when the column is one leaf
+    without a repeated ancestor (see :func:`_footer_for`); else None."""
+    footer = _footer_for(handle, uri, [column], rows)
+    if footer is None:
+        return None
+    info, leaves = footer
+    if len(leaves) != 1 or leaves[0] not in info.flat:
+        return None
+    return info, leaves[0]
 
 
 def _footer_for(

@@ -103,16 +103,10 @@ def _all_ones(levels: memoryview, count: int) -> bool:
     page without NULLs), in RLE runs of ones or bit-packed groups of set bits."""
     pos = seen = 0
     while seen < count:
-        head = shift = 0
-        while True:
-            if pos >= len(levels) or shift > 35:
-                return False
-            byte = levels[pos]
-            pos += 1
-            head |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
+        found = run_header(levels, pos)
+        if found is None:
+            return False
+        head, pos = found
         if head & 1:  # bit-packed: head >> 1 groups of 8 values, one byte each at width 1
             values = min((head >> 1) * 8, count - seen)
             end = pos + (head >> 1)
@@ -127,3 +121,17 @@ def _all_ones(levels: memoryview, count: int) -> bool:
                 return False
         pos, seen = end, seen + values
     return pos == len(levels)
+
+
+def run_header(levels: bytes | memoryview, pos: int) -> tuple[int, int] | None:
+    """The header of the RLE/bit-packed hybrid run at ``pos`` of ``levels`` (a ULEB128 varint
+    of at most 5 bytes) and the position after it; None when it is cut or longer."""
+    head = shift = 0
+    while pos < len(levels) and shift <= 28:
+        byte = levels[pos]
+        pos += 1
+        head |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return head, pos
+    return None

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from omnitable.exceptions import CorruptInputError
 from omnitable.format import thrift_compact as tc
+from omnitable.format.plain_pages import run_header
 from omnitable.format.thrift_compact import Struct
 
 _BYTE_ARRAY = 6  # Parquet physical type
@@ -338,16 +339,10 @@ def _hybrid(encoded: np.ndarray, count: int) -> np.ndarray:
     pos = seen = 0
     raw = encoded.tobytes()
     while seen < count:
-        head = shift = 0
-        while True:
-            if pos >= len(raw) or shift > 35:
-                raise CorruptInputError("definition levels end early")
-            byte = raw[pos]
-            pos += 1
-            head |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
+        found = run_header(raw, pos)
+        if found is None:
+            raise CorruptInputError("definition levels end early")
+        head, pos = found
         if head & 1:  # bit-packed: head >> 1 groups of 8 values, a byte each at width 1
             groups = head >> 1
             bits = np.unpackbits(
