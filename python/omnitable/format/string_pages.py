@@ -38,7 +38,7 @@ _DATA_PAGE = 0  # PageType
 _UTF8 = 0  # ConvertedType
 _STRING_LOGICAL = 1  # LogicalType union: STRING
 _TYPES = (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
-_HEAD = 48  # first bytes of a page parsed in bulk (its header's fixed prefix fits in 40)
+_HEAD = 48  # first bytes of a page parsed in bulk (a header whose prefix is longer: one by one)
 # values skipped in one page at most: each step costs ~10 us of NumPy calls whatever the pages,
 # so a row deeper in its page (a 512-row page of a keyed table) is decoded as usual, by pyarrow
 MAX_STEPS = 64
@@ -104,6 +104,9 @@ def parse_headers(
     other page. In bulk, a page's values are taken to end where the page ends (its offset
     index's size); ``one_by_one`` parses every header field by field, checking that, for
     uncompressed pages, where nothing else would notice values read from the wrong place."""
+    if one_by_one:
+        parsed = [_header(blob, int(a), int(b)) for a, b in zip(starts, ends, strict=True)]
+        return Headers(*(np.array(c, dtype=np.int64) for c in zip(*parsed, strict=True)))
     n = len(starts)
     cols = np.minimum(starts[:, None] + np.arange(_HEAD), len(blob) - 1)
     head = blob[cols].astype(np.int64)
@@ -132,7 +135,7 @@ def parse_headers(
     kind, size, stored = fields
     ok &= (kind == _DATA_PAGE) & (inner[1] == _PLAIN) & (inner[2] == _RLE)
     body = ends - stored
-    ok &= (stored >= 0) & (size >= 0) & (body >= starts + cur) & (not one_by_one)
+    ok &= (stored >= 0) & (size >= 0) & (body >= starts + cur)
     values = inner[0]
     for i in np.flatnonzero(~ok).tolist():  # parsed field by field: the page or an error
         body[i], stored[i], size[i], values[i] = _header(blob, int(starts[i]), int(ends[i]))
