@@ -194,10 +194,15 @@ class Peers:
         written: dict[str, list[int]] = {s: [] for s in self.systems()}
 
         def size(system: str) -> int:
+            # table 0's files (and OmniTable's catalog), not every table the ingests wrote:
+            # walking those would be timed with the add
+            omni = self.work / "omni"
             paths = (
-                [self.work / "omni"] if system == "omnitable" else self.work.glob(f"{system}-0*")
+                [*omni.glob("catalog.db*"), *omni.glob("t0-*")]
+                if system == "omnitable"
+                else self.work.glob(f"{system}-0*")
             )
-            return sum(_tree_size(p) for p in paths)
+            return sum(_tree_size(p) for p in paths if p.exists())
 
         def run(system: str) -> None:
             before = size(system)
@@ -243,14 +248,20 @@ def run_table(
     selective: tuple[list[str], tuple[str, float]],
     repeats: int,
     read_rounds: int = 2,
+    write_rounds: int = 1,
 ) -> dict[str, float]:
     """All four operations on one data set; returns OmniTable's ratios. Reads are timed in
-    ``repeats * read_rounds`` rounds (more for reads of a few ms, whose median of 6 is noise)."""
+    ``repeats * read_rounds`` rounds (more for reads of a few ms, whose median of 6 is noise),
+    ingests and added columns in ``repeats * write_rounds`` (more for the wide table's, of
+    30-300 ms, whose medians of 3 moved by 1.7x between runs on 2 shared cores); ingests in a
+    new order each round."""
     peers = Peers(work, data, groups)
     for s in peers.systems():
         peers.ingest(s, 0)  # the table every read and add-column uses
     results: dict[str, float] = {}
-    ingest = time_interleaved(peers.ingest_variants(), repeats=repeats, warmup=0)
+    ingest = time_interleaved(
+        peers.ingest_variants(), repeats=repeats * write_rounds, warmup=0, shuffle=True
+    )
     rows, ratios = _rows("ingest", ingest)
     report(f"{title}: ingest (append / write)", rows)
     results.update(ratios)
@@ -262,7 +273,7 @@ def run_table(
     selective_t = time_interleaved(peers.read_variants(cols, where), repeats=reads, shuffle=True)
 
     variants, written = peers.add_column_variants()
-    added = time_interleaved(variants, repeats=repeats, warmup=0)
+    added = time_interleaved(variants, repeats=repeats * write_rounds, warmup=0)
     sizes = {s: f", {fmt_bytes(float(np.median(b)))}" for s, b in written.items()}
     rows, ratios = _rows("add_column", added, sizes)
     report(f"{title}: add one column keyed by id (time, bytes written)", rows)
@@ -313,6 +324,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         (picked, ("f0", 0.01)),
         args.repeats,
         read_rounds=10,
+        write_rounds=3,
     )
     results.update({f"wide_{k}": v for k, v in wide_results.items()})
     shutil.rmtree(work, ignore_errors=True)
