@@ -317,12 +317,8 @@ def _pages_bytes(
     file, a view of the mapping from the first to the last; else the reads of the ranges
     closer than ``_GAP``, one after the other. Also where each range starts in it, and the
     bytes read (of a mapping: those the reads would have read, as :func:`_fetch` counts)."""
-    reach = np.maximum.accumulate(ends)
-    new = np.ones(len(offsets), dtype=bool)
-    new[1:] = offsets[1:] > reach[:-1] + _GAP
-    heads = np.flatnonzero(new)
-    tails = np.append(heads[1:], len(offsets)) - 1
-    lows, highs = offsets[heads], reach[tails]
+    heads, nexts, reach = _runs(offsets, ends, _GAP)
+    lows, highs = offsets[heads], reach[nexts - 1]
     place = np.concatenate([[0], np.cumsum(highs - lows)]).astype(np.int64)
     if isinstance(handle, pa.MemoryMappedFile):
         lo = int(offsets[0])
@@ -331,7 +327,7 @@ def _pages_bytes(
     data = np.empty(int(place[-1]), dtype=np.uint8)
     for lo, hi, at in zip(lows.tolist(), highs.tolist(), place.tolist(), strict=False):
         _read_into(handle, lo, data[at : at + hi - lo])
-    read = np.cumsum(new) - 1  # the read holding each range
+    read = np.repeat(np.arange(len(heads)), nexts - heads)  # the read holding each range
     return data, offsets - lows[read] + place[read], int(place[-1])
 
 
@@ -598,12 +594,21 @@ def _merge(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Disjoint sorted intervals covering the union of ``[a, b)`` (touching ones joined)."""
     order = np.argsort(a, kind="stable")
     a, b = a[order], b[order]
-    reach = np.maximum.accumulate(b)
-    new = np.ones(len(a), dtype=bool)
-    new[1:] = a[1:] > reach[:-1]
+    heads, nexts, reach = _runs(a, b, 0)
+    return a[heads], reach[nexts - 1]
+
+
+def _runs(
+    starts: np.ndarray, ends: np.ndarray, gap: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ranges ``[starts, ends)`` (sorted by start) grouped into runs, a range joining the run
+    before it when it starts at most ``gap`` past that run's reach: each run's first range,
+    one past its last, and the reach (the running maximum of ``ends``)."""
+    reach = np.maximum.accumulate(ends)
+    new = np.ones(len(starts), dtype=bool)
+    new[1:] = starts[1:] > reach[:-1] + gap
     heads = np.flatnonzero(new)
-    tails = np.append(heads[1:], len(a)) - 1
-    return a[heads], reach[tails]
+    return heads, np.append(heads[1:], len(starts)), reach
 
 
 def _cover(rows: np.ndarray, pages: list[_Pages]) -> list[np.ndarray] | None:
@@ -655,11 +660,7 @@ def _fetch(
     bytes read."""
     spans = np.array(sorted(set(ranges)), dtype=np.int64).reshape(-1, 2)
     offsets, ends = spans[:, 0], spans[:, 0] + spans[:, 1]
-    reach = np.maximum.accumulate(ends)
-    new = np.ones(len(spans), dtype=bool)
-    new[1:] = offsets[1:] > reach[:-1] + _GAP
-    heads = np.flatnonzero(new)
-    tails = np.append(heads[1:], len(spans))
+    heads, tails, reach = _runs(offsets, ends, _GAP)
     out: dict[int, memoryview] = {}
     total = 0
     for i, j in zip(heads.tolist(), tails.tolist(), strict=True):
