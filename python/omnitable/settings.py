@@ -45,6 +45,7 @@ JVM_READ_KEYS = (
     "read.on_corrupt",
     "read.corrupt_retries",
     "read.vectored_io",
+    "read.executor_planning_min_fragments",
 )
 
 

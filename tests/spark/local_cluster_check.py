@@ -1,9 +1,11 @@
-"""Read a table with deleted rows on Spark's local-cluster master (separate executor JVMs) and
-compare with the Python reader. Run by test_spark_local_cluster.py in its own process (one SparkContext per
+"""Read a table with deleted rows on Spark's local-cluster master (separate executor JVMs),
+planned on the driver and on the executors, and compare with the Python reader. Run by test_spark_local_cluster.py in its own process (one SparkContext per
 process). Usage: local_cluster_check.py WAREHOUSE_DIR"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 from pathlib import Path
@@ -55,7 +57,20 @@ def main() -> None:
         executors = int(sc._jsc.sc().getExecutorIds().size())
         assert got == want, "local-cluster read differs from Table.read()"
         assert len(got) > 0
-        print(f"OK rows={len(got)} executors={executors} partitions={df.rdd.getNumPartitions()}")
+        # a scan planned on the executors: each task lists its batches' fragments from the
+        # catalog in its own JVM (the SQLite file by its absolute path)
+        spark.conf.set("spark.omnitable.read.executor_planning_min_fragments", "0")
+        spark.conf.set("spark.sql.files.maxPartitionBytes", "64k")
+        sliced = t.to_spark(spark).select(ROW_ID, "a", "s", "tags")
+        plan = io.StringIO()
+        with contextlib.redirect_stdout(plan):
+            sliced.explain()
+        assert "listed and pruned by the executors" in plan.getvalue(), plan.getvalue()
+        in_order = t.read([ROW_ID, "a", "s", "tags"]).to_pylist()
+        assert sliced.toArrow().to_pylist() == in_order, "executor-planned read differs"
+        slices = sliced.rdd.getNumPartitions()
+        print(f"OK rows={len(got)} executors={executors} partitions={df.rdd.getNumPartitions()} "
+              f"slices={slices} sliced_rows={len(in_order)}")  # fmt: skip
     finally:
         spark.stop()
 

@@ -1,5 +1,6 @@
 """Input partitions carry everything executors need: a read on Spark's local-cluster master
-(two executor JVMs, nothing shared with the driver but the files) equals Table.read()."""
+(two executor JVMs, nothing shared with the driver but the files and the catalog) equals
+Table.read(), planned on the driver and on the executors."""
 
 from __future__ import annotations
 
@@ -30,3 +31,5 @@ def test_read_on_local_cluster(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     assert "OK rows=" in proc.stdout and "executors=2" in proc.stdout, proc.stdout
+    slices = int(proc.stdout.split("slices=")[1].split()[0])
+    assert slices > 1, proc.stdout

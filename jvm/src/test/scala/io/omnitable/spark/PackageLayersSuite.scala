@@ -20,7 +20,8 @@ import org.scalatest.funsuite.AnyFunSuite
  *     schemas, rows and local scans, read from the catalog on the driver; writes from Spark
  *     (write builder, batch write, fragment writers, column rewrites, statistics)
  *  5. `read.plan`: driver-side planning (scan builder, scan, planner, predicate conversion,
- *     selectivity, optimizer marks, table handle)
+ *     selectivity, optimizer marks, table handle), and the slice planner executors run for a
+ *     scan planned there (behind `read.exec.SliceResolver`)
  *  6. `read.exec`: executor-side reading (reader factory, fragment reader, column files, cursors,
  *     vectors) and the serializable descriptions the driver sends (input partitions, filters,
  *     statistics evaluation, late materialization, metrics)

@@ -63,15 +63,49 @@ object FileColumnStats {
 
 /**
  * The part of a snapshot a scan reads, pushed into the catalog's SQL (None: no restriction):
- * the fragments of `batches` (append names) and of `fragments` (ids); of each fragment's visible
- * files, the columns of `columns` their sets carry (files carrying none of them are left out),
- * with statistics for `statsColumns` only ([[FileColumnStats.Unknown]] for the others).
+ * the fragments of `batches` (append names), of `fragments` (ids) and of `slice` (batch ids, as
+ * an executor lists its share of a scan planned there); of each fragment's visible files, the
+ * columns of `columns` their sets carry (files carrying none of them are left out), with
+ * statistics for `statsColumns` only ([[FileColumnStats.Unknown]] for the others).
  */
 final case class FragmentScope(
     batches: Option[Seq[String]] = None,
     fragments: Option[Seq[String]] = None,
     columns: Option[Set[Int]] = None,
-    statsColumns: Option[Set[Int]] = None)
+    statsColumns: Option[Set[Int]] = None,
+    slice: Option[BatchSlice] = None)
+
+/**
+ * Some fragments of a snapshot named by their batches: every fragment of `batchIds`, or with
+ * `seqRange = Some((from, until))` the fragments of the one batch of `batchIds` whose `seq` is
+ * in `[from, until)`. Batch ids (not names) are what one append wrote, so slices of a snapshot
+ * never overlap.
+ */
+final case class BatchSlice(batchIds: Seq[String], seqRange: Option[(Long, Long)] = None) {
+  require(batchIds.nonEmpty, "a batch slice names at least one batch")
+  require(seqRange.isEmpty || batchIds.size == 1, "a sequence range applies to one batch")
+  require(batchIds.size <= BatchSlice.MaxBatches, s"a batch slice names at most ${BatchSlice.MaxBatches} batches")
+}
+
+object BatchSlice {
+
+  /** The most batches one slice names (they are sent as SQL parameters). */
+  val MaxBatches = 1000
+}
+
+/** A visible batch as its row stores it (counts kept by every commit), in table order. */
+final case class BatchOutline(batchId: String, name: String, rows: Long, fragments: Long)
+
+/**
+ * What the driver reads to plan a full scan on the executors (docs/spark.md, "Planning on the
+ * executors"): the visible batches in table order, and the number, rows and bytes of the
+ * visible files of the column sets that carry the scan's columns (a file per fragment and set;
+ * a column carried by two sets of a fragment counts twice, so `bytes` bounds the read from above).
+ */
+final case class ScanOutline(batches: IndexedSeq[BatchOutline], files: Long, fileRows: Long, bytes: Long) {
+  def fragments: Long = batches.iterator.map(_.fragments).sum
+  def rows: Long = batches.iterator.map(_.rows).sum
+}
 
 object FragmentScope {
   val All: FragmentScope = FragmentScope()

@@ -159,6 +159,45 @@ final class CatalogReader(
       new FragmentQuery(conn, snap, scope, maxPushedValues).run()
     }
 
+  /**
+   * What planning a full scan of `columns` on the executors reads ([[ScanOutline]]): the visible
+   * batches, and the count, rows and bytes of the files of the sets carrying those columns; None
+   * (after one statement) when the batches hold fewer than `minFragments` fragments.
+   */
+  def scanOutline(snap: TableSnapshot, columns: Option[Set[Int]], minFragments: Long = 0L): Option[ScanOutline] =
+    withConnection(s"the batches of table '${snap.table.name}'") { conn =>
+      new ScanOutlineQuery(conn, snap, display).outline(columns, minFragments)
+    }
+
+  /** `(seq, row_count)` of the visible fragments of `batchIds` by batch, in `seq` order. */
+  def fragmentSeqs(snap: TableSnapshot, batchIds: Seq[String]): Map[String, IndexedSeq[(Long, Long)]] =
+    withConnection(s"the fragments of table '${snap.table.name}'") { conn =>
+      new ScanOutlineQuery(conn, snap, display).fragmentSeqs(batchIds)
+    }
+
+  /**
+   * [[listFragments]] of `scope` as an executor runs it for its slice of a scan planned there:
+   * in the same read transaction, checks the snapshot's version still has its commit and was
+   * not expired ([[OmniTableErrors.snapshotGoneDuringScan]] otherwise).
+   */
+  def listSlice(snap: TableSnapshot, scope: FragmentScope): FragmentListing =
+    withConnection(s"the fragments of table '${snap.table.name}'") { conn =>
+      val listing = new FragmentQuery(conn, snap, scope, FragmentQuery.MaxPushedValues).run()
+      new ScanOutlineQuery(conn, snap, display).checkStillReadable()
+      listing
+    }
+
+  /**
+   * This catalog's address as executors can use it: a SQLite file by its absolute path (an
+   * executor's working directory is not the driver's), PostgreSQL as given; None when the
+   * address holds a password itself (it is never sent to executors).
+   */
+  def executorWarehouse: Option[String] = address match {
+    case a: SqliteAddress => Some("sqlite:///" + a.dbFile.getAbsolutePath)
+    case a: PostgresAddress if !a.hasLiteralPassword => Some(warehouse)
+    case _ => None
+  }
+
   /** The hot column-group views declared on `snap`'s table (docs/governance.md). */
   def columnViews(snap: TableSnapshot): Seq[ColumnView] =
     withConnection(s"the views of table '${snap.table.name}'") { conn =>

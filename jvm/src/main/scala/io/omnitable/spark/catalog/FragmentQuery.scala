@@ -12,7 +12,8 @@ import io.omnitable.spark.errors.OmniTableErrors
  *
  *  1. (with a batch or fragment option) how many fragments are visible, and how many of them
  *     are in the requested batches: summed by the database from the visible batches' rows;
- *  2. the visible fragments of the requested fragment ids, else of the requested batches, else all;
+ *  2. the visible fragments of the requested fragment ids, else of the requested batches, else all
+ *     (within the slice, if any);
  *  3. the column sets holding the scope's columns (one row per column of each such set);
  *  4. the visible files of the fragments kept using those sets (one row per file);
  *     `files.stats` is selected for the sets holding a statistics column only and parsed once
@@ -39,7 +40,7 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
   }
 
   /** The batch / fragment option as a condition on `alias` (with `fragment_id` and `batch_id`), if pushed. */
-  private def optionOn(alias: String): Option[(String, Seq[AnyRef])] = {
+  private def pushedOption(alias: String): Option[(String, Seq[AnyRef])] = {
     val fits = Seq(scope.batches, scope.fragments).forall(_.forall(_.size <= maxPushed))
     (scope.fragments, scope.batches) match {
       case (Some(ids), _) if fits => Some(Jdbc.in(s"$alias.fragment_id", ids))
@@ -48,8 +49,28 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
     }
   }
 
-  /** The batch / fragment option as a condition on fragment `f`, if pushed. */
-  private val optionCondition: Option[(String, Seq[AnyRef])] = optionOn("f")
+  /**
+   * The slice as a condition on `alias` (always pushed: a slice names at most
+   * [[BatchSlice.MaxBatches]] batches); its sequence range only where `alias` has `seq`.
+   */
+  private def sliceOn(alias: String, hasSeq: Boolean): Option[(String, Seq[AnyRef])] = scope.slice.map { s =>
+    val (in, params) = Jdbc.in(s"$alias.batch_id", s.batchIds)
+    s.seqRange match {
+      case Some((from, until)) if hasSeq =>
+        (s"$in AND $alias.seq >= ? AND $alias.seq < ?", params ++ Seq(Long.box(from), Long.box(until)))
+      case _ => (in, params)
+    }
+  }
+
+  /** The pushed option and the slice as one condition on `alias`, if any. */
+  private def optionOn(alias: String, hasSeq: Boolean): Option[(String, Seq[AnyRef])] =
+    Seq(pushedOption(alias), sliceOn(alias, hasSeq)).flatten match {
+      case Seq() => None
+      case conditions => Some(where(conditions.map(Some(_)): _*))
+    }
+
+  /** The option and slice as a condition on fragment `f`, if any. */
+  private val optionCondition: Option[(String, Seq[AnyRef])] = optionOn("f", hasSeq = true)
 
   def run(): FragmentListing = {
     val listed = fragments()
@@ -58,7 +79,9 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
     val inBatches = listed.filter(f => wantedBatches.forall(_.contains(f.batchName)))
     val kept = inBatches.filter(f => wantedIds.forall(_.contains(f.fragmentId)))
     val missing = wantedIds.fold(Seq.empty[String])(ids => (ids -- listed.map(_.fragmentId)).toSeq.sorted)
-    val (total, inBatchCount) = if (optionCondition.isDefined) counts() else (listed.size, inBatches.size)
+    // a slice's listing counts its own fragments: the snapshot's total is the driver's to know
+    val (total, inBatchCount) =
+      if (pushedOption("f").isDefined && scope.slice.isEmpty) counts() else (listed.size, inBatches.size)
     val files =
       if (kept.isEmpty || scope.columns.exists(_.isEmpty)) Map.empty[String, Seq[FileEntry]] else filesOf(kept)
     val vectors = if (kept.isEmpty) Map.empty[String, DeletionVectorEntry] else deletionVectors(kept)
@@ -184,7 +207,7 @@ private[catalog] final class FragmentQuery(conn: Jdbc.Conn, snap: TableSnapshot,
   private def deletionVectors(kept: Seq[FragmentEntry]): Map[String, DeletionVectorEntry] = {
     val keptIds = kept.map(_.fragmentId)
     val ofFragments =
-      if (keptIds.size <= maxPushed) Some(Jdbc.in("dv.fragment_id", keptIds)) else optionOn("dv")
+      if (keptIds.size <= maxPushed) Some(Jdbc.in("dv.fragment_id", keptIds)) else optionOn("dv", hasSeq = false)
     val visible = Jdbc.visible("dv", "deletion_vectors", segments, versionIndexed = false)
     val (cond, params) = where(Some(("dv.table_id = ?", Seq(tableId))), Some(visible), ofFragments)
     val keptSet = keptIds.toSet

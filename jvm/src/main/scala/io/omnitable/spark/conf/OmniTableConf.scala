@@ -168,6 +168,18 @@ object OmniTableConf {
     boolean
   ))
 
+  val EXECUTOR_PLANNING_MIN_FRAGMENTS: OmniTableConfEntry[Long] = declare(OmniTableConfEntry(
+    "spark.omnitable.read.executor_planning_min_fragments",
+    Some("executor_planning_min_fragments"),
+    Some(100000L),
+    "A read of every batch, without a limit, of a snapshot with at least this many fragments is planned " +
+      "on the executors: the driver reads one catalog row per batch and each task lists its own batches' " +
+      "fragments and files when it starts (docs/spark.md, 'Planning on the executors'). Executors then " +
+      "need the catalog (a SQLite file on a shared path, or the PostgreSQL server and its env: password). " +
+      "0: always; a number above the table's fragments: never.",
+    nonNegativeLong
+  ))
+
   // --- metadata tables (session settings only; docs/spark.md, "Metadata tables") -------------
 
   val METADATA_PAGE_SIZE: OmniTableConfEntry[Int] = declare(OmniTableConfEntry(
@@ -332,6 +344,7 @@ final class OmniTableConf(options: Map[String, String], session: String => Optio
   def maxRowsPerPartition: Long = get(MAX_ROWS_PER_PARTITION)
   def splitFragments: Boolean = get(SPLIT_FRAGMENTS)
   def statsPruning: Boolean = get(STATS_PRUNING)
+  def executorPlanningMinFragments: Long = get(EXECUTOR_PLANNING_MIN_FRAGMENTS)
   def rowGroupFiltering: Boolean = get(ROW_GROUP_FILTERING)
   def skipCorruptFragments: Boolean = get(ON_CORRUPT) == OnCorrupt.SkipFragment
   def corruptRetries: Int = get(CORRUPT_RETRIES)

@@ -246,6 +246,27 @@ object OmniTableErrors {
         s"read version $horizon or later, or a tag"
     )
 
+  /** An executor could not list its share of a scan planned on the executors. */
+  def executorPlanningFailed(table: String, warehouse: String, cause: Throwable)
+      : OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_EXECUTOR_PLANNING",
+      s"An executor could not list its fragments of table '$table' from warehouse '$warehouse' (a full scan of " +
+        "a large table is planned on the executors: docs/spark.md, 'Planning on the executors'): " +
+        s"${cause.getMessage}. Give the executors the catalog (the same SQLite path, or the PostgreSQL server " +
+        "and its password variable, e.g. spark.executorEnv.NAME), or plan on the driver: set " +
+        "spark.omnitable.read.executor_planning_min_fragments above the table's fragment count",
+      cause
+    )
+
+  /** An executor listing its share of a scan planned there found the snapshot's rows gone. */
+  def snapshotGoneDuringScan(table: String, label: String, why: String): OmniTableAnalysisException =
+    analysis(
+      "OMNITABLE_SNAPSHOT_GONE",
+      s"Cannot read $label of table '$table': $why while the scan ran (an executor lists the fragments of a " +
+        "scan planned on the executors when its task starts); run the query again"
+    )
+
   def versionNotOnBranch(table: String, version: Long, branch: String): OmniTableAnalysisException = {
     val what = s"version $version of table '$table' on branch '$branch'"
     analysis("OMNITABLE_VERSION_NOT_ON_BRANCH", s"Cannot read $what: that version is not in the history of '$branch'.")

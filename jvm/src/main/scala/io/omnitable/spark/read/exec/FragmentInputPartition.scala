@@ -1,6 +1,6 @@
 package io.omnitable.spark.read.exec
 
-import io.omnitable.spark.catalog.DeletionVectorEntry
+import io.omnitable.spark.catalog.{BatchSlice, DeletionVectorEntry}
 import org.apache.spark.sql.connector.read.InputPartition
 import org.apache.spark.sql.types.StructType
 
@@ -60,4 +60,17 @@ final case class FragmentInputPartition(
  */
 final case class PackedInputPartition(fragments: Array[FragmentInputPartition]) extends InputPartition {
   def rows: Long = fragments.iterator.map(_.rows).sum
+}
+
+/**
+ * What one task of a scan planned on the executors reads (docs/spark.md, "Planning on the
+ * executors"): the fragments of `slice`, which the task lists from the catalog when it starts
+ * ([[SliceResolver]]), in table order; with `rowPiece = Some(i)` the slice is one fragment and
+ * the task reads its `i`-th row range (the ranges a driver-planned scan would cut it into).
+ */
+final case class SliceInputPartition(slice: BatchSlice, rowPiece: Option[Int] = None) extends InputPartition
+
+/** Lists and plans a [[SliceInputPartition]] on the executor running it (serialized with the reader factory). */
+trait SliceResolver extends Serializable {
+  def resolve(part: SliceInputPartition): PackedInputPartition
 }

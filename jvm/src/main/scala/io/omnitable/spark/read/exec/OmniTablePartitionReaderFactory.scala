@@ -9,8 +9,14 @@ final class OmniTablePartitionReaderFactory(ctx: ReaderContext) extends Partitio
 
   override def supportColumnarReads(partition: InputPartition): Boolean = true
 
-  override def createColumnarReader(partition: InputPartition): PartitionReader[ColumnarBatch] =
-    new PackedColumnarReader(partition.asInstanceOf[PackedInputPartition], ctx)
+  override def createColumnarReader(partition: InputPartition): PartitionReader[ColumnarBatch] = partition match {
+    case packed: PackedInputPartition => new PackedColumnarReader(packed, ctx)
+    case slice: SliceInputPartition =>
+      val resolver = ctx.slices.getOrElse(
+        throw new IllegalStateException(s"a scan of ${ctx.table} planned on the driver got partition $slice"))
+      new PackedColumnarReader(resolver.resolve(slice), ctx)
+    case other => throw new IllegalStateException(s"not a partition of an OmniTable scan: $other")
+  }
 
   override def createReader(partition: InputPartition): PartitionReader[InternalRow] = {
     val batches = createColumnarReader(partition)

@@ -40,7 +40,9 @@ final case class ReaderContext(
      * True for the inner reader of late materialization: its rows never leave the outer reader
      * (so a corrupt fragment can be skipped whenever found) and its fragment is counted by the outer one.
      */
-    inner: Boolean = false)
+    inner: Boolean = false,
+    /** How a task of a scan planned on the executors lists its fragments; None: the driver listed them. */
+    slices: Option[SliceResolver] = None)
 
 /** What a reader does with a file it cannot read: retry, then skip the fragment or fail. */
 final case class CorruptInputPolicy(skipFragment: Boolean, retries: Int, backoffMillis: Long = 50)

@@ -35,7 +35,7 @@ final class OmniTableBatch(
 
   private lazy val identity: Seq[Any] = OmniTableBatch.identity(table, plan, schema, pushdown, conf, late)
 
-  override def planInputPartitions(): Array[InputPartition] = plan.partitions.toArray
+  override def planInputPartitions(): Array[InputPartition] = plan.inputPartitions.toArray
 
   override def createReaderFactory(): PartitionReaderFactory = {
     val spark = SparkSession.active
@@ -51,7 +51,8 @@ final class OmniTableBatch(
       pushdown.limit.map(_.toLong),
       CorruptInputPolicy(conf.skipCorruptFragments, conf.corruptRetries)
     )
-    new OmniTablePartitionReaderFactory(ReaderContext(table, schema, settings, report, broadcast, late))
+    new OmniTablePartitionReaderFactory(
+      ReaderContext(table, schema, settings, report, broadcast, late, slices = plan.executor.map(_.resolver)))
   }
 }
 
@@ -59,7 +60,7 @@ private[spark] object OmniTableBatch {
 
   /**
    * What a batch reads and how: the partitions (their fragments' files, row ranges, column sources,
-   * deletion vectors), the read
+   * deletion vectors) or the slices executors list (of one snapshot: the scan's), the read
    * schema, what was pushed, late materialization and the reader settings. Arrays compare by
    * content.
    */
@@ -82,6 +83,7 @@ private[spark] object OmniTableBatch {
         p.files.toSeq,
         p.sources.toSeq,
         p.deletes.map(_.vectorId)))),
+    plan.executor.map(_.slices),
     pushdown,
     late.map(l => (l.condition, l.predicateColumns.toSeq)),
     (conf.batchSize, conf.rowGroupFiltering, conf.skipCorruptFragments, conf.corruptRetries, conf.vectoredIo)

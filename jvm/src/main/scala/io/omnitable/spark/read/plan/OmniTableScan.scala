@@ -47,10 +47,10 @@ final class OmniTableScan(
    * on) and no late materialization changes how its rows are read. A row-level UPDATE whose plan
    * keeps the scan's order then needs no exchange and sort (`write.OmniTableDeltaOperation`).
    */
-  def deliversWholeFragments: Boolean = lateMaterialization.isEmpty && {
+  def deliversWholeFragments: Boolean = lateMaterialization.isEmpty && plan.executor.fold {
     val read = plan.fragments
     read.forall(_.wholeFragment) && read.map(_.fragmentId).distinct.size == read.size
-  }
+  }(_.slices.forall(_.rowPiece.isEmpty)) // slices of whole batches or fragments never overlap
 
   override def columnarSupportMode(): Scan.ColumnarSupportMode = Scan.ColumnarSupportMode.SUPPORTED
 
@@ -74,12 +74,20 @@ final class OmniTableScan(
     val shown = 6
     val files = plan.files.take(shown).mkString(", ") +
       (if (plan.files.size > shown) s", ... ${plan.files.size - shown} more" else "")
+    val listed = plan.executor match {
+      case None => Seq(
+          s"fragments=${c.kept}/${c.total}" + (if (pruned.isEmpty) "" else pruned.mkString(" (pruned: ", ", ", ")")),
+          s"partitions=${plan.partitions.size}",
+          s"files=${plan.files.size} [$files]"
+        )
+      case Some(e) => Seq(
+          s"fragments=${c.total} (listed and pruned by the executors)",
+          s"partitions=${e.slices.size} (slices of batches)",
+          s"files<=${e.files}")
+    }
     val parts = Seq(
       s"OmniTable ${snap.table.name} @ ${snap.snapshot.label}",
-      s"groups=[${plan.groups.mkString(", ")}]",
-      s"fragments=${c.kept}/${c.total}" + (if (pruned.isEmpty) "" else pruned.mkString(" (pruned: ", ", ", ")")),
-      s"partitions=${plan.partitions.size}",
-      s"files=${plan.files.size} [$files]",
+      s"groups=[${plan.groups.mkString(", ")}]") ++ listed ++ Seq(
       s"pushed=[${pushdown.predicates.map(_.toString).mkString(", ")}]"
     ) ++
       (if (pushdown.declined.isEmpty) Nil

@@ -118,8 +118,12 @@ final class OmniTableScanBuilder(handle: TableHandle, conf: OmniTableConf, marks
       // split_fragments=false promises one partition per fragment (per-fragment jobs).
       Option.when(conf.splitFragments)(packing)
     )
-    val listing = handle.reader.listFragments(snap, ScanPlanner.scope(request))
-    val plan = ScanPlanner.plan(snap, listing, request)
+    // late materialization decides from the fragments' statistics: those only a listing has
+    val onExecutors =
+      if (marks.lateMaterialization.isDefined) None
+      else ExecutorPlanning.plan(handle, request, conf.executorPlanningMinFragments)
+    lazy val listing = handle.reader.listFragments(snap, ScanPlanner.scope(request))
+    val plan = onExecutors.getOrElse(ScanPlanner.plan(snap, listing, request))
     val dataFilter = pushed.map(_._2).filter(_.columns.exists(_.kind == FilterColumn.Data))
     val schema = ReadColumn.schema(readColumns)
     val late = marks.lateMaterialization.map { conjuncts =>

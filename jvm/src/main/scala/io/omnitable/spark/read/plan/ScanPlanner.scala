@@ -11,10 +11,13 @@ import io.omnitable.spark.read.exec.{
   FilterColumn,
   FragmentInputPartition,
   PackedInputPartition,
+  SliceInputPartition,
+  SliceResolver,
   StatsEvaluator,
   StatsView,
   Value
 }
+import org.apache.spark.sql.connector.read.InputPartition
 import org.apache.spark.sql.types.{StructField, StructType}
 
 /** What a scan asks for, after pushdown. */
@@ -59,7 +62,18 @@ final case class PruningCounts(
   def kept: Int = total - byBatchOption - byFragmentOption - byPredicate - byStats - empty - byLimit
 }
 
-/** The planned read: input partitions plus what EXPLAIN and statistics report. */
+/**
+ * A scan planned on the executors ([[ExecutorPlanning]]): its slices, in table order, how a task
+ * lists and plans its slice, and how many files the driver counted (an upper bound of those read).
+ */
+final case class ExecutorPlan(slices: IndexedSeq[SliceInputPartition], resolver: SliceResolver, files: Long)
+
+/**
+ * The planned read: input partitions plus what EXPLAIN and statistics report. A scan planned on
+ * the executors (`executor`) has no partitions of fragments and no files listed: its
+ * counts are the snapshot's fragments, the groups those of its columns, `fileBytes` and `rows`
+ * upper bounds from the catalog's stored counts.
+ */
 final case class ScanPlan(
     partitions: Seq[PackedInputPartition],
     counts: PruningCounts,
@@ -68,10 +82,14 @@ final case class ScanPlan(
     files: Seq[String],
     fileBytes: Long,
     /** Rows of the fragments read, deleted rows not counted. */
-    rows: Long) {
+    rows: Long,
+    executor: Option[ExecutorPlan] = None) {
 
-  /** The fragments (or row ranges) read, in table order. */
+  /** The fragments (or row ranges) read, in table order (none listed for a scan planned on the executors). */
   def fragments: Seq[FragmentInputPartition] = partitions.flatMap(_.fragments)
+
+  /** What Spark's tasks read: the packed partitions, or the slices executors list. */
+  def inputPartitions: Seq[InputPartition] = executor.fold[Seq[InputPartition]](partitions)(_.slices)
 }
 
 /**

@@ -114,6 +114,41 @@ class DeletionVectorSuite extends AnyFunSuite with SharedSparkSession {
     assertDeleted(d, "opt", "max_rows_per_partition" -> "300")(_.select("_ai_fragment_", "_ai_row_offset_"))
   }
 
+  test("a scan planned on the executors returns a driver plan's rows in its order: deletes, versions, filters, cuts") {
+    val d = deleted
+    val onExecutors = "executor_planning_min_fragments" -> "0"
+    def rows(df: DataFrame) = df.select(Columns.head, Columns.tail: _*).collect().toSeq
+    val reads: Seq[(Seq[(String, String)], DataFrame => DataFrame)] = Seq(
+      (Nil, identity),
+      (Seq("versionAsOf" -> d.v0.toString), identity),
+      (Nil, _.where("k < 50 OR x > 10")),
+      (Seq("max_rows_per_partition" -> "300"), identity),
+      (Seq("batch_size" -> "7"), _.where("_ai_row_offset_ < 700"))
+    )
+    // late materialization decides from the fragments' statistics: a scan it marks is planned on the driver
+    val late = read(d.wh, "opt", onExecutors).where("k < 50 OR x > 10").select(Columns.head, Columns.tail: _*)
+    withConf(MaxSel -> "1.0") {
+      assert(scans(late).head.description().contains("LateMaterializeFilteredColumns: on"))
+      assert(scans(late).head.plan.executor.isEmpty)
+    }
+    val lateOff = "spark.omnitable.optimizer.late_materialization" -> "false"
+    Seq(Map(lateOff), Map(lateOff, "spark.sql.files.maxPartitionBytes" -> "64k")).foreach { conf =>
+      withConf(conf.toSeq: _*) {
+        reads.foreach { case (options, query) =>
+          val planned = query(read(d.wh, "opt", onExecutors +: options: _*))
+          val scan = scans(planned).head
+          assert(scan.plan.executor.isDefined && scan.description().contains("listed and pruned by the executors"))
+          assert(rows(planned) == rows(query(read(d.wh, "opt", options: _*))), s"$conf $options")
+        }
+      }
+    }
+    // a small partition size cuts the batches at fragment boundaries
+    withConf("spark.sql.files.maxPartitionBytes" -> "64k") {
+      val slices = scans(read(d.wh, "opt", onExecutors)).head.plan.executor.get.slices
+      assert(slices.exists(_.slice.seqRange.isDefined), slices)
+    }
+  }
+
   test("deleted rows vanish through filters, statistics pruning, late materialization and options") {
     val d = deleted
     val frags = d.wh.fragments("opt").map(_._1)

@@ -4,7 +4,6 @@ import scala.util.{Random, Try}
 
 import io.omnitable.spark.TestWarehouses
 import io.omnitable.spark.catalog._
-import io.omnitable.spark.read.exec.{CompareOp, Filter, Value}
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
@@ -46,36 +45,6 @@ class PrunedPlanningSuite extends AnyFunSuite {
     }
   }
 
-  private def randomRequest(
-      rng: Random,
-      snap: TableSnapshot,
-      batchNames: Seq[String],
-      fragmentIds: Seq[String]): ScanRequest = {
-    def some[T](all: Seq[T]): Seq[T] = all.filter(_ => rng.nextBoolean())
-    val columns = ReadColumn.tableColumns(snap) ++ ReadColumn.metadataColumns
-    val filterColumns = ReadColumn.filterColumns(snap)
-    val data = snap.userColumns.map(c => filterColumns(c.name))
-    val batch = filterColumns(SystemColumns.AppendName)
-    val exact =
-      if (rng.nextBoolean()) Filter.Const(true) else Filter.In(batch, some(batchNames).map(Value.str), false)
-    val byStats = some(data).map(c => Filter.Compare(CompareOp.Gt, c, Value.Floating(rng.nextInt(120).toDouble)))
-    ScanRequest(
-      some(columns),
-      Option.when(rng.nextBoolean())(some(batchNames)),
-      Option.when(rng.nextInt(3) == 0)(some(fragmentIds) ++ Option.when(rng.nextInt(4) == 0)("F-missing")),
-      exact,
-      Filter.and(exact +: byStats),
-      rng.nextBoolean(),
-      Option.when(rng.nextInt(4) == 0)(1 + rng.nextInt(80)),
-      Option.when(rng.nextBoolean())(1L + rng.nextInt(40)),
-      Option.when(rng.nextBoolean())(Packing(
-        rng.nextInt(20000),
-        rng.nextInt(500),
-        1 + rng.nextInt(4),
-        1 + rng.nextInt(200)))
-    )
-  }
-
   test("pruned planning equals unpruned planning on random tables, versions and branches") {
     var nonEmptyPlans = 0
     (1 to 25).foreach { seed =>
@@ -91,7 +60,7 @@ class PrunedPlanningSuite extends AnyFunSuite {
           val snap = reader.loadTable("hand", spec)
           val (names, ids) = (reader.batchNames(snap), reader.loadFragments(snap).map(_.fragmentId))
           (1 to 8).foreach { _ =>
-            val request = randomRequest(rng, snap, names, ids)
+            val request = RandomRequests.request(rng, snap, names, ids)
             val scope = ScanPlanner.scope(request)
             val pushed = reader.listFragments(snap, scope)
             val full = unpruned(reader, snap, request)
@@ -159,7 +128,7 @@ class PrunedPlanningSuite extends AnyFunSuite {
     val rng = new Random(7)
     val ids = reader.loadFragments(snap).map(_.fragmentId)
     (1 to 20).foreach { _ =>
-      val request = randomRequest(rng, snap, reader.batchNames(snap), ids).copy(fragments = None)
+      val request = RandomRequests.request(rng, snap, reader.batchNames(snap), ids).copy(fragments = None)
       val scope = ScanPlanner.scope(request)
       assertSameListing(reader.listFragments(snap, scope), unpruned(reader, snap, request), scope)
     }
