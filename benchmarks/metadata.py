@@ -16,7 +16,11 @@ measure is catalog work only. Measured (median of ``--repeats``):
   * Spark's plans of the same two reads in a ``local[2]`` session (target <= 100 ms and
     <= 2 s): ``Table.to_spark(...).select(4 columns)`` and its physical plan (``explain``, which
     plans the scan: catalog reads, pruning, input partitions), after warm-up plans; the ratio to
-    the Python plan of the same batch, measured in the same run (``--no-spark`` skips them).
+    the Python plan of the same batch, measured in the same run (``--no-spark`` skips them);
+    the full scan's plan made on the driver and on the executors side by side (the default
+    settings pick the executors from 100,000 fragments on), and a count of the full scan both
+    ways (no file is opened: the driver's plan plus the tasks' listings, up to 300,000
+    fragments).
 
 Sizes are ``NxGxC`` (fragments x groups x columns); several sizes give the growth law. The
 issue's full size is ``--sizes 300000x50x2500`` (PostgreSQL). PostgreSQL runs when
@@ -414,6 +418,23 @@ def measure(wh: Any, t: Any, layout: Layout, size: Size, repeats: int) -> dict[s
 
 SPARK_ONE = "Spark: plan one batch, 4 columns"
 SPARK_FULL = "Spark: plan full scan, 4 columns"
+SPARK_FULL_ON = {
+    "driver": "Spark: plan full scan on the driver",
+    "executors": "Spark: plan full scan on the executors",
+}
+SPARK_COUNT_ON = {
+    "driver": "Spark: count a full scan planned on the driver",
+    "executors": "Spark: count a full scan planned on the executors",
+}
+SPARK_DEFAULT_ON = "Spark: the default full-scan plan ran on the"
+MIN_FRAGMENTS = "spark.omnitable.read.executor_planning_min_fragments"
+PLANNED_ON = {"driver": str(2**62), "executors": "0"}
+"""The setting that makes a plan run on the driver or on the executors at any size (a full
+scan of at least 100,000 fragments is planned on the executors by default)."""
+
+COUNT_MAX_FRAGMENTS = 300_000
+"""Full-scan counts run up to this many fragments (1,000 rows each): the job reads no file (a
+count selects no column), so it times the driver's plan plus the tasks' listings."""
 SPARK_WARMUP = 30
 """Untimed Spark plans first: the JVM compiles the planner's (and Spark's analyzer's) code during
 its first plans; after 10 a one-batch plan still took 75 ms, after 30 about 45 ms (a probe at
@@ -450,9 +471,41 @@ def measure_spark(wh: Any, t: Any, layout: Layout, size: Size, repeats: int) -> 
         for _ in range(0 if smoke() else SPARK_WARMUP):
             plan([mid])
         one = time_interleaved({SPARK_ONE: lambda: plan([mid])}, SPARK_ONE_REPEATS, warmup=0)
-        return {**one, **time_interleaved({SPARK_FULL: lambda: plan(None)}, repeats, warmup=0)}
+        on_executors = "listed and pruned by the executors" in plan(None)
+        full = {SPARK_FULL: lambda: plan(None)}
+        full.update(
+            {SPARK_FULL_ON[w]: planned_on(spark, w, lambda: plan(None)) for w in PLANNED_ON}
+        )
+        times = {**one, **time_interleaved(full, repeats, warmup=0)}
+        times[SPARK_DEFAULT_ON] = float(on_executors)
+        if size.fragments <= COUNT_MAX_FRAGMENTS:
+            counts: dict[str, set[int]] = {w: set() for w in PLANNED_ON}
+
+            def count(where: str) -> Callable[[], Any]:
+                job = planned_on(spark, where, lambda: t.to_spark(spark).count())
+                return lambda: counts[where].add(job())
+
+            jobs = {key: count(where) for where, key in SPARK_COUNT_ON.items()}
+            times.update(time_interleaved(jobs, repeats, warmup=1))
+            # the synthetic fragments' rows and the real batches', the same both ways
+            assert len(counts["driver"] | counts["executors"]) == 1, counts
+            assert counts["driver"].pop() >= size.fragments * ROWS_PER_FRAGMENT, counts
+        return times
     finally:
         spark.stop()
+
+
+def planned_on(spark: Any, where: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` with Spark's full-scan plans made on the driver or on the executors."""
+
+    def run() -> Any:
+        spark.conf.set(MIN_FRAGMENTS, PLANNED_ON[where])
+        try:
+            return fn()
+        finally:
+            spark.conf.unset(MIN_FRAGMENTS)
+
+    return run
 
 
 BASELINE = "baseline: plan one batch from the whole snapshot"
@@ -539,6 +592,7 @@ def _report(
     if SPARK_ONE in times:
         ratio = f"Spark / the Python plan: {fmt_ratio(times[SPARK_ONE] / one)}"
         rows.append(("Spark: one batch against Python", fmt_seconds(times[SPARK_ONE]), ratio))
+    rows += list(_spark_rows(times))
     total = sizes.get("files", 0) + sizes.get("column_sets", 0)
     read = 2 * size.fragments  # the full scan's files: 2 groups of every fragment
     rows += [
@@ -552,6 +606,21 @@ def _report(
         ("synthetic load", fmt_seconds(load), f"{n_files} files, {n_stats} statistics"),
     ]
     report(f"metadata, {backend}, {size.label} ({size.batches} batches)", rows)
+
+
+def _spark_rows(times: dict[str, float]) -> Iterator[tuple[str, str, str]]:
+    """The full scan planned on the executors against the same plan on the driver (side by side
+    in the same run), and which of the two the default settings chose."""
+    for measures in (SPARK_FULL_ON, SPARK_COUNT_ON):
+        driver, executors = times.get(measures["driver"]), times.get(measures["executors"])
+        if driver is None or executors is None:
+            continue
+        yield measures["driver"], fmt_seconds(driver), ""
+        ratio = f"the driver's / this: {fmt_ratio(driver / executors)}"
+        yield measures["executors"], fmt_seconds(executors), ratio
+    if SPARK_FULL in times:
+        where = "executors" if times.get(SPARK_DEFAULT_ON) else "driver"
+        yield SPARK_DEFAULT_ON, where, f"({MIN_FRAGMENTS} at its default)"
 
 
 def _warehouse(backend: str, size: Size) -> tuple[str, Callable[[], None]]:
@@ -583,7 +652,7 @@ def growth(results: dict[str, dict[str, float]], sizes: list[Size]) -> Iterable[
     a, b = sizes[0], sizes[-1]
     fa, fb = a.fragments * a.columns, b.fragments * b.columns
     out = []
-    for k in [k for k in results[a.label] if k in results[b.label]]:
+    for k in [k for k in results[a.label] if k in results[b.label] and k != SPARK_DEFAULT_ON]:
         ta, tb = results[a.label][k], results[b.label][k]
         exp = math.log(max(tb, 1e-6) / max(ta, 1e-6)) / math.log(fb / fa) if fb != fa else 0.0
         out.append((k, f"k = {exp:.2f}", f"{fmt_seconds(ta)} -> {fmt_seconds(tb)}"))
