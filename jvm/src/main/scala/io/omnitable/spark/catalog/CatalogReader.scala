@@ -190,10 +190,11 @@ final class CatalogReader(
   /**
    * This catalog's address as executors can use it: a SQLite file by its absolute path (an
    * executor's working directory is not the driver's), PostgreSQL as given; None when the
-   * address holds a password itself (it is never sent to executors).
+   * address holds a password itself (it is never sent to executors) or the path has a `?`.
    */
   def executorWarehouse: Option[String] = address match {
-    case a: SqliteAddress => Some("sqlite:///" + a.dbFile.getAbsolutePath)
+    // a `?` would start the address's query: such a path stays on the driver
+    case a: SqliteAddress if !a.dbFile.getAbsolutePath.contains('?') => Some("sqlite:///" + a.dbFile.getAbsolutePath)
     case a: PostgresAddress if !a.hasLiteralPassword => Some(warehouse)
     case _ => None
   }

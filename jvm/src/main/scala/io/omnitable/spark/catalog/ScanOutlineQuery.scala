@@ -79,9 +79,10 @@ private[catalog] final class ScanOutlineQuery(conn: Jdbc.Conn, snap: TableSnapsh
   }
 
   /**
-   * Fails unless the snapshot's version still has its commit and is not expired: an executor's
-   * listing of a snapshot whose rows a drop or an expire deleted since the driver planned would
-   * be silently short.
+   * Fails unless the snapshot's version still has its commit and neither it nor the end of any
+   * of its segments (a fork point on a parent branch, which a deleted branch no longer pins) is
+   * expired: an executor's listing of a snapshot whose rows a drop or an expire deleted since
+   * the driver planned would be silently short.
    */
   def checkStillReadable(): Unit = {
     val version = snap.snapshot.version
@@ -92,8 +93,11 @@ private[catalog] final class ScanOutlineQuery(conn: Jdbc.Conn, snap: TableSnapsh
           snap.table.name,
           snap.snapshot.label,
           "its commit is gone (the table was dropped?)"))
-    try new SnapshotResolver(conn, snap.table, display).checkNotExpired(version, owner)
-    catch {
+    try {
+      val resolver = new SnapshotResolver(conn, snap.table, display)
+      resolver.checkNotExpired(version, owner)
+      snap.snapshot.segments.foreach(s => resolver.checkNotExpired(s.upto, s.branch))
+    } catch {
       case e: io.omnitable.spark.errors.OmniTableAnalysisException =>
         throw OmniTableErrors.snapshotGoneDuringScan(snap.table.name, snap.snapshot.label, e.getMessage)
     }

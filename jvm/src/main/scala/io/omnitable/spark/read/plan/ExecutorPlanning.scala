@@ -62,7 +62,12 @@ private[plan] object ExecutorPlanning {
       Nil,
       outline.bytes,
       outline.rows,
-      Some(ExecutorPlan(slices, resolver, outline.files)))
+      Some(ExecutorPlan(
+        slices,
+        resolver,
+        outline.files,
+        (snap.warehouse, snap.table.tableId, snap.snapshot.version, snap.snapshot.segments)))
+    )
   }
 
   /**

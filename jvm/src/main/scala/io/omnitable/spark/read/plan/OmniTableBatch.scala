@@ -60,7 +60,7 @@ private[spark] object OmniTableBatch {
 
   /**
    * What a batch reads and how: the partitions (their fragments' files, row ranges, column sources,
-   * deletion vectors) or the slices executors list (of one snapshot: the scan's), the read
+   * deletion vectors) or the slices executors list and the snapshot they are of, the read
    * schema, what was pushed, late materialization and the reader settings. Arrays compare by
    * content.
    */
@@ -83,7 +83,7 @@ private[spark] object OmniTableBatch {
         p.files.toSeq,
         p.sources.toSeq,
         p.deletes.map(_.vectorId)))),
-    plan.executor.map(_.slices),
+    plan.executor.map(e => (e.snapshot, e.slices)),
     pushdown,
     late.map(l => (l.condition, l.predicateColumns.toSeq)),
     (conf.batchSize, conf.rowGroupFiltering, conf.skipCorruptFragments, conf.corruptRetries, conf.vectoredIo)

@@ -2,7 +2,15 @@ package io.omnitable.spark.read.plan
 
 import scala.collection.mutable
 
-import io.omnitable.spark.catalog.{DataPaths, FileEntry, FragmentEntry, FragmentListing, FragmentScope, TableSnapshot}
+import io.omnitable.spark.catalog.{
+  DataPaths,
+  FileEntry,
+  FragmentEntry,
+  FragmentListing,
+  FragmentScope,
+  Segment,
+  TableSnapshot
+}
 import io.omnitable.spark.errors.OmniTableErrors
 import io.omnitable.spark.read.exec.{
   ColumnSource,
@@ -65,8 +73,14 @@ final case class PruningCounts(
 /**
  * A scan planned on the executors ([[ExecutorPlanning]]): its slices, in table order, how a task
  * lists and plans its slice, and how many files the driver counted (an upper bound of those read).
+ * `snapshot` names what the slices are slices of (warehouse, table id, version, segments): two
+ * snapshots with the same batches have the same slices but not the same rows.
  */
-final case class ExecutorPlan(slices: IndexedSeq[SliceInputPartition], resolver: SliceResolver, files: Long)
+final case class ExecutorPlan(
+    slices: IndexedSeq[SliceInputPartition],
+    resolver: SliceResolver,
+    files: Long,
+    snapshot: (String, String, Long, Seq[Segment]))
 
 /**
  * The planned read: input partitions plus what EXPLAIN and statistics report. A scan planned on

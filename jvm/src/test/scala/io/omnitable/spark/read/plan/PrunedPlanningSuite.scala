@@ -47,37 +47,26 @@ class PrunedPlanningSuite extends AnyFunSuite {
 
   test("pruned planning equals unpruned planning on random tables, versions and branches") {
     var nonEmptyPlans = 0
-    (1 to 25).foreach { seed =>
-      val rng = new Random(seed)
-      val hand = new HandMadeCatalog
-      try {
-        val branchOf = SyntheticTables.random(hand, rng)
-        SyntheticTables.randomDeletes(hand, new Random(seed + 1000))
-        val reader = new CatalogReader(hand.dir.getPath)
-        val specs = Seq(SnapshotSpec.Head, SnapshotSpec(branch = Some("dev"))) ++
-          (0 to 2).map(_ => SnapshotSpec(version = Some(rng.nextInt(branchOf.size).toLong)))
-        specs.foreach { spec =>
-          val snap = reader.loadTable("hand", spec)
-          val (names, ids) = (reader.batchNames(snap), reader.loadFragments(snap).map(_.fragmentId))
-          (1 to 8).foreach { _ =>
-            val request = RandomRequests.request(rng, snap, names, ids)
-            val scope = ScanPlanner.scope(request)
-            val pushed = reader.listFragments(snap, scope)
-            val full = unpruned(reader, snap, request)
-            assertSameListing(pushed, full, scope)
-            val (a, b) = (Try(ScanPlanner.plan(snap, pushed, request)), Try(ScanPlanner.plan(snap, full, request)))
-            assert(a.isSuccess == b.isSuccess &&
-              a.failed.map(_.getMessage).toOption == b.failed.map(_.getMessage).toOption)
-            a.foreach { p =>
-              val q = b.get
-              assert((p.counts, p.groups, p.files, p.fileBytes, p.rows) ==
-                (q.counts, q.groups, q.files, q.fileBytes, q.rows))
-              assert(partitions(p) == partitions(q), s"seed $seed, $spec, $request")
-              if (p.fragments.exists(_.files.nonEmpty)) nonEmptyPlans += 1
-            }
-          }
+    RandomRequests.snapshots(25) { (seed, rng, reader, snap) =>
+      val spec = snap.snapshot.label
+      val (names, ids) = (reader.batchNames(snap), reader.loadFragments(snap).map(_.fragmentId))
+      (1 to 8).foreach { _ =>
+        val request = RandomRequests.request(rng, snap, names, ids)
+        val scope = ScanPlanner.scope(request)
+        val pushed = reader.listFragments(snap, scope)
+        val full = unpruned(reader, snap, request)
+        assertSameListing(pushed, full, scope)
+        val (a, b) = (Try(ScanPlanner.plan(snap, pushed, request)), Try(ScanPlanner.plan(snap, full, request)))
+        assert(a.isSuccess == b.isSuccess &&
+          a.failed.map(_.getMessage).toOption == b.failed.map(_.getMessage).toOption)
+        a.foreach { p =>
+          val q = b.get
+          assert((p.counts, p.groups, p.files, p.fileBytes, p.rows) ==
+            (q.counts, q.groups, q.files, q.fileBytes, q.rows))
+          assert(partitions(p) == partitions(q), s"seed $seed, $spec, $request")
+          if (p.fragments.exists(_.files.nonEmpty)) nonEmptyPlans += 1
         }
-      } finally hand.close()
+      }
     }
     assert(nonEmptyPlans > 200, "most random plans read files")
   }

@@ -41,4 +41,23 @@ object RandomRequests {
         1 + rng.nextInt(200)))
     )
   }
+
+  /**
+   * For seeds 1..`seeds`: a [[SyntheticTables.random]] table with random deletes, read at its
+   * head, at the head of branch `dev` and at three random versions; `body` gets the seed's
+   * random source, the reader and each snapshot.
+   */
+  def snapshots(seeds: Int)(body: (Int, Random, CatalogReader, TableSnapshot) => Unit): Unit = (1 to seeds).foreach {
+    seed =>
+      val rng = new Random(seed)
+      val hand = new HandMadeCatalog
+      try {
+        val branchOf = SyntheticTables.random(hand, rng)
+        SyntheticTables.randomDeletes(hand, new Random(seed + 1000))
+        val reader = new CatalogReader(hand.dir.getPath)
+        val specs = Seq(SnapshotSpec.Head, SnapshotSpec(branch = Some("dev"))) ++
+          (0 to 2).map(_ => SnapshotSpec(version = Some(rng.nextInt(branchOf.size).toLong)))
+        specs.foreach(spec => body(seed, rng, reader, reader.loadTable("hand", spec)))
+      } finally hand.close()
+  }
 }
