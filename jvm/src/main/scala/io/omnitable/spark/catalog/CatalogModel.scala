@@ -98,11 +98,11 @@ final case class BatchOutline(batchId: String, name: String, rows: Long, fragmen
 
 /**
  * What the driver reads to plan a full scan on the executors (docs/spark.md, "Planning on the
- * executors"): the visible batches in table order, and the number, rows and bytes of the
+ * executors"): the visible batches in table order, and the number and bytes of the
  * visible files of the column sets that carry the scan's columns (a file per fragment and set;
  * a column carried by two sets of a fragment counts twice, so `bytes` bounds the read from above).
  */
-final case class ScanOutline(batches: IndexedSeq[BatchOutline], files: Long, fileRows: Long, bytes: Long) {
+final case class ScanOutline(batches: IndexedSeq[BatchOutline], files: Long, bytes: Long) {
   def fragments: Long = batches.iterator.map(_.fragments).sum
   def rows: Long = batches.iterator.map(_.rows).sum
 }

@@ -161,7 +161,7 @@ final class CatalogReader(
 
   /**
    * What planning a full scan of `columns` on the executors reads ([[ScanOutline]]): the visible
-   * batches, and the count, rows and bytes of the files of the sets carrying those columns; None
+   * batches, and the count and bytes of the files of the sets carrying those columns; None
    * (after one statement) when the batches hold fewer than `minFragments` fragments.
    */
   def scanOutline(snap: TableSnapshot, columns: Option[Set[Int]], minFragments: Long = 0L): Option[ScanOutline] =

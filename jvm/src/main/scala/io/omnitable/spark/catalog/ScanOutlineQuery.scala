@@ -2,7 +2,7 @@ package io.omnitable.spark.catalog
 
 import scala.collection.mutable
 
-import io.omnitable.spark.errors.OmniTableErrors
+import io.omnitable.spark.errors.{OmniTableAnalysisException, OmniTableErrors}
 
 /**
  * The SQL of a scan planned on the executors (docs/spark.md, "Planning on the executors"): what
@@ -30,16 +30,16 @@ private[catalog] final class ScanOutlineQuery(conn: Jdbc.Conn, snap: TableSnapsh
     )(rs => BatchOutline(rs.getString(1), rs.getString(2), rs.getLong(3), rs.getLong(4))).toIndexedSeq
     lazy val sets = if (batches.isEmpty || columns.exists(_.isEmpty)) Nil else setsCarrying(columns)
     if (batches.iterator.map(_.fragments).sum < minFragments) None
-    else if (sets.isEmpty) Some(ScanOutline(batches, 0L, 0L, 0L))
+    else if (sets.isEmpty) Some(ScanOutline(batches, 0L, 0L))
     else Some {
       val (files, fileParams) = Jdbc.visible("fi", "files", segments)
       val (in, inParams) = Jdbc.in("fi.set_id", sets)
       Jdbc.query(
         conn,
-        "SELECT COUNT(*), COALESCE(SUM(fi.row_count), 0), COALESCE(SUM(fi.size_bytes), 0) FROM files fi " +
+        "SELECT COUNT(*), COALESCE(SUM(fi.size_bytes), 0) FROM files fi " +
           s"WHERE $in AND fi.table_id = ? AND $files",
         (inParams ++ (tableId +: fileParams)): _*
-      )(rs => ScanOutline(batches, rs.getLong(1), rs.getLong(2), rs.getLong(3))).head
+      )(rs => ScanOutline(batches, rs.getLong(1), rs.getLong(2))).head
     }
   }
 
@@ -98,7 +98,7 @@ private[catalog] final class ScanOutlineQuery(conn: Jdbc.Conn, snap: TableSnapsh
       resolver.checkNotExpired(version, owner)
       snap.snapshot.segments.foreach(s => resolver.checkNotExpired(s.upto, s.branch))
     } catch {
-      case e: io.omnitable.spark.errors.OmniTableAnalysisException =>
+      case e: OmniTableAnalysisException =>
         throw OmniTableErrors.snapshotGoneDuringScan(snap.table.name, snap.snapshot.label, e.getMessage)
     }
   }
