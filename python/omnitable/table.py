@@ -698,17 +698,25 @@ class Table:
         columns: list[str] | None = None,
         *,
         version: int | None = None,
+        verify_keys: bool = False,
     ) -> pa.Table:
         """The live rows holding ``keys``, through the key index (no scan): ``keys`` is a list
         of key values (tuples for a key of several columns), a pyarrow Table or a pandas
         DataFrame of the key columns. Rows come back in the order of ``keys``; keys no live
         row holds are left out. ``columns`` default to all; ``version`` reads an older state.
 
+        The index matches keys by a 128-bit hash, as upserts do, and the key columns returned
+        are the keys asked for; ``verify_keys=True`` reads the stored keys back and leaves out
+        a row whose key differs (a hash collision; docs/dataops.md), at the cost of decoding
+        the key columns' pages.
+
         Raises:
             ValidationError: not a keyed table, NULL or unconvertible keys.
             UnknownColumnError: an unknown column.
         """
-        return lookup_rows(self._ctx, keys, columns, {"version": version})
+        if not isinstance(verify_keys, bool):
+            raise ValidationError(f"verify_keys must be True or False, got {verify_keys!r}")
+        return lookup_rows(self._ctx, keys, columns, {"version": version}, verify_keys)
 
     def rollback(self, version: int, *, why: str | None = None) -> int:
         """Make ``version``'s state (rows, deletes, columns, files, features) the head, as one

@@ -241,6 +241,12 @@ def test_upsert_and_lookup_commands(tmp_path: Path, capsys: pytest.CaptureFixtur
         {"url": "c", "label": "new"},
         {"url": "b", "label": "spam"},
     ], err
+    code, out, err = _run(capsys, "--json", "-w", wh, "lookup", "pages", "c", "b", "zz",
+                          "--columns", "label,url", "--verify-keys")  # fmt: skip
+    assert code == 0 and json.loads(out) == [
+        {"label": "new", "url": "c"},
+        {"label": "spam", "url": "b"},
+    ], err
     code, out, err = _run(capsys, "-w", wh, "lookup", "pages", "a", "--version", "1")
     assert code == 0 and "1 of 1 key(s) in pages" in out, err
     # bad input: exit 2, nothing committed

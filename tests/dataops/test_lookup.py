@@ -1,10 +1,13 @@
 """``Table.lookup`` on SQLite and PostgreSQL (``wh``): equal to a filtered read for random key
 subsets (missing keys left out, order kept), deleted rows, column subsets, key inputs (lists,
-tuples, pyarrow, pandas) and bad input."""
+tuples, pyarrow, pandas), keys asked twice, with and without reading the stored keys back (and
+what each does when the index points a key at a row holding another one: a collision), and bad
+input."""
 
 from __future__ import annotations
 
 import itertools
+import os
 
 import numpy as np
 import pandas as pd
@@ -31,17 +34,24 @@ def _table(wh: omnitable.Warehouse) -> omnitable.Table:
     return t
 
 
-def test_lookup_equals_a_filtered_read(wh: omnitable.Warehouse) -> None:
+@pytest.mark.parametrize("verify_keys", [False, True])
+def test_lookup_equals_a_filtered_read(wh: omnitable.Warehouse, verify_keys: bool) -> None:
     t = _table(wh)
     rng = np.random.default_rng(12)
     universe = [f"u{i}" for i in range(70)]  # u60.. are missing, u7 and u33 deleted
     for _ in range(8):
         keys = list(rng.choice(universe, int(rng.integers(0, 25)), replace=False))
-        got = t.lookup(keys)
+        got = t.lookup(keys, verify_keys=verify_keys)
         read = t.read(where=pc.field("url").isin(keys)).to_pylist()
         by_url = {r["url"]: r for r in read}
         assert got.to_pylist() == [by_url[k] for k in keys if k in by_url]
         assert got.schema == t.read().schema
+    twice = t.lookup(["u3", "u9", "u3", "u99"], ["x", "url"], verify_keys=verify_keys)
+    assert twice.to_pylist() == [{"x": x, "url": f"u{x}"} for x in (3, 9, 3)]
+    assert t.lookup(["u3", "u9"], ["url"], verify_keys=verify_keys).to_pylist() == [
+        {"url": "u3"},
+        {"url": "u9"},
+    ]
     assert t.lookup(["u7", "u33", "nope"]).num_rows == 0
     assert t.lookup([]).num_rows == 0
     assert len(t.snapshot().fragments) == 9
@@ -70,6 +80,41 @@ def test_lookup_by_a_key_of_several_columns(wh: omnitable.Warehouse) -> None:
         t.lookup(["p"])
     with pytest.raises(omnitable.ValidationError, match=r"keys lack column\(s\) \['b'\]"):
         t.lookup(pa.table({"a": ["p"]}))
+
+
+def test_a_key_the_index_points_at_another_row(wh: omnitable.Warehouse) -> None:
+    """A collision, made by rewriting a fragment's index file so that u5's hash points at u6's
+    row: a lookup trusts the index (u6's values under the key asked, as an upsert would merge
+    into that row), ``verify_keys`` reads u6's stored key back and leaves the row out."""
+    from omnitable.format import keyindex
+    from omnitable.vocabulary.keys import key_hashes
+
+    t = _table(wh)
+    frag = next(f for f in t.snapshot().fragments if f.row_count == 7)  # u0..u6
+    location = t._ctx.location
+    index = keyindex.load_key_index(location, frag.path, frag.row_count)
+    h1, h2, offset = index.h1.copy(), index.h2.copy(), index.offset.copy()
+    (a1,), (a2,) = key_hashes([pa.array(["u5"])])
+    (b1,), (b2,) = key_hashes([pa.array(["u6"])])
+    at_u5 = int(np.flatnonzero((h1 == a1) & (h2 == a2))[0])
+    at_u6 = int(np.flatnonzero((h1 == b1) & (h2 == b2))[0])
+    by_row = np.empty(frag.row_count, np.uint64), np.empty(frag.row_count, np.uint64)
+    by_row[0][offset], by_row[1][offset] = h1, h2
+    by_row[0][offset[at_u6]], by_row[1][offset[at_u6]] = a1, a2  # u6's row now hashes as u5
+    by_row[0][offset[at_u5]], by_row[1][offset[at_u5]] = b1, b2  # and u5's row as u6
+    keyindex._CACHE.clear()
+    os.remove(location.child_path(keyindex.index_path(frag.path)))
+    keyindex.write_key_index(location, frag.path, *by_row)
+    assert t.lookup(["u5", "u4"], ["url", "x"]).to_pylist() == [
+        {"url": "u5", "x": 6},
+        {"url": "u4", "x": 4},
+    ]
+    assert t.lookup(["u5", "u4"], ["url", "x"], verify_keys=True).to_pylist() == [
+        {"url": "u4", "x": 4}
+    ]
+    with pytest.raises(omnitable.ValidationError, match="verify_keys must be True or False"):
+        t.lookup(["u4"], verify_keys="yes")  # type: ignore[arg-type]
+    keyindex._CACHE.clear()
 
 
 def test_bad_lookups_say_why(wh: omnitable.Warehouse) -> None:

@@ -103,7 +103,7 @@ def test_probes_equal_a_dict_of_the_entries(tmp_path: Path, seed: int) -> None:
     """First halves drawn from a few values (runs of equal ones, at both ends too), queries of
     stored, absent and out-of-range hashes: each probe answers what a dict of the entries does."""
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 300))
+    n = int(rng.integers(1, 300)) if seed < 3 else int(rng.integers(5_000, 9_000))
     pairs = {(int(a), int(b)) for a, b in rng.integers(1, [9, 2**40], (n, 2))}
     h1 = np.array([a for a, _ in pairs], dtype=np.uint64)
     h2 = np.array([b for _, b in pairs], dtype=np.uint64)
@@ -115,11 +115,42 @@ def test_probes_equal_a_dict_of_the_entries(tmp_path: Path, seed: int) -> None:
     q2 = np.concatenate([h2, h2 ^ np.uint64(1), rng.integers(0, 2**40, 100, dtype=np.uint64)])
     q2[-100:-50] = h2[rng.integers(0, len(h2), 50)]  # stored second halves, other first ones
     order = np.argsort(q1)  # probed as probe_fragments does: sorted by first half
-    got = np.empty(len(q1), dtype=np.int64)
-    got[order] = index.probe(q1[order], q2[order])
     want = [model.get((int(a), int(b)), -1) for a, b in zip(q1, q2, strict=True)]
-    assert got.tolist() == want
+    for _ in range(2):  # the second probe of a large index goes through its directory
+        got = np.empty(len(q1), dtype=np.int64)
+        got[order] = index.probe(q1[order], q2[order])
+        assert got.tolist() == want
+    assert (index.directory is not None) == (len(h1) >= 4_096)
     assert index.probe(q1[:0], q2[:0]).tolist() == []
+
+
+@pytest.mark.parametrize("n", [0, 1, 200, 4_096, 70_000])
+@pytest.mark.parametrize("shape", ["uniform", "one bucket", "few values", "extremes"])
+def test_the_directory_finds_what_a_binary_search_finds(n: int, shape: str) -> None:
+    """An index of a few thousand entries or more probes through its directory of hash
+    prefixes from its second probe on; the first entry at or above each query is the one a
+    binary search of the whole index finds, however the hashes spread: uniform, all in one
+    bucket, a few values repeated, at the ends of the range."""
+    rng = np.random.default_rng(n)
+    top = np.iinfo(np.uint64).max
+    if shape == "uniform":
+        h1 = rng.integers(0, top, n, dtype=np.uint64, endpoint=True)
+    elif shape == "one bucket":
+        h1 = np.uint64(2**40) + rng.integers(0, 1_000, n).astype(np.uint64)
+    elif shape == "few values":
+        h1 = rng.choice(rng.integers(0, top, 5, dtype=np.uint64, endpoint=True), n)
+    else:
+        h1 = rng.choice(np.array([0, 1, top - 1, top], np.uint64), n)
+    h1 = np.sort(h1)
+    index = keyindex.KeyIndex(h1, np.zeros(n, np.uint64), np.arange(n, dtype=np.int64))
+    q = np.concatenate([h1, h1 - np.uint64(1), h1 + np.uint64(1),
+                        np.array([0, 1, top - 1, top], np.uint64),
+                        rng.integers(0, top, 500, dtype=np.uint64, endpoint=True)])  # fmt: skip
+    q = np.sort(q)
+    want = np.searchsorted(h1, q, side="left").tolist()
+    for probe in range(3):
+        assert index.first_at_least(q).tolist() == want
+        assert (index.directory is not None) == (n >= 4_096 and probe >= 1)
 
 
 def test_probing_fragments_mapped_or_read_in_parallel_agrees(tmp_path: Path) -> None:

@@ -297,9 +297,9 @@ def test_values_read_in_place_touch_only_their_bytes() -> None:
     ],
 )
 def test_definition_levels_of_pages_without_nulls(levels: bytes, count: int, ones: bool) -> None:
-    from omnitable.format.plain_pages import _all_ones
+    from omnitable.format.plain_pages import all_ones
 
-    assert _all_ones(memoryview(levels), count) is ones
+    assert all_ones(memoryview(levels), count) is ones
 
 
 def test_a_few_rows_read_a_few_pages() -> None:

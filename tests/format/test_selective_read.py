@@ -269,7 +269,7 @@ def test_selective_reads_of_mapped_and_streamed_files_agree(
             handles.clear()
             reads.append(FragmentReader(location, snap, 0.5).read(["text"], where, None))
             kinds.append(set(handles))  # x's values are read (not mapped) in both
-    assert "MemoryMappedFile" in kinds[0] and "MemoryMappedFile" not in kinds[1]
+    assert "BufferReader" in kinds[0] and "BufferReader" not in kinds[1]  # a map's reader
     (mapped, mapped_stats), (streamed, streamed_stats) = reads
     assert mapped.equals(streamed) and mapped.equals(data.filter(where).select(["text"]))
     assert mapped_stats.bytes_read == streamed_stats.bytes_read < data.nbytes / 2

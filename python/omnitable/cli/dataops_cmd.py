@@ -150,9 +150,19 @@ def upsert(
 @click.argument("keys", nargs=-1, required=True)
 @click.option("--columns", default=None, help="Comma-separated columns to show (default all).")
 @click.option("--version", type=int, default=None, help="Read this version (default the head).")
+@click.option(
+    "--verify-keys",
+    is_flag=True,
+    help="Read the stored keys back and leave out rows whose key differs (a hash collision).",
+)
 @click.pass_obj
 def lookup(
-    ctx: Context, table: str, keys: tuple[str, ...], columns: str | None, version: int | None
+    ctx: Context,
+    table: str,
+    keys: tuple[str, ...],
+    columns: str | None,
+    version: int | None,
+    verify_keys: bool,
 ) -> None:
     """Show the rows of keyed TABLE holding KEYS, found through the key index (no scan). A key
     of several columns is given as its values joined by commas, in key order."""
@@ -168,7 +178,9 @@ def lookup(
             )
         if len(key) > 1:
             given = [tuple(g) for g in given]
-        found = t.lookup(_typed_keys(t, key, given), names, version=version)
+        found = t.lookup(
+            _typed_keys(t, key, given), names, version=version, verify_keys=verify_keys
+        )
     rows = found.to_pylist()
     ctx.out.result(
         rows,

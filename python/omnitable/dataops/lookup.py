@@ -1,8 +1,10 @@
 """``Table.lookup``: point lookups by key through the global index, without a scan.
 
-The keys are hashed, the index files of the snapshot's live fragments are probed (binary search
-in sorted, cached arrays), and only the row groups holding the hits are read, per fragment. Rows
-come back in the order of the given keys; keys no live row holds are left out.
+The keys are hashed, the index files of the snapshot's live fragments are probed (a directory of
+hash prefixes, then a binary search in a bucket, over cached arrays), and only the data pages
+holding the hits are read, per fragment. Rows come back in the order of the given keys; keys no
+live row holds are left out. The key columns are not read back: a key found by its 128-bit hash
+is the key asked for, as upserts assume too (``verify_keys`` reads them and compares).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from omnitable.catalog.records import FragmentRecord
 from omnitable.catalog.snapshot import Snapshot, SnapshotScope
 from omnitable.context import TableContext
 from omnitable.dataops.keyed import locate, require_key
@@ -24,9 +27,16 @@ from omnitable.vocabulary.types import ARROW_VALUE_ERRORS
 
 
 def lookup_rows(
-    ctx: TableContext, keys: Any, columns: list[str] | None, snapshot: dict[str, Any]
+    ctx: TableContext,
+    keys: Any,
+    columns: list[str] | None,
+    snapshot: dict[str, Any],
+    verify_keys: bool = False,
 ) -> pa.Table:
-    """The live rows holding ``keys`` (see ``Table.lookup``).
+    """The live rows holding ``keys`` (see ``Table.lookup``). The key columns returned are the
+    keys asked for, which the index matched by their 128-bit hash, unless ``verify_keys``: then
+    they are read back from the rows, and a row whose stored key differs (a hash collision) is
+    left out.
 
     Raises:
         ValidationError: not a keyed table, malformed or NULL keys, keys that do not convert to
@@ -40,25 +50,45 @@ def lookup_rows(
     if isinstance(names, list):
         for n in names:
             snap.column(n)  # UnknownColumnError
+    schema = pa.schema([snap.arrow_schema().field(c) for c in out_cols])
     given = _key_table(ctx, snap, key, keys)
     h1, h2 = key_hashes([given.column(k) for k in key])
     fragments, where, offsets = locate(ctx, snap, h1, h2)
-    read_cols = [*out_cols, *(k for k in key if k not in out_cols)]
-    reader = FragmentReader(ctx.location, snap)
+    found = np.flatnonzero(where >= 0)  # the keys some live row holds, in the order given
+    if not len(found):
+        return schema.empty_table()
+    read_cols = [c for c in out_cols if c not in key]
+    if verify_keys:
+        read_cols += key
+    asked = given.take(pa.array(found))
+    out = {k: asked.column(k) for k in key}
+    if read_cols:  # none when only key columns are asked for
+        reader = FragmentReader(ctx.location, snap)
+        values = _read_found(reader, fragments, where, offsets, read_cols)
+        out.update({c: values.column(c) for c in read_cols})
+    rows = pa.Table.from_arrays([out[c] for c in out_cols], schema=schema)
+    return rows.filter(_same_keys(values, asked, key)) if verify_keys else rows
+
+
+def _read_found(
+    reader: FragmentReader,
+    fragments: list[FragmentRecord],
+    where: np.ndarray,
+    offsets: np.ndarray,
+    columns: list[str],
+) -> pa.Table:
+    """``columns`` of the rows the keys found point at (``where``: each key's fragment, -1 for
+    keys not found; ``offsets``: its row there), one fragment after the other, in the order of
+    the keys found."""
     parts, order = [], []
     for pos in np.unique(where[where >= 0]):
         hits = np.flatnonzero(where == pos)
         hits = hits[np.argsort(offsets[hits])]
-        parts.append(reader.read_rows(fragments[int(pos)], read_cols, offsets[hits]))
+        parts.append(reader.read_rows(fragments[int(pos)], columns, offsets[hits]))
         order.append(hits)
-    schema = pa.schema([snap.arrow_schema().field(c) for c in read_cols])
-    if not parts:
-        return schema.empty_table().select(out_cols)
-    found = pa.concat_tables([p.cast(schema) for p in parts])
-    by_input = np.concatenate(order)
-    found = found.take(pa.array(np.argsort(by_input, kind="stable")))
-    same = _same_keys(found, given.take(pa.array(np.sort(by_input))), key)
-    return found.filter(same).select(out_cols)
+    schema = pa.schema([reader.snapshot.arrow_schema().field(c) for c in columns])
+    read = pa.concat_tables([p.cast(schema) for p in parts])
+    return read.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
 
 
 def _key_table(ctx: TableContext, snap: Snapshot, key: list[str], keys: Any) -> pa.Table:

@@ -61,22 +61,66 @@ def write_key_index(location: Location, fragment_path: str, h1: np.ndarray, h2: 
     return path
 
 
-@dataclass(frozen=True)
+_BUCKET_BITS = 16  # top bits of h1 the directory of a large index is keyed by, at most
+_BUCKET_ROWS = 16  # entries per directory bucket, on average
+_DIRECTORY_MIN_ROWS = 4_096  # smaller indexes are binary-searched whole
+
+
+@dataclass
 class KeyIndex:
-    """One fragment's index: hashes sorted by (h1, h2), and each entry's row offset."""
+    """One fragment's index: hashes sorted by (h1, h2), and each entry's row offset.
+
+    ``directory``, built when the index is probed a second time (a process that looks up once,
+    such as the CLI, does not pay for it): for each value ``b`` of the top ``bits`` bits of
+    ``h1``, the first entry whose ``h1`` starts with ``b`` or more (and the index's length
+    last). A probe then bisects a bucket of ~``_BUCKET_ROWS`` entries instead of binary-searching
+    the whole file: hashes are uniform, so this cuts the cache misses that dominate probing a
+    million-entry index with 1,000 keys (0.4 → 0.15 ms per fragment). Building it touches
+    every page of ``h1`` (~3 ms per million entries)."""
 
     h1: np.ndarray
     h2: np.ndarray
     offset: np.ndarray
+    directory: np.ndarray | None = None
+    bits: int = 0
+    steps: int = 0
+    probed: int = 0
+
+    def first_at_least(self, q1: np.ndarray) -> np.ndarray:
+        """For each ``q1``, the first entry whose ``h1`` is not below it (``len`` when none):
+        ``np.searchsorted(h1, q1, side="left")``."""
+        directory = self.directory
+        if directory is None:
+            self.probed += 1
+            if self.probed < 2 or len(self.h1) < _DIRECTORY_MIN_ROWS:
+                return np.searchsorted(self.h1, q1, side="left")
+            directory = self._build_directory()
+        bucket = (q1 >> np.uint64(64 - self.bits)).astype(np.int64)
+        lo, hi = directory[bucket], directory[bucket + 1]
+        last = len(self.h1) - 1
+        for _ in range(self.steps):  # bisect every bucket at once
+            mid = (lo + hi) >> 1
+            below = self.h1[np.minimum(mid, last)] < q1
+            open_ = lo < hi
+            lo = np.where(open_ & below, mid + 1, lo)
+            hi = np.where(open_ & ~below, mid, hi)
+        return lo
+
+    def _build_directory(self) -> np.ndarray:
+        bits = min(_BUCKET_BITS, len(self.h1).bit_length() - _BUCKET_ROWS.bit_length())
+        prefixes = np.arange(1 << bits, dtype=np.uint64) << np.uint64(64 - bits)
+        directory = np.append(np.searchsorted(self.h1, prefixes, side="left"), len(self.h1))
+        self.bits, self.steps = bits, int(np.diff(directory).max()).bit_length()
+        self.directory = directory  # last: a thread that sees it sees bits and steps
+        return directory
 
     def probe(self, q1: np.ndarray, q2: np.ndarray) -> np.ndarray:
-        """Row offset of each queried hash in this fragment (-1: absent). One binary search per
-        hash (faster when ``q1`` is sorted: numpy starts each search where the last ended)."""
+        """Row offset of each queried hash in this fragment (-1: absent)."""
         out = np.full(len(q1), -1, dtype=np.int64)
         n = len(self.h1)
         if not n or not len(q1):
             return out
-        lo = np.searchsorted(self.h1, q1, side="left")
+        lo = self.first_at_least(q1)
         first = self.h1[np.minimum(lo, n - 1)] == q1  # lo == n: h1[n - 1] < q1
         nxt = np.minimum(lo + 1, n - 1)
         run = first & (lo + 1 < n) & (self.h1[nxt] == q1)  # more than one entry: rare
@@ -184,7 +228,7 @@ def load_key_index(location: Location, fragment_path: str, row_count: int) -> Ke
             f"{[c.null_count for c in table.columns]}), this version reads h1 uint64, h2 "
             "uint64, offset int64 without nulls"
         )
-    index = KeyIndex(*(_column(table, c) for c in ("h1", "h2", "offset")))
+    index = KeyIndex(_column(table, "h1"), _column(table, "h2"), _column(table, "offset"))
     _CACHE.put(uri, index, mapped)
     return index
 

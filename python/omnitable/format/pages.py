@@ -35,6 +35,14 @@ import pyarrow.parquet as pq
 
 from omnitable.exceptions import CorruptInputError
 from omnitable.format import thrift_compact as tc
+from omnitable.format.dictionary_pages import (
+    IndexRuns,
+    as_arrow,
+    dictionary_type,
+    dictionary_values,
+    index_layout,
+    unpack_indices,
+)
 from omnitable.format.plain_pages import plain_type, value_offset
 from omnitable.format.string_pages import (
     MAX_STEPS,
@@ -85,6 +93,7 @@ class _FileInfo:
     flat: set[int]  # leaves without a repeated ancestor: a data page's values are its rows
     pages: dict[int, _Pages] = field(default_factory=dict)
     plain: dict[int, _Plain | None] = field(default_factory=dict)  # leaf -> its plain layout
+    dicts: dict[int, _Dictionary | None] = field(default_factory=dict)  # leaf -> its indices
 
 
 @dataclass
@@ -95,6 +104,42 @@ class _Plain:
     arrow_type: pa.DataType
     max_def: int
     values: np.ndarray  # per page: file offset of its first value; -1 unknown yet, -2 not plain
+
+
+@dataclass
+class _Dictionary:
+    """A leaf whose chunks are uncompressed dictionary-encoded fixed-width values
+    (:func:`gather_dictionary`). Per page, once parsed: its runs; and when they are evenly
+    spaced bit-packed runs (what pyarrow writes where no value repeats 8 times in a row), where
+    index ``k`` is, for all such pages at once (``first``, ``per_run``, ``stride``, ``width``)."""
+
+    dtype: np.dtype  # of the dictionary's values
+    arrow_type: pa.DataType
+    max_def: int
+    pages: int  # pages of the leaf in the file
+    runs: dict[int, IndexRuns | None] = field(default_factory=dict)  # page -> its index runs
+    values: dict[int, np.ndarray] = field(default_factory=dict)  # row group -> its dictionary
+    even: np.ndarray = field(init=False)  # per page: 1 evenly spaced runs, 0 other, -1 not yet
+    first: np.ndarray = field(init=False)  # file offset of the first run's packed indices
+    per_run: np.ndarray = field(init=False)  # values in each run but the last
+    stride: np.ndarray = field(init=False)  # bytes from one run's indices to the next one's
+    width: np.ndarray = field(init=False)  # bits per index
+
+    def __post_init__(self) -> None:
+        self.even = np.full(self.pages, -1, dtype=np.int8)
+        self.first, self.per_run, self.stride, self.width = (
+            np.zeros(self.pages, dtype=np.int64) for _ in range(4)
+        )
+
+    def parsed(self, page: int, offset: int, runs: IndexRuns | None) -> None:
+        """Record page ``page``'s runs (None: not a page read here); its header at ``offset``."""
+        self.runs[page] = runs
+        spacing = None if runs is None else runs.spacing()
+        if runs is not None and spacing is not None:
+            self.first[page] = offset + int(runs.at[0])
+            self.per_run[page], self.stride[page] = spacing
+            self.width[page] = runs.width
+        self.even[page] = int(spacing is not None)
 
 
 @dataclass(frozen=True)
@@ -250,6 +295,187 @@ def gather_plain(
         return None
 
 
+def gather_dictionary(
+    handle: pa.NativeFile, uri: str, column: str, rows: np.ndarray
+) -> PageRead | None:
+    """The rows at ``rows`` (sorted, distinct file rows) of the top-level ``column`` looked up
+    in its row groups' dictionaries by the indices taken straight from the bytes of the pages
+    holding them, with no page decoded, when the column is one uncompressed fixed-width
+    dictionary-encoded leaf and those pages hold no NULL (their indices in bit-packed and RLE
+    runs: :mod:`omnitable.format.dictionary_pages`); None otherwise (the caller decodes pages
+    or row groups)."""
+    if len(rows) == 0:
+        return None
+    try:
+        flat = _flat_leaf(handle, uri, column, rows)
+        if flat is None:
+            return None
+        info, leaf = flat
+        found = _leaf_pages(handle, info, [leaf])
+        if found is None:
+            return None
+        return _gather_indices(handle, info, column, leaf, found[0], rows)
+    except _NOT_FOR_PAGES as exc:
+        log.debug("Gather of %s by dictionary pages: %s: %s", uri, type(exc).__name__, exc)
+        return None
+
+
+def _gather_indices(
+    handle: pa.NativeFile, info: _FileInfo, column: str, leaf: int, p: _Pages, rows: np.ndarray
+) -> PageRead | None:
+    layout = _dictionary_of(info, column, leaf, len(p.starts))
+    if layout is None:
+        return None
+    page = np.searchsorted(p.starts, rows, side="right") - 1  # the page holding each row
+    new_page = np.empty(len(page), dtype=bool)  # rows are sorted: a page's rows are one run
+    new_page[0] = True
+    np.not_equal(page[1:], page[:-1], out=new_page[1:])
+    hit = page[new_page]
+    if not _parse_pages(handle, p, layout, hit):
+        return None
+    group = p.group[page]
+    groups = group[np.r_[True, group[1:] != group[:-1]]]
+    if not _load_dictionaries(handle, info, leaf, layout, groups):
+        return None
+    k = rows - p.starts[page]  # the row's value in its page
+    index = np.empty(len(rows), dtype=np.int64)
+    even = layout.even[page] == 1
+    lo = int(p.offsets[hit[0]])
+    # 8 bytes more where the file has them (the next page or the footer follows): every index
+    # is then one 64-bit load (dictionary_pages.unpack_indices)
+    hi = min(int(p.offsets[hit[-1]] + p.sizes[hit[-1]]) + 8, handle.size())
+    blob, bytes_read = _span_or_pages(handle, p, hit, lo, hi)
+    if even.all():  # the common case: every value's bits by arithmetic
+        index[:] = _even_indices(layout, blob, lo, page, k)
+    else:
+        at = np.flatnonzero(even)
+        index[at] = _even_indices(layout, blob, lo, page[at], k[at])
+        other = np.flatnonzero(~even)
+        index[other] = _run_indices(layout, blob, lo, p, page[other], k[other])
+    found = np.empty(len(rows), dtype=layout.dtype)
+    for g in groups.tolist():
+        in_group = group == g
+        values = layout.values[g]
+        if int(index[in_group].max()) >= len(values) or int(index[in_group].min()) < 0:
+            raise CorruptInputError(f"a dictionary index past row group {g}'s dictionary")
+        found[in_group] = values[index[in_group]]
+    table = pa.Table.from_arrays([as_arrow(found, layout.arrow_type)], names=[column])
+    return PageRead(table, info.num_rows, bytes_read)
+
+
+def _even_indices(
+    layout: _Dictionary, blob: np.ndarray, lo: int, page: np.ndarray, k: np.ndarray
+) -> np.ndarray:
+    """The indices of values ``k`` of pages ``page``, all of evenly spaced bit-packed runs,
+    from ``blob`` (the file's bytes from ``lo``)."""
+    out = np.empty(len(page), dtype=np.int64)
+    run = k // layout.per_run[page]
+    width = layout.width[page]
+    bit = (layout.first[page] + run * layout.stride[page] - lo) * 8
+    bit += (k - run * layout.per_run[page]) * width
+    widths = np.unique(width) if len(width) and width.min() != width.max() else width[:1]
+    for w in widths.tolist():
+        sel = slice(None) if len(widths) == 1 else width == w
+        out[sel] = unpack_indices(blob, bit[sel], w)
+    return out
+
+
+def _run_indices(
+    layout: _Dictionary, blob: np.ndarray, lo: int, p: _Pages, page: np.ndarray, k: np.ndarray
+) -> np.ndarray:
+    """The indices of values ``k`` of pages ``page`` (sorted) from their runs, RLE ones
+    included, from ``blob`` (the file's bytes from ``lo``)."""
+    hit = np.unique(page)
+    runs = [layout.runs[i] for i in hit.tolist()]
+    counts = np.array([len(r.starts) for r in runs if r is not None], np.int64)
+    if len(counts) != len(runs):
+        raise CorruptInputError("a page's runs were not parsed")  # not reached: checked before
+    # every run of the pages, keyed by (the page's place in ``hit``, its first value)
+    key = np.repeat(np.arange(len(hit), dtype=np.int64) << 32, counts)
+    key += np.concatenate([r.starts for r in runs if r is not None])
+    packed = np.concatenate([r.packed for r in runs if r is not None])
+    at = np.concatenate([r.at for r in runs if r is not None])  # in the page, or the index
+    page_at = np.repeat(p.offsets[hit], counts)  # the file offset of the run's page
+    width = np.repeat(np.array([r.width for r in runs if r is not None], np.int64), counts)
+    run = np.searchsorted(key, (np.searchsorted(hit, page) << 32) + k, side="right") - 1
+    out = at[run]  # right for RLE runs; bit-packed ones are unpacked below
+    bits = np.flatnonzero(packed[run])
+    for w in np.unique(width[run[bits]]).tolist():
+        sel = bits[width[run[bits]] == w]
+        r = run[sel]
+        bit = (page_at[r] + at[r] - lo) * 8 + (k[sel] - (key[r] & 0xFFFFFFFF)) * w
+        out[sel] = unpack_indices(blob, bit, w)
+    return out
+
+
+def _span_or_pages(
+    handle: pa.NativeFile, p: _Pages, hit: np.ndarray, lo: int, hi: int
+) -> tuple[np.ndarray, int]:
+    """The bytes ``[lo, hi)`` of the file as uint8, and the bytes read: of a memory-mapped file
+    a view of the mapping (only the pages ``hit`` are touched); else a read of the whole span
+    when its pages are close, or of each page into its place (the rest left zero)."""
+    if _in_memory(handle):
+        blob = np.frombuffer(_span(handle, lo, hi), dtype=np.uint8)
+        return blob, int(p.sizes[hit].sum())
+    gaps = p.offsets[hit[1:]] - (p.offsets[hit[:-1]] + p.sizes[hit[:-1]])
+    if np.all(gaps <= _GAP):
+        return np.frombuffer(_span(handle, lo, hi), dtype=np.uint8), hi - lo
+    blob = np.zeros(hi - lo, dtype=np.uint8)
+    ranges = list(zip(p.offsets[hit].tolist(), p.sizes[hit].tolist(), strict=True))
+    fetched, bytes_read = _fetch(handle, ranges)
+    for off, size in ranges:
+        blob[off - lo : off - lo + size] = np.frombuffer(fetched[off], dtype=np.uint8)
+    return blob, bytes_read
+
+
+def _dictionary_of(info: _FileInfo, column: str, leaf: int, pages: int) -> _Dictionary | None:
+    """The leaf's dictionary layout (cached; ``pages``: its data pages in the file): None when
+    a chunk is not uncompressed, dictionary-encoded and fixed-width (with an Arrow type this
+    module reads)."""
+    if leaf not in info.dicts:
+        schema = info.arrow_schema
+        found = schema is not None and schema.get_field_index(column) >= 0
+        arrow_type = schema.field(column).type if schema is not None and found else None
+        groups: list[Struct] = info.meta.get(4).items
+        kinds = {
+            dictionary_type(info.tops[column][0], g.get(1).items[leaf].get(3), arrow_type)
+            for g in groups
+        }
+        kind = kinds.pop() if len(kinds) == 1 else None
+        info.dicts[leaf] = None if kind is None else _Dictionary(*kind, pages)
+    return info.dicts[leaf]
+
+
+def _parse_pages(handle: pa.NativeFile, p: _Pages, layout: _Dictionary, pages: np.ndarray) -> bool:
+    """Parse the runs of ``pages`` not parsed yet (each read whole, once); whether every one
+    is a dictionary page without NULLs."""
+    for i in pages[layout.even[pages] == -1].tolist():
+        offset = int(p.offsets[i])
+        page = _span(handle, offset, offset + int(p.sizes[i]))
+        layout.parsed(i, offset, index_layout(page, layout.max_def, int(p.ends[i] - p.starts[i])))
+    return all(layout.runs[i] is not None for i in pages[layout.even[pages] == 0].tolist())
+
+
+def _load_dictionaries(
+    handle: pa.NativeFile, info: _FileInfo, leaf: int, layout: _Dictionary, groups: np.ndarray
+) -> bool:
+    """Read the dictionaries of the row groups ``groups`` not read yet; whether every one is a
+    PLAIN dictionary page of the leaf's values."""
+    row_groups: list[Struct] = info.meta.get(4).items
+    for g in groups.tolist():
+        if g in layout.values:
+            continue
+        chunk = row_groups[g].get(1).items[leaf]
+        span = _dictionary_range(chunk, int(chunk.get(3).get(9)))
+        if span is None:
+            return False
+        values = dictionary_values(_span(handle, span[0], span[0] + span[1]), layout.dtype)
+        if values is None:
+            return False
+        layout.values[g] = values
+    return True
+
+
 def gather_strings(
     handle: pa.NativeFile, uri: str, column: str, rows: np.ndarray
 ) -> PageRead | None:
@@ -320,7 +546,7 @@ def _pages_bytes(
     heads, nexts, reach = _runs(offsets, ends, _GAP)
     lows, highs = offsets[heads], reach[nexts - 1]
     place = np.concatenate([[0], np.cumsum(highs - lows)]).astype(np.int64)
-    if isinstance(handle, pa.MemoryMappedFile):
+    if _in_memory(handle):
         lo = int(offsets[0])
         blob = _span(handle, lo, int(reach[-1]))
         return np.frombuffer(blob, dtype=np.uint8), offsets - lo, int(place[-1])
@@ -397,10 +623,14 @@ def _gather(
     starts = plain.values[hit]
     ends = starts + (p.ends[hit] - p.starts[hit]) * width
     gaps = starts[1:] - ends[:-1]
-    if np.all((gaps >= 0) & (gaps <= _GAP)):  # the pages lie in order, close: one read
+    mapped = _in_memory(handle)
+    if np.all(gaps >= 0) and (mapped or np.all(gaps <= _GAP)):
+        # the pages lie in order and close (one read), or in a mapping (a view of it: only
+        # the pages of the values taken are touched)
         lo, hi = int(starts[0]), int(ends[-1])
         at = plain.values[page] + (rows - p.starts[page]) * width - lo
-        values, bytes_read = _values_at(_scratch_read(handle, lo, hi), plain.dtype, at), hi - lo
+        values = _values_at(_scratch_read(handle, lo, hi), plain.dtype, at)
+        bytes_read = int((ends - starts).sum()) if mapped else hi - lo
     else:
         values, bytes_read = _gather_streamed(handle, p, plain, rows, page, hit)
     table = pa.Table.from_arrays([pa.array(values, plain.arrow_type)], names=[column])
@@ -672,10 +902,16 @@ def _fetch(
     return out, total
 
 
+def _in_memory(handle: pa.NativeFile) -> bool:
+    """Whether ``handle``'s reads are views of memory (a memory map, or a reader of one:
+    ``omnitable.format.fs.mapped_file``), which a read of a long span does not copy."""
+    return isinstance(handle, (pa.MemoryMappedFile, pa.BufferReader))
+
+
 def _span(handle: pa.NativeFile, lo: int, hi: int) -> memoryview:
     """The bytes ``[lo, hi)`` of the file: read, or of a memory-mapped file a view of the
     mapping (read_at would copy them). Raises CorruptInputError when the file ends before."""
-    if isinstance(handle, pa.MemoryMappedFile):
+    if _in_memory(handle):
         handle.seek(lo)
         blob = memoryview(handle.read_buffer(hi - lo)).cast("B")
     else:
@@ -688,7 +924,7 @@ def _span(handle: pa.NativeFile, lo: int, hi: int) -> memoryview:
 def _read_into(handle: pa.NativeFile, offset: int, into: np.ndarray) -> None:
     """Fill ``into`` (bytes) with the file's bytes from ``offset``. Raises CorruptInputError
     when the file ends before."""
-    if isinstance(handle, pa.MemoryMappedFile):
+    if _in_memory(handle):
         into[:] = np.frombuffer(_span(handle, offset, offset + len(into)), dtype=np.uint8)
         return
     handle.seek(offset)
@@ -702,7 +938,7 @@ def _scratch_read(handle: pa.NativeFile, lo: int, hi: int) -> memoryview | np.nd
     the read of a few hundred KB) when at most ``_SCRATCH_MAX`` bytes; else as
     :func:`_span`."""
     n = hi - lo
-    if n > _SCRATCH_MAX or isinstance(handle, pa.MemoryMappedFile):
+    if n > _SCRATCH_MAX or _in_memory(handle):
         return _span(handle, lo, hi)
     buf: np.ndarray | None = getattr(_SCRATCH, "buf", None)
     if buf is None or len(buf) < n:

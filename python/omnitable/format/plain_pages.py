@@ -81,9 +81,7 @@ def value_offset(
             if body.get(3) != _RLE or pos + 4 > len(head):
                 return None
             levels = int.from_bytes(head[pos : pos + 4], "little")
-            if pos + 4 + levels > len(head) or not _all_ones(
-                head[pos + 4 : pos + 4 + levels], rows
-            ):
+            if pos + 4 + levels > len(head) or not all_ones(head[pos + 4 : pos + 4 + levels], rows):
                 return None
             pos += 4 + levels
     elif kind == _DATA_PAGE_V2:
@@ -98,7 +96,7 @@ def value_offset(
     return pos if page_size - pos == rows * dtype.itemsize else None
 
 
-def _all_ones(levels: memoryview, count: int) -> bool:
+def all_ones(levels: memoryview, count: int) -> bool:
     """Whether RLE/bit-packed hybrid definition levels of bit width 1 are ``count`` ones (a
     page without NULLs), in RLE runs of ones or bit-packed groups of set bits."""
     pos = seen = 0

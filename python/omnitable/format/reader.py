@@ -28,9 +28,10 @@ import pyarrow.parquet as pq
 from omnitable.catalog.records import ColumnRecord, FileRecord, FragmentRecord
 from omnitable.catalog.snapshot import Snapshot, columns_mentioned
 from omnitable.exceptions import CorruptInputError, UnknownColumnError, ValidationError
-from omnitable.format.fs import Location
+from omnitable.format.fs import Location, mapped_file
 from omnitable.format.pages import (
     footer_cached,
+    gather_dictionary,
     gather_plain,
     gather_strings,
     read_before,
@@ -537,7 +538,7 @@ class FragmentReader:
         read of each span of them: ~30 % of a 1 % read of a text column)."""
         full = self.location.child_path(path)
         if mapped and isinstance(self.location.fs, pafs.LocalFileSystem):
-            return pa.memory_map(full)
+            return mapped_file(full)
         return self.location.fs.open_input_file(full)
 
     def _read_pages(
@@ -557,6 +558,7 @@ class FragmentReader:
         for name in physical:
             got = (
                 gather_plain(handle, uri, name, rows)
+                or gather_dictionary(handle, uri, name, rows)
                 or gather_strings(handle, uri, name, rows)
                 or read_pages(handle, uri, [name], rows)
             )
