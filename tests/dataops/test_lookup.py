@@ -52,6 +52,8 @@ def test_lookup_equals_a_filtered_read(wh: omnitable.Warehouse, verify_keys: boo
         {"url": "u3"},
         {"url": "u9"},
     ]
+    nothing = t.lookup(["u3", "u99", "u9"], [], verify_keys=verify_keys)
+    assert (nothing.num_rows, nothing.num_columns) == (2, 0)  # one row per key found
     assert t.lookup(["u7", "u33", "nope"]).num_rows == 0
     assert t.lookup([]).num_rows == 0
     assert len(t.snapshot().fragments) == 9
@@ -114,6 +116,31 @@ def test_a_key_the_index_points_at_another_row(wh: omnitable.Warehouse) -> None:
     ]
     with pytest.raises(omnitable.ValidationError, match="verify_keys must be True or False"):
         t.lookup(["u4"], verify_keys="yes")  # type: ignore[arg-type]
+    keyindex._CACHE.clear()
+
+
+def test_keys_of_several_integer_columns_are_read_back(wh: omnitable.Warehouse) -> None:
+    """Such keys hash to 64 bits (both halves equal), so a lookup compares the stored keys by
+    default: an index entry pointing a key at another row's (as a collision would) returns no
+    row, without ``verify_keys``."""
+    from omnitable.format import keyindex
+    from omnitable.vocabulary.keys import key_hashes, weak_key_hash
+
+    assert weak_key_hash([pa.int64(), pa.date32()]) and not weak_key_hash([pa.int64()])
+    assert not weak_key_hash([pa.int64(), pa.string()])
+    t = wh.create_table(f"n{next(_names)}", {"a": "bigint", "b": "int", "v": "string"},
+                        key=["a", "b"])  # fmt: skip
+    t.upsert(pa.table({"a": [1, 1, 2], "b": [1, 2, 1], "v": ["a1", "a2", "b1"]}))
+    (frag,) = t.snapshot().fragments
+    location = t._ctx.location
+    h1, h2 = key_hashes([pa.array([1, 1, 2], pa.int64()), pa.array([1, 2, 1], pa.int32())])
+    h1[0], h2[0] = h1[1], h2[1]  # row 0 (1, 1) now hashes as (1, 2), as does row 1
+    n1, n2 = key_hashes([pa.array([9], pa.int64()), pa.array([9], pa.int32())])
+    h1[1], h2[1] = n1[0], n2[0]  # and row 1 as (9, 9)
+    keyindex._CACHE.clear()
+    os.remove(location.child_path(keyindex.index_path(frag.path)))
+    keyindex.write_key_index(location, frag.path, h1, h2)
+    assert t.lookup([(1, 2), (2, 1)], ["v"]).to_pylist() == [{"v": "b1"}]  # (1, 2) -> row 0
     keyindex._CACHE.clear()
 
 

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 import omnitable
 from omnitable.format import pages
-from omnitable.format.dictionary_pages import index_layout, unpack_indices
+from omnitable.format import thrift_compact as tc
+from omnitable.format.dictionary_pages import IndexRuns, index_layout, unpack_indices
 from omnitable.format.fs import mapped_file
 
 _names = itertools.count()
@@ -168,6 +169,41 @@ def test_runs_of_a_page_and_pages_not_read_in_place() -> None:
         rows = np.array([0, 99, 100, 150, 503, 504])
         got = pages.gather_dictionary(pa.BufferReader(repeated), f"mem:{next(_names)}", "v", rows)
         assert got is not None and got.table.column("v").to_pylist() == [values[r] for r in rows]
+
+
+def test_runs_are_evenly_spaced_only_when_the_last_is_not_longer() -> None:
+    """A page of bit-packed runs of 8 then 16 values (legal, though pyarrow caps runs at 504):
+    value 20 is not in run 20 // 8, so the page is read through its runs, not by arithmetic."""
+    runs = IndexRuns(2, np.array([0, 8]), np.array([True, True]), np.array([10, 13]))
+    assert runs.spacing(16) == (8, 3) and runs.spacing(24) is None
+    one = IndexRuns(2, np.array([0]), np.array([True]), np.array([10]))
+    assert one.spacing(500) == (1 << 32, 0)
+    rle = IndexRuns(2, np.array([0, 8]), np.array([False, True]), np.array([1, 12]))
+    assert rle.spacing(16) is None
+
+
+def test_row_groups_stored_out_of_order_are_not_read_in_place() -> None:
+    """A footer listing a file's row groups in another order than their bytes (legal; pyarrow
+    reads it): the gather declines instead of reading a span that does not hold the pages."""
+    rng = np.random.default_rng(1)
+    values = rng.integers(0, 50, 30).astype(np.int32)
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"v": values}), sink, write_page_index=True, compression="none",
+                   use_dictionary=True, row_group_size=10)  # fmt: skip
+    data = sink.getvalue().to_pybytes()
+    n = int.from_bytes(data[-8:-4], "little")
+    meta, _ = tc.decode_struct(data[len(data) - 8 - n : len(data) - 8])
+    groups = meta.get(4).items
+    groups[0], groups[1] = groups[1], groups[0]  # the file's rows 0-9 now come second
+    footer = tc.encode_struct(meta)
+    swapped = data[: len(data) - 8 - n] + footer + len(footer).to_bytes(4, "little") + b"PAR1"
+    rows = np.array([0, 1, 15, 25])
+    want = pq.read_table(pa.BufferReader(swapped)).column("v").take(pa.array(rows))
+    got = pages.gather_dictionary(pa.BufferReader(swapped), f"mem:{next(_names)}", "v", rows)
+    assert got is None or got.table.column("v").equals(pa.chunked_array([want]))
+    in_order = np.array([0, 1])  # rows of one row group only: read in place
+    one = pages.gather_dictionary(pa.BufferReader(swapped), f"mem:{next(_names)}", "v", in_order)
+    assert one is not None and one.table.column("v").to_pylist() == values[10:12].tolist()
 
 
 def test_an_index_past_the_dictionary_is_not_read_in_place() -> None:

@@ -22,7 +22,7 @@ from omnitable.dataops.keyed import locate, require_key
 from omnitable.exceptions import ValidationError
 from omnitable.format.reader import FragmentReader
 from omnitable.ingest.sources import is_pandas_dataframe
-from omnitable.vocabulary.keys import key_hashes
+from omnitable.vocabulary.keys import key_hashes, weak_key_hash
 from omnitable.vocabulary.types import ARROW_VALUE_ERRORS
 
 
@@ -34,9 +34,9 @@ def lookup_rows(
     verify_keys: bool = False,
 ) -> pa.Table:
     """The live rows holding ``keys`` (see ``Table.lookup``). The key columns returned are the
-    keys asked for, which the index matched by their 128-bit hash, unless ``verify_keys``: then
-    they are read back from the rows, and a row whose stored key differs (a hash collision) is
-    left out.
+    keys asked for, which the index matched by their 128-bit hash, unless ``verify_keys`` or
+    the key's hash is weaker (:func:`weak_key_hash`): then they are read back from the rows, and
+    a row whose stored key differs (a hash collision) is left out.
 
     Raises:
         ValidationError: not a keyed table, malformed or NULL keys, keys that do not convert to
@@ -45,7 +45,7 @@ def lookup_rows(
     key = require_key(ctx, "look up rows of")
     names = None if columns is None else list(columns)
     wanted = None if names is None else [*key, *(n for n in names if n not in key)]
-    snap = ctx.snapshot(**snapshot, scope=SnapshotScope.of(None, wanted))
+    snap = ctx.snapshot(**snapshot, scope=SnapshotScope.of(None, wanted), reuse=True)
     out_cols = snap.column_names() if names is None else names
     if isinstance(names, list):
         for n in names:
@@ -57,17 +57,19 @@ def lookup_rows(
     found = np.flatnonzero(where >= 0)  # the keys some live row holds, in the order given
     if not len(found):
         return schema.empty_table()
-    read_cols = [c for c in out_cols if c not in key]
-    if verify_keys:
-        read_cols += key
+    verify = verify_keys or weak_key_hash([snap.column(k).arrow_type for k in key])
+    read_cols = [c for c in out_cols if c not in key] + (key if verify else [])
     asked = given.take(pa.array(found))
     out = {k: asked.column(k) for k in key}
-    if read_cols:  # none when only key columns are asked for
+    if read_cols:  # none when only key columns are asked for, and trusted
         reader = FragmentReader(ctx.location, snap)
         values = _read_found(reader, fragments, where, offsets, read_cols)
         out.update({c: values.column(c) for c in read_cols})
-    rows = pa.Table.from_arrays([out[c] for c in out_cols], schema=schema)
-    return rows.filter(_same_keys(values, asked, key)) if verify_keys else rows
+    # no column asked (columns=[]): one row per key found all the same
+    rows = asked.select([]) if not out_cols else pa.Table.from_arrays(
+        [out[c] for c in out_cols], schema=schema
+    )  # fmt: skip
+    return rows.filter(_same_keys(values, asked, key)) if verify else rows
 
 
 def _read_found(

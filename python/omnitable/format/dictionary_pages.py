@@ -40,6 +40,10 @@ _UNCOMPRESSED = 0  # CompressionCodec
 _PLAIN, _PLAIN_DICTIONARY, _RLE, _RLE_DICTIONARY = 0, 2, 3, 8  # Encoding
 _DATA_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 2, 3  # PageType
 _MAX_WIDTH = 32  # bits of a dictionary index at most (the format's limit)
+# values of a page parsed into runs at most: parsing walks the runs in Python (~2 us a run),
+# which for a large page of many short RLE runs costs more than pyarrow's decode of it; keyed
+# tables' pages hold 512 values, and other tables' large pages are decoded as before
+MAX_PAGE_VALUES = 4_096
 
 
 def dictionary_type(
@@ -86,10 +90,11 @@ class IndexRuns:
     packed: np.ndarray  # bool: bit-packed (else RLE)
     at: np.ndarray  # int64: where the packed indices start, or the repeated index
 
-    def spacing(self) -> tuple[int, int] | None:
-        """``(per_run, stride)`` when every run is bit-packed and they are evenly spaced: run
-        ``r`` starts at value ``r * per_run`` and its indices at byte ``at[0] + r * stride``
-        (only the last may hold fewer values); None otherwise."""
+    def spacing(self, rows: int) -> tuple[int, int] | None:
+        """For a page of ``rows`` values: ``(per_run, stride)`` when every run is bit-packed
+        and they are evenly spaced: run ``r`` starts at value ``r * per_run`` and its indices
+        at byte ``at[0] + r * stride``, and the last run holds at most ``per_run`` values;
+        None otherwise."""
         if not self.packed.all():
             return None
         if len(self.starts) == 1:
@@ -98,14 +103,18 @@ class IndexRuns:
         runs = np.arange(len(self.starts))
         if np.any(self.starts != runs * per_run) or np.any(self.at != self.at[0] + runs * stride):
             return None
+        if rows - int(self.starts[-1]) > per_run:
+            return None  # a last run longer than the others: value k is not in run k // per_run
         return per_run, stride
 
 
 def index_layout(page: memoryview, max_def: int, rows: int) -> IndexRuns | None:
     """The runs of the dictionary indices in a data page (``page``: the whole page, header
     included) holding ``rows`` rows of a flat leaf, when the page is dictionary-encoded,
-    uncompressed and without NULLs; None otherwise (also for runs that do not hold exactly the
-    page's values)."""
+    uncompressed, without NULLs and of at most ``MAX_PAGE_VALUES`` values; None otherwise (also
+    for runs that do not hold exactly the page's values)."""
+    if rows > MAX_PAGE_VALUES:
+        return None
     if page.format != "B":
         page = page.cast("B")
     try:

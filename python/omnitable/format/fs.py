@@ -74,48 +74,56 @@ def delete_quietly(fs: pafs.FileSystem, paths: list[str]) -> None:
             fs.delete_file(p)
 
 
-_MAPS = threading.local()
-MAX_MAPPED_FILES = 64  # memory-mapped files each thread keeps open for point reads
+_MAPS: OrderedDict[str, tuple[tuple[int, ...], pa.Buffer]] = OrderedDict()
+_MAPS_LOCK = threading.Lock()
+MAX_MAPPED_FILES = 128  # memory-mapped files the process keeps for point reads (a descriptor each)
 
 
 def mapped_file(path: str) -> pa.BufferReader:
-    """A reader of the local file ``path`` over a read-only memory map of it, kept open by the
-    calling thread (its ``MAX_MAPPED_FILES`` most recently used ones) so that repeated point
-    reads of one file (lookups, selective reads) neither map it again nor fault in the pages
-    they read before. The reader's buffers are views of the map: a read copies nothing, and
-    unlike ``pa.memory_map``'s it asks the kernel for no read-ahead of the span it views (an
+    """A reader of the local file ``path`` over a read-only memory map of it that the process
+    keeps (its ``MAX_MAPPED_FILES`` most recently used files), so that repeated point reads of
+    one file (lookups, selective reads) neither map it again nor fault in the pages they read
+    before. Each call returns a reader of its own (safe to use while other threads read the
+    same map); its buffers are views of the map: a read copies nothing, and unlike
+    ``pa.memory_map``'s it asks the kernel for no read-ahead of the span it views (an
     ``madvise`` that costs ~0.1 ms per 8 MB viewed, whatever is then touched).
 
-    A kept map is used only while the file is the one it mapped (same inode, size and
+    A kept map is used only while the file is the one it mapped (same device, inode, size and
     modification time, by one ``stat``): a file replaced or rewritten since is mapped anew, so a
-    read never sees stale bytes nor touches pages past a truncated file's end (SIGBUS). A reader
-    is the thread's own, position included: do not hand it to another thread, and do not close
-    it (eviction drops it; buffers read from it keep the map alive)."""
-    maps: OrderedDict[str, tuple[tuple[int, ...], pa.BufferReader]] | None = getattr(
-        _MAPS, "files", None
-    )
-    if maps is None:
-        maps = _MAPS.files = OrderedDict()
+    read never sees stale bytes nor touches pages past a truncated file's end (SIGBUS). A kept
+    map holds a file descriptor, and a deleted file's space, until it is evicted."""
     st = os.stat(path)
     stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-    found = maps.get(path)
-    if found is not None and found[0] == stamp and not found[1].closed:
-        maps.move_to_end(path)
-        found[1].seek(0)
-        return found[1]
+    with _MAPS_LOCK:
+        found = _MAPS.get(path)
+        if found is not None and found[0] == stamp:
+            _MAPS.move_to_end(path)
+            return pa.BufferReader(found[1])
     if not st.st_size:
         return pa.BufferReader(b"")  # nothing to map (mmap refuses an empty file)
     with open(path, "rb") as f:
-        view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    handle = pa.BufferReader(pa.py_buffer(view))
-    if handle.size() != st.st_size:  # changed between the stat and the map: not kept
-        return handle
-    maps[path] = (stamp, handle)
-    while len(maps) > MAX_MAPPED_FILES:
-        maps.popitem(last=False)
-    return handle
+        buffer = pa.py_buffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+    if buffer.size != st.st_size:  # changed between the stat and the map: not kept
+        return pa.BufferReader(buffer)
+    with _MAPS_LOCK:
+        _MAPS[path] = (stamp, buffer)
+        _MAPS.move_to_end(path)
+        while len(_MAPS) > MAX_MAPPED_FILES:
+            _MAPS.popitem(last=False)  # unmapped once no reader holds a view of it
+    return pa.BufferReader(buffer)
 
 
 def forget_mapped_files() -> None:
-    """Drop the calling thread's kept memory maps (tests; a process that deleted many files)."""
-    _MAPS.files = OrderedDict()
+    """Drop the kept memory maps (tests; a process that deleted many files it read)."""
+    with _MAPS_LOCK:
+        _MAPS.clear()
+
+
+def _new_maps_lock() -> None:
+    """In a forked child the lock may be held by a thread that does not exist there."""
+    global _MAPS_LOCK
+    _MAPS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_maps_lock)

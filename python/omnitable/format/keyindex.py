@@ -66,7 +66,7 @@ _BUCKET_ROWS = 16  # entries per directory bucket, on average
 _DIRECTORY_MIN_ROWS = 4_096  # smaller indexes are binary-searched whole
 
 
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity: a cached file's index
 class KeyIndex:
     """One fragment's index: hashes sorted by (h1, h2), and each entry's row offset.
 
@@ -96,20 +96,19 @@ class KeyIndex:
                 return np.searchsorted(self.h1, q1, side="left")
             directory = self._build_directory()
         bucket = (q1 >> np.uint64(64 - self.bits)).astype(np.int64)
-        lo, hi = directory[bucket], directory[bucket + 1]
-        last = len(self.h1) - 1
-        for _ in range(self.steps):  # bisect every bucket at once
-            mid = (lo + hi) >> 1
-            below = self.h1[np.minimum(mid, last)] < q1
-            open_ = lo < hi
-            lo = np.where(open_ & below, mid + 1, lo)
-            hi = np.where(open_ & ~below, mid, hi)
-        return lo
+        below = directory[bucket].astype(np.int64) - 1  # the last entry known below q1
+        last = directory[bucket + 1].astype(np.int64) - 1  # the bucket's last entry
+        for step in (1 << k for k in reversed(range(self.steps))):  # every bucket at once
+            ahead = below + step  # steps sum to at least a bucket's length
+            further = (self.h1[np.minimum(ahead, last)] < q1) & (ahead <= last)
+            below = np.where(further, ahead, below)
+        return below + 1
 
     def _build_directory(self) -> np.ndarray:
         bits = min(_BUCKET_BITS, len(self.h1).bit_length() - _BUCKET_ROWS.bit_length())
         prefixes = np.arange(1 << bits, dtype=np.uint64) << np.uint64(64 - bits)
-        directory = np.append(np.searchsorted(self.h1, prefixes, side="left"), len(self.h1))
+        starts = np.append(np.searchsorted(self.h1, prefixes, side="left"), len(self.h1))
+        directory = starts.astype(np.int32 if len(self.h1) < 2**31 else np.int64)  # 256 KB
         self.bits, self.steps = bits, int(np.diff(directory).max()).bit_length()
         self.directory = directory  # last: a thread that sees it sees bits and steps
         return directory

@@ -131,10 +131,11 @@ class _Dictionary:
             np.zeros(self.pages, dtype=np.int64) for _ in range(4)
         )
 
-    def parsed(self, page: int, offset: int, runs: IndexRuns | None) -> None:
-        """Record page ``page``'s runs (None: not a page read here); its header at ``offset``."""
+    def parsed(self, page: int, offset: int, rows: int, runs: IndexRuns | None) -> None:
+        """Record the runs of page ``page`` of ``rows`` values (None: not a page read here),
+        whose header is at ``offset``."""
         self.runs[page] = runs
-        spacing = None if runs is None else runs.spacing()
+        spacing = None if runs is None else runs.spacing(rows)
         if runs is not None and spacing is not None:
             self.first[page] = offset + int(runs.at[0])
             self.per_run[page], self.stride[page] = spacing
@@ -331,6 +332,8 @@ def _gather_indices(
     new_page[0] = True
     np.not_equal(page[1:], page[:-1], out=new_page[1:])
     hit = page[new_page]
+    if np.any(np.diff(p.offsets[hit]) <= 0):
+        return None  # row groups not stored in their order: the span below assumes they are
     if not _parse_pages(handle, p, layout, hit):
         return None
     group = p.group[page]
@@ -450,9 +453,9 @@ def _parse_pages(handle: pa.NativeFile, p: _Pages, layout: _Dictionary, pages: n
     """Parse the runs of ``pages`` not parsed yet (each read whole, once); whether every one
     is a dictionary page without NULLs."""
     for i in pages[layout.even[pages] == -1].tolist():
-        offset = int(p.offsets[i])
+        offset, rows = int(p.offsets[i]), int(p.ends[i] - p.starts[i])
         page = _span(handle, offset, offset + int(p.sizes[i]))
-        layout.parsed(i, offset, index_layout(page, layout.max_def, int(p.ends[i] - p.starts[i])))
+        layout.parsed(i, offset, rows, index_layout(page, layout.max_def, rows))
     return all(layout.runs[i] is not None for i in pages[layout.even[pages] == 0].tolist())
 
 

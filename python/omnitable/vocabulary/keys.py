@@ -64,6 +64,15 @@ def check_key(key: object, columns: dict[str, pa.DataType], what: str) -> list[s
     return out
 
 
+def weak_key_hash(types: Sequence[pa.DataType]) -> bool:
+    """Whether distinct keys of these column types (in key order) can collide at 64 bits, not
+    128: a key of several columns, none of them a string, hashes each column to one 64-bit
+    value put in both halves, so its two halves stay equal (a key of one integer or date column
+    is hashed by a bijection and never collides)."""
+    return len(types) > 1 and not any(pa.types.is_string(t) or pa.types.is_large_string(t)
+                                      for t in types)  # fmt: skip
+
+
 def key_hashes(columns: Sequence[pa.Array | pa.ChunkedArray]) -> tuple[np.ndarray, np.ndarray]:
     """The two uint64 halves of the hash of each row's key (columns in key order, no nulls)."""
     h1 = h2 = None
