@@ -708,7 +708,8 @@ class Table:
         The index matches keys by a 128-bit hash, as upserts do, and the key columns returned
         are the keys asked for; ``verify_keys=True`` reads the stored keys back and leaves out
         a row whose key differs (a hash collision; docs/dataops.md), at the cost of decoding
-        the key columns' pages.
+        the key columns' pages. Keys of several integer or date columns, whose hash is 64
+        bits, are always read back.
 
         Raises:
             ValidationError: not a keyed table, NULL or unconvertible keys.

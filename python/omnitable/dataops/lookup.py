@@ -4,7 +4,8 @@ The keys are hashed, the index files of the snapshot's live fragments are probed
 hash prefixes, then a binary search in a bucket, over cached arrays), and only the data pages
 holding the hits are read, per fragment. Rows come back in the order of the given keys; keys no
 live row holds are left out. The key columns are not read back: a key found by its 128-bit hash
-is the key asked for, as upserts assume too (``verify_keys`` reads them and compares).
+is the key asked for, as upserts assume too (``verify_keys`` reads them and compares; keys of
+several integer or date columns, hashed to 64 bits, are always compared).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from omnitable.exceptions import CorruptInputError
 from omnitable.format import thrift_compact as tc
-from omnitable.format.plain_pages import all_ones, run_header
+from omnitable.format.plain_pages import run_header, values_start
 from omnitable.format.thrift_compact import Struct
 
 # Parquet physical type -> the little-endian dtype of its PLAIN values
@@ -37,8 +37,8 @@ _FIXED: dict[int, np.dtype] = {
 }
 _REQUIRED, _OPTIONAL = 0, 1  # FieldRepetitionType
 _UNCOMPRESSED = 0  # CompressionCodec
-_PLAIN, _PLAIN_DICTIONARY, _RLE, _RLE_DICTIONARY = 0, 2, 3, 8  # Encoding
-_DATA_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 2, 3  # PageType
+_PLAIN, _PLAIN_DICTIONARY, _RLE_DICTIONARY = 0, 2, 8  # Encoding
+_DICTIONARY_PAGE = 2  # PageType
 _MAX_WIDTH = 32  # bits of a dictionary index at most (the format's limit)
 # values of a page parsed into runs at most: parsing walks the runs in Python (~2 us a run),
 # which for a large page of many short RLE runs costs more than pyarrow's decode of it; keyed
@@ -117,35 +117,8 @@ def index_layout(page: memoryview, max_def: int, rows: int) -> IndexRuns | None:
         return None
     if page.format != "B":
         page = page.cast("B")
-    try:
-        header, pos = tc.decode_struct(page)
-    except CorruptInputError:
-        return None
-    size = header.get(3)
-    if size is None or header.get(2) != size or pos + size != len(page):
-        return None
-    kind = header.get(1)
-    if kind == _DATA_PAGE:
-        body = header.get(5)
-        if body.get(2) not in (_RLE_DICTIONARY, _PLAIN_DICTIONARY) or body.get(1) != rows:
-            return None
-        if max_def:
-            if body.get(3) != _RLE or pos + 4 > len(page):
-                return None
-            levels = int.from_bytes(page[pos : pos + 4], "little")
-            if pos + 4 + levels > len(page) or not all_ones(page[pos + 4 : pos + 4 + levels], rows):
-                return None
-            pos += 4 + levels
-    elif kind == _DATA_PAGE_V2:
-        body = header.get(8)
-        if body.get(4) not in (_RLE_DICTIONARY, _PLAIN_DICTIONARY) or body.get(1) != rows:
-            return None
-        if body.get(3) != rows or body.get(2) != 0 or body.get(6, 0) != 0:
-            return None  # NULLs, or repetition levels
-        pos += body.get(5, 0)
-    else:
-        return None
-    if pos >= len(page) or page[pos] > _MAX_WIDTH:
+    pos = values_start(page, len(page), (_RLE_DICTIONARY, _PLAIN_DICTIONARY), max_def, rows)
+    if pos is None or pos >= len(page) or page[pos] > _MAX_WIDTH:
         return None
     return _runs(page, pos + 1, int(page[pos]), rows)
 

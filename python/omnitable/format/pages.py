@@ -26,8 +26,10 @@ import logging
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -436,17 +438,29 @@ def _dictionary_of(info: _FileInfo, column: str, leaf: int, pages: int) -> _Dict
     a chunk is not uncompressed, dictionary-encoded and fixed-width (with an Arrow type this
     module reads)."""
     if leaf not in info.dicts:
-        schema = info.arrow_schema
-        found = schema is not None and schema.get_field_index(column) >= 0
-        arrow_type = schema.field(column).type if schema is not None and found else None
-        groups: list[Struct] = info.meta.get(4).items
-        kinds = {
-            dictionary_type(info.tops[column][0], g.get(1).items[leaf].get(3), arrow_type)
-            for g in groups
-        }
-        kind = kinds.pop() if len(kinds) == 1 else None
+        kind = _leaf_kind(info, column, leaf, dictionary_type)
         info.dicts[leaf] = None if kind is None else _Dictionary(*kind, pages)
     return info.dicts[leaf]
+
+
+_Kind = TypeVar("_Kind")
+
+
+def _leaf_kind(
+    info: _FileInfo,
+    column: str,
+    leaf: int,
+    classify: Callable[[list[Struct], Struct, pa.DataType | None], _Kind | None],
+) -> _Kind | None:
+    """``classify(the column's schema elements, a chunk's ColumnMetaData, the column's stored
+    Arrow type)`` of the leaf when every row group's chunk gives the same answer; else None."""
+    schema = info.arrow_schema
+    found = schema is not None and schema.get_field_index(column) >= 0
+    arrow_type = schema.field(column).type if schema is not None and found else None
+    groups: list[Struct] = info.meta.get(4).items
+    kinds = {classify(info.tops[column][0], g.get(1).items[leaf].get(3), arrow_type)
+             for g in groups}  # fmt: skip
+    return kinds.pop() if len(kinds) == 1 else None
 
 
 def _parse_pages(handle: pa.NativeFile, p: _Pages, layout: _Dictionary, pages: np.ndarray) -> bool:
@@ -671,15 +685,7 @@ def _gather_streamed(
 def _plain_of(info: _FileInfo, column: str, leaf: int, p: _Pages) -> _Plain | None:
     """The leaf's plain layout (cached): None when a chunk is not uncompressed fixed-width."""
     if leaf not in info.plain:
-        schema = info.arrow_schema
-        found = schema is not None and schema.get_field_index(column) >= 0
-        arrow_type = schema.field(column).type if schema is not None and found else None
-        groups: list[Struct] = info.meta.get(4).items
-        kinds = {
-            plain_type(info.tops[column][0], g.get(1).items[leaf].get(3), arrow_type)
-            for g in groups
-        }
-        kind = kinds.pop() if len(kinds) == 1 else None
+        kind = _leaf_kind(info, column, leaf, plain_type)
         info.plain[leaf] = None if kind is None else _Plain(
             *kind, np.full(len(p.starts), -1, dtype=np.int64)
         )  # fmt: skip

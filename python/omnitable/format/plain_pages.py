@@ -62,6 +62,19 @@ def value_offset(
     ``rows`` rows of a flat leaf, given its first bytes ``head`` (the header and the
     definition levels at least), when the page is PLAIN, uncompressed and holds no NULL (so
     value ``k`` is row ``k``); None otherwise (also when ``head`` is too short to tell)."""
+    pos = values_start(head, page_size, (_PLAIN,), max_def, rows)
+    return pos if pos is not None and page_size - pos == rows * dtype.itemsize else None
+
+
+def values_start(
+    head: memoryview, page_size: int, encodings: tuple[int, ...], max_def: int, rows: int
+) -> int | None:
+    """Where the encoded values start in a data page (v1 or v2) of ``page_size`` bytes (header
+    included) holding ``rows`` rows of a flat leaf of maximum definition level ``max_def``,
+    given its first bytes ``head`` (the header and the definition levels at least), when the
+    page is uncompressed as a whole (header sizes equal), its values are in one of
+    ``encodings`` and it holds no NULL (definition levels all ones); None otherwise (also when
+    ``head`` is too short to tell)."""
     if head.format != "B":
         head = head.cast("B")
     try:
@@ -74,8 +87,7 @@ def value_offset(
     kind = header.get(1)
     if kind == _DATA_PAGE:
         body = header.get(5)
-        count = body.get(1)
-        if body.get(2) != _PLAIN or count != rows:
+        if body.get(2) not in encodings or body.get(1) != rows:
             return None
         if max_def:
             if body.get(3) != _RLE or pos + 4 > len(head):
@@ -86,14 +98,14 @@ def value_offset(
             pos += 4 + levels
     elif kind == _DATA_PAGE_V2:
         body = header.get(8)
-        if body.get(4) != _PLAIN or body.get(1) != rows or body.get(3) != rows:
+        if body.get(4) not in encodings or body.get(1) != rows or body.get(3) != rows:
             return None
         if body.get(2) != 0 or body.get(6, 0) != 0:  # NULLs, or repetition levels
             return None
         pos += body.get(5, 0)
     else:
         return None
-    return pos if page_size - pos == rows * dtype.itemsize else None
+    return pos
 
 
 def all_ones(levels: memoryview, count: int) -> bool:
