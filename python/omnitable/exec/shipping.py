@@ -16,6 +16,7 @@ import os
 import sys
 import sysconfig
 import tempfile
+import threading
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _SHIPPED: dict[str, set[str]] = {}
+# one shipping at a time in a process: two runs starting together (queue workers in threads)
+# would both ship a module, and pyspark's addPyFile calls importlib.invalidate_caches, which
+# raises KeyError when two threads run it at once (it deletes entries of
+# sys.path_importer_cache it listed)
+_SHIPPING = threading.Lock()
 
 
 def _shipping_scope(spark: SparkSession) -> str:
@@ -40,6 +46,11 @@ def ship_modules(spark: SparkSession, module_names: list[str]) -> list[str]:
 
     Returns the paths shipped (for logs).
     """
+    with _SHIPPING:
+        return _ship(spark, module_names)
+
+
+def _ship(spark: SparkSession, module_names: list[str]) -> list[str]:
     shipped = _SHIPPED.setdefault(_shipping_scope(spark), set())
     out = []
     for name in module_names:
@@ -87,3 +98,13 @@ def _zip_package(directory: Path) -> Path:
         for file in directory.rglob("*.py"):
             zf.write(file, Path(directory.name) / file.relative_to(directory))
     return target
+
+
+def _new_lock_in_child() -> None:
+    """A forked child (a DataLoader worker) may inherit the lock held by a thread it lacks."""
+    global _SHIPPING
+    _SHIPPING = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
