@@ -196,6 +196,7 @@ def test_page_reads_of_files_our_writer_wrote_equal_take(
 
 
 _PLAIN_TYPES = [pa.int32(), pa.int64(), pa.float32(), pa.float64()]
+_OFFSETS = [np.int32, np.int64]  # a deletion vector's live offsets are int32
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
@@ -244,8 +245,12 @@ def test_plain_values_read_in_place_equal_a_pyarrow_read_and_take(
     rows: np.ndarray | None = np.array(
         sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=60))), np.int64
     )
-    if data.draw(st.booleans()):
-        rows = None  # every row
+    kind = data.draw(st.sampled_from(["few", "most", "every"]))
+    if kind == "every":
+        rows = None
+    elif kind == "most":  # a deletion vector's live rows: every page read, then taken
+        rows = np.flatnonzero(rng.random(n) < 0.9).astype(data.draw(st.sampled_from(_OFFSETS)))
+        rows = rows if 2 * len(rows) > n else np.arange(n)
     handle = pa.memory_map(str(path)) if mapped else pa.OSFile(str(path))
     uri = f"mem:{next(_names)}"
     with handle:
@@ -259,6 +264,32 @@ def test_plain_values_read_in_place_equal_a_pyarrow_read_and_take(
     if got is not None:
         assert got.file_rows == n and got.table.column("v").equals(want.column("v"))
         assert want.column("v").null_count == 0
+
+
+def test_most_rows_are_read_through_a_reused_buffer_into_arrays_of_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A gather of most rows (a deletion vector's live ones) reads every page's values into
+    the thread's scratch buffer and takes the rows: each answer is a new array (the next
+    gather reuses the buffer), whether the values fit the buffer or not."""
+    n = 50_000
+    raw = _write(pa.table({"x": np.arange(n, dtype=np.float64)}), compression="none",
+                 use_dictionary=False, max_rows_per_page=4_000)  # fmt: skip
+    rng = np.random.default_rng(3)
+    for limit in (pages._SCRATCH_MAX, 1024):  # the buffer holds the values, or it does not
+        monkeypatch.setattr(pages, "_SCRATCH_MAX", limit)
+        every = pages.gather_plain(pa.BufferReader(raw), "mem:most", "x", np.arange(n))
+        first_rows = np.flatnonzero(rng.random(n) < 0.9).astype(np.int32)
+        first = pages.gather_plain(pa.BufferReader(raw), "mem:most", "x", first_rows)
+        again = np.flatnonzero(rng.random(n) < 0.8)
+        reversed_raw = _write(pa.table({"x": np.arange(n, 0, -1, dtype=np.float64)}),
+                              compression="none", use_dictionary=False)  # fmt: skip
+        second = pages.gather_plain(pa.BufferReader(reversed_raw), "mem:most2", "x", again)
+        assert every is not None and first is not None and second is not None
+        assert first.bytes_read == second.bytes_read == n * 8  # every page's values
+        assert every.table.column("x").to_numpy().tolist() == list(range(n))
+        assert first.table.column("x").to_numpy().tolist() == first_rows.tolist()
+        assert second.table.column("x").to_numpy().tolist() == (n - again).tolist()
 
 
 def test_values_read_in_place_touch_only_their_bytes() -> None:

@@ -283,16 +283,13 @@ def gather_plain(
     if rows is not None and len(rows) == 0:
         return None
     try:
-        flat = _flat_leaf(handle, uri, column, rows)
-        if flat is None:
-            return None
-        info, leaf = flat
-        found = _leaf_pages(handle, info, [leaf])
+        found = _one_leaf_pages(handle, uri, column, rows)
         if found is None:
             return None
-        if rows is None:
-            return _gather_all(handle, info, column, leaf, found[0])
-        return _gather(handle, info, column, leaf, found[0], rows)
+        info, leaf, p = found
+        if rows is None or 2 * len(rows) > info.num_rows:  # every row, or most (a delete's)
+            return _gather_all(handle, info, column, leaf, p, rows)
+        return _gather(handle, info, column, leaf, p, rows)
     except _NOT_FOR_PAGES as exc:
         log.debug("Gather of %s by pages: %s: %s", uri, type(exc).__name__, exc)
         return None
@@ -310,14 +307,11 @@ def gather_dictionary(
     if len(rows) == 0:
         return None
     try:
-        flat = _flat_leaf(handle, uri, column, rows)
-        if flat is None:
-            return None
-        info, leaf = flat
-        found = _leaf_pages(handle, info, [leaf])
+        found = _one_leaf_pages(handle, uri, column, rows)
         if found is None:
             return None
-        return _gather_indices(handle, info, column, leaf, found[0], rows)
+        info, leaf, p = found
+        return _gather_indices(handle, info, column, leaf, p, rows)
     except _NOT_FOR_PAGES as exc:
         log.debug("Gather of %s by dictionary pages: %s: %s", uri, type(exc).__name__, exc)
         return None
@@ -505,18 +499,15 @@ def gather_strings(
     if len(rows) == 0:
         return None
     try:
-        flat = _flat_leaf(handle, uri, column, rows)
-        if flat is None:
+        found = _one_leaf_pages(handle, uri, column, rows)
+        leaf = None if found is None else _string_leaf(found[0], column, found[1])
+        if found is None or leaf is None:
             return None
-        info, index = flat
-        leaf = _string_leaf(info, column, index)
-        found = None if leaf is None else _leaf_pages(handle, info, [index])
-        if leaf is None or found is None:
-            return None
-        page = np.searchsorted(found[0].starts, rows, side="right") - 1
-        if int((rows - found[0].starts[page]).max()) >= MAX_STEPS:
+        info, _, p = found
+        page = np.searchsorted(p.starts, rows, side="right") - 1
+        if int((rows - p.starts[page]).max()) >= MAX_STEPS:
             return None  # a row too deep in its page to walk to (string_pages.MAX_STEPS)
-        return _gather_strings(handle, info, column, leaf, found[0], rows, page)
+        return _gather_strings(handle, info, column, leaf, p, rows, page)
     except _NOT_FOR_PAGES as exc:
         log.debug("Gather of %s by string pages: %s: %s", uri, type(exc).__name__, exc)
         return None
@@ -574,6 +565,20 @@ def _pages_bytes(
     return data, offsets - lows[read] + place[read], int(place[-1])
 
 
+def _one_leaf_pages(
+    handle: pa.NativeFile, uri: str, column: str, rows: np.ndarray | None
+) -> tuple[_FileInfo, int, _Pages] | None:
+    """The file's parsed footer, the leaf of ``column`` and that leaf's pages, when the column
+    is one leaf without a repeated ancestor (:func:`_flat_leaf`) whose chunks all have an
+    offset index (:func:`_leaf_pages`); else None."""
+    flat = _flat_leaf(handle, uri, column, rows)
+    if flat is None:
+        return None
+    info, leaf = flat
+    found = _leaf_pages(handle, info, [leaf])
+    return None if found is None else (info, leaf, found[0])
+
+
 def _flat_leaf(
     handle: pa.NativeFile, uri: str, column: str, rows: np.ndarray | None
 ) -> tuple[_FileInfo, int] | None:
@@ -603,10 +608,18 @@ def _footer_for(
 
 
 def _gather_all(
-    handle: pa.NativeFile, info: _FileInfo, column: str, leaf: int, p: _Pages
+    handle: pa.NativeFile,
+    info: _FileInfo,
+    column: str,
+    leaf: int,
+    p: _Pages,
+    rows: np.ndarray | None = None,
 ) -> PageRead | None:
-    """Every row: each page's values read straight into their place in one new array (one
-    allocation, aligned, no copy of a read: fresh memory costs page faults, ~5x the read)."""
+    """Every row (``rows`` None), or ``rows`` (sorted, distinct, most of the file's): each
+    page's values read straight into their place in one array, then ``rows`` taken from it.
+    For every row that array is new (one allocation, aligned, no copy of a read); for
+    ``rows``, this thread's scratch buffer where it fits (the values of the rows left out are
+    read into memory already faulted in: fresh memory costs page faults, ~5x the read)."""
     plain = _plain_of(info, column, leaf, p)
     every = np.arange(len(p.starts))
     if plain is None or not _locate(handle, p, plain, every):
@@ -614,13 +627,17 @@ def _gather_all(
     if p.starts[0] != 0 or p.ends[-1] != info.num_rows or np.any(p.starts[1:] != p.ends[:-1]):
         return None  # the pages do not tile the file's rows
     width = plain.dtype.itemsize
-    out = np.empty(info.num_rows, dtype=plain.dtype)
-    into = out.view(np.uint8)
+    size = info.num_rows * width
+    scratch = rows is not None and size <= _SCRATCH_MAX
+    into = _scratch(size) if scratch else np.empty(size, dtype=np.uint8)
     for at, a, b in zip(plain.values.tolist(), (p.starts * width).tolist(),
                         (p.ends * width).tolist(), strict=True):  # fmt: skip
         _read_into(handle, at, into[a:b])
-    table = pa.Table.from_arrays([pa.array(out, plain.arrow_type)], names=[column])
-    return PageRead(table, info.num_rows, len(into))
+    values = pa.array(into.view(plain.dtype), plain.arrow_type)
+    if rows is not None:  # a new array: the scratch buffer is reused by the next read
+        values = values.take(pa.array(rows))
+    table = pa.Table.from_arrays([values], names=[column])
+    return PageRead(table, info.num_rows, size)
 
 
 def _gather(
@@ -949,10 +966,17 @@ def _scratch_read(handle: pa.NativeFile, lo: int, hi: int) -> memoryview | np.nd
     n = hi - lo
     if n > _SCRATCH_MAX or _in_memory(handle):
         return _span(handle, lo, hi)
+    buf = _scratch(n)
+    _read_into(handle, lo, buf)
+    return buf
+
+
+def _scratch(n: int) -> np.ndarray:
+    """``n`` bytes of this thread's scratch buffer (grown to fit; valid until the thread's
+    next use of it)."""
     buf: np.ndarray | None = getattr(_SCRATCH, "buf", None)
     if buf is None or len(buf) < n:
         buf = _SCRATCH.buf = np.empty(max(n, 1 << 20), dtype=np.uint8)
-    _read_into(handle, lo, buf[:n])
     return buf[:n]
 
 

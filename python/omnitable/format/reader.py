@@ -25,10 +25,11 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from omnitable.catalog.records import ColumnRecord, FileRecord, FragmentRecord
+from omnitable.catalog.records import ColumnRecord, DeletionRecord, FileRecord, FragmentRecord
 from omnitable.catalog.snapshot import Snapshot, columns_mentioned
 from omnitable.exceptions import CorruptInputError, UnknownColumnError, ValidationError
 from omnitable.format.fs import Location, mapped_file
+from omnitable.format.live_rows import LiveRows, live_rows
 from omnitable.format.pages import (
     footer_cached,
     gather_dictionary,
@@ -50,18 +51,12 @@ _FILE_POOL: ThreadPoolExecutor | None = None
 _FILE_POOL_LOCK = threading.Lock()
 
 
-def _live_rows(
-    arrays: dict[str, pa.ChunkedArray | pa.Array], live: np.ndarray
-) -> dict[str, pa.ChunkedArray | pa.Array]:
-    """``arrays`` without the rows where ``live`` is False. Fixed-width columns are gathered by
-    index (about 3x faster than a filter for a mask keeping most rows); variable-width ones are
-    filtered (gathering them is slower)."""
-    keep = pa.array(live)
-    index = pa.array(np.flatnonzero(live).astype(np.int32 if len(live) < 2**31 else np.int64))
-    return {
-        name: pc.take(arr, index) if _fixed_width(arr.type) else pc.filter(arr, keep)
-        for name, arr in arrays.items()
-    }
+def _drop_deleted(arr: pa.ChunkedArray | pa.Array, live: LiveRows) -> pa.ChunkedArray | pa.Array:
+    """``arr`` without the deleted rows (``live``: the fragment's live rows). A fixed-width
+    column is gathered by the live offsets (faster than a filter for a vector deleting few
+    rows); a variable-width one is filtered (gathering it is ~1.6x slower)."""
+    keep, offsets = live
+    return pc.take(arr, offsets) if _fixed_width(arr.type) else pc.filter(arr, keep)
 
 
 def _fixed_width(t: pa.DataType) -> bool:
@@ -203,9 +198,7 @@ class FragmentReader:
         if where is None:
             if dv is not None and dv.all_deleted:
                 return schema.empty_table()
-            arrays = self._read_columns(frag, out_cols, None)
-            if dv is not None:
-                arrays = _live_rows(arrays, ~dv.mask())
+            arrays = self._read_columns(frag, out_cols, None, dv)
             return pa.Table.from_arrays([arrays[c] for c in out_cols], schema=schema)
         where_cols = where_cols or []
         pred_arrays = self._read_columns(frag, where_cols, None)
@@ -417,10 +410,20 @@ class FragmentReader:
     # -- files ----------------------------------------------------------------------------
 
     def _read_columns(
-        self, frag: FragmentRecord, names: list[str], rows: np.ndarray | None
+        self,
+        frag: FragmentRecord,
+        names: list[str],
+        rows: np.ndarray | None,
+        deleted: DeletionRecord | None = None,
     ) -> dict[str, pa.ChunkedArray | pa.Array]:
-        """Columns of a fragment (all rows, or only ``rows``: sorted positions)."""
+        """Columns of a fragment: all rows, or only ``rows`` (sorted positions), or with
+        ``deleted`` (the fragment's deletion vector; ``rows`` None) all rows but those it
+        deletes (plain values read in place are taken from the pages, the others removed
+        after the read)."""
+        live = None if deleted is None else live_rows(deleted)
+        keep = None if live is None else live[1].to_numpy()
         n = frag.row_count if rows is None else len(rows)
+        n = n if keep is None else len(keep)
         out: dict[str, pa.ChunkedArray | pa.Array] = {}
         records = {c.name: c for c in self.snapshot.columns}
         ids = [records[c].column_id for c in names if c in records]
@@ -438,7 +441,9 @@ class FragmentReader:
             per_file.setdefault(provider.file_id, (provider, []))[1].append(col)
         jobs = list(per_file.values())
         if rows is None or self._few(frag, rows):  # values read in place need no thread
-            jobs = [job for job in jobs if not self._gathered(frag, job[0], job[1], rows, out)]
+            jobs = [
+                job for job in jobs if not self._gathered(frag, job[0], job[1], rows, out, keep)
+            ]
         if len(jobs) > 1:
             tables = list(
                 _file_pool().map(
@@ -455,6 +460,7 @@ class FragmentReader:
         for (_, cols), table in zip(jobs, tables, strict=True):
             for col in cols:
                 arr = table.column(col.physical_name)
+                arr = arr if live is None else _drop_deleted(arr, live)
                 if not arr.type.equals(col.arrow_type):
                     arr = arr.cast(col.arrow_type)
                 out[col.name] = arr
@@ -471,11 +477,12 @@ class FragmentReader:
         cols: list[ColumnRecord],
         rows: np.ndarray | None,
         out: dict[str, pa.ChunkedArray | pa.Array],
+        keep: np.ndarray | None = None,
     ) -> bool:
-        """Put ``rows`` (None: all) of every column of ``cols`` into ``out`` when all of them
-        are read in place from ``file``'s pages (:func:`omnitable.format.pages.gather_plain`:
-        plain uncompressed values, no decoding); whether they were (else ``out`` is
-        unchanged)."""
+        """Put ``rows`` (None: all, or with ``keep``, the live offsets, those) of every column
+        of ``cols`` into ``out`` when all of them are read in place from ``file``'s pages
+        (:func:`omnitable.format.pages.gather_plain`: plain uncompressed values, no
+        decoding); whether they were (else ``out`` is unchanged)."""
         if not all(c.arrow_type in _PLAIN_TYPES for c in cols):
             return False  # only such columns can be read in place: no file is opened for it
         uri = self.location.child_uri(file.path)
@@ -489,7 +496,7 @@ class FragmentReader:
         fetched = 0
         with handle:
             for col in cols:
-                read = gather_plain(handle, uri, col.physical_name, rows)
+                read = gather_plain(handle, uri, col.physical_name, rows if keep is None else keep)
                 if read is None or read.file_rows != frag.row_count:
                     return False
                 arr = read.table.column(0)

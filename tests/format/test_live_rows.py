@@ -1,0 +1,54 @@
+"""The live rows of deletion vectors (``format/live_rows.py``): right for every vector, kept
+for the next read of the same vector, within a bound."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from omnitable.catalog.records import DeletionRecord
+from omnitable.format import live_rows as lr
+from omnitable.vocabulary.deletions import encode_vector
+
+
+def _vector(mask: np.ndarray, fragment: str = "f") -> DeletionRecord:
+    return DeletionRecord("v", fragment, len(mask), int(mask.sum()), encode_vector(mask), 1)
+
+
+@pytest.fixture(autouse=True)
+def _empty() -> None:
+    lr.forget()
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=300))
+def test_live_rows_are_the_rows_not_deleted(deleted: list[bool]) -> None:
+    mask = np.array(deleted)
+    keep, offsets = lr.live_rows(_vector(mask))
+    assert keep.to_pylist() == (~mask).tolist()
+    assert offsets.type == pa.int32() and offsets.to_pylist() == np.flatnonzero(~mask).tolist()
+
+
+def test_live_rows_are_kept_by_content_within_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(2)
+    a, b = (rng.random(10_000) < 0.1 for _ in range(2))
+    first = lr.live_rows(_vector(a))
+    assert lr.live_rows(_vector(a))[1] is first[1]  # a new record of the same vector: kept
+    assert lr.live_rows(_vector(b))[1] is not first[1]  # another vector
+    assert lr.live_rows(_vector(a, fragment="g"))[1] is not first[1]  # another fragment
+    size = first[0].nbytes + first[1].nbytes
+    monkeypatch.setattr(lr, "MAX_BYTES", int(size * 1.5))  # room for one
+    lr.forget()
+    kept_a = lr.live_rows(_vector(a))
+    assert lr.live_rows(_vector(a))[1] is kept_a[1]
+    lr.live_rows(_vector(b))  # evicts a, the least recently used
+    again = lr.live_rows(_vector(a))
+    assert again[1] is not kept_a[1] and again[1].equals(kept_a[1])
+    assert lr._kept_bytes <= lr.MAX_BYTES
+    monkeypatch.setattr(lr, "MAX_BYTES", 10)  # larger than the bound: worked out, not kept
+    lr.forget()
+    assert lr.live_rows(_vector(a))[1] is not lr.live_rows(_vector(a))[1]
+    assert lr._kept_bytes == 0
