@@ -229,22 +229,25 @@ def test_add_columns_and_supplied_ids_after_a_delete_stay_aligned(wh: omnitable.
         t.append(pa.table({ROW_ID: [ids[0]], "x": [99]}), "c")
 
 
+@pytest.mark.parametrize("deleted", [0.1, 0.7])
 def test_values_read_in_place_keep_only_the_live_rows(
-    wh: omnitable.Warehouse, monkeypatch: pytest.MonkeyPatch
+    wh: omnitable.Warehouse, monkeypatch: pytest.MonkeyPatch, deleted: float
 ) -> None:
     """Fixed-width columns read in place from their pages take a deleted fragment's live rows
-    there (its live offsets, :mod:`omnitable.format.live_rows`); the other columns drop the
-    deleted rows after their read. Every read equals the rows that were not deleted."""
+    there (its live offsets, :mod:`omnitable.format.live_rows`: every page read when most rows
+    live, the pages holding them otherwise); the other columns drop the deleted rows after
+    their read; a column no file provides and the batch name come at the live rows' count.
+    Every read equals the rows that were not deleted."""
     import omnitable.format.reader as reader
 
     n = 3_000
-    schema = {"f": "double", "g": "double", "i": "bigint", "s": "string"}
+    schema = {"f": "double", "g": "double", "i": "bigint", "s": "string", "z": "double"}
     t = wh.create_table(f"live{next(_names)}", schema, groups={"nums": ["f", "g"]})
     xs = np.arange(n)
     f, g = np.random.default_rng(4).random((2, n))  # random floats are stored PLAIN, as is
     t.append(pa.table({"f": f, "g": g, "i": xs, "s": [f"s{k}" for k in xs]}), "a")
     ids = t.read([ROW_ID, "i"]).sort_by("i")[ROW_ID].to_numpy()
-    gone = np.random.default_rng(5).random(n) < 0.1
+    gone = np.random.default_rng(5).random(n) < deleted
     t.delete(ids=ids[gone].tolist())
     gathered: list[int] = []
     real = reader.gather_plain
@@ -256,8 +259,9 @@ def test_values_read_in_place_keep_only_the_live_rows(
 
     monkeypatch.setattr(reader, "gather_plain", spy)
     want = {"i": xs[~gone].tolist(), "s": [f"s{k}" for k in xs[~gone]],
-            "f": f[~gone].tolist(), "g": g[~gone].tolist()}  # fmt: skip
+            "f": f[~gone].tolist(), "g": g[~gone].tolist(), "z": [None] * int((~gone).sum()),
+            APPEND_NAME: ["a"] * int((~gone).sum())}  # fmt: skip
     for _ in range(3):  # the first read decodes with pyarrow; later ones read pages in place
-        got = t.read(["i", "s", "f", "g"]).sort_by("i").to_pydict()
+        got = t.read(["i", "s", "f", "g", "z", APPEND_NAME]).sort_by("i").to_pydict()
         assert got == want
     assert int((~gone).sum()) in gathered  # a gather took the live rows from the pages

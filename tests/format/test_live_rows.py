@@ -3,6 +3,8 @@ for the next read of the same vector, within a bound."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -52,3 +54,25 @@ def test_live_rows_are_kept_by_content_within_the_bound(monkeypatch: pytest.Monk
     lr.forget()
     assert lr.live_rows(_vector(a))[1] is not lr.live_rows(_vector(a))[1]
     assert lr._kept_bytes == 0
+
+
+def test_threads_keep_the_byte_count_of_what_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Readers on several threads share the kept entries: the byte count stays the sum of the
+    entries kept, within the bound, and every answer is right."""
+    rng = np.random.default_rng(6)
+    masks = [rng.random(5_000 + 100 * i) < 0.2 for i in range(8)]
+    one = lr.live_rows(_vector(masks[0]))
+    monkeypatch.setattr(lr, "MAX_BYTES", 3 * (one[0].nbytes + one[1].nbytes))
+    lr.forget()
+
+    def work(seed: int) -> bool:
+        picks = np.random.default_rng(seed).integers(0, len(masks), 200)
+        return all(
+            lr.live_rows(_vector(masks[i]))[1].to_pylist() == np.flatnonzero(~masks[i]).tolist()
+            for i in picks
+        )
+
+    with ThreadPoolExecutor(6) as pool:
+        assert all(pool.map(work, range(12)))
+    kept = sum(k[0].nbytes + k[1].nbytes for k in lr._KEPT.values())
+    assert lr._kept_bytes == kept <= lr.MAX_BYTES and len(lr._KEPT) >= 2

@@ -62,7 +62,16 @@ def live_rows(vector: DeletionRecord) -> LiveRows:
 
 
 def forget() -> None:
-    """Drop every kept entry (tests; a forked child starts with none)."""
+    """Drop every kept entry."""
+    global _kept_bytes
+    with _LOCK:
+        _KEPT.clear()
+        _kept_bytes = 0
+
+
+def _start_empty() -> None:
+    """In a forked child: no entry, and a new lock (another thread may have held the
+    parent's at the fork)."""
     global _LOCK, _kept_bytes
     _LOCK = threading.Lock()
     _KEPT.clear()
@@ -74,4 +83,4 @@ def _size(rows: LiveRows) -> int:
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=forget)
+    os.register_at_fork(after_in_child=_start_empty)

@@ -287,8 +287,12 @@ def gather_plain(
         if found is None:
             return None
         info, leaf, p = found
-        if rows is None or 2 * len(rows) > info.num_rows:  # every row, or most (a delete's)
-            return _gather_all(handle, info, column, leaf, p, rows)
+        if rows is None:
+            return _gather_all(handle, info, column, leaf, p, None)
+        if 2 * len(rows) > info.num_rows:  # most rows (a delete's live ones): every page read
+            got = _gather_all(handle, info, column, leaf, p, rows)
+            if got is not None:
+                return got  # else a page no wanted row lies in may not be plain
         return _gather(handle, info, column, leaf, p, rows)
     except _NOT_FOR_PAGES as exc:
         log.debug("Gather of %s by pages: %s: %s", uri, type(exc).__name__, exc)

@@ -420,6 +420,8 @@ class FragmentReader:
         ``deleted`` (the fragment's deletion vector; ``rows`` None) all rows but those it
         deletes (plain values read in place are taken from the pages, the others removed
         after the read)."""
+        if deleted is not None and rows is not None:
+            raise ValueError("_read_columns takes rows or a deletion vector, not both")
         live = None if deleted is None else live_rows(deleted)
         keep = None if live is None else live[1].to_numpy()
         n = frag.row_count if rows is None else len(rows)

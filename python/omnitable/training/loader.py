@@ -34,7 +34,6 @@ from omnitable.catalog.records import FragmentRecord
 from omnitable.catalog.snapshot import Snapshot, SnapshotScope
 from omnitable.exceptions import ValidationError
 from omnitable.format.fs import Location
-from omnitable.format.live_rows import live_rows
 from omnitable.format.reader import FragmentReader
 
 DEFAULT_BATCH_SIZE = 1024
@@ -341,7 +340,7 @@ class BatchLoader:
         table = self.reader.read_rows(u.fragment, names, np.arange(u.start, u.stop))
         dv = self.snapshot.deletion(u.fragment.fragment_id)
         if dv is not None:
-            table = table.filter(live_rows(dv)[0].slice(u.start, u.stop - u.start))
+            table = table.filter(pa.array(~dv.mask()[u.start : u.stop]))
         if self.where is not None:
             table = table.filter(self.where)
         return table.select(self.columns).cast(self.schema)
