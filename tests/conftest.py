@@ -344,3 +344,46 @@ def pause_call(tmp_path: Path) -> Iterator[PausedCall]:
     yield start
     for spark in sessions:
         spark.conf.unset("spark.omnitable.test.failpoint")
+
+
+_M64 = (1 << 64) - 1
+
+
+def _unmix(h: int) -> int:
+    """The inverse of the 64-bit mix that hashes integer key values (pandas' ``hash_array``
+    of an int64: a splitmix64 finalizer, a bijection)."""
+
+    def unshift(x: int, s: int) -> int:  # inverse of x ^= x >> s
+        out = x
+        for _ in range(64 // s):
+            out = x ^ (out >> s)
+        return out & _M64
+
+    h = unshift(h, 31)
+    h = (h * pow(0x94D049BB133111EB, -1, 1 << 64)) & _M64
+    h = unshift(h, 27)
+    h = (h * pow(0xBF58476D1CE4E5B9, -1, 1 << 64)) & _M64
+    return unshift(h, 30)
+
+
+def _colliding_key(a1: int, b1: int, a2: int) -> int:
+    """A ``b2`` for which the key (a2, b2) of two bigint columns has the hash of (a1, b1)."""
+    import numpy as np
+    from pandas.util import hash_array
+
+    from omnitable.vocabulary.keys import _FOLD
+
+    def h(v: int) -> int:
+        return int(hash_array(np.array([v], dtype=np.int64))[0])
+
+    fold = int(_FOLD)
+    target = ((h(a1) * fold) & _M64) ^ h(b1) ^ ((h(a2) * fold) & _M64)
+    b2 = _unmix(target)
+    return b2 - (1 << 64) if b2 >= 1 << 63 else b2
+
+
+@pytest.fixture
+def colliding_key() -> Callable[[int, int, int], int]:
+    """``f(a1, b1, a2)``: a ``b2`` such that the keys (a1, b1) and (a2, b2) of two bigint
+    columns share their 64-bit key hash (omnitable.vocabulary.keys), built on purpose."""
+    return _colliding_key

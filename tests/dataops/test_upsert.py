@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -356,3 +357,35 @@ def test_rows_of_an_upsert_are_a_batch_of_the_table(wh: omnitable.Warehouse) -> 
     with pytest.raises(omnitable.ValidationError, match="append_name must be"):
         t.upsert(pa.table({"url": ["r"]}), append_name="")
     assert t.version == v and t.lookup(["r"]).num_rows == 0
+
+
+def test_keys_of_several_integer_columns_that_share_a_hash_are_never_merged(
+    wh: omnitable.Warehouse, colliding_key: Callable[[int, int, int], int]
+) -> None:
+    """Two distinct keys of two bigint columns hashed to the same 64 bits (built on purpose):
+    an upsert of the second is rejected (``key_collision``), not merged into the first's row,
+    whether the first is stored or in the same input; a lookup of it finds nothing."""
+    from omnitable.vocabulary.keys import key_hashes
+
+    a1, b1, a2 = 7, 11, 8
+    b2 = colliding_key(a1, b1, a2)
+    hashes = key_hashes([pa.array([a1, a2], pa.int64()), pa.array([b1, b2], pa.int64())])
+    assert hashes[0][0] == hashes[0][1] and hashes[1][0] == hashes[1][1]  # a real collision
+    schema = {"a": "bigint", "b": "bigint", "v": "double"}
+    t = wh.create_table(f"c{next(_names)}", schema, key=["a", "b"])
+    t.upsert(pa.table({"a": [a1, 1], "b": [b1, 1], "v": [1.0, 5.0]}))
+    result = t.upsert(pa.table({"a": [a2, 1], "b": [b2, 1], "v": [2.0, 6.0]}))
+    assert (result.inserted, result.merged) == (0, 1)
+    assert result.rejected.column("a").to_pylist() == [a2]
+    reason = result.rejected.column("_ai_error_")[0].as_py()
+    assert reason.startswith("key_collision:") and f"({a1}, {b1})" in reason
+    got = sorted(tuple(r.values()) for r in t.read(["a", "b", "v"]).to_pylist())
+    assert got == [(1, 1, 6.0), (a1, b1, 1.0)]  # the stored row keeps its key and value
+    assert t.lookup([(a2, b2)], ["v"]).num_rows == 0
+    assert t.lookup([(a1, b1)], ["v"]).to_pylist() == [{"v": 1.0}]
+    assert [e["exception_type"] for e in result.error_rows] == ["key_collision"]  # error table
+    fresh = wh.create_table(f"c{next(_names)}", schema, key=["a", "b"])
+    both = fresh.upsert(pa.table({"a": [a1, a2], "b": [b1, b2], "v": [1.0, 2.0]}))
+    assert both.inserted == 0 and fresh.read(["a"]).num_rows == 0
+    reasons = sorted(r.as_py().split(":")[0] for r in both.rejected.column("_ai_error_"))
+    assert reasons == ["key_collision", "key_collision"]

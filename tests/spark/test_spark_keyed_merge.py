@@ -10,7 +10,7 @@ same new key conflicts, of other keys lands next to it; a commit killed midway l
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -280,3 +280,35 @@ def test_a_keyed_merge_killed_mid_commit_leaves_nothing(
     assert fresh.lookup([77]).num_rows == 0
     assert _files(t, ".parquet") == files
     assert _files(t, INDEX_FILE) == _live_index_files(fresh)
+
+
+def test_an_inserted_key_sharing_the_hash_of_a_stored_key_fails_the_merge(
+    spark: Any,
+    wh: omnitable.Warehouse,
+    catalog: str,
+    colliding_key: Callable[[int, int, int], int],
+) -> None:
+    """A table keyed by two bigint columns (64-bit key hashes): a MERGE whose ON clause finds no
+    row for an inserted key, while a live row's other key has that key's hash (built on
+    purpose), fails with nothing committed: the table cannot hold both keys."""
+    a1, b1, a2 = 3, 4, 5
+    b2 = colliding_key(a1, b1, a2)
+    schema = {"a": "bigint", "b": "bigint", "v": "double"}
+    t = wh.create_table(f"kc{next(_views)}", schema, key=["a", "b"])
+    t.upsert(pa.table({"a": [a1], "b": [b1], "v": [1.0]}))
+    v, files, indexes = t.version, _files(t, ".parquet"), _files(t, INDEX_FILE)
+    src = f"kcsrc_{next(_views)}"
+    rows = [(a2, b2, 2.0), (9, 9, 3.0)]
+    spark.createDataFrame(rows, "a bigint, b bigint, v double").createOrReplaceTempView(src)
+    merge = (
+        f"MERGE INTO {catalog}.{t.name} t USING {src} s ON t.a = s.a AND t.b = s.b "
+        "WHEN MATCHED THEN UPDATE SET v = s.v "
+        "WHEN NOT MATCHED THEN INSERT (a, b, v) VALUES (s.a, s.b, s.v)"
+    )
+    with pytest.raises(Exception, match="OMNITABLE_MERGE_KEY_COLLISION"):
+        spark.sql(merge)
+    fresh = wh.table(t.name)
+    assert fresh.version == v and _files(t, ".parquet") == files
+    assert _files(t, INDEX_FILE) == indexes
+    assert fresh.read(["a", "b", "v"]).to_pylist() == [{"a": a1, "b": b1, "v": 1.0}]
+    assert fresh.lookup([(a1, b1)], ["v"]).to_pylist() == [{"v": 1.0}]

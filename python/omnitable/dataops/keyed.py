@@ -14,6 +14,7 @@ from omnitable.catalog.snapshot import Snapshot
 from omnitable.context import TableContext
 from omnitable.exceptions import ValidationError
 from omnitable.format.keyindex import FragmentSlot, probe_fragments
+from omnitable.format.reader import FragmentReader
 from omnitable.vocabulary.keys import key_hashes, table_key
 
 
@@ -49,13 +50,19 @@ def screen(table: pa.Table, key: list[str]) -> Screened:
     h1, h2 = key_hashes([table.column(k).take(pa.array(positions)) for k in key])
     dup = _duplicates(h1, h2)
     if dup.any():
-        counts: dict[tuple[int, int], int] = {}
-        for a, b in zip(h1[dup], h2[dup], strict=True):
-            counts[(int(a), int(b))] = counts.get((int(a), int(b)), 0) + 1
+        groups: dict[tuple[int, int], list[int]] = {}
         for i in np.flatnonzero(dup):
-            pos = int(positions[i])
-            n = counts[(int(h1[i]), int(h2[i]))]
-            rejected.append((pos, "duplicate_key", f"key {key_repr(table, key, pos)} occurs {n} times in this input"))  # fmt: skip
+            groups.setdefault((int(h1[i]), int(h2[i])), []).append(int(positions[i]))
+        for rows in groups.values():
+            shown = [key_repr(table, key, pos) for pos in rows]
+            for pos, this in zip(rows, shown, strict=True):
+                n = shown.count(this)
+                other = next((s for s in shown if s != this), None)
+                rejected.append(
+                    (pos, "duplicate_key", f"key {this} occurs {n} times in this input")
+                    if n > 1 or other is None
+                    else (pos, "key_collision", collision_message(table, key, pos, other))
+                )
         positions, h1, h2 = positions[~dup], h1[~dup], h2[~dup]
     return Screened(positions, h1, h2, sorted(rejected))
 
@@ -71,6 +78,16 @@ def _duplicates(h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
     out = np.zeros(len(h1), dtype=bool)
     out[order] = flagged
     return out
+
+
+def collision_message(table: pa.Table, key: list[str], pos: int, other: str) -> str:
+    """Why the row at ``pos`` of ``table`` is rejected: its key is not ``other`` but hashes
+    the same (keys of several integer or date columns are hashed to 64 bits)."""
+    return (
+        f"key {key_repr(table, key, pos)} has the same 64-bit hash as key {other}, and a table "
+        f"keyed by several integer or date columns ({', '.join(key)}) cannot hold both; add a "
+        "string column to the key (docs/dataops.md, upserts)"
+    )
 
 
 def key_repr(table: pa.Table, key: list[str], pos: int) -> str:
@@ -96,3 +113,34 @@ def locate(
     fragments, slots = live_slots(snap)
     where, offsets = probe_fragments(ctx.location, slots, h1, h2)
     return fragments, where, offsets
+
+
+def read_found(
+    reader: FragmentReader,
+    fragments: list[FragmentRecord],
+    where: np.ndarray,
+    offsets: np.ndarray,
+    columns: list[str],
+) -> pa.Table:
+    """``columns`` of the rows the keys found point at (``where``: each key's fragment, -1 for
+    keys not found; ``offsets``: its row there), one fragment after the other, in the order of
+    the keys found."""
+    parts, order = [], []
+    for pos in np.unique(where[where >= 0]):
+        hits = np.flatnonzero(where == pos)
+        hits = hits[np.argsort(offsets[hits])]
+        parts.append(reader.read_rows(fragments[int(pos)], columns, offsets[hits]))
+        order.append(hits)
+    schema = pa.schema([reader.snapshot.arrow_schema().field(c) for c in columns])
+    read = pa.concat_tables([p.cast(schema) for p in parts])
+    return read.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
+
+
+def same_keys(found: pa.Table, given: pa.Table, key: list[str]) -> pa.Array:
+    """Row by row, whether the row read holds the key asked for (a hash collision does not)."""
+    same = None
+    for k in key:
+        eq = pc.equal(found.column(k), given.column(k))
+        same = eq if same is None else pc.and_(same, eq)
+    assert same is not None
+    return same

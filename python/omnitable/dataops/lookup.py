@@ -14,12 +14,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from omnitable.catalog.records import FragmentRecord
 from omnitable.catalog.snapshot import Snapshot, SnapshotScope
 from omnitable.context import TableContext
-from omnitable.dataops.keyed import locate, require_key
+from omnitable.dataops.keyed import locate, read_found, require_key, same_keys
 from omnitable.exceptions import ValidationError
 from omnitable.format.reader import FragmentReader
 from omnitable.ingest.sources import is_pandas_dataframe
@@ -64,34 +62,13 @@ def lookup_rows(
     out = {k: asked.column(k) for k in key}
     if read_cols:  # none when only key columns are asked for, and trusted
         reader = FragmentReader(ctx.location, snap)
-        values = _read_found(reader, fragments, where, offsets, read_cols)
+        values = read_found(reader, fragments, where, offsets, read_cols)
         out.update({c: values.column(c) for c in read_cols})
     # no column asked (columns=[]): one row per key found all the same
     rows = asked.select([]) if not out_cols else pa.Table.from_arrays(
         [out[c] for c in out_cols], schema=schema
     )  # fmt: skip
-    return rows.filter(_same_keys(values, asked, key)) if verify else rows
-
-
-def _read_found(
-    reader: FragmentReader,
-    fragments: list[FragmentRecord],
-    where: np.ndarray,
-    offsets: np.ndarray,
-    columns: list[str],
-) -> pa.Table:
-    """``columns`` of the rows the keys found point at (``where``: each key's fragment, -1 for
-    keys not found; ``offsets``: its row there), one fragment after the other, in the order of
-    the keys found."""
-    parts, order = [], []
-    for pos in np.unique(where[where >= 0]):
-        hits = np.flatnonzero(where == pos)
-        hits = hits[np.argsort(offsets[hits])]
-        parts.append(reader.read_rows(fragments[int(pos)], columns, offsets[hits]))
-        order.append(hits)
-    schema = pa.schema([reader.snapshot.arrow_schema().field(c) for c in columns])
-    read = pa.concat_tables([p.cast(schema) for p in parts])
-    return read.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
+    return rows.filter(same_keys(values, asked, key)) if verify else rows
 
 
 def _key_table(ctx: TableContext, snap: Snapshot, key: list[str], keys: Any) -> pa.Table:
@@ -137,13 +114,3 @@ def _key_table(ctx: TableContext, snap: Snapshot, key: list[str], keys: Any) -> 
         if out[k].null_count:
             raise ValidationError(f"Cannot look up rows of table '{ctx.name}': a key holds NULL")
     return pa.table(out)
-
-
-def _same_keys(found: pa.Table, given: pa.Table, key: list[str]) -> pa.Array:
-    """Row by row, whether the row read holds the key asked for (a hash collision does not)."""
-    same = None
-    for k in key:
-        eq = pc.equal(found.column(k), given.column(k))
-        same = eq if same is None else pc.and_(same, eq)
-    assert same is not None
-    return same

@@ -36,7 +36,16 @@ from omnitable.catalog.records import ColumnRecord, FragmentRecord
 from omnitable.catalog.runs import RunScope
 from omnitable.catalog.snapshot import Snapshot, SnapshotScope
 from omnitable.context import TableContext
-from omnitable.dataops.keyed import Screened, key_repr, locate, require_key, screen
+from omnitable.dataops.keyed import (
+    Screened,
+    collision_message,
+    key_repr,
+    locate,
+    read_found,
+    require_key,
+    same_keys,
+    screen,
+)
 from omnitable.dataops.policies import MergePolicy, merge, resolve_policy
 from omnitable.dataops.update import patched, rewrite_file, rewrite_lineage
 from omnitable.exceptions import CommitConflict, CommitOutcomeUnknown, ValidationError
@@ -50,6 +59,7 @@ from omnitable.ingest.local import BatchTarget, LocalWriter, append_request
 from omnitable.ingest.sources import is_pandas_dataframe, is_spark_dataframe, record_batches
 from omnitable.isolation.policy import IsolationPolicy
 from omnitable.vocabulary.descriptors import FileDescriptor
+from omnitable.vocabulary.keys import weak_key_hash
 from omnitable.vocabulary.names import ROW_ID, check_append_name
 
 log = logging.getLogger(__name__)
@@ -197,16 +207,18 @@ def _plan(
     new = where < 0
     new_rows = incoming.take(pa.array(screened.positions[new]))
     existing = np.flatnonzero(~new)
+    reader = FragmentReader(ctx.location, snap)
+    existing, collided = _collisions(reader, fragments, where, offsets, existing, incoming,
+                                     screened, key)  # fmt: skip
     found = (screened.h1[existing], screened.h2[existing],
              _fragment_ids(fragments)[where[existing]], offsets[existing])  # fmt: skip
-    plan = _Plan(snap, new_rows, screened.h1[new], screened.h2[new], found)
+    plan = _Plan(snap, new_rows, screened.h1[new], screened.h2[new], found, failures=collided)
     columns = [snap.column(n) for n in incoming.column_names if n not in key]
     if not len(existing):
         return plan
     if policy.keeps_stored or not columns:
         plan.unchanged = len(existing)
         return plan
-    reader = FragmentReader(ctx.location, snap)
     for pos in np.unique(where[existing]):
         rows = existing[where[existing] == pos]
         order = np.argsort(offsets[rows])
@@ -217,6 +229,34 @@ def _plan(
             screened.positions[rows], plan, written,
         )  # fmt: skip
     return plan
+
+
+def _collisions(
+    reader: FragmentReader,
+    fragments: list[FragmentRecord],
+    where: np.ndarray,
+    offsets: np.ndarray,
+    existing: np.ndarray,
+    incoming: pa.Table,
+    screened: Screened,
+    key: list[str],
+) -> tuple[np.ndarray, list[tuple[int, str, str]]]:
+    """``existing`` (the screened rows whose key hash a live row holds) without those whose
+    stored key differs, and those as rejected rows. Only a key whose hash is 64 bits
+    (:func:`~omnitable.vocabulary.keys.weak_key_hash`) is read back and compared: two distinct
+    such keys can share a hash, and merging one into the other's row would lose it."""
+    types = [reader.snapshot.column(k).arrow_type for k in key]
+    if not len(existing) or not weak_key_hash(types):
+        return existing, []
+    stored = read_found(reader, fragments, where[existing], offsets[existing], key)
+    asked = incoming.select(key).take(pa.array(screened.positions[existing]))
+    same = np.asarray(same_keys(stored, asked, key).to_numpy(zero_copy_only=False), dtype=bool)
+    rejected = []
+    for i in np.flatnonzero(~same):
+        pos = int(screened.positions[existing[i]])
+        held = key_repr(stored, key, int(i))
+        rejected.append((pos, "key_collision", collision_message(incoming, key, pos, held)))
+    return existing[same], rejected
 
 
 def _merge_fragment(

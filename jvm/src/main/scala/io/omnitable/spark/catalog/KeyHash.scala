@@ -46,6 +46,13 @@ object KeyHash {
   private val SipKey1 = sipKey("omnitable-key-h1")
   private val SipKey2 = sipKey("omnitable-key-h2")
 
+  /**
+   * Whether distinct keys of these column types (in key order) can collide at 64 bits, not 128
+   * (python/omnitable/vocabulary/keys.py `weak_key_hash`): a key of several columns, none a
+   * string, has equal halves ([[ofLong]]); a key of one integer or date column never collides.
+   */
+  def weak(types: Seq[DataType]): Boolean = types.size > 1 && !types.exists(_.isInstanceOf[StringType])
+
   /** The hash of one string key column value. */
   def ofString(s: String): KeyHash = ofUtf8(s.getBytes(UTF_8))
 

@@ -63,6 +63,20 @@ object WriteErrors {
   )
 
   /**
+   * Keys a MERGE into a table keyed by several integer or date columns inserts have the 64-bit
+   * hash of other keys live rows hold (python/omnitable/dataops/upsert.py `key_collision`);
+   * nothing was committed.
+   */
+  def insertedKeyCollisions(table: String, collisions: Int): OmniTableCommitException =
+    new OmniTableCommitException(
+      "OMNITABLE_MERGE_KEY_COLLISION",
+      s"Cannot merge into table '$table': $collisions of the keys it inserts have the same 64-bit hash as " +
+        "the keys of live rows that hold other keys (the table is keyed by several integer or date " +
+        "columns, hashed to 64 bits), and the table cannot hold both; add a string column to the key " +
+        "(docs/dataops.md, upserts). Nothing was committed"
+    )
+
+  /**
    * Rows a MERGE into a keyed table inserts share keys (duplicate source keys among the rows no
    * target row matched), as Spark's MERGE_CARDINALITY_VIOLATION refuses a target row matched by
    * several source rows; nothing was committed.

@@ -83,6 +83,25 @@ object KeyChecks {
     keys
   }
 
+  /**
+   * Refuses inserted keys whose 64-bit hash ([[KeyHash.weak]]: keys of several integer or date
+   * columns) a live row of version `version` of `branch` holds: the MERGE's join found no row
+   * holding the key itself, so that row holds another key with the same hash, and the table
+   * cannot hold both (python/omnitable/dataops/upsert.py rejects such rows, `key_collision`).
+   *
+   * @throws io.omnitable.spark.errors.OmniTableCommitException (`OMNITABLE_MERGE_KEY_COLLISION`)
+   */
+  def refuseCollisions(
+      reader: CatalogReader,
+      table: String,
+      branch: String,
+      version: Long,
+      inserted: IndexedSeq[KeyHash],
+      conf: Configuration): Unit = {
+    val (taken, _) = changes(reader, table, branch, version, inserted, IndexedSeq.empty, conf)
+    if (taken > 0) throw WriteErrors.insertedKeyCollisions(table, taken)
+  }
+
   /** (inserted keys a live row of the head holds, found keys no longer at the row found) at version `head`. */
   private def changes(
       reader: CatalogReader,

@@ -10,6 +10,7 @@ import io.omnitable.spark.catalog.{
   DeletionVectors,
   FinishedRun,
   FragmentScope,
+  KeyHash,
   NewDeletion,
   RowLevelCommit,
   SystemColumns,
@@ -315,6 +316,9 @@ private[write] final class OmniTableDeltaBatchWrite(
       found: IndexedSeq[KeyChecks.Found]): Long = {
     val conf = task.hadoopConf.value
     val keys = KeyChecks.insertedKeys(snap.table.name, snap.tableUri, fragments, conf)
+    if (task.key.exists(k => KeyHash.weak(k.types)) && keys.nonEmpty) {
+      KeyChecks.refuseCollisions(handle.reader, snap.table.name, upsert.branch, snap.snapshot.version, keys, conf)
+    }
     val keyed = upsert.copy(keysChecked = Some(snap.snapshot.version))
     catalog.failpoints.hit("merge.before_commit")
     checks.commitWith(catalog, append, None)(a =>

@@ -82,6 +82,14 @@ class KeyIndexSuite extends AnyFunSuite with PythonStepsProcess {
     assert(KeyHash.of(Seq("a", 1L)) != KeyHash.of(Seq(1L, "a")), "the fold depends on key order")
   }
 
+  test("keys of several integer or date columns are the weak ones (64-bit hashes), as in Python") {
+    assert(KeyHash.weak(Seq(LongType, DateType)) && KeyHash.weak(Seq(IntegerType, ShortType, LongType)))
+    assert(!KeyHash.weak(Seq(LongType)) && !KeyHash.weak(Seq(DateType)), "one column: a bijection")
+    assert(!KeyHash.weak(Seq(StringType, LongType)) && !KeyHash.weak(Seq(LongType, StringType)))
+    val folded = KeyHash.of(Seq(7L, LocalDate.of(2026, 1, 2)))
+    assert(folded.h1 == folded.h2, "no string column: both halves equal")
+  }
+
   for (backend <- Seq("sqlite", "postgres"))
     test(s"the index files of a Python-upserted keyed table find what Python's probe finds [$backend]") {
       assume(backend == "sqlite" || postgres.isDefined, "OMNITABLE_TEST_POSTGRES_URL is not set")
