@@ -670,7 +670,9 @@ class Table:
         ``"first_write_wins"``, ``"append_list"`` or a function ``(stored, incoming) ->
         merged`` on pandas DataFrames (or its ``"module:function"`` reference), run isolated
         under ``isolation`` (an ``omnitable.isolation.IsolationPolicy``: budgets, mode).
-        Rows with a NULL key, a key given twice, or on which the policy fails are rejected:
+        Rows with a NULL key, a key given twice, a key whose 64-bit hash another key holds
+        (keys of several integer or date columns: ``key_collision``), or on which the policy
+        fails are rejected:
         returned in ``UpsertResult.rejected`` and recorded in the error table (``errors()``;
         this uses ``spark``, the active session or a new local one; when that fails, after the
         commit, a warning says why and ``errors_recorded`` is False), never written.

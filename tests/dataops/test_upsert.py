@@ -389,3 +389,12 @@ def test_keys_of_several_integer_columns_that_share_a_hash_are_never_merged(
     assert both.inserted == 0 and fresh.read(["a"]).num_rows == 0
     reasons = sorted(r.as_py().split(":")[0] for r in both.rejected.column("_ai_error_"))
     assert reasons == ["key_collision", "key_collision"]
+    mixed = fresh.upsert(pa.table({"a": [a1, a2, a1], "b": [b1, b2, b1], "v": [1.0, 2.0, 3.0]}))
+    assert [r.as_py() for r in mixed.rejected.column("_ai_error_")] == [
+        f"duplicate_key: key ({a1}, {b1}) occurs 2 times in this input",
+        "key_collision: " + mixed.rejected.column("_ai_error_")[1].as_py().split(": ", 1)[1],
+        f"duplicate_key: key ({a1}, {b1}) occurs 2 times in this input",
+    ]
+    assert f"key ({a2}, {b2}) has the same 64-bit hash as key ({a1}, {b1})" in (
+        mixed.rejected.column("_ai_error_")[1].as_py()
+    )

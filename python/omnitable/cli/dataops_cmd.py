@@ -124,7 +124,8 @@ def upsert(
     ctx: Context, table: str, source: str, policy: str, batch: str | None, why: str | None
 ) -> None:
     """Insert the new keys of a file into keyed TABLE and merge the existing ones under
-    --policy, in one commit. Rejected rows (NULL or repeated keys, policy failures) go to the
+    --policy, in one commit. Rejected rows (NULL or repeated keys, keys whose 64-bit hash
+    another key holds, policy failures) go to the
     error table (written with Spark) and are counted; the exit status is 0 when the commit
     landed."""
     data = _read_file(source)

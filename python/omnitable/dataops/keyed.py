@@ -3,6 +3,7 @@ the live rows holding given keys (through the global index, omnitable.format.key
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,12 +56,13 @@ def screen(table: pa.Table, key: list[str]) -> Screened:
             groups.setdefault((int(h1[i]), int(h2[i])), []).append(int(positions[i]))
         for rows in groups.values():
             shown = [key_repr(table, key, pos) for pos in rows]
+            counts = Counter(shown)  # more than one distinct key: a hash collision
+            first_two = list(counts)[:2]
             for pos, this in zip(rows, shown, strict=True):
-                n = shown.count(this)
-                other = next((s for s in shown if s != this), None)
+                other = next((s for s in first_two if s != this), None)
                 rejected.append(
-                    (pos, "duplicate_key", f"key {this} occurs {n} times in this input")
-                    if n > 1 or other is None
+                    (pos, "duplicate_key", f"key {this} occurs {counts[this]} times in this input")
+                    if counts[this] > 1 or other is None
                     else (pos, "key_collision", collision_message(table, key, pos, other))
                 )
         positions, h1, h2 = positions[~dup], h1[~dup], h2[~dup]
