@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from forking import start_forked, wait_forked
 from omnitable.catalog.records import DeletionRecord
 from omnitable.format import live_rows as lr
 from omnitable.vocabulary.deletions import encode_vector
@@ -76,3 +77,22 @@ def test_threads_keep_the_byte_count_of_what_is_kept(monkeypatch: pytest.MonkeyP
         assert all(pool.map(work, range(12)))
     kept = sum(k[0].nbytes + k[1].nbytes for k in lr._KEPT.values())
     assert lr._kept_bytes == kept <= lr.MAX_BYTES and len(lr._KEPT) >= 2
+
+
+def _in_child_while_the_parent_holds_the_lock(mask: np.ndarray) -> None:
+    assert lr._kept_bytes == 0 and not lr._KEPT  # a forked child starts empty
+    offsets = lr.live_rows(_vector(mask))[1]  # with a lock of its own
+    assert offsets.to_pylist() == np.flatnonzero(~mask).tolist()
+    assert lr.live_rows(_vector(mask))[1] is offsets
+
+
+def test_a_forked_child_starts_empty_with_a_lock_of_its_own() -> None:
+    """A DataLoader worker forked while another thread of the parent holds the cache's lock
+    neither inherits the parent's entries nor waits on that lock."""
+    mask = np.random.default_rng(8).random(1_000) < 0.3
+    lr.live_rows(_vector(mask))
+    assert lr._kept_bytes > 0
+    with lr._LOCK:  # as a reader thread of the parent would be at the fork
+        child = start_forked(_in_child_while_the_parent_holds_the_lock, mask)
+        wait_forked(child, timeout_s=60)
+    assert lr._kept_bytes > 0  # the parent's entries are untouched
