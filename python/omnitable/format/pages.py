@@ -280,13 +280,8 @@ def gather_plain(
     NULLs (:mod:`omnitable.format.plain_pages`): the pages' values are read (adjacent ones in
     one read; of a memory-mapped file, viewed in the mapping); None otherwise (the
     caller decodes pages or row groups)."""
-    if rows is not None and len(rows) == 0:
-        return None
-    try:
-        found = _one_leaf_pages(handle, uri, column, rows)
-        if found is None:
-            return None
-        info, leaf, p = found
+
+    def gather(info: _FileInfo, leaf: int, p: _Pages) -> PageRead | None:
         if rows is None:
             return _gather_all(handle, info, column, leaf, p, None)
         if 2 * len(rows) > info.num_rows:  # most rows (a delete's live ones): every page read
@@ -294,9 +289,8 @@ def gather_plain(
             if got is not None:
                 return got  # else a page no wanted row lies in may not be plain
         return _gather(handle, info, column, leaf, p, rows)
-    except _NOT_FOR_PAGES as exc:
-        log.debug("Gather of %s by pages: %s: %s", uri, type(exc).__name__, exc)
-        return None
+
+    return _by_pages("pages", handle, uri, column, rows, gather)
 
 
 def gather_dictionary(
@@ -308,17 +302,11 @@ def gather_dictionary(
     dictionary-encoded leaf and those pages hold no NULL (their indices in bit-packed and RLE
     runs: :mod:`omnitable.format.dictionary_pages`); None otherwise (the caller decodes pages
     or row groups)."""
-    if len(rows) == 0:
-        return None
-    try:
-        found = _one_leaf_pages(handle, uri, column, rows)
-        if found is None:
-            return None
-        info, leaf, p = found
+
+    def gather(info: _FileInfo, leaf: int, p: _Pages) -> PageRead | None:
         return _gather_indices(handle, info, column, leaf, p, rows)
-    except _NOT_FOR_PAGES as exc:
-        log.debug("Gather of %s by dictionary pages: %s: %s", uri, type(exc).__name__, exc)
-        return None
+
+    return _by_pages("dictionary pages", handle, uri, column, rows, gather)
 
 
 def _gather_indices(
@@ -500,21 +488,17 @@ def gather_strings(
     (:mod:`omnitable.format.string_pages`): the pages are fetched (adjacent ones in one read; of
     a memory-mapped file, viewed in the mapping), decompressed and only the wanted values
     copied out; None otherwise (the caller decodes pages or row groups)."""
-    if len(rows) == 0:
-        return None
-    try:
-        found = _one_leaf_pages(handle, uri, column, rows)
-        leaf = None if found is None else _string_leaf(found[0], column, found[1])
-        if found is None or leaf is None:
+
+    def gather(info: _FileInfo, index: int, p: _Pages) -> PageRead | None:
+        leaf = _string_leaf(info, column, index)
+        if leaf is None:
             return None
-        info, _, p = found
         page = np.searchsorted(p.starts, rows, side="right") - 1
         if int((rows - p.starts[page]).max()) >= MAX_STEPS:
             return None  # a row too deep in its page to walk to (string_pages.MAX_STEPS)
         return _gather_strings(handle, info, column, leaf, p, rows, page)
-    except _NOT_FOR_PAGES as exc:
-        log.debug("Gather of %s by string pages: %s: %s", uri, type(exc).__name__, exc)
-        return None
+
+    return _by_pages("string pages", handle, uri, column, rows, gather)
 
 
 def _string_leaf(info: _FileInfo, column: str, leaf: int) -> StringLeaf | None:
@@ -567,6 +551,29 @@ def _pages_bytes(
         _read_into(handle, lo, data[at : at + hi - lo])
     read = np.repeat(np.arange(len(heads)), nexts - heads)  # the read holding each range
     return data, offsets - lows[read] + place[read], int(place[-1])
+
+
+def _by_pages(
+    what: str,
+    handle: pa.NativeFile,
+    uri: str,
+    column: str,
+    rows: np.ndarray | None,
+    gather: Callable[[_FileInfo, int, _Pages], PageRead | None],
+) -> PageRead | None:
+    """``gather(info, leaf, pages)`` of the top-level ``column`` of the file when it is one
+    flat leaf with an offset index (:func:`_one_leaf_pages`); None when it is not, when
+    ``rows`` is empty, or when reading the file's pages fails in a way that only means they
+    cannot be read in place (``_NOT_FOR_PAGES``, logged at debug: the caller decodes pages or
+    row groups instead)."""
+    if rows is not None and len(rows) == 0:
+        return None
+    try:
+        found = _one_leaf_pages(handle, uri, column, rows)
+        return None if found is None else gather(*found)
+    except _NOT_FOR_PAGES as exc:
+        log.debug("Gather of %s by %s: %s: %s", uri, what, type(exc).__name__, exc)
+        return None
 
 
 def _one_leaf_pages(
