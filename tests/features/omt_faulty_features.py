@@ -47,6 +47,19 @@ def score(text: pd.Series) -> pd.Series:
     return pd.Series([_score_one(t) for t in text], dtype="float64")
 
 
+score_each = omnitable.feature(
+    inputs=["text"],
+    outputs={"score": "double"},
+    version="1",
+    name="score",
+    timeout_s=0.2,
+    memory_mb=512,
+    batch_rows=512,
+    per_record=True,
+)(_score_one)
+"""``score`` as a per-record function: each bad record is found as it fails."""
+
+
 @omnitable.feature(inputs=["text"], outputs={"n": "int", "half": "double"}, version="1")
 def sized(text: pd.Series) -> pd.DataFrame:
     """``FLOAT`` records make ``n`` 1.5, ``HUGE`` ones 2**40: neither fits the declared int."""

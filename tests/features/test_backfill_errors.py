@@ -45,17 +45,26 @@ def _docs(wh: omnitable.Warehouse) -> omnitable.Table:
     return wh.create_table(f"docs_{uuid.uuid4().hex[:8]}", {"text": "string"})
 
 
-@pytest.fixture
-def faulty_table(wh: omnitable.Warehouse) -> tuple[omnitable.Table, dict[int, str], list[str]]:
+def _faulty_table(
+    wh: omnitable.Warehouse, feature: omnitable.Feature
+) -> tuple[omnitable.Table, dict[int, str], list[str]]:
     texts, marked = _texts(3000, {"RAISE": 3, "SLEEP": 2, "MEM": 1, "SEGV": 1, "EXIT": 1})
     t = _docs(wh)
     t.append(pa.table({"text": texts}), "b1", target_fragment_rows=1000)
-    t.register(faulty.score)
+    t.register(feature)
     return t, marked, texts
 
 
-def test_bad_records_of_every_kind_are_isolated_and_recorded(faulty_table, spark) -> None:  # type: ignore[no-untyped-def]
-    t, marked, texts = faulty_table
+@pytest.fixture
+def faulty_table(wh: omnitable.Warehouse) -> tuple[omnitable.Table, dict[int, str], list[str]]:
+    return _faulty_table(wh, faulty.score)
+
+
+@pytest.mark.parametrize("form", ["vectorized", "per-record"])
+def test_bad_records_of_every_kind_are_isolated_and_recorded(wh, spark, form: str) -> None:  # type: ignore[no-untyped-def]
+    t, marked, texts = _faulty_table(
+        wh, faulty.score if form == "vectorized" else faulty.score_each
+    )
     result = t.backfill("score").run(spark)
     assert result.errors == {"score@1": len(marked)}
     out = t.read(columns=[ROW_ID, "score"])

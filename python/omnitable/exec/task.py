@@ -18,6 +18,7 @@ import resource
 import sys
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from omnitable.format.fs import Location, resolve_location
 from omnitable.format.writer import WriteOptions, write_column_file
 from omnitable.isolation import IsolationPolicy, Mode, input_digest, run_isolated
 from omnitable.isolation.engine import CallSizing, split
+from omnitable.isolation.records import PerRecord
 from omnitable.vocabulary.deletions import decode_vector
 from omnitable.vocabulary.names import ROW_ID
 from omnitable.vocabulary.types import to_arrow
@@ -46,6 +48,7 @@ TYPE_ERROR_PREFIX = "_ai_type_error_"  # an SQL feature's value that did not con
 DEFAULT_BATCH_ROWS = 65_536
 DEFAULT_CALL_TIMEOUT_S = 120.0
 _LOADED: dict[str, Feature] = {}
+_PER_RECORD: OrderedDict[int, PerRecord] = OrderedDict()
 _SIZING: weakref.WeakKeyDictionary[Callable[..., Any], CallSizing] = weakref.WeakKeyDictionary()
 
 
@@ -217,6 +220,8 @@ def compute_feature(
     policy = _policy(f, isolation)
     batch_rows = int(f.options.get("batch_rows") or DEFAULT_BATCH_ROWS)
     fn: Callable[..., Any] | None = f.fn
+    if f.options.get("per_record") and fn is not None:
+        fn = _per_record(fn)
     if model_reference(f) is not None:  # micro-batched model calls (exec/inference.py)
         caller = model_caller(f)
         fn = caller
@@ -278,6 +283,18 @@ def _patch(
         new = computed.column(name).combine_chunks().take(take_new) if len(positions) else old
         out[name] = pc.if_else(mask, new, old)
     return pa.table(out)
+
+
+def _per_record(fn: Callable[..., Any]) -> PerRecord:
+    """``fn`` as a per-record function, one wrapper per function in this process (so that it
+    is pickled for the child process once)."""
+    hit = _PER_RECORD.get(id(fn))
+    if hit is None or hit.fn is not fn:
+        hit = _PER_RECORD[id(fn)] = PerRecord(fn)
+        while len(_PER_RECORD) > 32:
+            _PER_RECORD.popitem(last=False)
+    _PER_RECORD.move_to_end(id(fn))
+    return hit
 
 
 def _sizing(fn: Callable[..., Any]) -> CallSizing | None:

@@ -156,18 +156,34 @@ def feature(
     memory_mb: int | None = None,
     batch_rows: int | None = None,
     isolation: str = "auto",
+    per_record: bool = False,
 ) -> Callable[[Callable[..., Any]], Feature]:
     """Decorator registering a vectorized pandas function as a feature definition.
 
     The function receives one pandas Series per input (in ``inputs`` order) and returns a Series
     (one output) or a DataFrame with one column per output, of the same length.
 
+    ``per_record=True``: the function instead receives one record's input values (Python
+    scalars, in ``inputs`` order) and returns that record's output, or for several outputs a
+    tuple in output order or a mapping by name. Its bad records are then found one by one as
+    they fail, without bisection: an exception, a record over ``timeout_s`` or a crash costs
+    that record alone (docs/isolation.md, *Per-record functions*).
+
     Example::
 
         @omnitable.feature(inputs=["text"], outputs={"n_chars": "int"}, version="1")
         def n_chars(text):
             return text.str.len()
+
+        @omnitable.feature(inputs=["text"], outputs={"n_words": "int"}, version="1",
+                           per_record=True)
+        def n_words(text):
+            return len(text.split())
     """
+    if not isinstance(per_record, bool):
+        raise ValidationError(
+            f"Cannot make a feature: per_record must be True or False, got {per_record!r}"
+        )
 
     def wrap(fn: Callable[..., Any]) -> Feature:
         if not callable(fn):
@@ -179,6 +195,7 @@ def feature(
             "memory_mb": memory_mb,
             "batch_rows": batch_rows,
             "isolation": isolation,
+            "per_record": per_record or None,
         }
         return Feature(
             name=_check_name(fname),

@@ -14,6 +14,8 @@ Layout, by where the code runs:
 * :mod:`~omnitable.isolation.guard` — one guarded call: alarm, memory cap, result check (in the
   calling process on the fast path, and inside the child workers);
 * :mod:`~omnitable.isolation.engine` — bisection and reassembly (calling process);
+* :mod:`~omnitable.isolation.records` — per-record functions: the loop that runs them record
+  by record (calling process and child workers);
 * :mod:`~omnitable.isolation.supervisor` — PARENT side of the child processes (calling process);
 * :mod:`~omnitable.isolation.child` — the zygote and its workers (CHILD processes only);
 * :mod:`~omnitable.isolation.udf` — :func:`isolated`, the body of a pandas UDF (Spark Python
@@ -27,6 +29,7 @@ Public API:
   runner's entry point);
 * :func:`isolated` — a callable for plain PySpark pandas UDFs, with :func:`isolated_schema` and
   :func:`failure_counter`;
+* :func:`per_record` — marks a function of one record, isolated without bisection;
 * :class:`IsolationPolicy`, :class:`RecordFailure`, :class:`IsolationResult`,
   :class:`IsolationLimitError`, :func:`input_digest`.
 """
@@ -45,6 +48,7 @@ from omnitable.isolation.policy import (
     RecordFailure,
     input_digest,
 )
+from omnitable.isolation.records import PerRecord, per_record
 from omnitable.isolation.udf import (
     ERROR_FIELDS,
     IsolatedFunction,
@@ -64,10 +68,12 @@ __all__ = [
     "IsolationResult",
     "Kind",
     "Mode",
+    "PerRecord",
     "RecordFailure",
     "failure_counter",
     "input_digest",
     "isolated",
     "isolated_schema",
+    "per_record",
     "run_isolated",
 ]

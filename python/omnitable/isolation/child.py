@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import faulthandler
+import functools
+import mmap
 import os
 import pickle
 import signal
@@ -24,6 +26,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from omnitable.isolation.guard import CallFailure, guarded_call
+from omnitable.isolation.records import PerRecord, RecordsOutcome, input_values, run_records
 
 MAX_FUNCTIONS = 32
 _PR_SET_PDEATHSIG = 1
@@ -41,18 +44,21 @@ def cloudpickle_module() -> Any:
     return cloudpickle
 
 
-def child_main(conn: Connection, fault_fd: int) -> None:
+def child_main(conn: Connection, fault_fd: int, progress_fd: int) -> None:
     """Serve calls on ``conn`` until EOF or ``("exit",)`` (runs in a forked worker).
 
     ``fault_fd``: an unlinked file shared with the parent, where ``faulthandler`` writes the
-    traceback of a fatal signal.
+    traceback of a fatal signal. ``progress_fd``: an unlinked 8-byte file shared with the
+    parent, where a per-record function's loop writes the position of the record it runs.
     """
     os.ftruncate(fault_fd, 0)
     os.lseek(fault_fd, 0, os.SEEK_SET)
     faulthandler.enable(fault_fd)
+    cursor = memoryview(mmap.mmap(progress_fd, 8)).cast("q")
     fns: OrderedDict[str, Callable[..., Any]] = OrderedDict(_PRELOADED)
     batch_id: int | None = None
     columns: list[Any] = []
+    values: list[list[Any]] | None = None  # the batch as a per-record function's input lists
     while True:
         try:
             msg = pickle.loads(conn.recv_bytes())
@@ -61,9 +67,9 @@ def child_main(conn: Connection, fault_fd: int) -> None:
         if msg[0] == "exit":
             return
         if msg[0] == "release":
-            batch_id, columns = None, []
+            batch_id, columns, values = None, [], None
             continue
-        _, key, payload, bid, cols, lo, hi, budget_s, memory_mb, names, limits = msg
+        _, key, payload, bid, cols, lo, hi, budget_s, memory_mb, names, limits, part = msg
         try:
             if payload is not None and key not in fns:
                 sys.path[:] = payload[1]
@@ -71,15 +77,25 @@ def child_main(conn: Connection, fault_fd: int) -> None:
                 while len(fns) > MAX_FUNCTIONS:
                     fns.popitem(last=False)
             if cols is not None:
-                batch_id, columns = bid, cols
+                batch_id, columns, values = bid, cols, None
             if batch_id != bid or key not in fns:
                 raise RuntimeError("protocol error: batch or function not loaded")
         except Exception as exc:
             conn.send_bytes(pickle.dumps(("error", f"{type(exc).__name__}: {exc}"), protocol=5))
             continue
+        fn = fns[key]
+        if isinstance(fn, PerRecord):
+            if values is None:
+                values = input_values(columns)
+            emit = (functools.partial(_send_part, conn, "part"), part) if part else None
+            last = run_records(
+                fn.fn, values, lo, hi, names, budget_s, memory_mb, limits, cursor, emit
+            )
+            _send_part(conn, "records", last)
+            continue
         n_all = len(columns[0]) if columns else 0
         args = columns if (lo, hi) == (0, n_all) else [_rows(c, lo, hi) for c in columns]
-        outcome = guarded_call(fns[key], args, hi - lo, names, budget_s, memory_mb, limits)
+        outcome = guarded_call(fn, args, hi - lo, names, budget_s, memory_mb, limits)
         try:
             reply = pickle.dumps(("fail" if isinstance(outcome, CallFailure) else "ok", outcome), 5)
         except Exception as exc:
@@ -90,6 +106,25 @@ def child_main(conn: Connection, fault_fd: int) -> None:
         conn.send_bytes(reply)
 
 
+def _send_part(conn: Connection, tag: str, part: RecordsOutcome) -> None:
+    """Send (a part of) a per-record call's results; a part that cannot be pickled fails each
+    of its records instead."""
+    try:
+        data = pickle.dumps((tag, part), protocol=5)
+    except Exception as exc:
+        why = CallFailure(
+            "exception", type(exc).__name__, f"Cannot send the result to the parent: {exc}", ""
+        )
+        size = len(part.values[0])
+        failed = RecordsOutcome(
+            part.lo,
+            [[None] * size for _ in part.values],
+            [(part.lo + j, why) for j in range(size)],
+        )
+        data = pickle.dumps((tag, failed), protocol=5)
+    conn.send_bytes(data)
+
+
 def _rows(column: Any, lo: int, hi: int) -> Any:
     return column.iloc[lo:hi].reset_index(drop=True)
 
@@ -98,7 +133,7 @@ def zygote_main(fd: int) -> None:
     """Entry point of the zygote: fork one worker per request on the control socket ``fd``.
 
     Requests (one pickle per SEQPACKET message): ``("fork", sys_path)`` with the worker's
-    socket and fault-log file as ancillary fds → the worker's pid; ``("wait", pid)`` → its exit code as
+    socket, fault-log file and progress file as ancillary fds → the worker's pid; ``("wait", pid)`` → its exit code as
     ``os.waitstatus_to_exitcode`` gives it (negative: killed by that signal); ``("preload", key,
     sys_path)`` with a file holding a function's payload as ancillary fd → no reply: the function
     is unpickled here once (importing its modules), so later workers start with it. EOF (the
@@ -110,7 +145,7 @@ def zygote_main(fd: int) -> None:
     cloudpickle_module()  # what unpickling the user's function needs
     while True:
         try:
-            data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 2)
+            data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 3)
         except OSError:
             return
         if not data:
@@ -129,7 +164,7 @@ def zygote_main(fd: int) -> None:
                     sock.close()
                     _die_with_parent()
                     sys.path[:] = req[1]
-                    child_main(Connection(fds[0]), fds[1])
+                    child_main(Connection(fds[0]), fds[1], fds[2])
                     code = 0
                 finally:
                     os._exit(code)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +37,14 @@ from omnitable.isolation.policy import (
     RecordFailure,
     input_digest,
 )
-from omnitable.isolation.supervisor import POOL, ChildBatch, ship
+from omnitable.isolation.records import (
+    PerRecord,
+    RecordsOutcome,
+    input_values,
+    output_columns,
+    run_records,
+)
+from omnitable.isolation.supervisor import POOL, ChildBatch, ChildSupervisor, ship
 
 Caller = Callable[[int, int, "float | None"], Outcome]
 _BATCH_IDS = itertools.count(1)
@@ -211,6 +219,8 @@ def execute(
     mode = resolve_mode(policy, previous_attempt_failed)
     if mode == "off":
         return Execution(check_result(fn(*columns), n, output_names), [], "off", 1)
+    if isinstance(fn, PerRecord):
+        return execute_records(fn, columns, n, output_names, policy, mode)
     initial = sizing.initial(n) if sizing is not None else [(0, n)]
     ex = _execute(fn, columns, n, output_names, policy, mode, initial)
     if sizing is not None:
@@ -261,6 +271,117 @@ def _execute(
     return ex
 
 
+CHILD_RECORD_PART = 1024
+"""In the child process a per-record function's batch is one call, whose results come back in
+parts of this many records as they are done: a crash loses the results of the records after
+the last part received, at most this many."""
+
+
+def execute_records(
+    fn: PerRecord,
+    columns: Sequence[Any],
+    n: int,
+    names: list[str],
+    policy: IsolationPolicy,
+    mode: str,
+) -> Execution:
+    """:func:`execute` for a per-record function (``inprocess`` or ``subprocess`` mode): every
+    failure is found by the loop that runs the records (:mod:`~omnitable.isolation.records`),
+    or, for a worker that died, at the position it was running; no bisection."""
+    if fn.outputs is not None and list(fn.outputs) != list(names):
+        raise ValidationError(
+            f"Cannot isolate {fn!r}: it was declared with outputs {fn.outputs}, called for {names}"
+        )
+    budget = policy.budget_s(1)
+    if mode == "inprocess":
+        out = run_records(
+            fn.fn,
+            input_values(columns),
+            0,
+            n,
+            names,
+            budget,
+            policy.memory_mb,
+            policy.limits,
+            array("q", [-1]),
+        )
+        _check_limit(out.failures, columns, n, policy)
+        failed = [pos for pos, _ in out.failures]
+        return Execution(
+            output_columns(out.values, failed), _failures(out.failures, columns), mode, 1
+        )
+    batch = ChildBatch(ship(fn), next(_BATCH_IDS), columns, names, policy)
+    sup = POOL.acquire()
+    starts = sup.starts
+    try:
+        ex = _records_in_child(sup, batch, n, policy)
+    finally:
+        POOL.release(sup)
+    ex.child_starts = sup.starts - starts
+    return ex
+
+
+def _records_in_child(
+    sup: ChildSupervisor, batch: ChildBatch, n: int, policy: IsolationPolicy
+) -> Execution:
+    """The batch as one call in ``sup``'s worker, its results received in parts; when the
+    worker dies, the record it was running fails with the call's failure and the call resumes
+    with the records not received yet (those after it, and those before it since the last
+    part)."""
+    budget = policy.budget_s(1)
+    values: list[list[Any]] = [[None] * n for _ in batch.names]
+    failed: list[tuple[int, CallFailure]] = []
+    received = 0  # the records before this one (in the current call) came back
+
+    def take(part: RecordsOutcome) -> None:
+        nonlocal received
+        size = len(part.values[0])
+        for full, got in zip(values, part.values, strict=True):
+            full[part.lo : part.lo + size] = got
+        failed.extend(part.failures)
+        received = part.lo + size
+        _check_limit(failed, batch.columns, n, policy)
+
+    stack = [(0, n)]
+    calls = failed_calls = 0
+    retried: set[tuple[int, int]] = set()
+    while stack:
+        lo, hi = stack.pop()
+        received = lo
+        out = sup.call_records(batch, lo, hi, budget, CHILD_RECORD_PART, take)
+        calls += 1
+        if isinstance(out, RecordsOutcome):
+            take(out)
+            continue
+        failed_calls += 1
+        pos = sup.running_record()
+        if received <= pos < hi:  # the record it was running: resume without it
+            failed.append((pos, out))
+            stack.extend(r for r in ((pos + 1, hi), (received, pos)) if r[0] < r[1])
+        elif (received, hi) not in retried:  # it died outside any record: once more
+            retried.add((received, hi))
+            stack.append((received, hi))
+        else:
+            failed.extend((p, out) for p in range(received, hi))
+        _check_limit(failed, batch.columns, n, policy)
+    found = _failures(failed, batch.columns)
+    columns = output_columns(values, [pos for pos, _ in failed])
+    return Execution(columns, found, "subprocess", calls, 0, failed_calls)
+
+
+def _check_limit(
+    failed: list[tuple[int, CallFailure]], columns: Sequence[Any], n: int, policy: IsolationPolicy
+) -> None:
+    if policy.max_failures is not None and len(failed) > policy.max_failures:
+        found = _failures(failed, columns)
+        raise IsolationLimitError(
+            f"Cannot compute the batch: more than max_failures={policy.max_failures} "
+            f"of its {n} records failed; first: {found[0].kind} "
+            f"{found[0].exception_type}: {found[0].message}",
+            found,
+        )
+
+
 def _search(
     call: Caller,
     columns: Sequence[Any],
@@ -299,14 +420,7 @@ def _search(
             stack.extend(reversed(split(lo, hi, policy.split_factor)))
         else:
             failed.append((lo, out))
-            if policy.max_failures is not None and len(failed) > policy.max_failures:
-                found = _failures(failed, columns)
-                raise IsolationLimitError(
-                    f"Cannot compute the batch: more than max_failures={policy.max_failures} "
-                    f"of its {n} records failed; first: {found[0].kind} "
-                    f"{found[0].exception_type}: {found[0].message}",
-                    found,
-                )
+            _check_limit(failed, columns, n, policy)
     if not failed and len(pieces) == 1:
         return Execution(pieces[0][2], [], mode, calls, failed_calls=failed_calls)
     found = _failures(failed, columns)

@@ -82,6 +82,7 @@ class Alarm:
         self._prev_interval = 0.0
         self._prev_called = False
         self._deadline = 0.0
+        self._interval = _REFIRE_S
 
     def __enter__(self) -> Alarm:
         global _ACTIVE, _PREV_HANDLER
@@ -92,12 +93,12 @@ class Alarm:
         self._outer, _ACTIVE = _ACTIVE, self
         self._armed = self.active = True
         prev_delay, self._prev_interval = signal.setitimer(
-            signal.ITIMER_REAL, self.budget_s, _REFIRE_S
+            signal.ITIMER_REAL, self.budget_s, self._interval
         )
         if prev_delay > 0:  # someone else's timer: keep it, and let it fire first if due first
             self._prev_due = now + prev_delay
             if prev_delay < self.budget_s:
-                signal.setitimer(signal.ITIMER_REAL, prev_delay, _REFIRE_S)
+                signal.setitimer(signal.ITIMER_REAL, prev_delay, self._interval)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -121,14 +122,63 @@ class Alarm:
         if self._prev_due is not None and not self._prev_called and now >= self._prev_due:
             self._prev_called = True
             if self.active:
-                signal.setitimer(signal.ITIMER_REAL, max(self._deadline - now, 1e-6), _REFIRE_S)
+                signal.setitimer(signal.ITIMER_REAL, self._next_delay(now), self._interval)
             if self._outer is not None:
                 self._outer.on_alarm(signum, frame)
             else:
                 _forward(signum, frame)
-        if self.active and now >= self._deadline - 1e-3:
+        if self.active and self._due(now):
             self.fired = True
             raise Deadline()
+
+    def _next_delay(self, now: float) -> float:
+        """Seconds until this alarm must fire next (re-arming after someone else's timer)."""
+        return max(self._deadline - now, 1e-6)
+
+    def _due(self, now: float) -> bool:
+        """Whether the call has overrun its budget (checked at each SIGALRM)."""
+        return now >= self._deadline - 1e-3
+
+
+RECORD_TICKS = 8
+"""A :class:`RecordAlarm` ticks this many times per record budget."""
+
+
+class RecordAlarm(Alarm):
+    """Per-record deadline of a per-record loop (:mod:`omnitable.isolation.records`).
+
+    The loop writes the position of the record it runs to ``cursor[0]``. The alarm ticks every
+    ``budget_s / RECORD_TICKS`` seconds and raises :class:`Deadline` when it finds the same
+    record running at ``RECORD_TICKS + 1`` consecutive ticks: that record has run at least
+    ``budget_s`` and less than ``budget_s * (1 + 1 / RECORD_TICKS)``. It raises again every
+    ``budget_s`` while that record keeps running (its code may swallow the first). ``blamed``
+    lists the positions it raised in, each once.
+    """
+
+    def __init__(self, budget_s: float, cursor: Any) -> None:
+        super().__init__(budget_s / RECORD_TICKS)
+        self._interval = budget_s / RECORD_TICKS
+        self.record_budget_s = budget_s
+        self.cursor = cursor
+        self.blamed: list[int] = []
+        self._seen: int | None = None
+        self._strikes = 0
+
+    def _next_delay(self, now: float) -> float:
+        return self._interval
+
+    def _due(self, now: float) -> bool:
+        pos = int(self.cursor[0])
+        if pos < 0 or pos != self._seen:  # a new record, or between records
+            self._seen, self._strikes = pos, 0
+            return False
+        self._strikes += 1
+        if self._strikes < RECORD_TICKS:
+            return False
+        self._strikes = 0  # the loop moves on within a tick; a record that swallows it gets
+        if not self.blamed or self.blamed[-1] != pos:  # another one a budget later
+            self.blamed.append(pos)
+        return True
 
 
 _ACTIVE: Alarm | None = None
@@ -257,35 +307,36 @@ def guarded_call(
         try:
             alarm.__enter__()
         except BaseException:
-            _release(alarm, cap)
+            release(alarm, cap)
             raise
     try:
         try:
             result = fn(*args)
         finally:
-            _release(alarm, cap)
+            release(alarm, cap)
         if alarm is not None and alarm.fired:  # the user's code swallowed our Deadline
-            return _timeout(n, budget_s, None, limits)
+            return timeout_failure(n, budget_s, None, limits)
         return check_result(result, n, output_names)
     except Deadline as exc:  # may also come from the finally above: release again
-        _release(alarm, cap)
-        return _timeout(n, budget_s, exc, limits)
+        release(alarm, cap)
+        return timeout_failure(n, budget_s, exc, limits)
     except MemoryError as exc:
-        _release(alarm, cap)
+        release(alarm, cap)
         prefix = "" if memory_mb is None else f"over memory_mb={memory_mb}: "
         return failure_from(exc, "memory", limits, prefix=prefix)
     except Exception as exc:
         return failure_from(exc, "exception", limits)
 
 
-def _release(alarm: Alarm | None, cap: MemoryCap | None) -> None:
+def release(alarm: Alarm | None, cap: MemoryCap | None) -> None:
+    """Disarm ``alarm`` and lift ``cap`` (each may be None); idempotent."""
     if alarm is not None:
         alarm.disarm()
     if cap is not None:
         cap.__exit__()
 
 
-def _timeout(
+def timeout_failure(
     n: int, budget_s: float | None, exc: BaseException | None, limits: tuple[int, int]
 ) -> CallFailure:
     what = "the record" if n == 1 else f"a call of {n} records"

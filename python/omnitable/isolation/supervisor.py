@@ -15,10 +15,14 @@ SIGKILL (``PR_SET_PDEATHSIG``).
 
 Protocol with a worker (pickle protocol 5 over a socket, ``multiprocessing.connection``
 framing): the parent sends ``("call", fn_key, (fn_payload, sys_path)|None, batch_id, columns|None, lo, hi,
-budget_s, memory_mb, output_names, limits)``; the worker caches functions by key and the latest
+budget_s, memory_mb, output_names, limits, part)``; the worker caches functions by key and the latest
 batch by id, runs :func:`~omnitable.isolation.guard.guarded_call` on rows ``[lo, hi)``
-and answers ``("ok", columns)`` or ``("fail", CallFailure)``. The parent waits
-``budget_s + kill_grace_s`` at most, then kills the worker (kind ``timeout``). A worker that
+and answers ``("ok", columns)`` or ``("fail", CallFailure)``; for a per-record function
+(:mod:`omnitable.isolation.records`) it runs :func:`~omnitable.isolation.records.run_records`,
+writing each record's position to a file mapped by both sides, sends ``("part",
+RecordsOutcome)`` every ``part`` records and answers ``("records", RecordsOutcome)`` with the
+last part. The parent waits ``budget_s + kill_grace_s`` at most (per-record: that long
+without the worker starting another record), then kills the worker (kind ``timeout``). A worker that
 dies is classified by its exit status: SIGKILL not sent by the parent → ``memory`` (the kernel
 OOM killer's signal); any other signal or exit code → ``crash``, with whatever
 ``faulthandler`` wrote as the traceback.
@@ -30,6 +34,7 @@ import atexit
 import contextlib
 import hashlib
 import json
+import mmap
 import os
 import pickle
 import signal
@@ -48,6 +53,7 @@ from omnitable.exceptions import OmniTableError, ValidationError
 from omnitable.isolation.child import ZYGOTE_BOOT, cloudpickle_module
 from omnitable.isolation.guard import CallFailure, Outcome
 from omnitable.isolation.policy import IsolationPolicy, bounded_tail
+from omnitable.isolation.records import PerRecord, RecordsOutcome
 
 _MAX_FUNCTIONS = 32
 _MAX_IDLE = 2
@@ -108,14 +114,15 @@ class _Zygote:
         self._sock: socket.socket | None = None
         self._preloaded: set[str] = set()
 
-    def fork(self, worker: socket.socket, fault_fd: int) -> int:
-        """Fork a worker serving ``worker`` (a socket end) and writing faults to ``fault_fd``."""
+    def fork(self, worker: socket.socket, fault_fd: int, progress_fd: int) -> int:
+        """Fork a worker serving ``worker`` (a socket end), writing faults to ``fault_fd`` and
+        the position of the record it runs to ``progress_fd`` (per-record functions)."""
         with self._lock:
             for attempt in (1, 2):
                 sock = self._ensure()
                 try:
                     msg = pickle.dumps(("fork", list(sys.path)))
-                    socket.send_fds(sock, [msg], [worker.fileno(), fault_fd])
+                    socket.send_fds(sock, [msg], [worker.fileno(), fault_fd, progress_fd])
                     return int(pickle.loads(self._recv(sock)))
                 except (OSError, EOFError, pickle.UnpicklingError):
                     self._reset()
@@ -230,26 +237,103 @@ class ChildSupervisor:
         fd, path = tempfile.mkstemp(prefix="omnitable-isolation-", suffix=".fault")
         os.unlink(path)  # nothing to clean up, whatever way this process ends
         self._fault_fd = fd
+        self._progress_fd, self._progress = _shared_cursor()
 
     @property
     def pid(self) -> int | None:
         return self._pid
 
+    def running_record(self) -> int:
+        """The position the worker's per-record loop last started (-1: none this call)."""
+        return int(self._progress[0])
+
     def call(self, batch: ChildBatch, lo: int, hi: int, budget_s: float | None) -> Outcome:
         """Run rows ``[lo, hi)`` of ``batch`` in the worker within ``budget_s`` seconds; a dead
         worker becomes a failure."""
-        fn, batch_id, columns, output_names = batch.fn, batch.batch_id, batch.columns, batch.names
-        memory_mb, limits = batch.policy.memory_mb, batch.policy.limits
+        out = self._call(batch, lo, hi, budget_s, 0, None)
+        if isinstance(out, RecordsOutcome):
+            raise OmniTableError("Cannot run the function: it is per-record (use call_records)")
+        return out
+
+    def call_records(
+        self,
+        batch: ChildBatch,
+        lo: int,
+        hi: int,
+        budget_s: float | None,
+        part: int,
+        on_part: Callable[[RecordsOutcome], None],
+    ) -> RecordsOutcome | CallFailure:
+        """Run the per-record function of ``batch`` on rows ``[lo, hi)`` in the worker, each
+        record within ``budget_s`` seconds. Results come back in parts of ``part`` records:
+        each but the last is handed to ``on_part`` as it arrives, the last is returned. A dead
+        worker becomes a failure, and :meth:`running_record` then says which record it was
+        running."""
+        out = self._call(batch, lo, hi, budget_s, part, on_part)
+        if isinstance(out, list):
+            raise OmniTableError("Cannot run the function record by record: it is vectorized")
+        return out
+
+    def _call(
+        self,
+        batch: ChildBatch,
+        lo: int,
+        hi: int,
+        budget_s: float | None,
+        part: int,
+        on_part: Callable[[RecordsOutcome], None] | None,
+    ) -> Outcome | RecordsOutcome:
+        per_record = isinstance(batch.fn.fn, PerRecord)
+        blamed = 1 if per_record else hi - lo  # a per-record call's failure is one record's
+        limits = batch.policy.limits
         if self._conn is None:
             self._start()
+        self._progress[0] = -1
         conn = self._conn
         assert conn is not None
+        if not self._send(conn, batch, lo, hi, budget_s, part):
+            return self._died(blamed, limits[0])
+        wait = None if budget_s is None else budget_s + batch.policy.kill_grace_s
+        try:
+            while True:
+                if not self._await(conn, wait, per_record):
+                    self._stop(kill=True)
+                    return _killed(budget_s, wait, None if per_record else hi - lo)
+                tag, body = pickle.loads(conn.recv_bytes())
+                if tag != "part" or on_part is None:
+                    break
+                on_part(RecordsOutcome(*body))
+        except (EOFError, OSError):
+            return self._died(blamed, limits[0])
+        except BaseException:  # e.g. KeyboardInterrupt while waiting: a reply may be pending
+            self._stop(kill=True)
+            raise
+        if tag == "ok":
+            return list(body)
+        if tag == "records":
+            return RecordsOutcome(*body)
+        if tag == "fail":
+            return CallFailure(*body)
+        raise OmniTableError(f"Cannot run the function in the isolation child process: {body}")
+
+    def _send(
+        self,
+        conn: Connection,
+        batch: ChildBatch,
+        lo: int,
+        hi: int,
+        budget_s: float | None,
+        part: int,
+    ) -> bool:
+        """Send one call to the worker (with the function and the batch when it lacks them);
+        False when the worker is gone."""
+        fn, batch_id = batch.fn, batch.batch_id
         # with a new function, the caller's sys.path: it may have grown since the fork (Spark's
         # addPyFile), and unpickling the function imports its modules
         payload = None if fn.key in self._fn_keys else (fn.payload, list(sys.path))
-        cols = None if self._batch == batch_id else list(columns)
-        msg = ("call", fn.key, payload, batch_id, cols, lo, hi, budget_s, memory_mb,
-               list(output_names), limits)  # fmt: skip
+        cols = None if self._batch == batch_id else list(batch.columns)
+        msg = ("call", fn.key, payload, batch_id, cols, lo, hi, budget_s, batch.policy.memory_mb,
+               list(batch.names), batch.policy.limits, part)  # fmt: skip
         try:
             data = pickle.dumps(msg, protocol=5)
         except Exception as exc:
@@ -259,7 +343,7 @@ class ChildSupervisor:
         try:
             conn.send_bytes(data)
         except OSError:
-            return self._died(hi - lo, limits[0])
+            return False
         except BaseException:  # interrupted mid-message: the protocol state is unknown
             self._stop(kill=True)
             raise
@@ -267,28 +351,20 @@ class ChildSupervisor:
             ZYGOTE.preload(fn.key, fn.payload)  # later respawns start with it imported
         self._fn_keys.add(fn.key)
         self._batch = batch_id
-        wait = None if budget_s is None else budget_s + batch.policy.kill_grace_s
-        try:
-            if not conn.poll(wait):
-                self._stop(kill=True)
-                return CallFailure(
-                    "timeout",
-                    "TimeoutError",
-                    f"{_what(hi - lo)} exceeded its time budget of {budget_s:.6g} s and did "
-                    f"not stop at its alarm; the child process was killed after {wait:.6g} s",
-                    "",
-                )
-            tag, body = pickle.loads(conn.recv_bytes())
-        except (EOFError, OSError):
-            return self._died(hi - lo, limits[0])
-        except BaseException:  # e.g. KeyboardInterrupt while waiting: a reply may be pending
-            self._stop(kill=True)
-            raise
-        if tag == "ok":
-            return list(body)
-        if tag == "fail":
-            return CallFailure(*body)
-        raise OmniTableError(f"Cannot run the function in the isolation child process: {body}")
+        return True
+
+    def _await(self, conn: Connection, wait: float | None, per_record: bool) -> bool:
+        """Wait for the worker's reply: False when ``wait`` seconds passed without one (for a
+        per-record function: without the worker starting another record)."""
+        if wait is None or not per_record:
+            return conn.poll(wait)
+        seen = self.running_record()
+        while not conn.poll(wait):
+            now = self.running_record()
+            if now == seen:
+                return False
+            seen = now
+        return True
 
     def release_batch(self) -> None:
         """Let the worker drop its copy of the current batch (no reply awaited)."""
@@ -307,11 +383,14 @@ class ChildSupervisor:
         self._stop(kill=False)
         with contextlib.suppress(OSError):
             os.close(self._fault_fd)
+        with contextlib.suppress(OSError, ValueError, BufferError):
+            self._progress.release()
+            os.close(self._progress_fd)
 
     def _start(self) -> None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         with theirs:
-            pid = ZYGOTE.fork(theirs, self._fault_fd)
+            pid = ZYGOTE.fork(theirs, self._fault_fd, self._progress_fd)
         self._pid, self._conn = pid, Connection(mine.detach())
         self._fn_keys, self._batch = set(), None
         self.starts += 1
@@ -360,6 +439,30 @@ class ChildSupervisor:
             f"the child process exited with code {code} during {what}",
             fault,
         )
+
+
+def _shared_cursor() -> tuple[int, memoryview]:
+    """An unlinked 8-byte file and a view of it as one int64, shared with the workers (they
+    map the same file): the running record's position, read after a worker died."""
+    fd, path = tempfile.mkstemp(prefix="omnitable-isolation-", suffix=".progress")
+    os.unlink(path)
+    os.ftruncate(fd, 8)
+    view = memoryview(mmap.mmap(fd, 8)).cast("q")
+    view[0] = -1
+    return fd, view
+
+
+def _killed(budget_s: float | None, wait: float | None, n: int | None) -> CallFailure:
+    """The failure of a call (of ``n`` records; None: a per-record call's record) whose worker
+    was killed for ignoring its alarm."""
+    what, after = ("the record", " without progress") if n is None else (_what(n), "")
+    return CallFailure(
+        "timeout",
+        "TimeoutError",
+        f"{what} exceeded its time budget of {budget_s:.6g} s and did not stop at its alarm; "
+        f"the child process was killed after {wait:.6g} s{after}",
+        "",
+    )
 
 
 def _what(n: int) -> str:
