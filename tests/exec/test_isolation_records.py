@@ -237,3 +237,98 @@ def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValidationError, match="declared with outputs"):
         run_isolated(declared, batch(2, {}), output_names=["b"], policy=IsolationPolicy())
     assert per_record(FN) is FN and isinstance(FN, PerRecord) and FN.__name__ == "record_fn"
+
+
+class SlowToPickle(float):
+    """A result whose pickling takes ``delay`` seconds (sending it outlasts a record budget)."""
+
+    delay = 0.4
+
+    def __reduce__(self) -> Any:
+        time.sleep(self.delay)
+        return (float, (float(self),))
+
+
+class ExitsWhenPickled(float):
+    """A result whose pickling ends the process (the worker dies sending its part)."""
+
+    def __reduce__(self) -> Any:
+        os._exit(9)
+
+
+def test_child_sending_a_slow_part_blames_no_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The alarm only counts while a record runs: a part whose pickling outlasts timeout_s
+    is sent whole, and every record of the call is computed."""
+    monkeypatch.setattr(engine, "CHILD_RECORD_PART", 16)
+    fn = per_record(lambda x: SlowToPickle(x) if x == 5 else x)
+    frame = pd.DataFrame({"x": np.arange(40, dtype=float)})
+    policy = IsolationPolicy(mode="subprocess", timeout_s=0.1)
+    result = run_isolated(fn, frame, output_names=["y"], policy=policy)
+    assert result.failures == []
+    assert result.outputs["y"].tolist() == list(range(40))
+
+
+def test_child_dying_while_sending_a_part_fails_that_part_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A death between records is retried once, then the part being sent fails; no record of
+    another part is blamed (before, the last record of the part took the blame, then the one
+    before it, and so on)."""
+    monkeypatch.setattr(engine, "CHILD_RECORD_PART", 16)
+    fn = per_record(lambda x: ExitsWhenPickled(x) if x == 20 else x)
+    frame = pd.DataFrame({"x": np.arange(64, dtype=float)})
+    policy = IsolationPolicy(mode="subprocess", timeout_s=1.0)
+    result = run_isolated(fn, frame, output_names=["y"], policy=policy)
+    assert [f.position for f in result.failures] == list(range(16, 32))
+    assert {(f.kind, f.exception_type) for f in result.failures} == {("crash", "exit(9)")}
+    y = result.outputs["y"]
+    assert y.iloc[:16].tolist() == list(range(16)) and y.iloc[32:].tolist() == list(range(32, 64))
+
+
+class SlowToLoad:
+    """A per-record function that takes 1.5 s to unpickle in the worker, with a payload too
+    large for the zygote to preload it (so each worker loads it itself)."""
+
+    def __init__(self) -> None:
+        self.ballast = b"x" * (9 << 20)
+
+    def __call__(self, x: float) -> float:
+        return x + 1
+
+    def __reduce__(self) -> Any:
+        return (_load_slowly, (self.ballast,))
+
+
+def _load_slowly(ballast: bytes) -> SlowToLoad:
+    time.sleep(1.5)
+    return SlowToLoad()
+
+
+def test_child_loading_slowly_is_not_a_record_timeout() -> None:
+    """Until the worker starts a record it is held to the call's budget, not a record's."""
+    frame = pd.DataFrame({"x": np.arange(30, dtype=float)})
+    policy = IsolationPolicy(mode="subprocess", timeout_s=0.1, kill_grace_s=0.2)
+    result = run_isolated(per_record(SlowToLoad()), frame, output_names=["y"], policy=policy)
+    assert result.failures == []
+    assert result.outputs["y"].tolist() == [x + 1 for x in range(30)]
+
+
+def test_feature_per_record_with_several_outputs_and_isolation_off() -> None:
+    import pyarrow as pa
+
+    import omnitable
+    from omnitable import ROW_ID
+    from omnitable.exec import task
+
+    def both(x: float) -> tuple[float, float]:
+        return x, -x
+
+    table = pa.table({"x": [1.0, 2.0], ROW_ID: [0, 1]})
+    for fn in (both, per_record(both)):  # already wrapped: unwrapped, not wrapped twice
+        f = omnitable.feature(
+            inputs=["x"], outputs={"a": "double", "b": "double"}, version="1", per_record=True
+        )(fn)
+        for isolation in ("off", "inprocess"):
+            out, failures, _ = task.compute_feature(f, table, {}, isolation, False, None)
+            assert failures == []
+            assert out.to_pydict() == {"a": [1.0, 2.0], "b": [-1.0, -2.0]}

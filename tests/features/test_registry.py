@@ -92,6 +92,18 @@ def test_changed_code_under_same_version_is_refused(
     assert {f.name: f.version for f in docs.features()} == {"clean": "1"}
 
 
+def test_per_record_toggled_under_same_version_is_refused(docs: omnitable.Table) -> None:
+    """The same function called record by record takes other arguments: a new version."""
+    from . import omt_faulty_features as faulty
+
+    docs.register(faulty.score_each)
+    vectorized = omnitable.feature(
+        inputs=["text"], outputs={"score": "double"}, version="1", name="score"
+    )(faulty._score_one)
+    with pytest.raises(omnitable.ValidationError, match="bump the version"):
+        docs.register(vectorized)
+
+
 def test_non_importable_functions_are_stored_pickled(docs: omnitable.Table) -> None:
     # more in test_pickled_features.py
     def local(text):  # type: ignore[no-untyped-def]

@@ -16,6 +16,7 @@ import functools
 import json
 import resource
 import sys
+import threading
 import time
 import weakref
 from collections import OrderedDict
@@ -48,7 +49,8 @@ TYPE_ERROR_PREFIX = "_ai_type_error_"  # an SQL feature's value that did not con
 DEFAULT_BATCH_ROWS = 65_536
 DEFAULT_CALL_TIMEOUT_S = 120.0
 _LOADED: dict[str, Feature] = {}
-_PER_RECORD: OrderedDict[int, PerRecord] = OrderedDict()
+_PER_RECORD: OrderedDict[tuple[int, tuple[str, ...]], PerRecord] = OrderedDict()
+_PER_RECORD_LOCK = threading.Lock()
 _SIZING: weakref.WeakKeyDictionary[Callable[..., Any], CallSizing] = weakref.WeakKeyDictionary()
 
 
@@ -221,7 +223,7 @@ def compute_feature(
     batch_rows = int(f.options.get("batch_rows") or DEFAULT_BATCH_ROWS)
     fn: Callable[..., Any] | None = f.fn
     if f.options.get("per_record") and fn is not None:
-        fn = _per_record(fn)
+        fn = _per_record(fn, list(f.outputs))
     if model_reference(f) is not None:  # micro-batched model calls (exec/inference.py)
         caller = model_caller(f)
         fn = caller
@@ -285,16 +287,20 @@ def _patch(
     return pa.table(out)
 
 
-def _per_record(fn: Callable[..., Any]) -> PerRecord:
-    """``fn`` as a per-record function, one wrapper per function in this process (so that it
-    is pickled for the child process once)."""
-    hit = _PER_RECORD.get(id(fn))
-    if hit is None or hit.fn is not fn:
-        hit = _PER_RECORD[id(fn)] = PerRecord(fn)
-        while len(_PER_RECORD) > 32:
-            _PER_RECORD.popitem(last=False)
-    _PER_RECORD.move_to_end(id(fn))
-    return hit
+def _per_record(fn: Callable[..., Any], outputs: list[str]) -> PerRecord:
+    """``fn`` as a per-record function with these outputs (a function already wrapped by
+    ``per_record`` is unwrapped first), one wrapper per function in this process, so that it
+    is pickled for the child process once."""
+    inner = fn.fn if isinstance(fn, PerRecord) else fn
+    key = (id(inner), tuple(outputs))
+    with _PER_RECORD_LOCK:
+        hit = _PER_RECORD.get(key)
+        if hit is None or hit.fn is not inner:
+            hit = _PER_RECORD[key] = PerRecord(inner, outputs if len(outputs) > 1 else None)
+            while len(_PER_RECORD) > 32:
+                _PER_RECORD.popitem(last=False)
+        _PER_RECORD.move_to_end(key)
+        return hit
 
 
 def _sizing(fn: Callable[..., Any]) -> CallSizing | None:

@@ -195,6 +195,8 @@ def _check_version_rule(ctx: TableContext, f: Feature) -> None:
             and stored["kind"] == f.kind
             and stored.get("expr") == f.expr
             and _model_of(stored.get("options") or {}) == _model_of(f.options)
+            and bool((stored.get("options") or {}).get("per_record"))
+            == bool(f.options.get("per_record"))
         )
         if row["fingerprint"] != f.code_fingerprint or not same_shape:
             raise ValidationError(

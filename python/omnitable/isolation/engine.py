@@ -354,15 +354,18 @@ def _records_in_child(
             take(out)
             continue
         failed_calls += 1
-        pos = sup.running_record()
+        pos = sup.failed_record()
         if received <= pos < hi:  # the record it was running: resume without it
             failed.append((pos, out))
             stack.extend(r for r in ((pos + 1, hi), (received, pos)) if r[0] < r[1])
-        elif (received, hi) not in retried:  # it died outside any record: once more
-            retried.add((received, hi))
+        elif (received, hi) not in retried:  # it died outside any record (loading the batch,
+            retried.add((received, hi))  # or sending the part from `received`): once more
             stack.append((received, hi))
-        else:
-            failed.extend((p, out) for p in range(received, hi))
+        else:  # again: the part it was sending (or loading for) fails, the rest goes on
+            end = min(received + CHILD_RECORD_PART, hi)
+            failed.extend((p, out) for p in range(received, end))
+            if end < hi:
+                stack.append((end, hi))
         _check_limit(failed, batch.columns, n, policy)
     found = _failures(failed, batch.columns)
     columns = output_columns(values, [pos for pos, _ in failed])

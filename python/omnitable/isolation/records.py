@@ -152,7 +152,7 @@ def run_records(
             if loop.alarm is not None:
                 loop.alarm.__enter__()
             for plo, phi in bounds:
-                loop.run(plo, phi)
+                loop.run_part(plo, phi)
                 if emit is not None and phi < hi:
                     emit[0](loop.outcome(plo, phi))
                     done = phi
@@ -188,14 +188,17 @@ class _RecordLoop:
         self.failed: dict[int, CallFailure] = {}
         self.alarm = RecordAlarm(budget_s, cursor) if budget_s is not None else None
 
-    def run(self, plo: int, phi: int) -> None:
-        """Records ``[plo, phi)``, going on past each record the alarm stops."""
+    def run_part(self, plo: int, phi: int) -> None:
+        """Records ``[plo, phi)``, going on past each record the alarm stops; returns with the
+        cursor at -1 (between records: the alarm does not count, and a death while the part is
+        sent is not blamed on its last record)."""
         p = plo
         while p < phi:
             try:
                 p = self._records(p, phi)
-            except Deadline as exc:  # the alarm blamed the record at the cursor
-                pos = int(self.cursor[0])
+                self.cursor[0] = -1
+            except Deadline as exc:  # the alarm blamed the record at the cursor (the part's
+                pos = int(self.cursor[0])  # last one included, found as its loop ended)
                 self.cursor[0] = -1  # the alarm starts counting afresh
                 self.timed_out(pos, exc)
                 p = max(p, pos + 1)

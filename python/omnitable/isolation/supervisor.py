@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -56,6 +57,8 @@ from omnitable.isolation.policy import IsolationPolicy, bounded_tail
 from omnitable.isolation.records import PerRecord, RecordsOutcome
 
 _MAX_FUNCTIONS = 32
+_WATCH_STEP_S = 0.05
+"""How often the parent looks at a per-record worker's position while it waits."""
 _MAX_IDLE = 2
 
 
@@ -238,13 +241,20 @@ class ChildSupervisor:
         os.unlink(path)  # nothing to clean up, whatever way this process ends
         self._fault_fd = fd
         self._progress_fd, self._progress = _shared_cursor()
+        self._failed_at = -1
 
     @property
     def pid(self) -> int | None:
         return self._pid
 
-    def running_record(self) -> int:
-        """The position the worker's per-record loop last started (-1: none this call)."""
+    def failed_record(self) -> int:
+        """After a per-record call failed: the position of the record its worker was running
+        when it died or was killed (-1: none, e.g. it was loading the batch or sending
+        results)."""
+        return self._failed_at
+
+    def _position(self) -> int:
+        """The record the worker's per-record loop is running (-1: none)."""
         return int(self._progress[0])
 
     def call(self, batch: ChildBatch, lo: int, hi: int, budget_s: float | None) -> Outcome:
@@ -267,7 +277,7 @@ class ChildSupervisor:
         """Run the per-record function of ``batch`` on rows ``[lo, hi)`` in the worker, each
         record within ``budget_s`` seconds. Results come back in parts of ``part`` records:
         each but the last is handed to ``on_part`` as it arrives, the last is returned. A dead
-        worker becomes a failure, and :meth:`running_record` then says which record it was
+        worker becomes a failure, and :meth:`failed_record` then says which record it was
         running."""
         out = self._call(batch, lo, hi, budget_s, part, on_part)
         if isinstance(out, list):
@@ -292,18 +302,25 @@ class ChildSupervisor:
         conn = self._conn
         assert conn is not None
         if not self._send(conn, batch, lo, hi, budget_s, part):
+            self._failed_at = -1
             return self._died(blamed, limits[0])
-        wait = None if budget_s is None else budget_s + batch.policy.kill_grace_s
+        grace = batch.policy.kill_grace_s
+        wait = None if budget_s is None else budget_s + grace
+        call_budget = batch.policy.budget_s(hi - lo)
+        load_wait = None if call_budget is None else call_budget + grace
         try:
             while True:
-                if not self._await(conn, wait, per_record):
+                if not self._await(conn, wait, per_record, load_wait):
                     self._stop(kill=True)
+                    if per_record and self._failed_at < 0:
+                        return _killed_loading(load_wait)
                     return _killed(budget_s, wait, None if per_record else hi - lo)
                 tag, body = pickle.loads(conn.recv_bytes())
                 if tag != "part" or on_part is None:
                     break
                 on_part(RecordsOutcome(*body))
         except (EOFError, OSError):
+            self._failed_at = self._position()
             return self._died(blamed, limits[0])
         except BaseException:  # e.g. KeyboardInterrupt while waiting: a reply may be pending
             self._stop(kill=True)
@@ -353,17 +370,26 @@ class ChildSupervisor:
         self._batch = batch_id
         return True
 
-    def _await(self, conn: Connection, wait: float | None, per_record: bool) -> bool:
-        """Wait for the worker's reply: False when ``wait`` seconds passed without one (for a
-        per-record function: without the worker starting another record)."""
+    def _await(
+        self, conn: Connection, wait: float | None, per_record: bool, load_wait: float | None
+    ) -> bool:
+        """Wait for the worker's reply: False when ``wait`` seconds passed without one. For a
+        per-record function: False when one record ran ``wait`` seconds, or the worker ran no
+        record for ``load_wait`` seconds (loading the batch, sending results); the position
+        it was stuck at is then :meth:`failed_record`."""
         if wait is None or not per_record:
             return conn.poll(wait)
-        seen = self.running_record()
-        while not conn.poll(wait):
-            now = self.running_record()
-            if now == seen:
+        step = min(_WATCH_STEP_S, wait / 8)
+        seen, since = self._position(), time.monotonic()
+        while not conn.poll(step):
+            pos, now = self._position(), time.monotonic()
+            if pos != seen:
+                seen, since = pos, now
+                continue
+            limit = wait if pos >= 0 else load_wait
+            if limit is not None and now - since >= limit:
+                self._failed_at = pos
                 return False
-            seen = now
         return True
 
     def release_batch(self) -> None:
@@ -383,8 +409,9 @@ class ChildSupervisor:
         self._stop(kill=False)
         with contextlib.suppress(OSError):
             os.close(self._fault_fd)
-        with contextlib.suppress(OSError, ValueError, BufferError):
+        with contextlib.suppress(ValueError, BufferError):
             self._progress.release()
+        with contextlib.suppress(OSError):
             os.close(self._progress_fd)
 
     def _start(self) -> None:
@@ -461,6 +488,17 @@ def _killed(budget_s: float | None, wait: float | None, n: int | None) -> CallFa
         "TimeoutError",
         f"{what} exceeded its time budget of {budget_s:.6g} s and did not stop at its alarm; "
         f"the child process was killed after {wait:.6g} s{after}",
+        "",
+    )
+
+
+def _killed_loading(wait: float | None) -> CallFailure:
+    """The failure of a per-record call whose worker ran no record for ``wait`` seconds."""
+    return CallFailure(
+        "timeout",
+        "TimeoutError",
+        f"the child process ran no record for {wait:.6g} s (loading the function or the "
+        "batch, or sending results) and was killed",
         "",
     )
 
