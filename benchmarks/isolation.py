@@ -19,7 +19,8 @@ Prints, measured side by side in one run:
      record) and per-record (``per_record=True`` on ``_quality``; each bad record found as it
      fails; the deadline subtracted is each hanging record's ``timeout_s``). Batches of
      DIRTY_BATCH (default 10,000): a call's deadline (``call_timeout_s`` 0.25 s) must exceed
-     the time a clean call takes, or clean batches would time out too.
+     the time a clean call takes, or clean batches would time out too. Pinned to one CPU
+     (child processes too) and interleaved fragment by fragment (see ``dirty_run``).
   4. SPARK_ROWS (default 200,000; 0 skips it) records backfilled in a ``local[2]`` session
      (one attempt per task): clean vs with SPARK_CRASHES (default 3) segfaulting records, which
      the driver escalates.
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import functools
+import os
 import re
 import time
 import timeit
@@ -272,7 +274,27 @@ def dirty_run(rows: int, batch: int, bad_rate: float, repeats: int) -> dict[str,
     """3. The backfill task's path (isolation + conversion to the declared type, per fragment)
     over clean data and over data with bad records of every kind, interleaved: the moderate
     feature as a vectorized function (bad records found by bisection) and as a per-record
-    function (``per_record=True``: found by the loop that runs the records)."""
+    function (``per_record=True``: found by the loop that runs the records).
+
+    The run is pinned to one CPU, its child processes too (started afresh under the pin), as a
+    Spark task's Python worker and its isolation child share the task's core: on the shared
+    2-core machine the two cores' speeds differed by up to 60 % at times, so a child landing
+    on the other core made the comparison with the in-process runs a coin toss."""
+    from omnitable.isolation.supervisor import POOL, ZYGOTE
+
+    cpus = os.sched_getaffinity(0)
+    POOL.close_all()
+    ZYGOTE.close()
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        return _dirty_run(rows, batch, bad_rate, repeats, min(cpus))
+    finally:
+        os.sched_setaffinity(0, cpus)
+        POOL.close_all()
+        ZYGOTE.close()
+
+
+def _dirty_run(rows: int, batch: int, bad_rate: float, repeats: int, cpu: int) -> dict[str, float]:
     from unittest import mock
 
     from omnitable.exec import task
@@ -298,34 +320,42 @@ def dirty_run(rows: int, batch: int, bad_rate: float, repeats: int) -> dict[str,
         "per-record: dirty, child process (as after a crash)": (records, dirty, 0, True),
         "per-record: dirty, in-process until the first crash": (records, dirty, first_crash, True),
     }
-    best: dict[str, float] = {}
+    fragments = [
+        (lo, pa.array(np.arange(lo, lo + min(fragment, rows - lo))))
+        for lo in range(0, rows, fragment)
+    ]
+    fastest = {name: [float("inf")] * len(fragments) for name in variants}
     waits: dict[str, float] = {}
     slow = [n for n, v in variants.items() if v[0] is vector and v[1] is dirty]
     for rep in range(max(1, min(repeats, 5))):
-        order = list(variants) if rep % 2 == 0 else list(variants)[::-1]
         # the vectorized dirty runs (bisection, 12-15 s each) in three rounds; the others, a
         # few seconds each, in up to five, for a steadier minimum on a noisy machine
-        for name in [n for n in order if rep < 3 or n not in slow]:
-            feature, data, child_from, adaptive = variants[name]
-            found: Counter[str] = Counter()
-            # a fresh call-size state per run (None: one first call per batch, as before
-            # adaptive sizing), recording the first call size of every batch
-            sizing = _RecordingSizing() if adaptive else None
-            with mock.patch.object(task, "_sizing", lambda fn, s=sizing: s):
-                start = time.perf_counter()
-                for i, lo in enumerate(range(0, rows, fragment)):
-                    part = data.slice(lo, fragment).append_column(
-                        "_ai_unique_id_", pa.array(np.arange(lo, lo + min(fragment, rows - lo)))
-                    )
-                    child = child_from is not None and i >= child_from
+        names = [n for n in variants if rep < 3 or n not in slow]
+        # a fresh call-size state per run (None: one first call per batch, as before adaptive
+        # sizing), recording the first call size of every batch
+        sizings = {n: _RecordingSizing() if variants[n][3] else None for n in names}
+        found: dict[str, Counter[str]] = {n: Counter() for n in names}
+        # fragment by fragment, every variant in turn (alternating order): the machine's
+        # slow spells, tens of seconds long, then hit all variants alike
+        for i, (lo, ids) in enumerate(fragments):
+            for name in names if (rep + i) % 2 == 0 else names[::-1]:
+                feature, data, child_from, _ = variants[name]
+                part = data.slice(lo, len(ids)).append_column("_ai_unique_id_", ids)
+                child = child_from is not None and i >= child_from
+                with mock.patch.object(task, "_sizing", lambda fn, s=sizings[name]: s):
+                    start = time.perf_counter()
                     _, failures, _ = task.compute_feature(feature, part, {}, "auto", child, None)
-                    found.update(f["kind"] for f in failures)
-                best[name] = min(best.get(name, float("inf")), time.perf_counter() - start)
+                    took = time.perf_counter() - start
+                fastest[name][i] = min(fastest[name][i], took)
+                found[name].update(f["kind"] for f in failures)
+        for name in names:
+            feature, data, _, _ = variants[name]
             if data is dirty:
-                waits[name] = _hang_deadlines(planted, budget, feature is records, sizing,
+                waits[name] = _hang_deadlines(planted, budget, feature is records, sizings[name],
                                               per_fragment, fragment, batch)  # fmt: skip
                 expected = Counter(PLANTED[k] for k in planted.values())
-                assert found == expected, (name, found, expected)
+                assert found[name] == expected, (name, found[name], expected)
+    best = {name: sum(times) for name, times in fastest.items()}
     # the clean time: the fastest clean in-process run, of either form of the feature
     t_clean = min(best["clean, in-process"], best["per-record: clean, in-process"])
     ratios = {name: (best[name] - waits[name]) / t_clean for name in variants if "dirty" in name}
@@ -333,9 +363,10 @@ def dirty_run(rows: int, batch: int, bad_rate: float, repeats: int) -> dict[str,
         f"dirty run: {rows:,} records in batches of {batch:,}, {len(planted)} bad "
         f"({dict(Counter(planted.values()))}), moderate feature, timeout_s={budget['timeout_s']}, "
         f"call_timeout_s={budget['call_timeout_s']:.3g}; the backfill task's path "
-        "(isolation + type conversion), fastest of interleaved runs; first crash in fragment "
+        "(isolation + type conversion), each the sum over fragments of the fastest of its "
+        "interleaved runs of the fragment; first crash in fragment "
         f"{first_crash} of {-(-rows // fragment)}; every ratio is over the clean time, the "
-        "fastest clean in-process run of either form",
+        f"fastest clean in-process run of either form; pinned to CPU {cpu}, children too",
         [
             *[(label, fmt_seconds(t), "") for label, t in best.items()],
             *[(f"(- {fmt_seconds(waits[n])} deadlines) / clean in-process: {n}", fmt_ratio(r),

@@ -332,3 +332,15 @@ def test_feature_per_record_with_several_outputs_and_isolation_off() -> None:
             out, failures, _ = task.compute_feature(f, table, {}, isolation, False, None)
             assert failures == []
             assert out.to_pydict() == {"a": [1.0, 2.0], "b": [-1.0, -2.0]}
+
+
+def test_as_the_body_of_a_pandas_udf() -> None:
+    """``isolated(per_record(f))``: what a plain PySpark pandas UDF calls, batch by batch."""
+    from omnitable.isolation import isolated
+
+    udf = isolated(FN, timeout_s=0.2, errors="column", mode="inprocess")
+    frame = batch(30, {4: "raise", 9: "sleep"})
+    out = udf(frame["x"], frame["tag"])
+    assert out["error_kind"].tolist()[4] == "exception" and out["error_kind"][9] == "timeout"
+    assert out["value"].isna().tolist() == [i in (4, 9) for i in range(30)]
+    assert udf.failure_counts == {"exception": 1, "timeout": 1}
