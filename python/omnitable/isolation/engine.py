@@ -258,13 +258,31 @@ def _execute(
             )
 
         return _search(call_here, columns, n, output_names, policy, mode, initial, first)
-    batch = ChildBatch(ship(fn), next(_BATCH_IDS), columns, output_names, policy)
+    return _in_child(
+        fn,
+        columns,
+        output_names,
+        policy,
+        lambda sup, batch: _search(
+            functools.partial(sup.call, batch), columns, n, output_names, policy, mode, initial
+        ),
+    )
+
+
+def _in_child(
+    fn: Callable[..., Any],
+    columns: Sequence[Any],
+    names: list[str],
+    policy: IsolationPolicy,
+    run: Callable[[ChildSupervisor, ChildBatch], Execution],
+) -> Execution:
+    """``run`` with a worker of the pool and the batch shipped to it; the worker goes back to
+    the pool whatever happens, and the execution counts the worker starts it caused."""
+    batch = ChildBatch(ship(fn), next(_BATCH_IDS), columns, names, policy)
     sup = POOL.acquire()
     starts = sup.starts
     try:
-        ex = _search(
-            functools.partial(sup.call, batch), columns, n, output_names, policy, mode, initial
-        )
+        ex = run(sup, batch)
     finally:
         POOL.release(sup)
     ex.child_starts = sup.starts - starts
@@ -310,15 +328,9 @@ def execute_records(
         return Execution(
             output_columns(out.values, failed), _failures(out.failures, columns), mode, 1
         )
-    batch = ChildBatch(ship(fn), next(_BATCH_IDS), columns, names, policy)
-    sup = POOL.acquire()
-    starts = sup.starts
-    try:
-        ex = _records_in_child(sup, batch, n, policy)
-    finally:
-        POOL.release(sup)
-    ex.child_starts = sup.starts - starts
-    return ex
+    return _in_child(
+        fn, columns, names, policy, lambda sup, batch: _records_in_child(sup, batch, n, policy)
+    )
 
 
 def _records_in_child(

@@ -209,28 +209,45 @@ class _RecordLoop:
 
     def _records(self, start: int, stop: int) -> int:
         """Records ``[start, stop)`` (returns ``stop``); a Deadline propagates."""
-        fn, out, failed, lo, cursor = self.fn, self.out, self.failed, self.lo, self.cursor
-        limits, prefix = self.limits, self.prefix
-        single = self.args[0] if len(self.args) == 1 else None
+        if len(self.args) == 1:  # the common case, without building an argument list per record
+            return self._records_of(self.args[0], start, stop)
+        fn, args, out, lo, cursor = self.fn, self.args, self.out, self.lo, self.cursor
         for p in range(start, stop):
             cursor[0] = p
             try:
-                if single is not None:
-                    out[p - lo] = fn(single[p])
-                else:
-                    out[p - lo] = fn(*[a[p] for a in self.args])
-            except MemoryError as exc:
-                failed[p] = failure_from(exc, "memory", limits, prefix=prefix)
+                out[p - lo] = fn(*[a[p] for a in args])
             except Exception as exc:
-                failed[p] = failure_from(exc, "exception", limits)
+                self._fail(p, exc)
         return stop
 
+    def _records_of(self, values: list[Any], start: int, stop: int) -> int:
+        """:meth:`_records` for a function of one input, ``values``."""
+        fn, out, lo, cursor = self.fn, self.out, self.lo, self.cursor
+        for p in range(start, stop):
+            cursor[0] = p
+            try:
+                out[p - lo] = fn(values[p])
+            except Exception as exc:
+                self._fail(p, exc)
+        return stop
+
+    def _fail(self, pos: int, exc: Exception) -> None:
+        """Record ``pos`` failed with ``exc`` (a MemoryError under the call's memory budget:
+        of kind ``memory``)."""
+        if isinstance(exc, MemoryError):
+            self.failed[pos] = failure_from(exc, "memory", self.limits, prefix=self.prefix)
+        else:
+            self.failed[pos] = failure_from(exc, "exception", self.limits)
+
     def outcome(self, plo: int, phi: int) -> RecordsOutcome:
-        """The outcome of records ``[plo, phi)``."""
+        """The outcome of records ``[plo, phi)``, asked once per range: their failures leave
+        ``failed``, so that the next part's outcome does not scan them again."""
         for pos in self.alarm.blamed if self.alarm is not None else ():
             if plo <= pos < phi and pos not in self.failed:  # it swallowed the Deadline
                 self.timed_out(pos, None)
         mine = {pos: f for pos, f in self.failed.items() if plo <= pos < phi}
+        for pos in mine:
+            del self.failed[pos]
         part = self.out[plo - self.lo : phi - self.lo]
         for pos in mine:
             part[pos - plo] = None
