@@ -4,6 +4,7 @@ worker was committing (the chunk is committed exactly once)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -232,6 +233,80 @@ def test_arguments_are_validated(wh: omnitable.Warehouse, tmp_path: Path) -> Non
     assert main([*base, "--workers", "2", "--queue"]) == 2
     assert main([*base, "--lease", "5"]) == 2
     assert main([*base, "--queue", "--lease", "0"]) == 2
+    assert main([*base, "--conf", "spark.driver.memory"]) == 2  # no value
+    assert main([*base, "--conf", "remote=sc://x"]) == 2  # not a Spark setting
+
+
+def test_workers_get_the_commands_settings_and_lean_jvms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``--workers`` passes on to each worker (the workers themselves: the test below)."""
+    import omnitable.cli.workers as cli_workers
+    from omnitable.cli.main import main
+
+    with omnitable.connect(str(tmp_path / "wh")) as wh:
+        _table(wh)
+    seen: list[list[str]] = []
+    monkeypatch.setattr(cli_workers, "run_workers", lambda *a: seen.append(a[4]))
+    base = ["-w", str(tmp_path / "wh"), "backfill", "docs", "-f", "clean", "--workers", "2"]
+    base += ["--tuning", "off"]
+    assert main([*base, "--conf", "spark.sql.shuffle.partitions=3"]) == 0
+    lean = f"spark.driver.extraJavaOptions={cli_workers.WORKER_JAVA_OPTIONS}"
+    assert _pairs(seen[0]) >= {("--tuning", "off"), ("--conf", lean),
+                               ("--conf", "spark.sql.shuffle.partitions=3")}  # fmt: skip
+    own = "spark.driver.extraJavaOptions=-XX:+UseG1GC"  # with ours, two collectors: refused
+    assert main([*base, "--conf", own]) == 0
+    assert ("--conf", own) in _pairs(seen[1]) and ("--conf", lean) not in _pairs(seen[1])
+
+
+def _pairs(args: list[str]) -> set[tuple[str, str]]:
+    return set(itertools.pairwise(args))
+
+
+def _java_commands(marker: str, proc: subprocess.Popen[bytes]) -> dict[int, str]:
+    """The command lines of the Spark driver JVMs naming ``marker`` while ``proc`` runs (not
+    the launcher JVMs that build their commands)."""
+    seen: dict[int, str] = {}
+    while proc.poll() is None:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            program, _, args = cmd.partition(" ")
+            # a driver JVM: spark-class's bash execs it; the launcher JVM before it only builds
+            # its command (org.apache.spark.launcher.Main)
+            if marker in args and program.endswith("java") and "launcher.Main" not in args:
+                seen[int(pid)] = cmd
+        time.sleep(0.05)
+    return seen
+
+
+@pytest.mark.spark
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
+def test_worker_processes_run_lean_jvms_with_the_settings(tmp_path: Path) -> None:
+    """``--workers 2``: two worker JVMs, each with the command's ``--conf`` and the lean JVM
+    options; every item committed once."""
+    root = tmp_path / "wh"
+    with omnitable.connect(str(root)) as wh:
+        t = _table(wh)
+        cmd = [sys.executable, "-c", "import sys; from omnitable.cli.main import main; "
+               "sys.exit(main(sys.argv[1:]))", "-w", str(root), "backfill", "docs", "-f",
+               "clean", "--workers", "2", "--checkpoint", "2", "--conf",
+               "spark.ui.enabled=false", "--conf", "spark.omnitable.test.marker=lean"]  # fmt: skip
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        err = tmp_path / "workers.err"
+        with err.open("wb") as out:
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=out)
+            jvms = _java_commands("spark.omnitable.test.marker=lean", proc)
+        assert proc.wait() == 0, err.read_text()[-3000:]
+        assert len(jvms) == 2, jvms
+        for cmdline in jvms.values():  # the JVM's own options, before its main class
+            options = cmdline.split("org.apache.spark.deploy.SparkSubmit")[0].split()
+            assert {"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"} <= set(options), cmdline
+            assert "spark.ui.enabled=false" in cmdline
+        assert len(_backfills(t)) == 4  # 8 fragments, checkpoints of 2: each item once
+        _check_done(t, with_chars=False)
 
 
 def test_failed_item_stops_the_plan_and_a_rerun_starts_anew(wh: omnitable.Warehouse) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -20,6 +21,22 @@ def _split(value: str | None) -> list[str] | None:
     if not items:
         raise click.BadParameter("give a comma-separated list")
     return items
+
+
+def _spark_conf(confs: tuple[str, ...]) -> dict[str, Any]:
+    """``--conf KEY=VALUE`` options as settings (a later KEY wins, as in spark-submit; keys are
+    Spark's, ``spark.…``, which spark-submit alone would pass on)."""
+    conf: dict[str, Any] = {}
+    for item in confs:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().startswith("spark."):
+            raise click.BadParameter(
+                f"expected KEY=VALUE with a Spark setting as KEY (e.g. spark.driver.memory=4g), "
+                f"got {item!r}",
+                param_hint="--conf",
+            )
+        conf[key.strip()] = value
+    return conf
 
 
 @click.command()
@@ -84,6 +101,14 @@ def _split(value: str | None) -> list[str] | None:
     help="A queue item's lease in seconds (default 60): a dead worker's item is re-leased after it.",
 )
 @click.option(
+    "--conf",
+    "confs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A Spark setting of the session this command starts (repeatable, as spark-submit's "
+    "--conf); with --workers, of each worker's session.",
+)
+@click.option(
     "--path",
     "paths",
     multiple=True,
@@ -106,9 +131,11 @@ def backfill(
     queue: bool,
     workers: int | None,
     lease_s: float | None,
+    confs: tuple[str, ...],
     paths: tuple[str, ...],
 ) -> None:
     """Compute what is missing or stale for FEATURES on TABLE (fused Spark jobs)."""
+    conf = _spark_conf(confs)
     if workers is not None and workers < 1:
         raise click.BadParameter("give at least 1 worker", param_hint="--workers")
     if workers is not None and queue:
@@ -128,7 +155,7 @@ def backfill(
             out.result({"plan": plan.explain(), "ran": False}, lambda c: None)
             return
         if workers is not None:
-            from omnitable.cli.workers import run_workers
+            from omnitable.cli.workers import run_workers, worker_conf
 
             args = ["backfill", table, "-f", features, "--queue", "--master", "local[1]"]
             args += ["-b", batches] if batches else []
@@ -136,13 +163,15 @@ def backfill(
             args += ["--retry-errors"] if retry_errors else []
             args += ["--max-error-ratio", str(max_error_ratio)] if max_error_ratio else []
             args += ["--allow-version-drift"] if allow_version_drift else []
+            args += ["--tuning", tuning] if tuning else []
             args += ["--lease", str(lease_s)] if lease_s else []
+            args += [a for k, v in worker_conf(conf).items() for a in ("--conf", f"{k}={v}")]
             args += [a for p in paths for a in ("--path", str(Path(p).resolve()))]
             run_workers(ctx, wh, plan, workers, args, checkpoint)
             return
         from omnitable.spark.session import spark_session
 
-        spark = spark_session(wh, master=master)
+        spark = spark_session(wh, master=master, **conf)
         with out.progress() as report:
 
             def progress(e: ProgressEvent) -> None:  # a queue worker counts every worker's

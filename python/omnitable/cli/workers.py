@@ -24,6 +24,22 @@ from omnitable.warehouse import Warehouse
 
 _CHILD = "import sys; from omnitable.cli.main import main; sys.exit(main(sys.argv[1:]))"
 
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+WORKER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""The JVM options of each worker's Spark driver, unless ``--conf`` sets them. A worker is one of
+N ``local[1]`` processes on this machine, whose JVM mostly passes rows to the Python worker and
+commits; by default that JVM compiles with C2 and collects garbage on every core, about 14 s of
+CPU per worker (startup, then compiling as the first items run) that the other workers' Python
+computation would get. The C1 compiler alone and the serial collector halve it, and one worker
+is no slower (docs/benchmarks.md, "adaptive_queue")."""
+
+
+def worker_conf(conf: dict[str, Any]) -> dict[str, Any]:
+    """The Spark settings of each worker: ``conf`` (the command's ``--conf``), with
+    :data:`WORKER_JAVA_OPTIONS` as the driver's JVM options unless ``conf`` gives its own (used
+    as they are: JVM options can conflict, e.g. two garbage collectors)."""
+    return {DRIVER_JAVA_OPTIONS: WORKER_JAVA_OPTIONS, **conf}
+
 
 def run_workers(
     ctx: Context, wh: Warehouse, plan: BackfillPlan, workers: int, args: list[str],
