@@ -8,6 +8,7 @@ on the second. Wall times are end to end (process and Spark start included). Pri
 tables hold the same values and that every work item was committed exactly once.
 
 Run: ./dev bench adaptive_queue [--rows N] [--fragment-rows N] [--ceiling-loops N]
+     [--java-options STR]
 """
 
 from __future__ import annotations
@@ -32,11 +33,16 @@ GOAL = 1.7
 _CLI = "import sys; from omnitable.cli.main import main; sys.exit(main(sys.argv[1:]))"
 
 
-def _backfill(warehouse: Path, table: str, workers: int, checkpoint: int) -> tuple[float, dict]:
-    """``omnitable backfill TABLE --workers N``; (wall seconds, its JSON result)."""
+def _backfill(
+    warehouse: Path, table: str, workers: int, checkpoint: int, java_options: str | None = None
+) -> tuple[float, dict]:
+    """``omnitable backfill TABLE --workers N`` (``java_options``: the workers' driver JVM
+    options instead of the command's default); (wall seconds, its JSON result)."""
     cmd = [sys.executable, "-c", _CLI, "-w", str(warehouse), "--json", "backfill", table,
            "-f", "heavy", "--workers", str(workers), "--checkpoint", str(checkpoint),
            "--path", str(ROOT)]  # fmt: skip
+    if java_options is not None:
+        cmd += ["--conf", f"spark.driver.extraJavaOptions={java_options}"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "python"), str(ROOT)]))
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
@@ -88,7 +94,7 @@ def _round(work: Path, x: pa.Table, args: argparse.Namespace, r: int) -> dict[st
         fragments = len(wh.table(names[2]).snapshot().fragments)
     out: dict[str, float] = {"fragments": fragments}
     for n in sorted(names, reverse=r % 2 == 1):
-        out[f"wall{n}"], run = _backfill(work, names[n], n, 1)
+        out[f"wall{n}"], run = _backfill(work, names[n], n, 1, args.java_options)
         assert len(run["versions"]) == fragments, run["versions"]
         if n == 2:
             out["per_worker"] = [len(w["versions"]) for w in run["runs"]]  # type: ignore[assignment]
@@ -117,6 +123,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         type=int,
         default=4_000_000,
         help="square roots per process of the CPU ceiling measure (a smaller figure: a rougher one)",
+    )
+    parser.add_argument(
+        "--java-options",
+        default=None,
+        help="the workers' driver JVM options (default: what --workers gives them; '' for the "
+        "JVM's own defaults)",
     )
     args = parser.parse_args(argv)
     work = BENCH_DIR / "adaptive_queue"
@@ -148,7 +160,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     report(
         f"work queue: {args.rows} rows, {int(rounds[0]['fragments'])} items, "
         f"{os.cpu_count()} cores, load average {load_before:.1f} before / {load_after:.1f} after, "
-        f"median of {args.rounds} round(s)",
+        f"median of {args.rounds} round(s)"
+        + ("" if args.java_options is None else f", worker JVM options {args.java_options!r}"),
         rows,
     )
     return {"ratio": ratio, "work_ratio": work_ratio}
