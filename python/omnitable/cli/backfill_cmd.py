@@ -29,7 +29,7 @@ def _spark_conf(confs: tuple[str, ...]) -> dict[str, Any]:
     conf: dict[str, Any] = {}
     for item in confs:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip().startswith("spark."):
+        if not sep or not key.strip().startswith("spark.") or key.strip() == "spark.":
             raise click.BadParameter(
                 f"expected KEY=VALUE with a Spark setting as KEY (e.g. spark.driver.memory=4g), "
                 f"got {item!r}",
@@ -37,6 +37,20 @@ def _spark_conf(confs: tuple[str, ...]) -> dict[str, Any]:
             )
         conf[key.strip()] = value
     return conf
+
+
+def _worker_options(**given: Any) -> list[str]:
+    """The command's options that each ``--workers`` worker runs with, as arguments: a flag for
+    True, ``--name value`` for any other value given (``None``, ``False``, ``0``: not given)."""
+    args: list[str] = []
+    short = {"batches": "-b"}
+    for name, value in given.items():
+        flag = short.get(name, "--" + name.replace("_", "-"))
+        if value is True:
+            args.append(flag)
+        elif value:
+            args += [flag, str(value)]
+    return args
 
 
 @click.command()
@@ -158,13 +172,11 @@ def backfill(
             from omnitable.cli.workers import run_workers, worker_conf
 
             args = ["backfill", table, "-f", features, "--queue", "--master", "local[1]"]
-            args += ["-b", batches] if batches else []
-            args += ["--checkpoint", str(checkpoint)] if checkpoint else []
-            args += ["--retry-errors"] if retry_errors else []
-            args += ["--max-error-ratio", str(max_error_ratio)] if max_error_ratio else []
-            args += ["--allow-version-drift"] if allow_version_drift else []
-            args += ["--tuning", tuning] if tuning else []
-            args += ["--lease", str(lease_s)] if lease_s else []
+            args += _worker_options(
+                batches=batches, checkpoint=checkpoint, retry_errors=retry_errors,
+                max_error_ratio=max_error_ratio, allow_version_drift=allow_version_drift,
+                tuning=tuning, lease=lease_s,
+            )  # fmt: skip
             args += [a for k, v in worker_conf(conf).items() for a in ("--conf", f"{k}={v}")]
             args += [a for p in paths for a in ("--path", str(Path(p).resolve()))]
             run_workers(ctx, wh, plan, workers, args, checkpoint)
@@ -191,30 +203,35 @@ def backfill(
             )
         grid = wh.table(table).status()
 
-    def render(console: Console) -> None:
-        for warning in result.warnings:
-            console.print(f"[yellow]warning:[/] {warning}")
-        for i, s in enumerate(result.steps, 1):
-            console.print(
-                f"step {i}: {', '.join(s.features)} — {s.fragments} fragments, "
-                f"{s.rows} rows, {s.files} files in {s.seconds:.1f}s"
-                + (
-                    f"; re-run in the child process after a crash: {', '.join(s.escalated)}"
-                    if s.escalated
-                    else ""
-                )
-            )
-        console.print(f"run {result.run_id} committed version(s) {result.versions}")
-        for key, count in result.errors.items():
-            console.print(f"[yellow]{count} record(s) failed {key}[/]: see Table.errors()")
-        for skip in result.skipped:
-            console.print(
-                f"[yellow]skipped unreadable fragment {skip['fragment']}[/] "
-                f"(batch {skip['batch']}): {skip['error'][:200]}"
-            )
-        console.print(str(grid))
+    out.result(
+        {"run": result.summary(), "status": grid.to_pandas().to_dict()},
+        lambda console: _render(console, result, grid),
+    )
 
-    out.result({"run": result.summary(), "status": grid.to_pandas().to_dict()}, render)
+
+def _render(console: Console, result: Any, grid: Any) -> None:
+    """The human-readable summary of a run (``--json`` prints its summary instead)."""
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    for i, s in enumerate(result.steps, 1):
+        console.print(
+            f"step {i}: {', '.join(s.features)} — {s.fragments} fragments, "
+            f"{s.rows} rows, {s.files} files in {s.seconds:.1f}s"
+            + (
+                f"; re-run in the child process after a crash: {', '.join(s.escalated)}"
+                if s.escalated
+                else ""
+            )
+        )
+    console.print(f"run {result.run_id} committed version(s) {result.versions}")
+    for key, count in result.errors.items():
+        console.print(f"[yellow]{count} record(s) failed {key}[/]: see Table.errors()")
+    for skip in result.skipped:
+        console.print(
+            f"[yellow]skipped unreadable fragment {skip['fragment']}[/] "
+            f"(batch {skip['batch']}): {skip['error'][:200]}"
+        )
+    console.print(str(grid))
 
 
 @click.command()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -34,11 +36,20 @@ computation would get. The C1 compiler alone and the serial collector halve it, 
 is no slower (docs/benchmarks.md, "adaptive_queue")."""
 
 
-def worker_conf(conf: dict[str, Any]) -> dict[str, Any]:
+_GC_OPTION = re.compile(r"-XX:[+-]Use\w*GC\b")
+
+
+def worker_conf(conf: dict[str, Any], env: Mapping[str, str] = os.environ) -> dict[str, Any]:
     """The Spark settings of each worker: ``conf`` (the command's ``--conf``), with
     :data:`WORKER_JAVA_OPTIONS` as the driver's JVM options unless ``conf`` gives its own (used
-    as they are: JVM options can conflict, e.g. two garbage collectors)."""
-    return {DRIVER_JAVA_OPTIONS: WORKER_JAVA_OPTIONS, **conf}
+    as they are: JVM options can conflict). A collector chosen in ``JAVA_TOOL_OPTIONS`` or
+    ``JDK_JAVA_OPTIONS`` (``env``) is kept: the JVM refuses two."""
+    if DRIVER_JAVA_OPTIONS in conf:
+        return dict(conf)
+    options = WORKER_JAVA_OPTIONS
+    if any(_GC_OPTION.search(env.get(k, "")) for k in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS")):
+        options = _GC_OPTION.sub("", options).strip()
+    return {DRIVER_JAVA_OPTIONS: options, **conf}
 
 
 def run_workers(
@@ -80,13 +91,19 @@ def run_workers(
                 f"worker {n} exited with code {rc}: {tail}"
             )
         outputs = [Path(tmp, f"worker{n}.out").read_text() for n in range(workers)]
-    runs = [json.loads(text)["run"] for text in outputs]
-    _report(ctx, wh, plan, runs, pid, time.perf_counter() - started)
+    _report(ctx, wh, plan, worker_runs(outputs), workers, pid, time.perf_counter() - started)
+
+
+def worker_runs(outputs: list[str]) -> list[dict[str, Any]]:
+    """The runs in the workers' ``--json`` outputs. A worker that planned after the others had
+    done every item found nothing to do and printed its empty plan, no run."""
+    docs = [json.loads(text) for text in outputs]
+    return [d["run"] for d in docs if "run" in d]
 
 
 def _report(
-    ctx: Context, wh: Warehouse, plan: BackfillPlan, runs: list[dict[str, Any]], pid: str,
-    seconds: float,
+    ctx: Context, wh: Warehouse, plan: BackfillPlan, runs: list[dict[str, Any]], workers: int,
+    pid: str, seconds: float,
 ) -> None:  # fmt: skip
     versions = sorted(v for r in runs for v in r["versions"])
     errors: dict[str, int] = {}
@@ -96,7 +113,7 @@ def _report(
     warnings = [w for r in runs for w in r["warnings"]]
     total: dict[str, Any] = {
         "queue": pid,
-        "workers": len(runs),
+        "workers": workers,
         "versions": versions,
         "seconds": round(seconds, 3),
         "runs": runs,
@@ -111,7 +128,7 @@ def _report(
         for r in runs:
             console.print(f"worker run {r['run_id']}: committed version(s) {r['versions']}")
         console.print(
-            f"{len(runs)} workers committed {len(versions)} version(s) in {seconds:.1f}s "
+            f"{workers} workers committed {len(versions)} version(s) in {seconds:.1f}s "
             f"(queue {pid})"
         )
         for key, count in errors.items():

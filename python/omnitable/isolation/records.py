@@ -154,8 +154,9 @@ def run_records(
             for plo, phi in bounds:
                 loop.run_part(plo, phi)
                 if emit is not None and phi < hi:
-                    emit[0](loop.outcome(plo, phi))
+                    part = loop.outcome(plo, phi)  # takes the part's failures: asked once
                     done = phi
+                    emit[0](part)
         finally:
             release(loop.alarm, cap)
     except Deadline as exc:  # the last record overran, found as the alarm was being disarmed
