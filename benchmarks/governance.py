@@ -15,9 +15,9 @@
   Measured for each layout of ``--view-fragments`` (fragments per batch, default ``4,20``: a
   table as appended in quarter batches, and one appended in smaller pieces, as many small
   appends leave it before compaction). Also printed: the write floor (the exported rows written
-  from memory, the Spark write job alone) and zip / floor, the most any read could reach; the
-  same view read through Delta; planning alone; the view's storage overhead (its Delta bytes /
-  the table's data bytes) and refresh time.
+  from memory in one task, the Spark write job alone) and zip / floor, the most any read could
+  reach; the same view read through Delta; planning alone; the view's storage overhead (its
+  Delta bytes / the table's data bytes) and refresh time.
 
 * (c) a ``--columns``-column table (default 2,500 bigint columns, ``--wide-rows`` rows in 4
   fragments) stored as groups of 5 columns, and 10 columns spread over 10 groups read together
@@ -195,8 +195,8 @@ def _view_table(wh: Any, name: str, rows: int, batches: int, fragment_rows: int)
 
 def _view_times(spark: Any, t: Any, out_dir: Any, repeats: int) -> dict[str, float]:
     """The 1 % export through the view (recorded files), through Delta and from the zip, planning
-    alone for each, and the write floor (the exported rows written from memory), interleaved;
-    checks that every export reads back equal and that the view was used."""
+    alone for each, and the write floor (the exported rows written from memory in one task),
+    interleaved; checks that every export reads back equal and that the view was used."""
 
     def use(read: str) -> None:  # "zip", "view" (recorded files) or "delta" (the view via Delta)
         spark.conf.set(VIEW_SWITCH, str(read != "zip").lower())
@@ -241,7 +241,6 @@ def _views(
 ) -> tuple[list[Any], dict]:
     """(b) for one layout (``per_batch`` fragments per batch): export through a fresh view vs the
     zip read; report rows and figures."""
-
     fragment_rows = max(1, -(-rows // per_batch))
     t = _view_table(wh, f"wide{per_batch}", rows, batches, fragment_rows)
     start = time.perf_counter()

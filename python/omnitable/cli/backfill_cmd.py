@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -12,6 +12,10 @@ from rich.console import Console
 from omnitable.cli.context import Context
 from omnitable.observability import ProgressEvent
 from omnitable.settings import BACKFILL_MAX_ERROR_RATIO
+
+if TYPE_CHECKING:
+    from omnitable.exec.runner import RunResult
+    from omnitable.features.status import StatusGrid
 
 
 def _split(value: str | None) -> list[str] | None:
@@ -209,7 +213,7 @@ def backfill(
     )
 
 
-def _render(console: Console, result: Any, grid: Any) -> None:
+def _render(console: Console, result: RunResult, grid: StatusGrid) -> None:
     """The human-readable summary of a run (``--json`` prints its summary instead)."""
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
