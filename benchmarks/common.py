@@ -79,6 +79,8 @@ def fmt_ratio(x: float) -> str:
 
 
 def fmt_seconds(x: float) -> str:
+    if x < 0.1:
+        return f"{x * 1000:.1f} ms"
     return f"{x * 1000:.0f} ms" if x < 10 else f"{x:.1f} s"
 
 

@@ -12,6 +12,9 @@
   ``views`` job. A 1 % filtered export (``c0 < 0.01``, 4 hot columns, written as Parquet) through
   the fresh view against the zip read (``spark.omnitable.optimizer.views.enabled=false``),
   interleaved, ``3 x --repeats`` each; both exports read back equal (checked). Goal: >= 4x.
+  The same export without Spark too: ``Table.read`` (answered from the fresh view, or with the
+  setting ``read.views`` off from the zip) written with pyarrow, ``20 x --repeats`` each,
+  interleaved; both read the same rows (checked).
   Measured for each layout of ``--view-fragments`` (fragments per batch, default ``4,20``: a
   table as appended in quarter batches, and one appended in smaller pieces, as many small
   appends leave it before compaction). Also printed: the write floor (the exported rows written
@@ -236,11 +239,38 @@ def _view_times(spark: Any, t: Any, out_dir: Any, repeats: int) -> dict[str, flo
         spark.conf.unset(VIEW_FILES_SWITCH)
 
 
+def _python_times(t: Any, t_zip: Any, out_dir: Any, repeats: int) -> dict[str, float]:
+    """The same export without Spark: ``Table.read`` of the hot columns under the filter, written
+    with pyarrow, answered from the view (``t``) and from the zip (``t_zip``, connected with
+    ``read.views`` off), interleaved; checks that both read the same rows and the view was used."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    where = pc.field("c0") < 0.01
+    seen = {}
+    for read, table in (("view", t), ("zip", t_zip)):
+        scan = table.scan(HOT, where=where)
+        assert scan.stats.view == ("hot" if read == "view" else None), scan.stats
+        seen[read] = sorted(zip(*(c.to_pylist() for c in scan.table.columns), strict=True))
+    assert seen["view"] == seen["zip"], "the view read other rows than the zip"
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    def export(table: Any, name: str) -> None:
+        pq.write_table(table.read(HOT, where=where), out_dir / f"{name}.parquet")
+
+    return time_interleaved(
+        {"view": lambda: export(t, "view"), "zip": lambda: export(t_zip, "zip")},
+        repeats=20 * repeats,
+    )
+
+
 def _views(
-    wh: Any, path: Any, rows: int, batches: int, repeats: int, per_batch: int, spark: Any
+    wh: Any, wh_zip: Any, path: Any, args: Any, per_batch: int, spark: Any
 ) -> tuple[list[Any], dict]:
     """(b) for one layout (``per_batch`` fragments per batch): export through a fresh view vs the
-    zip read; report rows and figures."""
+    zip read, on Spark and in Python (``wh_zip``: the warehouse with ``read.views`` off); report
+    rows and figures."""
+    rows, batches, repeats = args.rows, args.view_batches, args.repeats
     fragment_rows = max(1, -(-rows // per_batch))
     t = _view_table(wh, f"wide{per_batch}", rows, batches, fragment_rows)
     start = time.perf_counter()
@@ -248,6 +278,7 @@ def _views(
     refresh = time.perf_counter() - start
     assert res.outcome == "committed", res
     times = _view_times(spark, t, path / f"export{per_batch}", repeats)
+    py = _python_times(t, wh_zip.table(t.name), path / f"py{per_batch}", repeats)
     view_dir = t._ctx.location.child_path(t.views()[0]["path"])
     view_bytes = _dir_bytes(view_dir)
     data_bytes = _dir_bytes(t._ctx.location.path) - view_bytes
@@ -261,6 +292,7 @@ def _views(
         / max(1e-3, times["view"] - times["plan_view"]),
         "view_ceiling": times["zip"] / times["floor"],
         "view_overhead": view_bytes / max(1, data_bytes),
+        "py_view_export_ratio": py["zip"] / py["view"],
     }
     label = f"{rows * batches:,} rows x 200 columns / 50 groups, {fragments:,} fragments"
     rows_out = [
@@ -279,6 +311,9 @@ def _views(
         ("(b) planning only (executedPlan), fresh view", fmt_seconds(times["plan_view"]), ""),
         ("(b) planning only, view through Delta", fmt_seconds(times["plan_delta"]), ""),
         ("(b) export minus planning: zip / view", fmt_ratio(figures["view_run_ratio"]), ""),
+        ("(b) Python export (Table.read + pyarrow write), zip read", fmt_seconds(py["zip"]), ""),
+        ("(b) Python export, fresh view", fmt_seconds(py["view"]), ""),
+        ("(b) Python export: zip / view", fmt_ratio(figures["py_view_export_ratio"]), ">= 4x"),
         ("(b) files read: view / zip (fragments x 4 hot groups)",
          f"{view_files:,} / {zip_plan.files:,}", ""),
         ("(b) view storage", fmt_bytes(view_bytes), ""),
@@ -293,15 +328,16 @@ def _view_rows(args: Any, path: Any, out: dict[str, float]) -> list[tuple[str, s
     import omnitable
 
     wh = omnitable.connect(str(path / "views"))
+    wh_zip = omnitable.connect(str(path / "views"), settings={"read.views": False})
     rows: list[tuple[str, str, str]] = []
     try:
         spark = _spark(wh)
         for n, per_batch in enumerate(args.view_fragments):
-            got, figures = _views(wh, path, args.rows, args.view_batches, args.repeats,
-                                  per_batch, spark)  # fmt: skip
+            got, figures = _views(wh, wh_zip, path, args, per_batch, spark)
             rows += got
             out.update({(k if n == 0 else f"{k}_{per_batch}"): v for k, v in figures.items()})
     finally:
+        wh_zip.close()
         wh.close()
     return rows
 

@@ -258,6 +258,16 @@ READ_ACCESS_LOG = _declare(
     )
 )
 
+READ_VIEWS = _declare(
+    Setting(
+        "read.views",
+        True,
+        _bool,
+        "Table.read of every batch answers from a fresh hot column-group view that covers its "
+        "columns and filter (rows then come in the view's order; docs/governance.md).",
+    )
+)
+
 # -- backfills (Plan.run) ---------------------------------------------------------------------
 
 BACKFILL_MAX_ERROR_RATIO = _declare(

@@ -34,6 +34,7 @@ from omnitable.format.fs import Location
 from omnitable.format.reader import FragmentReader, ReadPlan, ReadStats
 from omnitable.governance.job import MaintenanceResult
 from omnitable.governance.service import GovernService, maintain_once
+from omnitable.governance.view_reads import read_from_view
 from omnitable.ingest.append import append
 from omnitable.ingest.columns import add_columns
 from omnitable.settings import READ_ACCESS_LOG, READ_LATE_MATERIALIZATION_MAX_SELECTIVITY
@@ -320,6 +321,11 @@ class Table:
     ) -> pa.Table:
         """Read rows as a pyarrow Table (merge-on-read zip of the column files, no Spark).
 
+        A read of ``columns`` of every batch that a fresh hot column-group view covers (with
+        the columns ``where`` names) reads the view's files instead: the same rows, in the
+        view's order (per batch, sorted by its first column); ``scan(...).stats.view`` names it,
+        the setting ``read.views`` turns it off (docs/governance.md "Hot column-group views").
+
         Args:
             columns: columns to return, in that order (default: all, system columns first).
             where: a pyarrow compute expression, e.g. ``pc.field("score") > 0.5``; fragments
@@ -342,12 +348,19 @@ class Table:
         branch: str | None = None,
         tag: str | None = None,
     ) -> ScanResult:
-        """Like :meth:`read`, also returning what the read touched (fragments, files, bytes)."""
+        """Like :meth:`read`, also returning what the read touched (fragments, files, bytes, and
+        the view that answered it, if one did)."""
         batches = _batch_list(batches)
-        reader = self._reader(SnapshotScope.of(batches, columns, where), version, branch, tag)
-        table, stats = reader.read(columns, where, batches)
+        hit = None
+        if columns is not None and batches is None:
+            hit = read_from_view(self._ctx, columns, where, version, branch, tag)
+        if hit is not None:
+            table, stats, snap = hit
+        else:
+            reader = self._reader(SnapshotScope.of(batches, columns, where), version, branch, tag)
+            (table, stats), snap = reader.read(columns, where, batches), reader.snapshot
         if columns is not None and self._ctx.settings.resolve(READ_ACCESS_LOG):
-            self._record_access(reader.snapshot, table.column_names, where)
+            self._record_access(snap, table.column_names, where)
         return ScanResult(table, stats)
 
     def _record_access(self, snap: Snapshot, names: list[str], where: Any) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import omt_connect_features as features
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import omnitable
@@ -184,3 +185,7 @@ def test_hot_column_view_refresh_and_read(
     query = f"SELECT a FROM {catalog}.hotv WHERE a > 6"
     assert "ColumnViewRead" in session.sql(f"EXPLAIN {query}").first()[0]
     assert sorted(r.a for r in session.sql(query).collect()) == [7, 8, 9]
+    # the refresh's write settings were set in the session and taken back
+    assert session.conf.get("parquet.block.row.count.limit", None) is None
+    scan = t.scan(["a"], where=pc.field("a") > 6)  # Table.read answers from the same files
+    assert scan.stats.view == "hot" and sorted(scan.table.column("a").to_pylist()) == [7, 8, 9]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import omnitable
@@ -17,6 +18,7 @@ from omnitable._failpoints import hooked
 pytestmark = pytest.mark.spark
 
 SWITCH = "spark.omnitable.optimizer.views.enabled"
+_WHERE = (pc.field("a") > 10) & (pc.field("b") != "s20")  # Table.read's filter in the checks
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +62,8 @@ def _uses_view(df: Any) -> bool:
 
 
 def _check(spark: Any, t: omnitable.Table, *, fresh: bool, version: int | None = None) -> None:
-    """The query reads the view exactly when ``fresh``, and equals the zip read either way."""
+    """The query reads the view exactly when ``fresh``, and equals the zip read either way; so
+    does ``Table.read`` where the refresh recorded the view's files (:func:`_check_python`)."""
     got = _query(spark, t, version)
     assert _uses_view(got) == fresh
     spark.conf.set(SWITCH, "false")
@@ -70,6 +73,36 @@ def _check(spark: Any, t: omnitable.Table, *, fresh: bool, version: int | None =
         assert _rows(got) == _rows(zipped)
     finally:
         spark.conf.unset(SWITCH)
+    (view,) = t.views()
+    answers = view["name"] if fresh and view["data_files"] is not None else None
+    _check_python(t, ["_ai_unique_id_", "a", "b"], answers, version)
+
+
+def _zip(t: omnitable.Table) -> omnitable.Warehouse:
+    """The table's warehouse, connected with the setting ``read.views`` off."""
+    return omnitable.connect(t.warehouse.uri, settings={"read.views": False})
+
+
+def _check_python(
+    t: omnitable.Table,
+    columns: list[str],
+    view: str | None,
+    version: int | None = None,
+    where: Any = _WHERE,
+) -> None:
+    """``Table.read`` of ``columns`` under ``where`` is answered by ``view`` (None: the zip) and
+    returns the zip read's schema and rows (in another order)."""
+    got = t.scan(columns, where=where, version=version)
+    assert got.stats.view == view
+    with _zip(t) as wh_zip:
+        zipped = wh_zip.table(t.name).scan(columns, where=where, version=version)
+    assert zipped.stats.view is None
+    assert got.table.schema == zipped.table.schema
+    assert _sorted(got.table) == _sorted(zipped.table)
+
+
+def _sorted(table: pa.Table) -> list[tuple[Any, ...]]:
+    return sorted(zip(*(c.to_pylist() for c in table.columns), strict=True), key=repr)
 
 
 def _refresh(t: omnitable.Table, spark: Any) -> Any:
@@ -305,6 +338,8 @@ def test_a_fresh_view_reads_the_files_its_refresh_recorded(
     (root / rec.files[0][0]).unlink()
     with pytest.raises(Exception, match=r"(?i)not exist|FileNotFound|No such file"):
         _query(spark, t).collect()
+    # Table.read cannot open the files either: it answers from the zip
+    _check_python(t, ["_ai_unique_id_", "a", "b"], None)
 
 
 def test_a_view_without_recorded_files_reads_its_delta_version(
@@ -341,3 +376,98 @@ def test_a_view_without_recorded_files_reads_its_delta_version(
     assert t.views()[0]["data_files"] is None
     assert "delta" in _scan(_query(spark, t)).lower()
     _check(spark, t, fresh=True)
+
+
+def test_table_read_answers_from_the_smallest_fresh_view_covering_it(
+    spark: Any, wh: omnitable.Warehouse
+) -> None:
+    """``Table.read`` answers from the fresh view with the fewest columns that covers its
+    columns and its filter's (the batch name comes from the view's files); a column or filter
+    column no view covers, a list of batches, no columns named, or a renamed column read the
+    zip. ``_check_python`` also reads with the setting ``read.views`` off."""
+    t = _make(wh, "pyread")
+    t.create_view("hot", ["a", "b"])
+    t.create_view("wide", ["a", "b", "c"])
+    _refresh(t, spark)
+    _check_python(t, ["a"], "hot", where=None)
+    _check_python(t, ["_ai_append_name_", "b"], "hot", where=pc.field("a") >= 45)
+    _check_python(t, ["a", "c"], "wide", where=None)
+    _check_python(t, ["a"], "wide", where=pc.field("c") > 20)
+    _check_python(t, ["a", "d"], None, where=None)
+    _check_python(t, ["a"], None, where=pc.field("d") == "xx")
+    assert t.scan(["a"], batches=["b1", "b2"]).stats.view is None
+    assert t.scan().stats.view is None
+    t.rename_column("b", "bb")  # both views name b: stale until re-created
+    _check_python(t, ["a"], None, where=None)
+
+
+def test_table_read_fails_as_the_zip_read_fails(spark: Any, wh: omnitable.Warehouse) -> None:
+    """A filter the view's rows cannot evaluate, or bad columns, get the zip read's error."""
+    t = _make(wh, "pyerr")
+    t.create_view("hot", ["a", "b"])
+    _refresh(t, spark)
+    cases: list[tuple[Any, Any]] = [
+        (["a"], pc.field("b") > 5),  # a string against a number
+        (["a"], pc.field("nope") > 1),
+        (["a", "a"], None),
+        ("a", None),
+        (["a"], "a > 1"),
+    ]
+    for columns, where in cases:
+        with _zip(t) as wh_zip, pytest.raises(Exception) as want:
+            wh_zip.table(t.name).read(columns, where=where)
+        with pytest.raises(type(want.value)) as got:
+            t.read(columns, where=where)
+        assert str(got.value) == str(want.value)
+
+
+def test_table_read_from_a_view_keeps_every_type(spark: Any, wh: omnitable.Warehouse) -> None:
+    """Every type a view stores reads back from its files as the table's type (timestamps are
+    written as TIMESTAMP_MICROS, not Spark's INT96), equal to the zip read."""
+    import datetime as dt
+    import decimal
+
+    types = {"i64": "bigint", "i32": "int", "i16": "smallint", "i8": "tinyint", "f64": "double",
+             "f32": "float", "flag": "boolean", "s": "string", "bin": "binary", "day": "date",
+             "ts": "timestamp", "dec": "decimal(10,2)", "vec": "array<float>"}  # fmt: skip
+    t = wh.create_table("pytypes", types)
+    values = {
+        "i64": [1, 2, 3, None, 5], "i32": [1, 2, 3, 4, None], "i16": [1, 2, 3, 4, 5],
+        "i8": [1, 2, 3, 4, 5], "f64": [0.1, 0.2, None, 0.4, 0.5], "f32": [0.1, 0.2, 0.3, 0.4, 0.5],
+        "flag": [True, False, None, True, False], "s": ["a", "b", None, "d", "e"],
+        "bin": [b"a", b"b", b"c", None, b"e"], "day": [dt.date(2020, 1, k) for k in range(1, 6)],
+        "ts": [dt.datetime(2020, 1, 1, k, tzinfo=dt.UTC) for k in range(5)],
+        "dec": [decimal.Decimal("1.25")] * 5, "vec": [[1.0, 2.0]] * 5,
+    }  # fmt: skip
+    t.append(pa.table({k: pa.array(v, t.schema.field(k).type) for k, v in values.items()}), "b1")
+    t.create_view("all", list(types))
+    before = spark.conf.get("spark.sql.parquet.outputTimestampType")
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "INT96")
+    try:
+        _refresh(t, spark)
+        assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "INT96"  # restored
+        assert spark.conf.get("parquet.block.row.count.limit", None) is None
+    finally:
+        spark.conf.set("spark.sql.parquet.outputTimestampType", before)
+    _check_python(t, ["_ai_unique_id_", *types], "all", where=None)
+    _check_python(t, ["s", "ts"], "all", where=pc.field("i64") > 1)
+
+
+def test_view_files_hold_small_row_groups_a_filter_skips(
+    spark: Any, wh: omnitable.Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refresh writes row groups of at most ``VIEW_ROW_GROUP_ROWS`` rows, sorted by the first
+    column, so a filter on it reads few of them; the answer is still the zip read's."""
+    import pyarrow.parquet as pq
+
+    from omnitable.governance import views
+
+    monkeypatch.setitem(views._VIEW_WRITE_SETTINGS, "parquet.block.row.count.limit", "10")
+    t = _make(wh, "rowgroups")
+    t.create_view("hot", ["a", "b"])
+    _refresh(t, spark)
+    root = Path(t.location.child_path(t.views()[0]["path"]))
+    for file in root.glob("_view_batch_=*/*.parquet"):
+        meta = pq.ParquetFile(file).metadata
+        assert meta.num_rows == 50 and meta.num_row_groups == 5
+    _check_python(t, ["a", "b"], "hot", where=pc.field("a") < 3)

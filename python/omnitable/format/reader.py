@@ -96,6 +96,8 @@ class ReadStats:
     fragments_read: int
     files_opened: int
     bytes_read: int
+    view: str | None = None
+    """The hot column-group view that answered the read (None: the table's files did)."""
 
 
 FileCounter = Callable[[list[str], list[int]], int]
@@ -168,7 +170,7 @@ class FragmentReader:
         plan = self.plan(columns, where, batches)
         out_cols, where_cols, fragments = plan.columns, plan.where_columns, plan.fragments
         total = plan.fragments_total
-        schema = pa.schema([self._field(c) for c in out_cols])
+        schema = self.output_schema(out_cols)
 
         def one(frag: FragmentRecord) -> pa.Table:
             return self.read_fragment(frag, out_cols, where, where_cols)
@@ -183,6 +185,10 @@ class FragmentReader:
         table = pa.concat_tables(parts)
         stats = ReadStats(total, len(fragments), self._files_opened, self._bytes)
         return table, stats
+
+    def output_schema(self, columns: list[str] | None) -> pa.Schema:
+        """The fields :meth:`read` returns for ``columns`` (checked as it checks them)."""
+        return pa.schema([self._field(c) for c in self._check_columns(columns)])
 
     def read_fragment(
         self,

@@ -253,6 +253,7 @@ private[source] object PropertyCheck {
     "write.target_fragment_bytes" -> PositiveInt,
     "read.late_materialization_max_selectivity" -> Ratio(lowOpen = true),
     "read.access_log" -> OneOf("true", "false"),
+    "read.views" -> OneOf("true", "false"),
     "backfill.max_error_ratio" -> Ratio(lowOpen = false),
     "backfill.max_skip_ratio" -> Ratio(lowOpen = false),
     "backfill.on_corrupt" -> OneOf("skip", "fail"),
