@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from os import PathLike
@@ -17,7 +16,7 @@ import pyarrow.compute as pc
 
 from omnitable.catalog.records import CommitRecord, TableRecord
 from omnitable.catalog.refs import Ref, check_ref_name
-from omnitable.catalog.snapshot import FULL_SCOPE, Snapshot, SnapshotScope
+from omnitable.catalog.snapshot import FULL_SCOPE, Snapshot, SnapshotScope, columns_named
 from omnitable.context import TableContext, WarehouseHandle
 from omnitable.dataops.columns import rename_column, restore, retire, retired_names
 from omnitable.dataops.delete import DeleteResult, delete_rows
@@ -323,7 +322,8 @@ class Table:
 
         A read of ``columns`` of every batch that a fresh hot column-group view covers (with
         the columns ``where`` names) reads the view's files instead: the same rows, in the
-        view's order (per batch, sorted by its first column); ``scan(...).stats.view`` names it,
+        view's order (batch by batch in append order, each batch's sorted by its first
+        column); ``scan(...).stats.view`` names it,
         the setting ``read.views`` turns it off (docs/governance.md "Hot column-group views").
 
         Args:
@@ -368,7 +368,7 @@ class Table:
         (best effort, never raises)."""
         read = set(names)
         if where is not None:  # a superset of the filter's columns is harmless
-            read.update(re.findall(r"[^\s()<>=!,&|~\"']+", str(where)))
+            read.update(columns_named(str(where), snap.column_names()))
         ids = [(c.column_id, c.name) for c in snap.columns if c.name in read]
         record_access(self.location, table_id=self.record.table_id, branch=snap.branch,
                       version=snap.version, columns=ids)  # fmt: skip

@@ -10,6 +10,7 @@ are the same, so the two cannot drift.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import uuid
 from collections.abc import Iterator
@@ -176,9 +177,16 @@ def test_errors_of_a_table_without_error_table(session: Any, wh: omnitable.Wareh
 def test_hot_column_view_refresh_and_read(
     session: Any, wh: omnitable.Warehouse, catalog: str
 ) -> None:
-    t = wh.create_table("hotv", {"a": "bigint", "b": "string"}, groups={"g": ["b"]})
-    t.append(pa.table({"a": list(range(10)), "b": [f"s{i}" for i in range(10)]}), "b1")
-    t.create_view("hot", ["a"])
+    t = wh.create_table(
+        "hotv", {"a": "bigint", "b": "string", "ts": "timestamp"}, groups={"g": ["b"]}
+    )
+    stamps = [dt.datetime(2020, 1, 1, i, tzinfo=dt.UTC) for i in range(10)]
+    t.append(
+        pa.table({"a": list(range(10)), "b": [f"s{i}" for i in range(10)],
+                  "ts": pa.array(stamps, t.schema.field("ts").type)}),
+        "b1",
+    )  # fmt: skip
+    t.create_view("hot", ["a", "ts"])
     (res,) = t.maintain(["views"], options={"views": {"spark": session}})
     assert res.outcome == "committed"
     assert t.views()[0]["data_files"] == 1  # recorded through this session: read directly
@@ -187,5 +195,10 @@ def test_hot_column_view_refresh_and_read(
     assert sorted(r.a for r in session.sql(query).collect()) == [7, 8, 9]
     # the refresh's write settings were set in the session and taken back
     assert session.conf.get("parquet.block.row.count.limit", None) is None
-    scan = t.scan(["a"], where=pc.field("a") > 6)  # Table.read answers from the same files
-    assert scan.stats.view == "hot" and sorted(scan.table.column("a").to_pylist()) == [7, 8, 9]
+    # Table.read answers from the same files: the refresh's write settings reached Delta's
+    # writer (timestamps as TIMESTAMP_MICROS, else the view's files could not answer)
+    scan = t.scan(["a", "ts"], where=pc.field("a") > 6)
+    assert scan.stats.view == "hot"
+    got = sorted(zip(scan.table.column("a").to_pylist(), scan.table.column("ts").to_pylist(),
+                     strict=True))  # fmt: skip
+    assert got == list(zip(range(7, 10), stamps[7:], strict=True))

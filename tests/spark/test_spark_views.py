@@ -4,6 +4,7 @@ from a fresh view only (docs/governance.md "Hot column-group views", docs/optimi
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -101,8 +102,9 @@ def _check_python(
     assert _sorted(got.table) == _sorted(zipped.table)
 
 
-def _sorted(table: pa.Table) -> list[tuple[Any, ...]]:
-    return sorted(zip(*(c.to_pylist() for c in table.columns), strict=True), key=repr)
+def _sorted(table: pa.Table) -> list[str]:
+    """The rows as sorted texts (NaN equals NaN there)."""
+    return sorted(repr(row) for row in zip(*(c.to_pylist() for c in table.columns), strict=True))
 
 
 def _refresh(t: omnitable.Table, spark: Any) -> Any:
@@ -397,8 +399,37 @@ def test_table_read_answers_from_the_smallest_fresh_view_covering_it(
     _check_python(t, ["a"], None, where=pc.field("d") == "xx")
     assert t.scan(["a"], batches=["b1", "b2"]).stats.view is None
     assert t.scan().stats.view is None
+    # a branch and a tag of the refreshed state share its fingerprints; a delete on the branch
+    # makes the view stale there only
+    t.create_tag("refreshed")
+    exp = t.create_branch("exp")
+    _check_python(exp, ["a", "b"], "hot")
+    assert t.scan(["a"], tag="refreshed").stats.view == "hot"
+    exp.delete(ids=exp.to_pandas(["_ai_unique_id_"])["_ai_unique_id_"].tolist()[:5])
+    _check_python(exp, ["a", "b"], None)
+    assert t.scan(["a"], branch="exp").stats.view is None
+    _check_python(t, ["a", "b"], "hot")
     t.rename_column("b", "bb")  # both views name b: stale until re-created
     _check_python(t, ["a"], None, where=None)
+
+
+def test_table_read_from_a_view_comes_batch_by_batch_in_append_order(
+    spark: Any, wh: omnitable.Warehouse
+) -> None:
+    """The view's files are read in the snapshot's batch order (not their ids' order), each
+    batch's rows sorted by the view's first column."""
+    t = wh.create_table("pyorder", {"a": "bigint", "b": "string"})
+    names = [f"n{k}" for k in range(6)]
+    for k, name in enumerate(names):
+        t.append(pa.table({"a": [30 - k, 10 - k, 20 - k], "b": ["x", "y", "z"]}), name)
+    t.create_view("hot", ["a", "b"])
+    _refresh(t, spark)
+    got = t.scan(["_ai_append_name_", "a"])
+    assert got.stats.view == "hot"
+    assert got.table.column(0).to_pylist() == [n for n in names for _ in range(3)]
+    assert got.table.column(1).to_pylist() == [
+        v for k in range(6) for v in (10 - k, 20 - k, 30 - k)
+    ]
 
 
 def test_table_read_fails_as_the_zip_read_fails(spark: Any, wh: omnitable.Warehouse) -> None:
@@ -433,24 +464,109 @@ def test_table_read_from_a_view_keeps_every_type(spark: Any, wh: omnitable.Wareh
     t = wh.create_table("pytypes", types)
     values = {
         "i64": [1, 2, 3, None, 5], "i32": [1, 2, 3, 4, None], "i16": [1, 2, 3, 4, 5],
-        "i8": [1, 2, 3, 4, 5], "f64": [0.1, 0.2, None, 0.4, 0.5], "f32": [0.1, 0.2, 0.3, 0.4, 0.5],
-        "flag": [True, False, None, True, False], "s": ["a", "b", None, "d", "e"],
-        "bin": [b"a", b"b", b"c", None, b"e"], "day": [dt.date(2020, 1, k) for k in range(1, 6)],
-        "ts": [dt.datetime(2020, 1, 1, k, tzinfo=dt.UTC) for k in range(5)],
+        "i8": [1, 2, 3, 4, 5], "f64": [0.1, float("nan"), None, 0.4, 0.5],
+        "f32": [0.1, 0.2, 0.3, 0.4, 0.5], "flag": [True, False, None, True, False],
+        "s": ["a", "b", None, "d", "e"], "bin": [b"a", b"b", b"c", None, b"e"],
+        "day": [dt.date(1000, 1, 1)] + [dt.date(2020, 1, k) for k in range(1, 5)],
+        "ts": [dt.datetime(1200, 6, 1, tzinfo=dt.UTC)]
+        + [dt.datetime(2020, 1, 1, k, tzinfo=dt.UTC) for k in range(4)],
         "dec": [decimal.Decimal("1.25")] * 5, "vec": [[1.0, 2.0]] * 5,
     }  # fmt: skip
     t.append(pa.table({k: pa.array(v, t.schema.field(k).type) for k, v in values.items()}), "b1")
     t.create_view("all", list(types))
-    before = spark.conf.get("spark.sql.parquet.outputTimestampType")
-    spark.conf.set("spark.sql.parquet.outputTimestampType", "INT96")
-    try:
+    with _session(spark, _OLD_WAYS):  # what the refresh must not follow
         _refresh(t, spark)
-        assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "INT96"  # restored
+        assert {k: spark.conf.get(k) for k in _OLD_WAYS} == _OLD_WAYS  # restored
         assert spark.conf.get("parquet.block.row.count.limit", None) is None
-    finally:
-        spark.conf.set("spark.sql.parquet.outputTimestampType", before)
     _check_python(t, ["_ai_unique_id_", *types], "all", where=None)
     _check_python(t, ["s", "ts"], "all", where=pc.field("i64") > 1)
+    _check_python(t, ["i64"], "all", where=pc.field("day") < pa.scalar(dt.date(1000, 1, 3)))
+    _check_python(t, ["i64"], "all", where=pc.field("f64") != 0.4)
+
+
+_OLD_WAYS = {  # INT96 timestamps, dates and timestamps rebased to Spark's legacy calendar
+    "spark.sql.parquet.outputTimestampType": "INT96",
+    "spark.sql.parquet.datetimeRebaseModeInWrite": "LEGACY",
+    "spark.sql.parquet.int96RebaseModeInWrite": "LEGACY",
+}
+
+
+@contextlib.contextmanager
+def _session(spark: Any, settings: dict[str, str]) -> Iterator[None]:
+    before = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+
+
+_REBASE = [
+    "spark.sql.parquet.datetimeRebaseModeInWrite",
+    "spark.sql.parquet.int96RebaseModeInWrite",
+]
+
+
+@pytest.mark.parametrize(
+    ("columns", "unpinned"),
+    [
+        ({"day": "date"}, _REBASE),  # written in the legacy calendar: the footer says so
+        ({"ts": "timestamp"}, ["spark.sql.parquet.outputTimestampType"]),  # INT96: another type
+    ],
+)
+def test_view_files_table_read_cannot_trust_are_not_read(
+    spark: Any,
+    wh: omnitable.Warehouse,
+    monkeypatch: pytest.MonkeyPatch,
+    columns: dict[str, str],
+    unpinned: list[str],
+) -> None:
+    """Files written the old ways (by a refresh that did not pin those settings): dates in
+    Spark's legacy calendar or timestamps as INT96 leave Table.read to the zip, which gives
+    the true values."""
+    import datetime as dt
+
+    from omnitable.governance import views
+
+    for key in unpinned:
+        monkeypatch.delitem(views._VIEW_WRITE_SETTINGS, key)
+    name = f"pyold_{next(iter(columns))}"
+    t = wh.create_table(name, {"k": "bigint", **columns})
+    value = {"day": dt.date(1000, 1, 1), "ts": dt.datetime(1200, 6, 1, tzinfo=dt.UTC)}
+    col = next(iter(columns))
+    t.append(
+        pa.table({"k": [1, 2], col: pa.array([value[col]] * 2, t.schema.field(col).type)}), "b"
+    )
+    t.create_view("old", ["k", col])
+    with _session(spark, _OLD_WAYS):
+        _refresh(t, spark)
+    _check_python(t, ["k", col], None, where=None)
+    assert t.read([col]).column(0).to_pylist() == [value[col]] * 2
+
+
+def test_overlapping_blocks_share_the_session_settings(spark: Any) -> None:
+    """Two blocks overlapping on one session (two refreshes on threads): the settings hold until
+    the last one leaves, then the session's values come back; other settings are refused while
+    they are held, and a block that raises still gives them back."""
+    from omnitable.spark.scoped_conf import session_settings
+
+    key, extra = "spark.sql.parquet.outputTimestampType", "spark.omnitable.test.scoped"
+    wanted = {key: "TIMESTAMP_MICROS", extra: "1"}
+    with _session(spark, {key: "INT96"}):
+        first, second = session_settings(spark, wanted), session_settings(spark, wanted)
+        first.__enter__()
+        second.__enter__()
+        with pytest.raises(ValueError, match="held"), session_settings(spark, {key: "INT96"}):
+            pass
+        first.__exit__(None, None, None)  # the first leaves while the second still writes
+        assert spark.conf.get(key) == "TIMESTAMP_MICROS" and spark.conf.get(extra) == "1"
+        second.__exit__(None, None, None)
+        assert spark.conf.get(key) == "INT96" and spark.conf.get(extra, None) is None
+        with pytest.raises(RuntimeError), session_settings(spark, wanted):
+            raise RuntimeError("the write failed")
+        assert spark.conf.get(key) == "INT96" and spark.conf.get(extra, None) is None
 
 
 def test_view_files_hold_small_row_groups_a_filter_skips(

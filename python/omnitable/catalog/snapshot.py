@@ -5,6 +5,7 @@ Implements docs/catalog.md "Resolving a snapshot" (the JVM reader implements the
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -251,6 +252,18 @@ def _names(values: object) -> frozenset[str] | None:
 def columns_mentioned(text: str, names: Iterable[str]) -> list[str]:
     """The names that occur in ``text`` (a filter's text): a superset of its columns."""
     return [n for n in names if n in text]
+
+
+_FILTER_TOKEN = re.compile(r"[^\s()<>=!,&|~\"'\[\]]+")
+
+
+def columns_named(text: str, names: Iterable[str]) -> list[str]:
+    """The names that are whole tokens of ``text`` (a pyarrow filter's text, where a field
+    reads as its bare name): the filter's columns, and at most a few more (a string literal
+    equal to a column name), since column names hold none of the characters that separate
+    tokens."""
+    tokens = set(_FILTER_TOKEN.findall(text))
+    return [n for n in names if n in tokens]
 
 
 FULL_SCOPE = SnapshotScope()

@@ -8,12 +8,15 @@ the wanted columns of the row groups whose statistics the filter does not rule o
 filter and gives each column the table column's Arrow type. It answers only what it can answer
 exactly as the zip read would: a column stored as another type (types that differ only in
 offset width, ``string``/``large_string`` and ``binary``/``large_binary``, are the same values),
-a column missing from the files, or a filter that cannot be evaluated gives None, and the caller
+a column missing from the files, a file whose footer says Spark rebased its dates or timestamps
+to the legacy hybrid calendar (``org.apache.spark.legacy*``: pyarrow would read shifted values),
+files that cannot be opened, or a filter that cannot be evaluated gives None, and the caller
 reads the table as always.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -43,7 +46,7 @@ class ViewFiles:
 @dataclass(frozen=True)
 class ViewRead:
     """The rows a view answered (``schema``'s columns, in order), the files it opened and their
-    size in bytes."""
+    size in bytes (all of each file, not only the row groups read)."""
 
     table: pa.Table
     files_opened: int
@@ -57,16 +60,16 @@ def read_view_files(
     where: pc.Expression | None,
     where_types: dict[str, pa.DataType],
 ) -> ViewRead | None:
-    """The rows of ``view``'s files where ``where`` holds (NULL counts as false), as ``schema``
-    (the zip read's output fields), or None when the files cannot answer exactly (module
-    docstring). ``where_types``: the table's type of each column ``where`` names (a superset
-    is harmless)."""
+    """The rows of ``view``'s files where ``where`` holds (NULL counts as false), file by file
+    in the order of ``view.files``, as ``schema`` (the zip read's output fields), or None when
+    the files cannot answer exactly (module docstring). ``where_types``: the table's type of
+    each column ``where`` names (a superset is harmless)."""
     types = {**where_types, **{f.name: f.type for f in schema}}
     if not view.files:
         return ViewRead(schema.empty_table(), 0, 0)
     try:
         files = _dataset(location, view)
-        if not set(types) <= set(files.schema.names):
+        if files is None or not set(types) <= set(files.schema.names):
             return None
         # row groups whose statistics rule the filter out are skipped (the files are sorted by
         # the view's first column); NULL counts as false, as in the zip read
@@ -81,17 +84,19 @@ def read_view_files(
     return ViewRead(out, len(view.files), sum(size for _, size in view.files))
 
 
-def _dataset(location: Location, view: ViewFiles) -> ds.Dataset:
-    """The view's files as a dataset, kept for the next read of the same files (recorded files
-    never change; the dataset keeps their footers once read, which the statistics need)."""
+def _dataset(location: Location, view: ViewFiles) -> ds.Dataset | None:
+    """The view's files as a dataset, in the order given, kept for the next read of the same
+    files (recorded files never change; the dataset keeps their footers, which the statistics
+    need); None when a file was written in Spark's legacy hybrid calendar (module docstring)."""
     paths = tuple(location.child_path(f"{view.directory}/{rel}") for rel, _ in view.files)
-    key = (location.uri, paths)
+    key = (location.uri, id(location.fs), paths)  # the cached dataset keeps its filesystem alive
     with _CACHE_LOCK:
-        found = _CACHE.get(key)
-        if found is not None:
+        if key in _CACHE:
             _CACHE.move_to_end(key)
-            return found
-    made = ds.dataset(list(paths), filesystem=location.fs, format="parquet")
+            return _CACHE[key]
+    files = ds.dataset(list(paths), filesystem=location.fs, format="parquet")
+    legacy = any(_legacy(frag.physical_schema) for frag in files.get_fragments())
+    made = None if legacy else files
     with _CACHE_LOCK:
         _CACHE[key] = made
         while len(_CACHE) > _CACHED:
@@ -99,9 +104,25 @@ def _dataset(location: Location, view: ViewFiles) -> ds.Dataset:
     return made
 
 
+def _legacy(schema: pa.Schema) -> bool:
+    """Whether a Parquet file's footer says Spark wrote its dates or timestamps rebased to the
+    legacy hybrid calendar (values only Spark reads back correctly)."""
+    return any(k.startswith(b"org.apache.spark.legacy") for k in (schema.metadata or {}))
+
+
 _CACHED = 32  # views' datasets kept
-_CACHE: OrderedDict[tuple[str, tuple[str, ...]], ds.Dataset] = OrderedDict()
+_CACHE: OrderedDict[tuple[str, int, tuple[str, ...]], ds.Dataset | None] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A lock another parent thread held stays held in a forked child: a new one."""
+    global _CACHE_LOCK
+    _CACHE_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _typed(rows: pa.Table, types: dict[str, pa.DataType]) -> pa.Table | None:

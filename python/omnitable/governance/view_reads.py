@@ -6,18 +6,26 @@ columns its filter names, a declared view covers is answered from the smallest s
 columns, then name) that is **fresh** for the snapshot read: its column ids still carry the
 recorded names and the snapshot's per-batch fingerprints equal the recorded ones, so its files
 hold exactly the snapshot's live rows of those columns. Only views whose refresh recorded their
-data files are read (plain Parquet, no Delta needed). Anything else, or files that cannot answer
-exactly (format/view_reader.py), leaves the read to the table's files.
+data files are read (plain Parquet, no Delta needed), batch by batch in the snapshot's batch
+order. Anything else, or files that cannot answer exactly (format/view_reader.py), leaves the
+read to the table's files.
+
+Freshness answers are kept per (snapshot, view record), as the JVM keeps them: a committed
+snapshot's fragments never change (catalog/snapshot_cache.py), and a refresh records a new Delta
+version, so a changed record is a different key.
 """
 
 from __future__ import annotations
 
-import re
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from omnitable.catalog.snapshot import Snapshot, SnapshotScope
+from omnitable.catalog.snapshot import Snapshot, SnapshotScope, columns_named
 from omnitable.catalog.views import ViewRecord, fingerprints
 from omnitable.context import TableContext
 from omnitable.format.reader import FragmentReader, ReadStats
@@ -25,8 +33,6 @@ from omnitable.format.view_reader import ViewFiles, read_view_files
 from omnitable.governance.views import list_views
 from omnitable.settings import READ_VIEWS
 from omnitable.vocabulary.names import APPEND_NAME
-
-_TOKEN = re.compile(r"[^\s()<>=!,&|~\"'\[\]]+")
 
 
 def read_from_view(
@@ -39,28 +45,27 @@ def read_from_view(
 ) -> tuple[pa.Table, ReadStats, Snapshot] | None:
     """The rows ``Table.read(columns, where, version, branch=..., tag=...)`` of every batch
     returns, read from a fresh view that covers them (module docstring), what the read touched
-    and the snapshot read; None when no view answers (the setting ``read.views`` off, none covers the read or
-    is fresh for its snapshot, or its files cannot answer exactly). The rows come in the view's
-    order: per batch, sorted by the view's first declared column."""
+    and the snapshot read; None when no view answers (the setting ``read.views`` off, none covers
+    the read or is fresh for its snapshot, or its files cannot answer exactly). The rows come
+    batch by batch in the snapshot's order, each batch's sorted by the view's first column."""
     if not _names(columns) or (where is not None and not isinstance(where, pc.Expression)):
         return None  # the zip read reports what is wrong with them
     if not ctx.settings.resolve(READ_VIEWS):
         return None
-    tokens = set() if where is None else set(_TOKEN.findall(str(where)))
     views = [v for v in list_views(ctx) if v.files is not None and v.delta_version is not None]
     for rec in sorted(views, key=lambda v: (len(v.columns), v.name)):
-        if not set(columns) <= {*rec.columns, APPEND_NAME}:  # its files hold the batch name
+        covered = {*rec.columns, APPEND_NAME}  # the view's files hold the batch name too
+        if not set(columns) <= covered:
             continue
         scope = SnapshotScope(columns=frozenset(rec.columns), stats=False)
         snap = ctx.snapshot(version=version, branch=branch, tag=tag, scope=scope, reuse=True)
-        filtered = sorted(tokens & set(snap.column_names()))
-        if not set(filtered) <= {*rec.columns, APPEND_NAME} or not _fresh(rec, snap):
+        filtered = [] if where is None else columns_named(str(where), snap.column_names())
+        if not set(filtered) <= covered or not _fresh(rec, snap):
             continue
         reader = FragmentReader(ctx.location, snap)
         types = {name: reader.output_schema([name]).field(0).type for name in filtered}
-        assert rec.files is not None
-        got = read_view_files(ctx.location, ViewFiles(rec.path, rec.files),
-                              reader.output_schema(columns), where, types)  # fmt: skip
+        files = ViewFiles(rec.path, _in_batch_order(rec, snap))
+        got = read_view_files(ctx.location, files, reader.output_schema(columns), where, types)
         if got is None:
             return None
         total = len(snap.live_fragments(None))
@@ -79,9 +84,48 @@ def _names(columns: object) -> bool:
     )
 
 
+def _in_batch_order(rec: ViewRecord, snap: Snapshot) -> tuple[tuple[str, int], ...]:
+    """The view's recorded files ordered by their batch's position in ``snap`` (a file's first
+    path segment is its partition, ``_view_batch_=<batch id>``), then by path."""
+    position = {b.batch_id: i for i, b in enumerate(snap.batches)}
+
+    def where(file: tuple[str, int]) -> tuple[int, str]:
+        batch = file[0].split("/", 1)[0].partition("=")[2]
+        return position.get(batch, len(position)), file[0]
+
+    return tuple(sorted(rec.files or (), key=where))
+
+
 def _fresh(rec: ViewRecord, snap: Snapshot) -> bool:
-    """Whether ``rec``'s files hold exactly ``snap``'s live rows of its columns."""
+    """Whether ``rec``'s files hold exactly ``snap``'s live rows of its columns (remembered per
+    snapshot and record, module docstring)."""
     ids = {c.name: c.column_id for c in snap.columns}
     if any(ids.get(name) != cid for name, cid in rec.column_ids.items()):
         return False
-    return fingerprints(snap, set(rec.column_ids.values())) == rec.batches
+    key: Hashable = (snap.table.table_id, tuple(snap.segments), snap.version, snap.branch,
+                     snap.scope, rec.path, rec.delta_version, frozenset(rec.batches.items()))  # fmt: skip
+    with _FRESH_LOCK:
+        if key in _FRESH:
+            _FRESH.move_to_end(key)
+            return _FRESH[key]
+    answer = fingerprints(snap, set(rec.column_ids.values())) == rec.batches
+    with _FRESH_LOCK:
+        _FRESH[key] = answer
+        while len(_FRESH) > _FRESH_KEPT:
+            _FRESH.popitem(last=False)
+    return answer
+
+
+_FRESH_KEPT = 256  # freshness answers kept
+_FRESH: OrderedDict[Hashable, bool] = OrderedDict()
+_FRESH_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A lock another parent thread held stays held in a forked child: a new one."""
+    global _FRESH_LOCK
+    _FRESH_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -31,7 +31,7 @@ import datetime as dt
 import hashlib
 import re
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -51,6 +51,7 @@ from omnitable.context import TableContext
 from omnitable.exceptions import CommitConflict, ValidationError
 from omnitable.format.access import co_read_sets, read_access
 from omnitable.governance.job import Executed, MaintenancePlan, MaintenanceResult
+from omnitable.spark.scoped_conf import session_settings
 from omnitable.vocabulary.names import APPEND_NAME, MAIN, ROW_ID
 
 if TYPE_CHECKING:
@@ -291,37 +292,24 @@ def _write_view(
     else:
         ids = ", ".join(f"'{b}'" for b in sorted(set(write) | set(action["drop"])))
         writer = writer.option("replaceWhere", f"{BATCH_COLUMN} IN ({ids})")
-    with _session_settings(spark, _VIEW_WRITE_SETTINGS):
+    with session_settings(spark, _VIEW_WRITE_SETTINGS):
         writer.save(uri)
     done = _committed(spark, uri, record.name, token)
     files, schema = _data_files(spark, ctx, record, uri, done.delta_version)
     return replace(done, files=files, schema=schema)
 
 
-@contextlib.contextmanager
-def _session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
-    """``settings`` set in the session while the block runs, restored after (Delta passes no
-    Parquet write option on to the files it writes; the session's settings reach them)."""
-    before = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, old in before.items():
-            if old is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, old)
-
-
 # how a view's files are written: row groups of at most VIEW_ROW_GROUP_ROWS rows (a filter on
-# the sorted first column skips the others, for readers without Parquet's page index too), and
-# timestamps as Parquet's TIMESTAMP_MICROS (the table's type) rather than INT96, so that
-# Table.read can answer from them (format/view_reader.py)
+# the sorted first column skips the others, for readers without Parquet's page index too);
+# timestamps as Parquet's TIMESTAMP_MICROS (the table's type) rather than INT96, and dates and
+# timestamps in the proleptic Gregorian calendar whatever the session's rebase mode (LEGACY
+# would shift old values in a way only Spark undoes), so that Table.read can answer from them
+# (format/view_reader.py)
 _VIEW_WRITE_SETTINGS = {
     "parquet.block.row.count.limit": str(VIEW_ROW_GROUP_ROWS),
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
+    "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
 }
 
 # table properties under which a Delta version's data files are not plain Parquet of its rows
