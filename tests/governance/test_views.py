@@ -112,3 +112,32 @@ def test_auto_proposes_views_from_the_access_log(wh: omnitable.Warehouse) -> Non
     for bad in ({"min_scans": 0}, {"max_views": "2"}, {"since_s": -1}, {"views": ["mine"]}):
         with pytest.raises(ValidationError, match="views: "):
             plan(**bad)
+
+
+def test_listed_view_records_are_reused_until_written_or_too_old(
+    wh: omnitable.Warehouse,
+) -> None:
+    """``list_views(max_age_s=...)`` (what Table.read goes by) reuses the records this process
+    read, until it writes view records itself or they are older than asked; a change another
+    process makes (a raw catalog write here) shows once they are."""
+    import json
+
+    from sqlalchemy import text
+
+    from omnitable.catalog.views import meta_key
+    from omnitable.governance.views import list_views
+
+    t = _table(wh)
+    ctx = t._ctx
+    assert list_views(ctx, max_age_s=60) == []
+    t.create_view("hot", ["a"])  # this process wrote: not reused
+    (rec,) = list_views(ctx, max_age_s=60)
+    assert rec.name == "hot"
+    doc = {"hot": {**rec.to_doc(), "delta_version": 7}}
+    with ctx.catalog.store.write() as conn:  # as another process would
+        conn.execute(text("UPDATE omnitable_meta SET value = :v WHERE key = :k"),
+                     {"v": json.dumps(doc), "k": meta_key(ctx.record.table_id)})  # fmt: skip
+    assert list_views(ctx, max_age_s=60)[0].delta_version is None  # reused
+    assert list_views(ctx)[0].delta_version == 7  # max_age_s=0: read again
+    t.drop_view("hot")
+    assert list_views(ctx, max_age_s=60) == []

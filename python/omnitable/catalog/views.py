@@ -125,7 +125,10 @@ def read_views(conn: Connection, table_id: str) -> dict[str, ViewRecord]:
 
 
 def write_views(conn: Connection, table_id: str, views: dict[str, ViewRecord]) -> None:
-    """Replace the table's view records (in the caller's transaction)."""
+    """Replace the table's view records (in the caller's transaction); records this process
+    read before are then stale (:func:`records_written`)."""
+    global _WRITTEN
+    _WRITTEN += 1
     key = meta_key(table_id)
     conn.execute(text("DELETE FROM omnitable_meta WHERE key = :k"), {"k": key})
     if not views:
@@ -135,6 +138,15 @@ def write_views(conn: Connection, table_id: str, views: dict[str, ViewRecord]) -
         text("INSERT INTO omnitable_meta (key, value) VALUES (:k, :v)"),
         {"k": key, "v": json.dumps(doc, sort_keys=True)},
     )
+
+
+_WRITTEN = 0
+
+
+def records_written() -> int:
+    """How many times this process has written view records: a cache of records read when it
+    was lower may be stale."""
+    return _WRITTEN
 
 
 def view_columns(

@@ -34,6 +34,11 @@ from omnitable.governance.views import list_views
 from omnitable.settings import READ_VIEWS
 from omnitable.vocabulary.names import APPEND_NAME
 
+RECORDS_MAX_AGE_S = 1.0
+"""How old the view records a read goes by may be (read by this process, which wrote none
+since): a view another process refreshes, declares or drops is seen within this time. An older
+record is never wrong: its files hold exactly the rows of the snapshots it is fresh for."""
+
 
 def read_from_view(
     ctx: TableContext,
@@ -52,7 +57,8 @@ def read_from_view(
         return None  # the zip read reports what is wrong with them
     if not ctx.settings.resolve(READ_VIEWS):
         return None
-    views = [v for v in list_views(ctx) if v.files is not None and v.delta_version is not None]
+    listed = list_views(ctx, max_age_s=RECORDS_MAX_AGE_S)
+    views = [v for v in listed if v.files is not None and v.delta_version is not None]
     for rec in sorted(views, key=lambda v: (len(v.columns), v.name)):
         covered = {*rec.columns, APPEND_NAME}  # the view's files hold the batch name too
         if not set(columns) <= covered:

@@ -29,7 +29,10 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import hashlib
+import os
 import re
+import threading
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -44,6 +47,7 @@ from omnitable.catalog.views import (
     ViewRecord,
     fingerprints,
     read_views,
+    records_written,
     view_columns,
     write_views,
 )
@@ -56,6 +60,7 @@ from omnitable.vocabulary.names import APPEND_NAME, MAIN, ROW_ID
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.types import DataType, StructType
 
 
 VIEW_FILE_ROWS = 1_000_000  # rows per data file of a view's Delta table, at most
@@ -280,7 +285,7 @@ def _write_view(
         # layout: one task per batch partition (files of at most VIEW_FILE_ROWS rows, not one per
         # fragment), rows clustered by the first declared column so that the files' statistics
         # let Delta skip files (and Parquet pages) under a filter on it
-        first = next((c for c in record.columns if c != ROW_ID), record.columns[0])
+        first = _sort_column(df.schema, record.columns)
         df = df.repartition(F.col(BATCH_COLUMN)).sortWithinPartitions(BATCH_COLUMN, first)
     else:  # only drops: an empty frame of the view's schema
         df = reader.load(ctx.name).select(*columns, F.lit("").alias(BATCH_COLUMN)).limit(0)
@@ -297,6 +302,25 @@ def _write_view(
     done = _committed(spark, uri, record.name, token)
     files, schema = _data_files(spark, ctx, record, uri, done.delta_version)
     return replace(done, files=files, schema=schema)
+
+
+def _sort_column(schema: StructType, columns: tuple[str, ...]) -> str:
+    """The column a view's rows are sorted by within a batch: its first declared column that
+    Spark can order (a map, or a type holding one, cannot be), else ``_ai_unique_id_``."""
+    types = {f.name: f.dataType for f in schema.fields}
+    return next((c for c in columns if c != ROW_ID and _orderable(types[c])), ROW_ID)
+
+
+def _orderable(t: DataType) -> bool:
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(t, MapType):
+        return False
+    if isinstance(t, ArrayType):
+        return _orderable(t.elementType)
+    if isinstance(t, StructType):
+        return all(_orderable(f.dataType) for f in t.fields)
+    return True
 
 
 # how a view's files are written: row groups of at most VIEW_ROW_GROUP_ROWS rows (a filter on
@@ -414,7 +438,36 @@ def drop_view(ctx: TableContext, name: str) -> None:
         ctx.location.fs.delete_dir(ctx.location.child_path(rec.path))
 
 
-def list_views(ctx: TableContext) -> list[ViewRecord]:
-    """The declared views, by name."""
+def list_views(ctx: TableContext, max_age_s: float = 0.0) -> list[ViewRecord]:
+    """The declared views, by name; ``max_age_s`` > 0: possibly as read from the catalog up to
+    that long ago by this process (unless it wrote view records since), which saves a catalog
+    round trip per read."""
+    key = (ctx.location.uri, ctx.record.table_id)
+    now, written = time.monotonic(), records_written()
+    if max_age_s > 0:
+        with _LISTED_LOCK:
+            hit = _LISTED.get(key)
+        if hit is not None and hit[1] == written and now - hit[0] < max_age_s:
+            return hit[2]
     with ctx.catalog.store.read() as conn:
-        return [v for _, v in sorted(read_views(conn, ctx.record.table_id).items())]
+        views = [v for _, v in sorted(read_views(conn, ctx.record.table_id).items())]
+    with _LISTED_LOCK:
+        _LISTED[key] = (now, written, views)
+        while len(_LISTED) > _LISTED_KEPT:
+            _LISTED.pop(next(iter(_LISTED)))
+    return views
+
+
+_LISTED_KEPT = 256  # tables whose view records are kept
+_LISTED: dict[tuple[str, str], tuple[float, int, list[ViewRecord]]] = {}
+_LISTED_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A lock another parent thread held stays held in a forked child: a new one."""
+    global _LISTED_LOCK
+    _LISTED_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
