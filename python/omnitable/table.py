@@ -322,9 +322,9 @@ class Table:
 
         A read of ``columns`` of every batch that a fresh hot column-group view covers (with
         the columns ``where`` names) reads the view's files instead: the same rows, in the
-        view's order (batch by batch in append order, each batch's sorted by its first
-        column); ``scan(...).stats.view`` names it,
-        the setting ``read.views`` turns it off (docs/governance.md "Hot column-group views").
+        view's order (batch by batch in append order, each batch's sorted by the view's sort
+        column); ``scan(...).stats.view`` names it, the setting ``read.views`` turns it off
+        (docs/governance.md "Hot column-group views").
 
         Args:
             columns: columns to return, in that order (default: all, system columns first).

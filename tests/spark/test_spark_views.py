@@ -605,3 +605,55 @@ def test_a_view_led_by_a_map_column_sorts_by_the_next_orderable_one(
     (file,) = root.glob("_view_batch_=*/*.parquet")
     assert pq.read_table(file, columns=["a"]).column("a").to_pylist() == [0, 1, 3, 4, 5]
     _check_python(t, ["m", "a"], "hot", where=pc.field("a") > 0)
+
+
+class _FlakyConf:
+    """A session's conf whose first unset of ``key`` fails (a Connect call that times out)."""
+
+    def __init__(self, conf: Any, key: str) -> None:
+        self._conf, self._fail = conf, {key}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._conf.get(key, default)
+
+    def set(self, key: str, value: str) -> None:
+        self._conf.set(key, value)
+
+    def unset(self, key: str) -> None:
+        if key in self._fail:
+            self._fail.discard(key)
+            raise RuntimeError(f"unset {key} timed out")
+        self._conf.unset(key)
+
+
+class _Flaky:
+    """The real session seen through :class:`_FlakyConf`."""
+
+    def __init__(self, spark: Any, key: str) -> None:
+        self.conf = _FlakyConf(spark.conf, key)
+
+
+def test_a_failed_restore_is_reported_and_retried_by_the_next_block(spark: Any) -> None:
+    """A restore that fails leaves the setting behind and says so (raised, or logged when the
+    block itself raised, whose error then stands); the next block on the session records the
+    session's own value, not the leftover, and puts it back."""
+    from omnitable.spark.scoped_conf import session_settings
+
+    key = "spark.omnitable.test.flaky"
+    session = _Flaky(spark, key)
+    with (
+        pytest.raises(RuntimeError, match="could not restore"),
+        session_settings(session, {key: "1"}),
+    ):
+        pass
+    assert spark.conf.get(key) == "1"  # left behind
+    with session_settings(session, {key: "2"}):
+        assert spark.conf.get(key) == "2"
+    assert spark.conf.get(key, None) is None  # the session's own state is back
+
+    session = _Flaky(spark, key)
+    with pytest.raises(KeyError, match="the write failed"), session_settings(session, {key: "1"}):
+        raise KeyError("the write failed")
+    with session_settings(session, {key: "3"}):
+        pass
+    assert spark.conf.get(key, None) is None

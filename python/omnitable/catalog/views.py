@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import threading
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -126,9 +128,9 @@ def read_views(conn: Connection, table_id: str) -> dict[str, ViewRecord]:
 
 def write_views(conn: Connection, table_id: str, views: dict[str, ViewRecord]) -> None:
     """Replace the table's view records (in the caller's transaction); records this process
-    read before are then stale (:func:`records_written`)."""
-    global _WRITTEN
-    _WRITTEN += 1
+    read before are then stale (:func:`records_written`; callers note it again once their
+    transaction has committed)."""
+    note_records_written()
     key = meta_key(table_id)
     conn.execute(text("DELETE FROM omnitable_meta WHERE key = :k"), {"k": key})
     if not views:
@@ -141,11 +143,28 @@ def write_views(conn: Connection, table_id: str, views: dict[str, ViewRecord]) -
 
 
 _WRITTEN = 0
+_WRITTEN_LOCK = threading.Lock()
+
+
+def note_records_written() -> None:
+    """Count a write of view records by this process (as it is made and once it committed)."""
+    global _WRITTEN
+    with _WRITTEN_LOCK:
+        _WRITTEN += 1
+
+
+def _after_fork_in_child() -> None:
+    global _WRITTEN_LOCK
+    _WRITTEN_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def records_written() -> int:
-    """How many times this process has written view records: a cache of records read when it
-    was lower may be stale."""
+    """How many writes of view records this process has counted: records read while it changed,
+    or cached when it was lower, may be stale."""
     return _WRITTEN
 
 

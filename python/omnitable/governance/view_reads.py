@@ -30,7 +30,7 @@ from omnitable.catalog.views import ViewRecord, fingerprints
 from omnitable.context import TableContext
 from omnitable.format.reader import FragmentReader, ReadStats
 from omnitable.format.view_reader import ViewFiles, read_view_files
-from omnitable.governance.views import list_views
+from omnitable.governance.views import list_views, warehouse_key
 from omnitable.settings import READ_VIEWS
 from omnitable.vocabulary.names import APPEND_NAME
 
@@ -52,7 +52,8 @@ def read_from_view(
     returns, read from a fresh view that covers them (module docstring), what the read touched
     and the snapshot read; None when no view answers (the setting ``read.views`` off, none covers
     the read or is fresh for its snapshot, or its files cannot answer exactly). The rows come
-    batch by batch in the snapshot's order, each batch's sorted by the view's first column."""
+    batch by batch in the snapshot's order, each batch's sorted by the view's sort column
+    (governance/views.py ``_sort_column``)."""
     if not _names(columns) or (where is not None and not isinstance(where, pc.Expression)):
         return None  # the zip read reports what is wrong with them
     if not ctx.settings.resolve(READ_VIEWS):
@@ -66,7 +67,7 @@ def read_from_view(
         scope = SnapshotScope(columns=frozenset(rec.columns), stats=False)
         snap = ctx.snapshot(version=version, branch=branch, tag=tag, scope=scope, reuse=True)
         filtered = [] if where is None else columns_named(str(where), snap.column_names())
-        if not set(filtered) <= covered or not _fresh(rec, snap):
+        if not set(filtered) <= covered or not _fresh(rec, snap, warehouse_key(ctx)):
             continue
         reader = FragmentReader(ctx.location, snap)
         types = {name: reader.output_schema([name]).field(0).type for name in filtered}
@@ -102,14 +103,16 @@ def _in_batch_order(rec: ViewRecord, snap: Snapshot) -> tuple[tuple[str, int], .
     return tuple(sorted(rec.files or (), key=where))
 
 
-def _fresh(rec: ViewRecord, snap: Snapshot) -> bool:
+def _fresh(rec: ViewRecord, snap: Snapshot, warehouse: str) -> bool:
     """Whether ``rec``'s files hold exactly ``snap``'s live rows of its columns (remembered per
-    snapshot and record, module docstring)."""
+    snapshot of ``warehouse`` and record, module docstring: segments decide a snapshot within
+    one catalog only, and copies of a warehouse share table ids)."""
     ids = {c.name: c.column_id for c in snap.columns}
     if any(ids.get(name) != cid for name, cid in rec.column_ids.items()):
         return False
-    key: Hashable = (snap.table.table_id, tuple(snap.segments), snap.version, snap.branch,
-                     snap.scope, rec.path, rec.delta_version, frozenset(rec.batches.items()))  # fmt: skip
+    key: Hashable = (warehouse, snap.table.table_id, tuple(snap.segments), snap.version,
+                     snap.branch, snap.scope, rec.path, rec.delta_version,
+                     frozenset(rec.batches.items()))  # fmt: skip
     with _FRESH_LOCK:
         if key in _FRESH:
             _FRESH.move_to_end(key)

@@ -46,6 +46,7 @@ from omnitable.catalog.views import (
     BATCH_COLUMN,
     ViewRecord,
     fingerprints,
+    note_records_written,
     read_views,
     records_written,
     view_columns,
@@ -193,6 +194,7 @@ class ViewsJob:
                     w.files, w.schema,
                 )  # fmt: skip
             write_views(conn, ctx.record.table_id, records)
+        note_records_written()  # committed: records read before are stale
         summary = dict(plan.summary)
         summary["delta_versions"] = {w.view: w.delta_version for w in written.values()}
         return MaintenanceResult(self.name, "committed", None, plan, summary)
@@ -305,22 +307,17 @@ def _write_view(
 
 
 def _sort_column(schema: StructType, columns: tuple[str, ...]) -> str:
-    """The column a view's rows are sorted by within a batch: its first declared column that
-    Spark can order (a map, or a type holding one, cannot be), else ``_ai_unique_id_``."""
+    """The column a view's rows are sorted by within a batch: its first declared column of a
+    type whose values Parquet's statistics bound (a number, string, binary, boolean, date or
+    timestamp: not a list, struct or map), else ``_ai_unique_id_``."""
     types = {f.name: f.dataType for f in schema.fields}
-    return next((c for c in columns if c != ROW_ID and _orderable(types[c])), ROW_ID)
+    return next((c for c in columns if c != ROW_ID and _bounded(types[c])), ROW_ID)
 
 
-def _orderable(t: DataType) -> bool:
+def _bounded(t: DataType) -> bool:
     from pyspark.sql.types import ArrayType, MapType, StructType
 
-    if isinstance(t, MapType):
-        return False
-    if isinstance(t, ArrayType):
-        return _orderable(t.elementType)
-    if isinstance(t, StructType):
-        return all(_orderable(f.dataType) for f in t.fields)
-    return True
+    return not isinstance(t, ArrayType | MapType | StructType)
 
 
 # how a view's files are written: row groups of at most VIEW_ROW_GROUP_ROWS rows (a filter on
@@ -414,6 +411,7 @@ def declare_view(ctx: TableContext, name: str, columns: list[str]) -> ViewRecord
             )
         records[name] = rec
         write_views(conn, ctx.record.table_id, records)
+    note_records_written()
     return rec
 
 
@@ -434,6 +432,7 @@ def drop_view(ctx: TableContext, name: str) -> None:
                 f"views: {', '.join(sorted(records)) or 'none'}"
             )
         write_views(conn, ctx.record.table_id, records)
+    note_records_written()
     with contextlib.suppress(OSError):
         ctx.location.fs.delete_dir(ctx.location.child_path(rec.path))
 
@@ -442,7 +441,7 @@ def list_views(ctx: TableContext, max_age_s: float = 0.0) -> list[ViewRecord]:
     """The declared views, by name; ``max_age_s`` > 0: possibly as read from the catalog up to
     that long ago by this process (unless it wrote view records since), which saves a catalog
     round trip per read."""
-    key = (ctx.location.uri, ctx.record.table_id)
+    key = (warehouse_key(ctx), ctx.record.table_id)
     now, written = time.monotonic(), records_written()
     if max_age_s > 0:
         with _LISTED_LOCK:
@@ -451,11 +450,18 @@ def list_views(ctx: TableContext, max_age_s: float = 0.0) -> list[ViewRecord]:
             return hit[2]
     with ctx.catalog.store.read() as conn:
         views = [v for _, v in sorted(read_views(conn, ctx.record.table_id).items())]
-    with _LISTED_LOCK:
-        _LISTED[key] = (now, written, views)
-        while len(_LISTED) > _LISTED_KEPT:
-            _LISTED.pop(next(iter(_LISTED)))
+    if records_written() == written:  # else a write of this process may have raced the read
+        with _LISTED_LOCK:
+            _LISTED[key] = (now, written, views)
+            while len(_LISTED) > _LISTED_KEPT:
+                _LISTED.pop(next(iter(_LISTED)))
     return views
+
+
+def warehouse_key(ctx: TableContext) -> str:
+    """Which warehouse ``ctx``'s table lives in, for caches of this process: its catalog (no
+    secret) and data location (copies of a warehouse share table ids)."""
+    return f"{ctx.catalog.address.redacted()}|{ctx.location.uri}"
 
 
 _LISTED_KEPT = 256  # tables whose view records are kept
