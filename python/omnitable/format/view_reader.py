@@ -16,9 +16,6 @@ reads the table as always.
 
 from __future__ import annotations
 
-import os
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -26,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from omnitable.format.fs import Location
+from omnitable.vocabulary.lru import Lru
 from omnitable.vocabulary.types import ARROW_VALUE_ERRORS
 
 _SAME_VALUES = [
@@ -90,17 +88,13 @@ def _dataset(location: Location, view: ViewFiles) -> ds.Dataset | None:
     need); None when a file was written in Spark's legacy hybrid calendar (module docstring)."""
     paths = tuple(location.child_path(f"{view.directory}/{rel}") for rel, _ in view.files)
     key = (location.uri, id(location.fs), paths)  # the cached dataset keeps its filesystem alive
-    with _CACHE_LOCK:
-        if key in _CACHE:
-            _CACHE.move_to_end(key)
-            return _CACHE[key]
+    found, cached = _DATASETS.get(key)
+    if found:
+        return cached
     files = ds.dataset(list(paths), filesystem=location.fs, format="parquet")
     legacy = any(_legacy(frag.physical_schema) for frag in files.get_fragments())
     made = None if legacy else files
-    with _CACHE_LOCK:
-        _CACHE[key] = made
-        while len(_CACHE) > _CACHED:
-            _CACHE.popitem(last=False)
+    _DATASETS.put(key, made)
     return made
 
 
@@ -110,19 +104,7 @@ def _legacy(schema: pa.Schema) -> bool:
     return any(k.startswith(b"org.apache.spark.legacy") for k in (schema.metadata or {}))
 
 
-_CACHED = 32  # views' datasets kept
-_CACHE: OrderedDict[tuple[str, int, tuple[str, ...]], ds.Dataset | None] = OrderedDict()
-_CACHE_LOCK = threading.Lock()
-
-
-def _after_fork_in_child() -> None:
-    """A lock another parent thread held stays held in a forked child: a new one."""
-    global _CACHE_LOCK
-    _CACHE_LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+_DATASETS: Lru[ds.Dataset | None] = Lru(32)  # the datasets of the views read last
 
 
 def _typed(rows: pa.Table, types: dict[str, pa.DataType]) -> pa.Table | None:

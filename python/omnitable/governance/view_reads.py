@@ -17,9 +17,6 @@ version, so a changed record is a different key.
 
 from __future__ import annotations
 
-import os
-import threading
-from collections import OrderedDict
 from collections.abc import Hashable
 
 import pyarrow as pa
@@ -32,6 +29,7 @@ from omnitable.format.reader import FragmentReader, ReadStats
 from omnitable.format.view_reader import ViewFiles, read_view_files
 from omnitable.governance.views import list_views, warehouse_key
 from omnitable.settings import READ_VIEWS
+from omnitable.vocabulary.lru import Lru
 from omnitable.vocabulary.names import APPEND_NAME
 
 RECORDS_MAX_AGE_S = 1.0
@@ -113,28 +111,11 @@ def _fresh(rec: ViewRecord, snap: Snapshot, warehouse: str) -> bool:
     key: Hashable = (warehouse, snap.table.table_id, tuple(snap.segments), snap.version,
                      snap.branch, snap.scope, rec.path, rec.delta_version,
                      frozenset(rec.batches.items()))  # fmt: skip
-    with _FRESH_LOCK:
-        if key in _FRESH:
-            _FRESH.move_to_end(key)
-            return _FRESH[key]
-    answer = fingerprints(snap, set(rec.column_ids.values())) == rec.batches
-    with _FRESH_LOCK:
-        _FRESH[key] = answer
-        while len(_FRESH) > _FRESH_KEPT:
-            _FRESH.popitem(last=False)
-    return answer
+    found, answer = _FRESH.get(key)
+    if not found:
+        answer = fingerprints(snap, set(rec.column_ids.values())) == rec.batches
+        _FRESH.put(key, answer)
+    return bool(answer)
 
 
-_FRESH_KEPT = 256  # freshness answers kept
-_FRESH: OrderedDict[Hashable, bool] = OrderedDict()
-_FRESH_LOCK = threading.Lock()
-
-
-def _after_fork_in_child() -> None:
-    """A lock another parent thread held stays held in a forked child: a new one."""
-    global _FRESH_LOCK
-    _FRESH_LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+_FRESH: Lru[bool] = Lru(256)  # freshness answers kept

@@ -29,9 +29,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import hashlib
-import os
 import re
-import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -57,6 +55,7 @@ from omnitable.exceptions import CommitConflict, ValidationError
 from omnitable.format.access import co_read_sets, read_access
 from omnitable.governance.job import Executed, MaintenancePlan, MaintenanceResult
 from omnitable.spark.scoped_conf import session_settings
+from omnitable.vocabulary.lru import Lru
 from omnitable.vocabulary.names import APPEND_NAME, MAIN, ROW_ID
 
 if TYPE_CHECKING:
@@ -444,17 +443,13 @@ def list_views(ctx: TableContext, max_age_s: float = 0.0) -> list[ViewRecord]:
     key = (warehouse_key(ctx), ctx.record.table_id)
     now, written = time.monotonic(), records_written()
     if max_age_s > 0:
-        with _LISTED_LOCK:
-            hit = _LISTED.get(key)
+        _, hit = _LISTED.get(key)
         if hit is not None and hit[1] == written and now - hit[0] < max_age_s:
             return hit[2]
     with ctx.catalog.store.read() as conn:
         views = [v for _, v in sorted(read_views(conn, ctx.record.table_id).items())]
     if records_written() == written:  # else a write of this process may have raced the read
-        with _LISTED_LOCK:
-            _LISTED[key] = (now, written, views)
-            while len(_LISTED) > _LISTED_KEPT:
-                _LISTED.pop(next(iter(_LISTED)))
+        _LISTED.put(key, (now, written, views))
     return views
 
 
@@ -464,16 +459,4 @@ def warehouse_key(ctx: TableContext) -> str:
     return f"{ctx.catalog.address.redacted()}|{ctx.location.uri}"
 
 
-_LISTED_KEPT = 256  # tables whose view records are kept
-_LISTED: dict[tuple[str, str], tuple[float, int, list[ViewRecord]]] = {}
-_LISTED_LOCK = threading.Lock()
-
-
-def _after_fork_in_child() -> None:
-    """A lock another parent thread held stays held in a forked child: a new one."""
-    global _LISTED_LOCK
-    _LISTED_LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+_LISTED: Lru[tuple[float, int, list[ViewRecord]]] = Lru(256)  # by (warehouse, table id)
