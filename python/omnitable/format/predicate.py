@@ -100,18 +100,30 @@ def pruner(
 ) -> Callable[[Mapping[str, Bounds]], bool] | None:
     """A check of ``where`` against one fragment's bounds of its columns (of ``types``): False
     only when no row can match. None when ``where`` is not of the simple shape or compares a
-    column other than float64 with a float or int64 with an int (the caller prunes through
-    Arrow's guarantees). Statistics leave NaN out, and NaN compares false but for ``!=``,
-    which is never ruled out. ``where`` is parsed once, for every fragment."""
+    column in a way Python's comparison of the bounds would not decide as Arrow does
+    (:data:`_PRUNABLE`; the caller prunes through Arrow's guarantees). Statistics leave NaN
+    out, and NaN compares false but for ``!=``, which is never ruled out. ``where`` is parsed
+    once, for every fragment."""
     parsed = _simple(where)
     if parsed is None:
         return None
     tree, as_float = parsed
     for leaf in _leaves(tree):
-        kind = _EXACT.get(types[leaf.name]) if leaf.name in types else None
-        if kind is None or type(_literal(leaf.literal, as_float).as_py()) is not kind:
+        kinds = _PRUNABLE.get(types[leaf.name]) if leaf.name in types else None
+        value = _literal_value(leaf.literal, as_float)
+        if kinds is None or type(value) not in kinds:
             return None
+        if type(value) is int and float in kinds and abs(value) > _EXACT_INTS_IN_DOUBLE:
+            return None  # Arrow refuses to cast it to a double (the read reports it)
     return functools.partial(_may, tree, as_float=as_float)
+
+
+_PRUNABLE: dict[pa.DataType, tuple[type, ...]] = {
+    pa.float64(): (float, int),  # Arrow casts an int literal to a double, exactly up to 2**53
+    pa.float32(): (float,),  # Arrow widens the column to double; its bounds widen exactly
+    pa.int64(): (int,),
+}  # column type -> literal types its bounds compare with in Python as Arrow compares its values
+_EXACT_INTS_IN_DOUBLE = 2**53
 
 
 def _may(tree: _Node, bounds: Mapping[str, Bounds], as_float: bool) -> bool:
@@ -126,7 +138,7 @@ def _may(tree: _Node, bounds: Mapping[str, Bounds], as_float: bool) -> bool:
     lo, hi = b.lo, b.hi
     if lo is None or hi is None or lo != lo or hi != hi or tree.op == "!=":
         return True  # unknown (or NaN) bounds; NaN != c holds
-    c = _literal(tree.literal, as_float).as_py()
+    c = _literal_value(tree.literal, as_float)
     return {
         "<": lo < c, "<=": lo <= c, ">": hi > c, ">=": hi >= c, "==": lo <= c <= hi,
     }[tree.op]  # fmt: skip
@@ -184,6 +196,12 @@ def _literal(text: str, as_float: bool) -> pa.Scalar:
     if not as_float and re.fullmatch(r"-?\d+", text):
         return pa.scalar(int(text))
     return pa.scalar(float(text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _literal_value(text: str, as_float: bool) -> Any:
+    """``_literal``'s Python value (checked once per fragment or row group: worked out once)."""
+    return _literal(text, as_float).as_py()
 
 
 def _expression(tree: _Node, as_float: bool) -> pc.Expression | None:

@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
 
 VIEW_FILE_ROWS = 1_000_000  # rows per data file of a view's Delta table, at most
-VIEW_ROW_GROUP_ROWS = 16_384  # rows per Parquet row group of those files, at most
+VIEW_ROW_GROUP_ROWS = 8_192  # rows per Parquet row group of those files, at most
 
 
 @dataclass(frozen=True)
