@@ -288,12 +288,14 @@ def _pairs(args: list[str]) -> set[tuple[str, str]]:
 
 def _java_commands(marker: str, proc: subprocess.Popen[bytes]) -> dict[int, str]:
     """The command lines of the Spark driver JVMs naming ``marker`` while ``proc`` runs (not
-    the launcher JVMs that build their commands)."""
-    seen: dict[int, str] = {}
+    the launcher JVMs that build their commands, nor a JVM's child caught between its fork and
+    its exec, which still shows the JVM's command line)."""
+    seen: dict[int, tuple[int, str]] = {}
     while proc.poll() is None:
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                stat = Path(f"/proc/{pid}/stat").read_text()
             except OSError:
                 continue
             program, args = argv[0].decode(errors="replace"), b" ".join(argv[1:])
@@ -301,9 +303,10 @@ def _java_commands(marker: str, proc: subprocess.Popen[bytes]) -> dict[int, str]
             # a driver JVM: spark-class's bash execs it; the launcher JVM before it only builds
             # its command (org.apache.spark.launcher.Main)
             if marker in cmd and program.endswith("java") and "launcher.Main" not in cmd:
-                seen[int(pid)] = f"{program} {cmd}"
+                parent = int(stat.rsplit(")", 1)[1].split()[1])  # after the name: state, ppid
+                seen[int(pid)] = (parent, f"{program} {cmd}")
         time.sleep(0.05)
-    return seen
+    return {pid: cmd for pid, (parent, cmd) in seen.items() if parent not in seen}
 
 
 @pytest.mark.spark
