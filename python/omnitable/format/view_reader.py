@@ -280,16 +280,13 @@ def _stored_as(stored: pa.DataType | None, want: pa.DataType) -> bool:
 
 def _typed(rows: pa.Table, types: dict[str, pa.DataType]) -> pa.Table | None:
     """``rows`` with each column as its type in ``types`` (None: a column stored as another
-    type, module docstring)."""
+    type, :func:`_stored_as`; module docstring)."""
     if all(rows.column(name).type.equals(types[name]) for name in rows.column_names):
         return rows
     arrays = []
     for name in rows.column_names:
         arr, want = rows.column(name), types[name]
-        if arr.type.equals(want):
-            arrays.append(arr)
-        elif any(arr.type in same and want in same for same in _SAME_VALUES):
-            arrays.append(arr.cast(want))
-        else:
+        if not _stored_as(arr.type, want):
             return None
+        arrays.append(arr if arr.type.equals(want) else arr.cast(want))
     return pa.Table.from_arrays(arrays, names=rows.column_names)
