@@ -1,14 +1,16 @@
 """Work-queue benchmark (issue 17, benchmark c): two queue workers vs one on the same plan.
 
-Two identical tables get the same backfill of a CPU-bound pandas feature (a Python loop per
-record) through ``omnitable backfill TABLE --workers N`` (N worker processes, Spark local[1]
-each, sharing the plan's work items through the catalog): one worker on the first table, two
-on the second. Wall times are end to end (process and Spark start included). Prints the ratio
-(goal >= 1.7x) with the machine's load average, since the cores are shared. Checks that both
-tables hold the same values and that every work item was committed exactly once.
+Identical tables get the same backfill of a CPU-bound pandas feature (a Python loop per
+record) through ``omnitable backfill TABLE --workers N --engine E`` (N worker processes sharing
+the plan's work items through the catalog; on the ``spark`` engine each runs Spark local[1], on
+the ``python`` engine its local Python worker and no Spark): one worker on one table, two on
+another, for each engine asked. Wall times are end to end (process and Spark start included).
+Prints the ratios (goal >= 1.7x) with the machine's load average, since the cores are shared,
+and each engine's time against the other's. Checks that every table holds the right values and
+that every work item was committed exactly once.
 
 Run: ./dev bench adaptive_queue [--rows N] [--fragment-rows N] [--ceiling-loops N]
-     [--java-options STR]
+     [--engine spark|python|both] [--java-options STR]
 """
 
 from __future__ import annotations
@@ -34,12 +36,17 @@ _CLI = "import sys; from omnitable.cli.main import main; sys.exit(main(sys.argv[
 
 
 def _backfill(
-    warehouse: Path, table: str, workers: int, checkpoint: int, java_options: str | None = None
+    warehouse: Path,
+    table: str,
+    workers: int,
+    engine: str,
+    java_options: str | None = None,
 ) -> tuple[float, dict]:
-    """``omnitable backfill TABLE --workers N`` (``java_options``: the workers' driver JVM
-    options instead of the command's default); (wall seconds, its JSON result)."""
+    """``omnitable backfill TABLE --workers N --engine E --checkpoint 1`` (``java_options``:
+    the workers' driver JVM options instead of the command's default); (wall seconds, its JSON
+    result)."""
     cmd = [sys.executable, "-c", _CLI, "-w", str(warehouse), "--json", "backfill", table,
-           "-f", "heavy", "--workers", str(workers), "--checkpoint", str(checkpoint),
+           "-f", "heavy", "--workers", str(workers), "--checkpoint", "1", "--engine", engine,
            "--path", str(ROOT)]  # fmt: skip
     if java_options is not None:
         cmd += ["--conf", f"spark.driver.extraJavaOptions={java_options}"]
@@ -80,33 +87,44 @@ def _ceiling(loops: int) -> float:
     return 2 * burn(1) / burn(2)
 
 
+def _runs(args: argparse.Namespace, r: int) -> list[tuple[str, int]]:
+    """The (engine, workers) runs of round ``r``, interleaved; the order flips each round."""
+    engines = ["spark", "python"] if args.engine == "both" else [args.engine]
+    counts = [2] if args.two_only else [1, 2]
+    runs = [(e, n) for n in counts for e in engines]
+    return runs[::-1] if r % 2 == 1 else runs
+
+
 def _round(work: Path, x: pa.Table, args: argparse.Namespace, r: int) -> dict[str, float]:
-    """One round: fresh tables, 1 worker and 2 workers (in turn: the order flips each round)."""
+    """One round: a fresh table per run (:func:`_runs`), each run's wall and work phase."""
     import omnitable
     from benchmarks.queue_features import heavy
 
-    names = {2: f"two{r}"} if args.two_only else {1: f"one{r}", 2: f"two{r}"}
+    names = {(e, n): f"{e}{n}_{r}" for e, n in _runs(args, r)}
     with omnitable.connect(str(work)) as wh:
         for name in names.values():
             t = wh.create_table(name, {"x": "double"})
             t.append(x, "b1", target_fragment_rows=args.fragment_rows)
             t.register(heavy)
-        fragments = len(wh.table(names[2]).snapshot().fragments)
+        fragments = len(wh.table(next(iter(names.values()))).snapshot().fragments)
     out: dict[str, float] = {"fragments": fragments}
-    for n in sorted(names, reverse=r % 2 == 1):
-        out[f"wall{n}"], run = _backfill(work, names[n], n, 1, args.java_options)
+    for (engine, n), name in names.items():
+        out[f"wall_{engine}{n}"], run = _backfill(work, name, n, engine, args.java_options)
         assert len(run["versions"]) == fragments, run["versions"]
+        routes = {route for w in run["runs"] for s in w["steps"] for route in s["routes"].values()}
+        want = "python-local" if engine == "python" else "python-cpu"
+        assert routes == {want}, f"{name}: routes {routes}, expected {want}"
         if n == 2:
-            out["per_worker"] = [len(w["versions"]) for w in run["runs"]]  # type: ignore[assignment]
+            out[f"per_worker_{engine}"] = [len(w["versions"]) for w in run["runs"]]  # type: ignore[assignment]
     with omnitable.connect(str(work)) as wh:
-        for n, name in names.items():
+        for (engine, n), name in names.items():
             values = wh.table(name).read(columns=["heavy"]).column("heavy").to_pylist()
             sample = x.column("x").to_pandas()[:: max(1, len(x) // 200)]  # every n-th row
             want = heavy(sample).tolist()
             assert values[:: max(1, len(x) // 200)] == want, f"{name}: wrong values"
             commits = sum(c.op == "backfill" for c in wh.table(name).history())
             assert commits == fragments, f"{name}: {commits} commits for {fragments} items"
-            out[f"work{n}"] = _work_phase(wh, name)
+            out[f"work_{engine}{n}"] = _work_phase(wh, name)
     return out
 
 
@@ -125,10 +143,16 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         help="square roots per process of the CPU ceiling measure (a smaller figure: a rougher one)",
     )
     parser.add_argument(
+        "--engine",
+        choices=["spark", "python", "both"],
+        default="both",
+        help="the workers' engine (both: each, interleaved, and one against the other)",
+    )
+    parser.add_argument(
         "--java-options",
         default=None,
-        help="the workers' driver JVM options (default: what --workers gives them; '' for the "
-        "JVM's own defaults)",
+        help="the Spark workers' driver JVM options (default: what --workers gives them; '' for "
+        "the JVM's own defaults)",
     )
     args = parser.parse_args(argv)
     work = BENCH_DIR / "adaptive_queue"
@@ -141,22 +165,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     load_after = os.getloadavg()[0]
     rows = [("CPU ceiling: 2 processes vs 1", " / ".join(fmt_ratio(c) for c in ceiling),
              "(pure Python, before / after: what the shared cores allow)")]  # fmt: skip
-    ratio = work_ratio = float("nan")
-    if not args.two_only:
-        one_s = statistics.median(r["wall1"] for r in rounds)
-        one_w = statistics.median(r["work1"] for r in rounds)
-        rows += [("1 worker: end to end", fmt_seconds(one_s), ""),
-                 ("1 worker: work phase", fmt_seconds(one_w), "(Spark up to last commit)")]  # fmt: skip
-    two_s = statistics.median(r["wall2"] for r in rounds)
-    two_w = statistics.median(r["work2"] for r in rounds)
-    rows += [("2 workers: end to end", fmt_seconds(two_s), f"items per worker "
-              f"{[r['per_worker'] for r in rounds]}"),
-             ("2 workers: work phase", fmt_seconds(two_w), "")]  # fmt: skip
-    if not args.two_only:
-        ratio, work_ratio = one_s / two_s, one_w / two_w
-        met = "met" if ratio >= GOAL else "missed"
-        rows += [("speedup 2 vs 1 (end to end)", fmt_ratio(ratio), f"goal >= {GOAL}x: {met}"),
-                 ("speedup 2 vs 1 (work phase)", fmt_ratio(work_ratio), "")]  # fmt: skip
+    engines = ["spark", "python"] if args.engine == "both" else [args.engine]
+    ratios: dict[str, float] = {}
+    for engine in engines:
+        rows += _engine_rows(rounds, engine, args.two_only, ratios)
+    if len(engines) == 2:
+        for n in [2] if args.two_only else [1, 2]:
+            speed = _median(rounds, f"wall_spark{n}") / _median(rounds, f"wall_python{n}")
+            rows.append((f"python vs spark engine, {n} worker(s)", fmt_ratio(speed),
+                         "(end to end: spark time / python time)"))  # fmt: skip
     report(
         f"work queue: {args.rows} rows, {int(rounds[0]['fragments'])} items, "
         f"{os.cpu_count()} cores, load average {load_before:.1f} before / {load_after:.1f} after, "
@@ -164,7 +181,35 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         + ("" if args.java_options is None else f", worker JVM options {args.java_options!r}"),
         rows,
     )
-    return {"ratio": ratio, "work_ratio": work_ratio}
+    return ratios
+
+
+def _median(rounds: list[dict[str, float]], key: str) -> float:
+    return statistics.median(r[key] for r in rounds)
+
+
+def _engine_rows(
+    rounds: list[dict[str, float]], engine: str, two_only: bool, ratios: dict[str, float]
+) -> list[tuple[str, str, str]]:
+    """The report's rows of one engine; its ratios (end to end, work phase) into ``ratios``."""
+    rows = []
+    if not two_only:
+        rows += [(f"{engine}: 1 worker, end to end", fmt_seconds(_median(rounds, f"wall_{engine}1")), ""),
+                 (f"{engine}: 1 worker, work phase", fmt_seconds(_median(rounds, f"work_{engine}1")),
+                  "(first run start to last commit)")]  # fmt: skip
+    split = [r[f"per_worker_{engine}"] for r in rounds]
+    rows += [(f"{engine}: 2 workers, end to end", fmt_seconds(_median(rounds, f"wall_{engine}2")),
+              f"items per worker {split}"),
+             (f"{engine}: 2 workers, work phase", fmt_seconds(_median(rounds, f"work_{engine}2")),
+              "")]  # fmt: skip
+    if not two_only:
+        ratio = _median(rounds, f"wall_{engine}1") / _median(rounds, f"wall_{engine}2")
+        work = _median(rounds, f"work_{engine}1") / _median(rounds, f"work_{engine}2")
+        met = "met" if ratio >= GOAL else "missed"
+        rows += [(f"{engine}: speedup 2 vs 1 (end to end)", fmt_ratio(ratio), f"goal >= {GOAL}x: {met}"),
+                 (f"{engine}: speedup 2 vs 1 (work phase)", fmt_ratio(work), "")]  # fmt: skip
+        ratios[f"{engine}_ratio"], ratios[f"{engine}_work_ratio"] = ratio, work
+    return rows
 
 
 if __name__ == "__main__":

@@ -97,7 +97,12 @@ class CatalogVersionError(CatalogError):
 
 
 class CorruptInputError(ValidationError):
-    """An input file could not be read (corrupt or not of the declared format)."""
+    """An input file could not be read (corrupt or not of the declared format); ``path``, when
+    known, is the file's path under its table."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class MissingDependencyError(OmniTableError, ImportError):

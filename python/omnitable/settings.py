@@ -307,6 +307,18 @@ BACKFILL_TUNING = _declare(
     )
 )
 
+BACKFILL_ENGINE = _declare(
+    Setting(
+        "backfill.engine",
+        "spark",
+        _one_of("spark", "python"),
+        "Where a backfill step of pandas features runs: a Spark job (`spark`) or, with "
+        "`python`, this process's local Python worker without Spark (steps with SQL or "
+        "GPU-preferring features, records to retry, or timestamp and nested inputs stay on "
+        "Spark); docs/features.md, Engines.",
+    )
+)
+
 
 # -- governance ----------------------------------------------------------------------------------
 

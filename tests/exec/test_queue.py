@@ -1,6 +1,7 @@
 """The durable work queue of a backfill plan: idempotent creation, leasing in step order, two
 workers sharing a plan, a killed worker's item leased again, and a lease that expired while its
-worker was committing (the chunk is committed exactly once)."""
+worker was committing (the chunk is committed exactly once); the commit paths on both engines
+(Spark jobs, and the ``python`` engine's local worker)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from omnitable.exec.queue import QueueOptions, join_queue, plan_id, run_queue
 from omnitable.exec.runner import RunOptions
 
 ROWS = [f" Row {i} " for i in range(16)]
+ENGINES = pytest.mark.parametrize("engine", ["spark", "python"])
 
 
 def _table(wh: omnitable.Warehouse, name: str = "docs") -> omnitable.Table:
@@ -111,12 +113,16 @@ def test_creation_is_idempotent_and_leases_follow_steps(wh: omnitable.Warehouse)
 
 
 @pytest.mark.spark
-def test_two_workers_commit_every_item_once(wh: omnitable.Warehouse, spark: Any) -> None:
+@ENGINES
+def test_two_workers_commit_every_item_once(
+    wh: omnitable.Warehouse, spark: Any, engine: str
+) -> None:
     t = _table(wh)
     results: list[Any] = []
 
     def worker() -> None:
-        results.append(t.backfill(["n_chars"], queue=True).run(spark, checkpoint_fragments=4))
+        plan = t.backfill(["n_chars"], queue=True)
+        results.append(plan.run(spark, checkpoint_fragments=4, engine=engine))
 
     threads = [threading.Thread(target=worker) for _ in range(2)]
     for th in threads:
@@ -124,6 +130,7 @@ def test_two_workers_commit_every_item_once(wh: omnitable.Warehouse, spark: Any)
     for th in threads:
         th.join()
     assert len(results) == 2
+    assert _routes(results) == {_route(engine)}
     versions = [v for r in results for v in r.versions]
     assert len(versions) == len(set(versions)) == 4  # 2 items per step, each committed once
     assert sorted(versions) == sorted(c.version for c in _backfills(t))
@@ -135,6 +142,14 @@ def test_two_workers_commit_every_item_once(wh: omnitable.Warehouse, spark: Any)
     assert '"finished"' in (t._ctx.catalog.store.get_meta(headers[0]) or "")
 
 
+def _route(engine: str) -> str:
+    return "python-local" if engine == "python" else "python-cpu"
+
+
+def _routes(results: list[Any]) -> set[str]:
+    return {r for res in results for s in res.steps for r in s.routes.values()}
+
+
 def _meta_keys(t: omnitable.Table) -> list[str]:
     from sqlalchemy import text
 
@@ -143,12 +158,17 @@ def _meta_keys(t: omnitable.Table) -> list[str]:
 
 
 @pytest.mark.spark
+@ENGINES
 def test_lease_expired_while_committing_commits_once(
-    wh: omnitable.Warehouse, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    wh: omnitable.Warehouse,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    engine: str,
 ) -> None:
     t = _table(wh)
     monkeypatch.setenv("OMNITABLE_FAILPOINTS", f"backfill.before_commit=pause:{tmp_path}")
-    opts = RunOptions(checkpoint_fragments=4)  # 2 items
+    opts = RunOptions(checkpoint_fragments=4, engine=engine)  # 2 items
     stalled: dict[str, Any] = {}
 
     def first() -> None:  # stalls before its commit, its lease runs out (no heartbeats)
@@ -170,6 +190,7 @@ def test_lease_expired_while_committing_commits_once(
     (tmp_path / "backfill.before_commit.go").touch()
     th.join(120)
     assert len(second.versions) == 2  # took the expired item, then the other one
+    assert _routes([second]) == {_route(engine)}
     loser = stalled["result"]
     assert loser.versions == []
     assert any("another worker took it" in w for w in loser.warnings)
@@ -180,16 +201,22 @@ def test_lease_expired_while_committing_commits_once(
 SCRIPT = textwrap.dedent("""
     import sys, omnitable
     wh = omnitable.connect(sys.argv[1], root=sys.argv[2] or None)
-    spark = omnitable.spark_session(wh, master="local[1]", **{
+    spark = lambda: omnitable.spark_session(wh, master="local[1]", **{
         "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
-    wh.table("docs").backfill(["clean"], queue=True).run(spark, checkpoint_fragments=2, lease_s=2)
+    wh.table("docs").backfill(["clean"], queue=True).run(
+        spark, checkpoint_fragments=2, lease_s=2, engine=sys.argv[3])
     print("finished", flush=True)
 """)
 
 
 @pytest.mark.spark
+@ENGINES
 def test_killed_worker_item_is_leased_again(
-    wh: omnitable.Warehouse, catalog_spec: tuple[str, str | None], spark: Any, tmp_path: Path
+    wh: omnitable.Warehouse,
+    catalog_spec: tuple[str, str | None],
+    spark: Any,
+    tmp_path: Path,
+    engine: str,
 ) -> None:
     t = _table(wh)
     uri, root = catalog_spec
@@ -197,8 +224,8 @@ def test_killed_worker_item_is_leased_again(
                PYTHONPATH=os.pathsep.join(sys.path))  # fmt: skip
     log = tmp_path / "worker.log"
     with log.open("w") as err:
-        proc = subprocess.Popen([sys.executable, "-c", SCRIPT, uri, root or ""], env=env,
-                                stdout=err, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen([sys.executable, "-c", SCRIPT, uri, root or "", engine],
+                                env=env, stdout=err, stderr=subprocess.STDOUT)  # fmt: skip
     try:
         deadline = time.time() + 240
         while "before_commit: sleeping" not in log.read_text() and time.time() < deadline:
@@ -212,8 +239,9 @@ def test_killed_worker_item_is_leased_again(
     held = [i for i in q.items(ctx.catalog.store, ctx.record.table_id, header.split(":")[2])
             if i.state == q.LEASED]  # fmt: skip
     assert len(held) == 1 and held[0].owner["pid"] == proc.pid
-    result = t.backfill(["clean"], queue=True).run(spark, checkpoint_fragments=2)
+    result = t.backfill(["clean"], queue=True).run(spark, checkpoint_fragments=2, engine=engine)
     assert len(result.versions) == 4  # every item, the dead worker's one after its lease expired
+    assert _routes([result]) == {_route(engine)}
     assert len(_backfills(t)) == 4
     _check_done(t, with_chars=False)
 
@@ -411,9 +439,10 @@ def _race(t: omnitable.Table, kind: str) -> None:
 
 
 @pytest.mark.spark
+@ENGINES
 @pytest.mark.parametrize("kind", ["append", "add_columns", "update", "delete", "compact"])
 def test_item_racing_a_writer_commits_or_is_leased_again(
-    wh: omnitable.Warehouse, spark: Any, kind: str
+    wh: omnitable.Warehouse, spark: Any, kind: str, engine: str
 ) -> None:
     from omnitable._failpoints import hooked
     from omnitable.exceptions import CommitConflict
@@ -429,11 +458,14 @@ def test_item_racing_a_writer_commits_or_is_leased_again(
     with hooked("backfill.before_commit", write):
         if kind == "compact":  # the plan's fragments are gone: the item fails after 3 leases
             with pytest.raises(CommitConflict):
-                plan.run(spark, checkpoint_fragments=2)
-            result = t.backfill(["clean"], queue=True).run(spark, checkpoint_fragments=2)
+                plan.run(spark, checkpoint_fragments=2, engine=engine)
+            result = t.backfill(["clean"], queue=True).run(
+                spark, checkpoint_fragments=2, engine=engine
+            )
         else:
-            result = plan.run(spark, checkpoint_fragments=2)
+            result = plan.run(spark, checkpoint_fragments=2, engine=engine)
     backfills = _backfills(t)
+    assert _routes([result]) == {_route(engine)}
     assert sorted(result.versions) == sorted(c.version for c in backfills)  # each item once
     given_back = [w for w in result.warnings if "conflicted" in w]
     assert len(given_back) == (1 if kind == "update" else 0)

@@ -1,7 +1,10 @@
 """Spark's own scan metrics prove fusion (an input shared by fused features is read once per
-fragment), and unreadable input fragments are skipped up to a ratio and reported."""
+fragment), and unreadable input fragments are skipped up to a ratio and reported, on either
+engine (the ``python`` engine reads the inputs with the table's own reader)."""
 
 from __future__ import annotations
+
+import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -71,10 +74,19 @@ def _corrupt_one_fragment(t: omnitable.Table) -> str:
     return frag.fragment_id
 
 
-def test_unreadable_input_fragment_is_skipped_and_reported(wh: omnitable.Warehouse, spark) -> None:  # type: ignore[no-untyped-def]
+ENGINES = pytest.mark.parametrize("engine", ["spark", "python"])
+
+
+@ENGINES
+def test_unreadable_input_fragment_is_skipped_and_reported(
+    wh: omnitable.Warehouse, spark, engine: str
+) -> None:  # type: ignore[no-untyped-def]
     t = _table(wh, "dirty")
     bad = _corrupt_one_fragment(t)
-    result = t.backfill("shout").run(spark, max_skip_ratio=0.5)
+    result = t.backfill("shout").run(spark, max_skip_ratio=0.5, engine=engine)
+    assert result.steps[0].routes == {
+        "shout@1": "python-local" if engine == "python" else "python-cpu"
+    }
     assert [s["fragment"] for s in result.skipped] == [bad]
     assert result.skipped[0]["batch"] == "b1" and result.skipped[0]["error"]
     assert t.status().state("b1", "shout") == "partial"
@@ -84,19 +96,39 @@ def test_unreadable_input_fragment_is_skipped_and_reported(wh: omnitable.Warehou
     assert [f.fragment_id for f in plan.steps[0].fragments] == [bad]
 
 
-def test_skip_ratio_and_fail_mode(wh: omnitable.Warehouse, spark) -> None:  # type: ignore[no-untyped-def]
+@ENGINES
+def test_skip_ratio_and_fail_mode(wh: omnitable.Warehouse, spark, engine: str) -> None:  # type: ignore[no-untyped-def]
     t = _table(wh, "dirty")
     _corrupt_one_fragment(t)
     version = t.version
     with pytest.raises(omnitable.ErrorRatioExceeded, match="could not be read"):
-        t.backfill("shout").run(spark)  # 1 of 3 fragments > the default 1 %
+        t.backfill("shout").run(spark, engine=engine)  # 1 of 3 fragments > the default 1 %
     assert t.version == version
-    with pytest.raises(Exception, match="OMNITABLE_"):
-        t.backfill("shout").run(spark, on_corrupt="fail")
+    failure = "OMNITABLE_" if engine == "spark" else "Cannot read column file .* Parquet magic"
+    with pytest.raises(Exception, match=failure):
+        t.backfill("shout").run(spark, on_corrupt="fail", engine=engine)
     assert t.version == version
 
 
-def test_input_that_is_not_corrupt_fails_the_backfill(wh: omnitable.Warehouse, spark) -> None:  # type: ignore[no-untyped-def]
+def test_missing_input_file_fails_the_python_engine(wh: omnitable.Warehouse) -> None:
+    """A missing file is not corruption: it fails the run even with ``on_corrupt="skip"``."""
+    t = _table(wh, "gone")
+    snap = t.snapshot()
+    col = snap.column("text")
+    victim = snap.resolve(snap.fragments[1].fragment_id, [col.column_id])[col.column_id]
+    assert victim is not None
+    os.remove(t.location.child_path(victim.path))
+    version = t.version
+    with pytest.raises(omnitable.CorruptInputError, match="No such file") as info:
+        t.backfill("shout").run(max_skip_ratio=1.0, engine="python")
+    assert isinstance(info.value.__cause__, FileNotFoundError)
+    assert t.version == version
+
+
+@ENGINES
+def test_input_that_is_not_corrupt_fails_the_backfill(
+    wh: omnitable.Warehouse, spark, engine: str
+) -> None:  # type: ignore[no-untyped-def]
     """A readable input file whose `text` holds integers (schema drift) is not skipped as
     corruption: the run fails with the cause and commits nothing."""
     t = _table(wh, "drift")
@@ -109,7 +141,8 @@ def test_input_that_is_not_corrupt_fails_the_backfill(wh: omnitable.Warehouse, s
     i = data.schema.get_field_index(col.physical_name)
     pq.write_table(data.set_column(i, col.physical_name, pa.array(range(1000), pa.int64())), path)
     version = t.version
-    with pytest.raises(Exception, match="OMNITABLE_SCHEMA_MISMATCH") as info:
-        t.backfill("shout").run(spark, max_skip_ratio=0.5)
+    mismatch = "OMNITABLE_SCHEMA_MISMATCH" if engine == "spark" else "stored as int64"
+    with pytest.raises(Exception, match=mismatch) as info:
+        t.backfill("shout").run(spark, max_skip_ratio=0.5, engine=engine)
     assert "not corruption" in str(info.value)
     assert t.version == version

@@ -14,6 +14,8 @@ from omnitable.observability import ProgressEvent
 from omnitable.settings import BACKFILL_MAX_ERROR_RATIO
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from omnitable.exec.runner import RunResult
     from omnitable.features.status import StatusGrid
 
@@ -100,6 +102,13 @@ def _worker_options(**given: Any) -> list[str]:
     help="Spark master when no session is active.",
 )
 @click.option(
+    "--engine",
+    type=click.Choice(["spark", "python"]),
+    default=None,
+    help="spark: every step a Spark job; python: steps of pandas features run without Spark, in "
+    "a local Python worker (default: the setting backfill.engine; docs/features.md, Engines).",
+)
+@click.option(
     "--queue",
     is_flag=True,
     help="Run as one worker of the plan's durable work queue in the catalog (join it from "
@@ -146,6 +155,7 @@ def backfill(
     allow_version_drift: bool,
     tuning: str | None,
     master: str,
+    engine: str | None,
     queue: bool,
     workers: int | None,
     lease_s: float | None,
@@ -168,7 +178,7 @@ def backfill(
     out = ctx.out
     with ctx.connect() as wh:
         plan = wh.table(table).backfill(targets, _split(batches), retry_errors=retry_errors)
-        out.message(plan.explain())
+        out.message(plan.explain(engine=engine))
         if explain or plan.is_empty:
             out.result({"plan": plan.explain(), "ran": False}, lambda c: None)
             return
@@ -179,7 +189,7 @@ def backfill(
             args += _worker_options(
                 batches=batches, checkpoint=checkpoint, retry_errors=retry_errors,
                 max_error_ratio=max_error_ratio, allow_version_drift=allow_version_drift,
-                tuning=tuning, lease=lease_s,
+                tuning=tuning, lease=lease_s, engine=engine,
             )  # fmt: skip
             args += [a for k, v in worker_conf(conf).items() for a in ("--conf", f"{k}={v}")]
             args += [a for p in paths for a in ("--path", str(Path(p).resolve()))]
@@ -187,7 +197,9 @@ def backfill(
             return
         from omnitable.spark.session import spark_session
 
-        spark = spark_session(wh, master=master, **conf)
+        def spark() -> SparkSession:  # made when a step or the error log needs Spark
+            return spark_session(wh, master=master, **conf)
+
         with out.progress() as report:
 
             def progress(e: ProgressEvent) -> None:  # a queue worker counts every worker's
@@ -204,6 +216,7 @@ def backfill(
                 tuning=tuning,
                 queue=queue,
                 lease_s=lease_s,
+                engine=engine,
             )
         grid = wh.table(table).status()
 

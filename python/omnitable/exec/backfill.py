@@ -10,10 +10,16 @@ from typing import TYPE_CHECKING
 
 from omnitable.context import TableContext
 from omnitable.exceptions import ValidationError
-from omnitable.exec.runner import Progress, RunOptions, RunResult, run_plan
-from omnitable.exec.tuning import Cluster, explain_lines, tune
+from omnitable.exec.runner import (
+    Progress,
+    RunOptions,
+    RunResult,
+    SessionSource,
+    route_and_tune,
+    run_plan,
+)
+from omnitable.exec.tuning import Cluster, explain_lines
 from omnitable.features.planner import Plan
-from omnitable.settings import BACKFILL_TUNING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,22 +49,27 @@ class BackfillPlan(Plan):
         values = {f.name: getattr(plan, f.name) for f in dataclasses.fields(Plan)}
         return cls(**values, ctx=ctx, replan=replan)
 
-    def explain(self, spark: SparkSession | None = None) -> str:
+    def explain(self, spark: SparkSession | None = None, *, engine: str | None = None) -> str:
         """The plan (:meth:`Plan.explain`) and each step's routes and settings with why
         (:mod:`omnitable.exec.tuning`): on ``spark``'s cluster (default: the active session;
-        none: GPU routing is decided at run), from the table's settings and run history."""
+        none: GPU routing is decided at run), from the table's settings and run history, on
+        ``engine`` (default: the setting ``backfill.engine``)."""
         text = super().explain()
         if self.is_empty:
             return text
+        options = RunOptions.resolve(self.ctx.settings, engine=engine)
         session = spark or _active_session()
-        cluster = Cluster.of_session(session) if session is not None else None
-        enabled = self.ctx.settings.resolve(BACKFILL_TUNING) == "on"
-        tunings = tune(self.ctx, self, cluster, enabled=enabled)
+        cluster, tunings = route_and_tune(
+            self.ctx,
+            self,
+            options,
+            lambda: Cluster.of_session(session) if session is not None else None,
+        )
         return "\n".join([text, *explain_lines(tunings, cluster)])
 
     def run(
         self,
-        spark: SparkSession | None = None,
+        spark: SessionSource = None,
         *,
         checkpoint_fragments: int | None = None,
         isolation: str = "auto",
@@ -74,11 +85,13 @@ class BackfillPlan(Plan):
         memory_mb: int | None = None,
         queue: bool | None = None,
         lease_s: float | None = None,
+        engine: str | None = None,
     ) -> RunResult:
         """Execute the plan on Spark (see :mod:`omnitable.exec.runner` and docs/errors.md).
 
         Args:
-            spark: session to use (default: the active one, or a new local one).
+            spark: session to use (default: the active one, or a new local one), or a function
+                making one, called only when a step or the error log needs Spark.
             branch: run on this branch instead (the backfill is planned again on its head and
                 commits there: write-audit-publish, docs/branches.md).
             checkpoint_fragments: commit every this many fragments per step, so a restarted
@@ -119,6 +132,10 @@ class BackfillPlan(Plan):
                 other worker of the same backfill (docs/features.md, "Work queue").
             lease_s: a queue item's lease in seconds (default 60): a dead worker's item is
                 leased again after it.
+            engine: ``spark`` (default; setting ``backfill.engine``): every step is a Spark
+                job; ``python``: steps of pandas features on CPU run without Spark, in one
+                local Python worker process; the others on Spark, with the reason in
+                ``explain()`` (docs/features.md, "Engines").
 
         Raises:
             ErrorRatioExceeded, CommitConflict (a concurrent commit changed what the plan
@@ -146,7 +163,7 @@ class BackfillPlan(Plan):
                 max_skip_ratio=max_skip_ratio, progress=progress,
                 allow_version_drift=allow_version_drift, tuning=tuning, batch_rows=batch_rows,
                 fragments_per_task=fragments_per_task, memory_mb=memory_mb,
-                queue=queue, lease_s=lease_s,
+                queue=queue, lease_s=lease_s, engine=engine,
             )  # fmt: skip
         options = RunOptions.resolve(
             self.ctx.settings,
@@ -160,6 +177,7 @@ class BackfillPlan(Plan):
             batch_rows=batch_rows,
             fragments_per_task=fragments_per_task,
             memory_mb=memory_mb,
+            engine=engine,
         )
         if self.executed and self.replan is not None:
             fresh = self.replan()

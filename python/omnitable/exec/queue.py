@@ -43,11 +43,12 @@ from omnitable.exec.runner import (
     Progress,
     RunOptions,
     RunResult,
+    Sessions,
+    SessionSource,
     describe,
     gpu_profile,
-    prepare_session,
     run_chunk,
-    start_run,
+    run_engines,
     step_result,
     tune_run,
     warn_tunings,
@@ -62,8 +63,6 @@ from omnitable.observability.progress import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from omnitable.catalog.store import CatalogStore
     from omnitable.context import TableContext
     from omnitable.features.planner import Plan
@@ -169,7 +168,7 @@ def join_queue(
 def run_queue(
     ctx: TableContext,
     plan: Plan,
-    spark: SparkSession | None = None,
+    spark: SessionSource = None,
     options: RunOptions | None = None,
     progress: Progress | None = None,
     queue_options: QueueOptions | None = None,
@@ -194,17 +193,20 @@ def run_queue(
     if plan.is_empty:
         return RunResult(None)
     plan, pid = join_queue(ctx, plan, options, plan_at)
-    session = prepare_session(ctx, plan, spark)
-    cluster, tunings = tune_run(ctx, plan, session, options)
+    sessions = Sessions(ctx, plan, spark)
+    cluster, tunings = tune_run(ctx, plan, sessions, options)
     described = describe(plan, options, queue=pid, tuning=[t.settings() for t in tunings])
-    with RunScope(
-        ctx.catalog, ctx.record, "backfill", described, abort_on=(ErrorRatioExceeded,)
-    ) as run:
-        result = RunResult(run.run_id, cluster=cluster.size())
+    with (
+        RunScope(
+            ctx.catalog, ctx.record, "backfill", described, abort_on=(ErrorRatioExceeded,)
+        ) as run,
+        run_engines(sessions, ctx, run.run_id, options, tunings) as shared,
+    ):
+        result = shared.result
         run.metrics = result.summary
+        result.cluster = cluster.size()
         warn_tunings(ctx, tunings, result)
         result.steps = [step_result(s, t) for s, t in zip(plan.steps, tunings, strict=True)]
-        shared = start_run(session, ctx, run.run_id, options, result)
         tuned = _Tunings(tunings, cluster, result)
         run_id = run.run_id
         on_item = None if report is None else lambda d: report(run_id, ctx.name, d)

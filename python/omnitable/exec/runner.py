@@ -9,15 +9,20 @@ their failed records. Per chunk the driver checks the error ratio (``max_error_r
 it the chunk commits nothing and the run aborts), writes the failed records to the table's error
 table, then commits the files with lineage in one transaction (``checkpoint_fragments``; default
 one commit per step), so a restarted run skips committed work.
+
+With ``engine="python"`` the steps of pandas features run without Spark instead
+(:mod:`omnitable.exec.local_engine`); the Spark session is then made only when a step or the
+error log needs it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from omnitable._failpoints import failpoint
 from omnitable.catalog.commit import CommitRequest, ExpectedProvider, LineageEntry
@@ -33,14 +38,16 @@ from omnitable.exceptions import (
 )
 from omnitable.exec.errors import append_errors
 from omnitable.exec.escalation import TaskProgress, crash_escalation
+from omnitable.exec.local_engine import LocalPythonWorker, local_reason
 from omnitable.exec.shipping import ship_modules
 from omnitable.exec.step_job import ChunkJob, TaskOutput, execute_chunk, retry_offsets
-from omnitable.exec.tuning import Cluster, StepTuning, resource_profile, tune
+from omnitable.exec.tuning import Cluster, StepTuning, resource_profile, run_locally, tune
 from omnitable.format.fs import delete_quietly
 from omnitable.isolation import MODES
 from omnitable.observability import metrics
 from omnitable.observability.progress import ProgressEvent, dispatcher, eta
 from omnitable.settings import (
+    BACKFILL_ENGINE,
     BACKFILL_MAX_ERROR_RATIO,
     BACKFILL_MAX_SKIP_RATIO,
     BACKFILL_ON_CORRUPT,
@@ -59,6 +66,9 @@ if TYPE_CHECKING:
 # (step, steps, fragments done, fragments total), or one taking a ProgressEvent, or True
 # (a line on stderr): docs/observability.md
 Progress = Callable[[int, int, int, int], None] | Callable[[ProgressEvent], None] | bool
+# a session, a function making one (called when a step first needs Spark), or None (the active
+# session, else a new local one)
+SessionSource: TypeAlias = "SparkSession | Callable[[], SparkSession] | None"
 log = logging.getLogger("omnitable.backfill")
 
 
@@ -99,6 +109,9 @@ class RunOptions:
         allow_version_drift: run features stored by value (pickled) with other library
             ``major.minor`` versions than they were pickled with (a different Python minor
             version or a missing library still fails; docs/features.md).
+        engine: ``spark`` (every step a Spark job) or ``python``: steps of pandas features on
+            CPU run without Spark, in one local Python worker process
+            (:mod:`omnitable.exec.local_engine`; other steps on Spark, with the reason).
     """
 
     checkpoint_fragments: int | None = None
@@ -111,6 +124,7 @@ class RunOptions:
     batch_rows: int | None = None
     fragments_per_task: int | None = None
     memory_mb: int | None = None
+    engine: str = BACKFILL_ENGINE.default
 
     def __post_init__(self) -> None:
         for name in ("batch_rows", "fragments_per_task", "memory_mb"):
@@ -130,7 +144,7 @@ class RunOptions:
                 f"got {self.isolation!r}"
             )
         checked = (BACKFILL_MAX_ERROR_RATIO, BACKFILL_MAX_SKIP_RATIO, BACKFILL_ON_CORRUPT,
-                   BACKFILL_TUNING)  # fmt: skip
+                   BACKFILL_TUNING, BACKFILL_ENGINE)  # fmt: skip
         for setting in checked:
             setting.check(getattr(self, setting.name), "run backfill", setting.name)
 
@@ -206,7 +220,7 @@ class RunResult:
 def run_plan(
     ctx: TableContext,
     plan: Plan,
-    spark: SparkSession | None = None,
+    spark: SessionSource = None,
     options: RunOptions | None = None,
     progress: Progress | None = None,
 ) -> RunResult:
@@ -218,16 +232,19 @@ def run_plan(
     report = dispatcher(progress)  # a bad progress argument fails before any work
     if plan.is_empty:
         return RunResult(None)
-    session = prepare_session(ctx, plan, spark)
-    cluster, tunings = tune_run(ctx, plan, session, options)
+    sessions = Sessions(ctx, plan, spark)
+    cluster, tunings = tune_run(ctx, plan, sessions, options)
     described = describe(plan, options, tuning=[t.settings() for t in tunings])
-    with RunScope(
-        ctx.catalog, ctx.record, "backfill", described, abort_on=(ErrorRatioExceeded,)
-    ) as run:
-        result = RunResult(run.run_id, cluster=cluster.size())
+    with (
+        RunScope(
+            ctx.catalog, ctx.record, "backfill", described, abort_on=(ErrorRatioExceeded,)
+        ) as run,
+        run_engines(sessions, ctx, run.run_id, options, tunings) as shared,
+    ):
+        result = shared.result
         run.metrics = result.summary
+        result.cluster = cluster.size()
         warn_tunings(ctx, tunings, result)
-        shared = start_run(session, ctx, run.run_id, options, result)
         rlog = logging.LoggerAdapter(log, {"run_id": run.run_id, "table": ctx.name})
         rlog.info("backfill of %s: %d step(s), run %s", ctx.name, len(plan.steps), run.run_id)
         totals = [sum(f.row_count for f in s.fragments) for s in plan.steps]
@@ -247,13 +264,66 @@ def run_plan(
 
 
 def tune_run(
-    ctx: TableContext, plan: Plan, session: SparkSession, options: RunOptions
+    ctx: TableContext, plan: Plan, sessions: Sessions, options: RunOptions
 ) -> tuple[Cluster, list[StepTuning]]:
-    """The session's cluster and every step's routes and settings (:func:`tune`: the run
-    arguments, then the features' options, then the run history, then the defaults)."""
-    cluster = Cluster.of_session(session)
+    """The run's cluster and every step's routes and settings (:func:`tune`: the run
+    arguments, then the features' options, then the run history, then the defaults), with the
+    ``python`` engine's decisions. The session is made here unless every step runs without
+    Spark (the cluster is then :meth:`Cluster.python_engine`)."""
+    cluster, tunings = route_and_tune(
+        ctx, plan, options, lambda: Cluster.of_session(sessions.get())
+    )
+    assert cluster is not None
+    return cluster, tunings
+
+
+def route_and_tune(
+    ctx: TableContext,
+    plan: Plan,
+    options: RunOptions,
+    spark_cluster: Callable[[], Cluster | None],
+) -> tuple[Cluster | None, list[StepTuning]]:
+    """The cluster (:meth:`Cluster.python_engine` when every step runs without Spark, else
+    ``spark_cluster()``) and every step's routes and settings on it, on ``options.engine``."""
+    reasons = engine_reasons(ctx, plan, options)
+    local = all(r is None for r in reasons)
+    cluster = Cluster.python_engine() if local else spark_cluster()
     user = {k: getattr(options, k) for k in ("batch_rows", "fragments_per_task", "memory_mb")}
-    return cluster, tune(ctx, plan, cluster, enabled=options.tuning == "on", user=user)
+    tunings = tune(ctx, plan, cluster, enabled=options.tuning == "on", user=user)
+    if options.engine == "python":
+        for tuning, reason in zip(tunings, reasons, strict=True):
+            run_locally(tuning, reason)
+    return cluster, tunings
+
+
+def engine_reasons(ctx: TableContext, plan: Plan, options: RunOptions) -> list[str | None]:
+    """Per step, why it runs on Spark (None: on the ``python`` engine)."""
+    if options.engine != "python":
+        return ["engine=spark"] * len(plan.steps)
+    types = {c.name: c.arrow_type for c in ctx.all_columns()[1] if c.state == "active"}
+    return [local_reason(step, types) for step in plan.steps]
+
+
+class Sessions:
+    """The run's Spark session, made (and the features' modules shipped to it) on first need:
+    a run whose steps all run on the ``python`` engine, with no failed record to log, starts
+    none. ``spark``: a session, a function making one, or None (the active one, else a new
+    local one)."""
+
+    def __init__(
+        self,
+        ctx: TableContext,
+        plan: Plan,
+        spark: SessionSource,
+    ) -> None:
+        self._ctx, self._plan, self._spark = ctx, plan, spark
+        self._session: SparkSession | None = None
+
+    def get(self) -> SparkSession:
+        if self._session is None:
+            given = self._spark() if callable(self._spark) else self._spark
+            self._session = prepare_session(self._ctx, self._plan, given)
+        return self._session
 
 
 def warn_tunings(ctx: TableContext, tunings: list[StepTuning], result: RunResult) -> None:
@@ -300,16 +370,31 @@ def describe(plan: Plan, options: RunOptions, **extra: Any) -> dict[str, Any]:
     }
 
 
-def start_run(
-    session: SparkSession, ctx: TableContext, run_id: str, options: RunOptions, result: RunResult
-) -> ChunkRun:
-    """What every chunk of the run shares; a warning when crash escalation cannot run."""
-    escalation = crash_escalation(session)
-    if escalation.warning is not None and options.isolation == "auto":
-        log.warning("backfill of %s: %s", ctx.name, escalation.warning)
-        result.warnings.append(escalation.warning)
-    driver_escalation = escalation.driver_fallback and options.isolation == "auto"
-    return ChunkRun(session, ctx, run_id, options, result, driver_escalation)
+@contextlib.contextmanager
+def run_engines(
+    sessions: Sessions,
+    ctx: TableContext,
+    run_id: str,
+    options: RunOptions,
+    tunings: list[StepTuning],
+) -> Iterator[ChunkRun]:
+    """What every chunk of the run shares, with a fresh :class:`RunResult`: the session (made
+    here when a step runs on Spark: a warning when crash escalation cannot run there) and the
+    local Python worker (when a step runs on the ``python`` engine: ended on exit)."""
+    result = RunResult(run_id)
+    driver_escalation = False
+    if any(not t.local for t in tunings):
+        escalation = crash_escalation(sessions.get())
+        if escalation.warning is not None and options.isolation == "auto":
+            log.warning("backfill of %s: %s", ctx.name, escalation.warning)
+            result.warnings.append(escalation.warning)
+        driver_escalation = escalation.driver_fallback and options.isolation == "auto"
+    local = LocalPythonWorker() if any(t.local for t in tunings) else None
+    try:
+        yield ChunkRun(sessions, ctx, run_id, options, result, driver_escalation, local)
+    finally:
+        if local is not None:
+            local.close()
 
 
 def gpu_profile(tuning: StepTuning, cluster: Cluster, result: RunResult) -> StepTuning:
@@ -362,14 +447,16 @@ class _Tracked:
 
 @dataclass(frozen=True)
 class ChunkRun:
-    """What every step and chunk of one backfill run shares."""
+    """What every step and chunk of one backfill run shares. ``driver_escalation``: of the
+    steps on Spark (the local worker's steps always escalate with ``isolation="auto"``)."""
 
-    session: SparkSession
+    sessions: Sessions
     ctx: TableContext
     run_id: str
     options: RunOptions
     result: RunResult
     driver_escalation: bool
+    local: LocalPythonWorker | None = None
 
 
 def _run_step(
@@ -414,7 +501,7 @@ def run_chunk(
         name: [f.fragment_id for f in frags if f.fragment_id in chunk_ids]
         for name, frags in step.work.items()
     }
-    retry = retry_offsets(run.session, ctx, step, chunk_ids)
+    retry = retry_offsets(run.sessions.get(), ctx, step, chunk_ids) if step.retry else {}
     for name, per_frag in step.retry.items():  # nothing recorded to retry: skip
         work[name] = [
             i for i in work.get(name, []) if i not in per_frag or retry.get(name, {}).get(i)
@@ -425,12 +512,13 @@ def run_chunk(
     outputs: list[TaskOutput] = []
     skipped: list[dict[str, Any]] = []
     if work:
-        marks = (
-            TaskProgress(ctx.location.join("_progress", tag).uri) if run.driver_escalation else None
-        )
-        job = ChunkJob(run.session, ctx, snap, step, retry, run.run_id, tag, options.isolation,
+        local = _local_worker(run, step, snap, tuning)
+        escalate = options.isolation == "auto" if local is not None else run.driver_escalation
+        marks = TaskProgress(ctx.location.join("_progress", tag).uri) if escalate else None
+        session = run.sessions.get() if local is None else None
+        job = ChunkJob(session, ctx, snap, step, retry, run.run_id, tag, options.isolation,
                        options.on_corrupt, marks, options.allow_version_drift, tuning,
-                       tuning.profile if tuning is not None else None)  # fmt: skip
+                       tuning.profile if tuning is not None else None, local)  # fmt: skip
         outputs, skipped, scan, escalated = execute_chunk(job, work)
         out.retries += len([f for f in escalated if f not in out.escalated])
         out.escalated += [f for f in escalated if f not in out.escalated]
@@ -448,7 +536,7 @@ def run_chunk(
         return
     try:
         _check_error_ratio(step, outputs, options.max_error_ratio)
-        _record_errors(run.session, ctx, snap, outputs, run.run_id, step)
+        _record_errors(run.sessions, ctx, snap, outputs, run.run_id, step)
         failpoint("backfill.before_commit")
         version = _commit(ctx, snap, step, outputs, run.run_id)
     except BaseException as exc:
@@ -513,8 +601,23 @@ def _check_error_ratio(step: Step, outputs: list[TaskOutput], max_ratio: float) 
             )
 
 
+def _local_worker(
+    run: ChunkRun, step: Step, snap: Snapshot, tuning: StepTuning | None
+) -> LocalPythonWorker | None:
+    """The local worker when the step runs on the ``python`` engine and still can at this
+    chunk's snapshot (an input's type changed since the plan: Spark, logged)."""
+    if run.local is None or tuning is None or not tuning.local:
+        return None
+    types = {c.name: c.arrow_type for c in snap.columns}
+    reason = local_reason(step, types)
+    if reason is not None:
+        log.warning("backfill of %s: this chunk runs on Spark: %s", run.ctx.name, reason)
+        return None
+    return run.local
+
+
 def _record_errors(
-    session: SparkSession,
+    sessions: Sessions,
     ctx: TableContext,
     snap: Snapshot,
     outputs: list[TaskOutput],
@@ -538,7 +641,8 @@ def _record_errors(
                     run_id=run_id,
                 )
             )
-    append_errors(session, ctx, rows)
+    if rows:
+        append_errors(sessions.get(), ctx, rows)
 
 
 def _chunk_snapshot(ctx: TableContext, step: Step, chunk: list[FragmentRecord]) -> Snapshot:

@@ -1,9 +1,11 @@
-"""One Spark job of a backfill step: read the step's inputs, compute in Python workers.
+"""One job of a backfill step: read the step's inputs, compute in Python workers.
 
-The input is read through the ``omnitable`` data source (one input partition per whole fragment,
-rows in order, only the inputs' column files opened, unreadable fragments skipped when asked),
-SQL features are evaluated in the JVM, and :func:`omnitable.exec.task.compute_partition` runs in
-Python workers with ``mapInArrow``. The job is tagged so its scan metrics can be read back.
+On Spark, the input is read through the ``omnitable`` data source (one input partition per whole
+fragment, rows in order, only the inputs' column files opened, unreadable fragments skipped when
+asked), SQL features are evaluated in the JVM, and :func:`omnitable.exec.task.compute_partition`
+runs in Python workers with ``mapInArrow``. The job is tagged so its scan metrics can be read
+back. On the ``python`` engine (:mod:`omnitable.exec.local_engine`) the same task code runs in
+the run's local Python worker, on inputs read by the table's own reader.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from omnitable.catalog.snapshot import Snapshot
 from omnitable.exceptions import CorruptInputError, NotFoundError, ValidationError
 from omnitable.exec.errors import error_offsets
 from omnitable.exec.escalation import TaskProgress, worker_died
+from omnitable.exec.local_engine import LocalPythonWorker, compute_locally
 from omnitable.exec.scan_metrics import ScanMetrics
 from omnitable.exec.task import (
     FRAGMENT,
@@ -128,10 +131,11 @@ class ChunkJob:
     or None where Spark's task retry escalates. ``allow_version_drift``: features stored by
     value load with other library versions (:mod:`omnitable.features.payload`). ``tuning``:
     the step's settings (:mod:`omnitable.exec.tuning`); ``profile``: the Spark resource profile
-    of a GPU stage, or None.
+    of a GPU stage, or None. ``local``: the run's local Python worker when the step runs on the
+    ``python`` engine (``session`` is then None), else None.
     """
 
-    session: SparkSession
+    session: SparkSession | None
     ctx: TableContext
     snap: Snapshot
     step: Step
@@ -144,13 +148,15 @@ class ChunkJob:
     allow_version_drift: bool = False
     tuning: StepTuning | None = None
     profile: Any = None
+    local: LocalPythonWorker | None = None
 
 
 def execute_chunk(
     job: ChunkJob, work: dict[str, list[str]]
 ) -> tuple[list[TaskOutput], list[dict[str, Any]], dict[str, Any], list[str]]:
-    """Run one chunk's Spark job: (task outputs, skipped unreadable fragments, scan metrics,
-    features escalated to the child process after a Python worker died).
+    """Run one chunk's job (Spark's, or the local Python worker's): (task outputs, skipped
+    unreadable fragments, scan metrics, features escalated to the child process after a Python
+    worker died).
 
     With ``progress`` (the ``driver`` crash escalation, see :mod:`omnitable.exec.escalation`)
     a job that fails because a Python worker died is followed by a job over the work that did
@@ -159,25 +165,27 @@ def execute_chunk(
     """
     ctx, tag, progress = job.ctx, job.tag, job.progress
     by_id = {f.fragment_id: f for f in job.snap.fragments}
-    metrics = ScanMetrics(job.session)
+    metrics = ScanMetrics(job.session) if job.session is not None else None
+    local_scan: dict[str, Any] = {"omnitableBytesRead": 0, "omnitableScans": 0,
+                                  "corruptFragments": []}  # fmt: skip
     outputs: list[TaskOutput] = []
     escalated: list[str] = []
     remaining = work
     try:
         while remaining:
             try:
-                rows = _run_job(job, remaining, escalated)
+                rows = _run_job(job, remaining, escalated, local_scan)
             except Exception as exc:
                 remaining = _after_worker_death(ctx, exc, progress, remaining, outputs, escalated)
                 continue
-            descriptors = [json.loads(r.descriptor) for r in rows]
+            descriptors = [json.loads(r) for r in rows]
             raise_fatal(ctx, descriptors, outputs)
             outputs += [_task_output(d) for d in descriptors]
             break
     finally:
         if progress is not None:
             progress.clear()
-    scan = metrics.for_tag(tag)
+    scan: dict[str, Any] = metrics.for_tag(tag) if metrics is not None else dict(local_scan)
     corrupt = {c["fragment"]: c for c in scan.get("corruptFragments", [])}
     produced = {(o.feature, o.file.fragment_id) for o in outputs}
     missing = {fid for name, ids in work.items() for fid in ids if (name, fid) not in produced}
@@ -266,8 +274,11 @@ def _after_worker_death(
     return {k: v for k, v in left.items() if v}
 
 
-def _run_job(job: ChunkJob, work: dict[str, list[str]], escalate: list[str]) -> list[Any]:
-    """One Spark job computing ``work``; the rows of its descriptors."""
+def _run_job(
+    job: ChunkJob, work: dict[str, list[str]], escalate: list[str], local_scan: dict[str, Any]
+) -> list[str]:
+    """One job computing ``work`` (Spark's, or the local worker's, whose scan metrics are added
+    to ``local_scan``); its descriptors."""
     session, ctx, snap = job.session, job.ctx, job.snap
     frag_ids = sorted({i for ids in work.values() for i in ids})
     by_id = {f.fragment_id: f for f in snap.fragments}
@@ -296,6 +307,14 @@ def _run_job(job: ChunkJob, work: dict[str, list[str]], escalate: list[str]) -> 
         escalate=escalate,
         allow_version_drift=drift,
     ).to_json()
+    if job.local is not None:
+        descriptors, scan = compute_locally(
+            job.local, ctx, snap, job.step, frag_ids, spec, job.on_corrupt
+        )
+        for key, value in scan.items():
+            local_scan[key] += value
+        return descriptors
+    assert session is not None, "a Spark job needs a session"
     df = step_dataframe(session, ctx, snap, job.step, frag_ids, job.on_corrupt)
     per_task = (job.tuning.values["fragments_per_task"] or 1) if job.tuning is not None else 1
     if per_task > 1 and len(frag_ids) > 1:
@@ -307,8 +326,10 @@ def _run_job(job: ChunkJob, work: dict[str, list[str]], escalate: list[str]) -> 
     try:
         fn = lambda it: compute_partition(spec, it)  # noqa: E731
         if job.profile is not None:
-            return df.mapInArrow(fn, "descriptor string", profile=job.profile).collect()
-        return df.mapInArrow(fn, "descriptor string").collect()
+            rows = df.mapInArrow(fn, "descriptor string", profile=job.profile).collect()
+        else:
+            rows = df.mapInArrow(fn, "descriptor string").collect()
+        return [r.descriptor for r in rows]
     finally:
         session.removeTag(job.tag)
 

@@ -330,6 +330,8 @@ def _policy(f: Feature, isolation: str) -> IsolationPolicy:
 
 
 def _previous_attempt_failed() -> bool:
+    if "pyspark" not in sys.modules:  # not a Spark task: the python engine's local worker
+        return False
     try:
         from pyspark import TaskContext
     except ImportError:  # pragma: no cover - pyspark is a dependency

@@ -4,7 +4,9 @@
 (``jvm``), a pandas feature on CPU Python workers (``python-cpu``), a feature with
 ``prefer="gpu"`` on a GPU stage (``python-gpu``, a Spark stage-level resource profile asking one
 GPU per task) when the cluster has GPUs (``spark.executor.resource.gpu.amount`` or
-``spark.task.resource.gpu.amount`` above 0), else on CPU with a warning.
+``spark.task.resource.gpu.amount`` above 0), else on CPU with a warning. On the ``python``
+engine a step of pandas features runs without Spark, in the run's local Python worker
+(``python-local``, :mod:`omnitable.exec.local_engine`).
 
 **Tuning**: per step, the settings its Python tasks run with — ``batch_rows`` (records per call
 of a pandas feature), ``fragments_per_task`` (whole fragments per Spark task) and ``memory_mb``
@@ -37,7 +39,8 @@ if TYPE_CHECKING:
     from omnitable.features.definition import Feature
     from omnitable.features.planner import Plan, Step
 
-JVM, PYTHON_CPU, PYTHON_GPU = "jvm", "python-cpu", "python-gpu"
+JVM, PYTHON_CPU, PYTHON_GPU, PYTHON_LOCAL = "jvm", "python-cpu", "python-gpu", "python-local"
+LOCAL_REASON = "engine=python: the run's local Python worker, no Spark job"
 NO_GPU_WARNING = "prefers GPU but the cluster has none; running on CPU"
 DEFAULTS: dict[str, int | None] = {
     "batch_rows": DEFAULT_BATCH_ROWS,
@@ -54,6 +57,7 @@ WAVES = 2  # tasks per core a step aims at (each task pays Spark's and Python's 
 MAX_TASK_COMPUTE_S = 60.0  # at most this much feature time per task (a retry redoes a task)
 HISTORY_RUNS = 3  # successful runs of the same step read
 MEMORY_HEADROOM = 2.0  # memory budget: this times the peak memory seen per row of a call
+LOCAL_MASTER = "python-engine"  # Cluster.master of a run without Spark
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,12 @@ class Cluster:
             task_gpus=_float(conf.get("spark.task.resource.gpu.amount")),
             master=master,
         )
+
+    @classmethod
+    def python_engine(cls) -> Cluster:
+        """A run whose every step runs on the ``python`` engine: one local Python worker (the
+        size of a ``local[1]`` session, so each reuses the other's history)."""
+        return cls(parallelism=1, master=LOCAL_MASTER)
 
     @classmethod
     def of_session(cls, session: SparkSession) -> Cluster:
@@ -132,6 +142,7 @@ class StepTuning:
     reasons: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     gpu_stage: bool = False
+    local: bool = False  # runs on the python engine (routes python-local)
     profile: Any = None  # the GPU stage's ResourceProfile (set when the step runs), or None
     profile_note: str = ""
 
@@ -162,6 +173,16 @@ def route(f: Feature, cluster: Cluster | None) -> Route:
     if not cluster.has_gpus:
         return Route(f.id, PYTHON_CPU, NO_GPU_WARNING)
     return Route(f.id, PYTHON_GPU, "prefers GPU and the cluster has GPUs: GPU stage")
+
+
+def run_locally(tuning: StepTuning, reason: str | None) -> None:
+    """Apply the ``python`` engine's decision for the step: its routes become ``python-local``
+    when ``reason`` is None, else the reason it stays on Spark is shown with its settings."""
+    if reason is not None:
+        tuning.reasons.append(f"engine=python, the step runs on Spark: {reason}")
+        return
+    tuning.local = True
+    tuning.routes = [Route(r.feature, PYTHON_LOCAL, LOCAL_REASON) for r in tuning.routes]
 
 
 def resource_profile(cluster: Cluster) -> tuple[ResourceProfile | None, str]:
@@ -303,6 +324,8 @@ def explain_lines(tunings: list[StepTuning], cluster: Cluster | None) -> list[st
     """The routing and tuning section of a plan's explain."""
     if cluster is None:
         head = "  routing and tuning (no Spark session yet: cluster shape decided at run):"
+    elif cluster.master == LOCAL_MASTER:
+        head = "  routing and tuning (engine=python: one local Python worker, no Spark):"
     else:
         gpu = "GPUs" if cluster.has_gpus else "no GPUs"
         head = f"  routing and tuning (cluster: parallelism {cluster.parallelism}, {gpu}):"

@@ -27,7 +27,12 @@ import pyarrow.parquet as pq
 
 from omnitable.catalog.records import ColumnRecord, DeletionRecord, FileRecord, FragmentRecord
 from omnitable.catalog.snapshot import Snapshot, columns_mentioned
-from omnitable.exceptions import CorruptInputError, UnknownColumnError, ValidationError
+from omnitable.exceptions import (
+    CorruptInputError,
+    SchemaMismatchError,
+    UnknownColumnError,
+    ValidationError,
+)
 from omnitable.format.fs import Location, mapped_file
 from omnitable.format.live_rows import LiveRows, live_rows
 from omnitable.format.pages import (
@@ -57,6 +62,29 @@ def _drop_deleted(arr: pa.ChunkedArray | pa.Array, live: LiveRows) -> pa.Chunked
     rows); a variable-width one is filtered (gathering it is ~1.6x slower)."""
     keep, offsets = live
     return pc.take(arr, offsets) if _fixed_width(arr.type) else pc.filter(arr, keep)
+
+
+def widens(stored: pa.DataType, want: pa.DataType) -> bool:
+    """Whether every value of type ``stored`` is a value of ``want``, read as Spark's Parquet
+    reader reads it: the same type (large or not), a wider integer, a float as a double, an
+    integer of up to 32 bits as a double, a decimal with as many or more digits on each side."""
+    if stored.equals(want):
+        return True
+    t = pa.types
+    if t.is_string(stored) or t.is_large_string(stored):
+        return t.is_string(want) or t.is_large_string(want)
+    if t.is_binary(stored) or t.is_large_binary(stored):
+        return t.is_binary(want) or t.is_large_binary(want)
+    if t.is_signed_integer(stored) and t.is_signed_integer(want):
+        return bool(stored.bit_width <= want.bit_width)
+    if t.is_floating(stored) and t.is_float64(want):
+        return True
+    if t.is_signed_integer(stored) and t.is_float64(want):
+        return bool(stored.bit_width <= 32)
+    if t.is_decimal(stored) and t.is_decimal(want):
+        return bool(stored.scale <= want.scale and
+                    stored.precision - stored.scale <= want.precision - want.scale)  # fmt: skip
+    return False
 
 
 def _fixed_width(t: pa.DataType) -> bool:
@@ -121,6 +149,9 @@ class FragmentReader:
     """Reads columns of the fragments of one snapshot.
 
     ``max_selectivity``: the setting ``read.late_materialization_max_selectivity``.
+    ``strict_types``: a column stored as another type than the catalog's is read only when the
+    catalog's type holds all its values (:func:`widens`), as Spark's reader does; else
+    :class:`SchemaMismatchError` (default: any type Arrow casts is read).
     """
 
     def __init__(
@@ -128,10 +159,12 @@ class FragmentReader:
         location: Location,
         snapshot: Snapshot,
         max_selectivity: float = READ_LATE_MATERIALIZATION_MAX_SELECTIVITY.default,
+        strict_types: bool = False,
     ) -> None:
         self.location = location
         self.snapshot = snapshot
         self.max_selectivity = max_selectivity
+        self.strict_types = strict_types
         self._files_opened = 0
         self._bytes = 0
         self._lock = threading.Lock()
@@ -185,6 +218,11 @@ class FragmentReader:
         table = pa.concat_tables(parts)
         stats = ReadStats(total, len(fragments), self._files_opened, self._bytes)
         return table, stats
+
+    @property
+    def bytes_read(self) -> int:
+        """Compressed bytes this reader has read so far (all reads, as :class:`ReadStats`)."""
+        return self._bytes
 
     def output_schema(self, columns: list[str] | None) -> pa.Schema:
         """The fields :meth:`read` returns for ``columns`` (checked as it checks them)."""
@@ -465,14 +503,26 @@ class FragmentReader:
             tables = [
                 self._read_file(frag, f, [c.physical_name for c in cs], rows) for f, cs in jobs
             ]
-        for (_, cols), table in zip(jobs, tables, strict=True):
+        for (file, cols), table in zip(jobs, tables, strict=True):
             for col in cols:
                 arr = table.column(col.physical_name)
                 arr = arr if live is None else _drop_deleted(arr, live)
-                if not arr.type.equals(col.arrow_type):
-                    arr = arr.cast(col.arrow_type)
-                out[col.name] = arr
+                out[col.name] = self._as_logical(arr, col, file)
         return out
+
+    def _as_logical(
+        self, arr: pa.ChunkedArray | pa.Array, col: ColumnRecord, file: FileRecord
+    ) -> pa.ChunkedArray | pa.Array:
+        """``arr`` (as stored in ``file``) as the catalog's type of ``col``."""
+        if arr.type.equals(col.arrow_type):
+            return arr
+        if self.strict_types and not widens(arr.type, col.arrow_type):
+            raise SchemaMismatchError(
+                f"Cannot read column '{col.name}' of file {self.location.child_uri(file.path)}: "
+                f"it is stored as {arr.type}, the table's type is {col.arrow_type} (schema "
+                "drift, not corruption)"
+            )
+        return arr.cast(col.arrow_type)
 
     def _few(self, frag: FragmentRecord, rows: np.ndarray) -> bool:
         """Whether ``rows`` are few enough to read by pages (the selectivity setting)."""
@@ -507,8 +557,7 @@ class FragmentReader:
                 read = gather_plain(handle, uri, col.physical_name, rows if keep is None else keep)
                 if read is None or read.file_rows != frag.row_count:
                     return False
-                arr = read.table.column(0)
-                got[col.name] = arr if arr.type.equals(col.arrow_type) else arr.cast(col.arrow_type)
+                got[col.name] = self._as_logical(read.table.column(0), col, file)
                 fetched += read.bytes_read
         out.update(got)
         with self._lock:
@@ -531,7 +580,8 @@ class FragmentReader:
         except (OSError, pa.ArrowInvalid) as exc:
             raise CorruptInputError(
                 f"Cannot read column file {self.location.child_uri(file.path)} of fragment "
-                f"{frag.fragment_id}: {exc}"
+                f"{frag.fragment_id}: {exc}",
+                file.path,
             ) from exc
         if not paged:
             with self._lock:
@@ -540,7 +590,8 @@ class FragmentReader:
         if meta.num_rows != frag.row_count:
             raise CorruptInputError(
                 f"Cannot read fragment {frag.fragment_id}: file {file.path} has {meta.num_rows} "
-                f"rows, the fragment has {frag.row_count} (alignment invariant broken)"
+                f"rows, the fragment has {frag.row_count} (alignment invariant broken)",
+                file.path,
             )
         rest = [p for p in physical if p not in paged]
         table = self._read_row_groups(pf, rest, rows, few)

@@ -258,6 +258,7 @@ private[source] object PropertyCheck {
     "backfill.max_skip_ratio" -> Ratio(lowOpen = false),
     "backfill.on_corrupt" -> OneOf("skip", "fail"),
     "backfill.tuning" -> OneOf("on", "off"),
+    "backfill.engine" -> OneOf("spark", "python"),
     "governance.orphan_min_age_s" -> NonNegativeNumber,
     "governance.lease_ttl_s" -> PositiveNumber
   )
