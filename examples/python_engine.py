@@ -57,7 +57,7 @@ def main(warehouse: str) -> None:
     reviews.register(counts, sentiment)
     plan = reviews.backfill("sentiment")
     print(plan.explain(engine="python"))
-    result = plan.run(engine="python")  # no Spark session is made
+    result = plan.run(engine="python")  # no Spark session (one is made to log failed records)
     routes = {k: v for step in result.steps for k, v in step.routes.items()}
     print(f"backfill: versions {result.versions}, routes {routes}, errors {result.errors}")
     assert set(routes.values()) == {"python-local"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import pandas as pd
 
@@ -42,12 +43,26 @@ def total(i64: pd.Series, f64: pd.Series) -> pd.Series:
 
 @omnitable.feature(inputs=["s"], outputs={"shout": "string"}, version="1")
 def chatty(s: pd.Series) -> pd.Series:
-    """Prints to stdout and stderr (the local worker's replies must not mind)."""
+    """Prints to stdout and stderr and reads stdin (the local worker's protocol must not
+    mind)."""
     print("chatty on stdout", len(s), flush=True)
     print("chatty on stderr", len(s), file=sys.stderr, flush=True)
+    assert sys.stdin.read() == ""  # the worker's requests are out of the feature's reach
     return s.str.upper()
 
 
 @omnitable.feature(inputs=["ts"], outputs={"hour": "int"}, version="1")
 def hour(ts: pd.Series) -> pd.Series:
     return ts.dt.hour
+
+
+@omnitable.feature(inputs=["x2"], outputs={"plus_one": "bigint"}, version="1")
+def plus_one(x2: pd.Series) -> pd.Series:
+    return x2 + 1
+
+
+@omnitable.feature(inputs=["s"], outputs={"slow": "string"}, version="1")
+def slow(s: pd.Series) -> pd.Series:
+    """Takes a minute (the tests interrupt it)."""
+    time.sleep(60)
+    return s

@@ -117,16 +117,42 @@ def test_steps_it_cannot_run_stay_on_spark_with_the_reason(
                        "ts": [start + dt.timedelta(hours=i) for i in range(20)]}),
              "b1", target_fragment_rows=10)  # fmt: skip
     sql = omnitable.sql_feature("x2", "x * 2", "bigint", "1", inputs=["x"])
-    t.register(sql, L.hour)
-    plan = t.backfill(["x2", "hour"])
+    t.register(sql, L.hour, L.plus_one)
+    plan = t.backfill(["x2", "hour", "plus_one"])
     text = plan.explain(spark, engine="python")
     assert "x2@1: jvm" in text and "hour@1: python-cpu" in text
+    assert "plus_one@1: python-local" in text  # the next level, reading the SQL feature's output
     assert "engine=python, the step runs on Spark: input 'ts' is timestamp[us, tz=UTC]" in text
     result = plan.run(spark, engine="python")
     routes = {k: v for s in result.steps for k, v in s.routes.items()}
-    assert routes == {"x2@1": "jvm", "hour@1": "python-cpu"}
-    assert t.read(columns=["x2"]).column(0).to_pylist() == [2 * i for i in range(20)]
-    assert t.status().state("b1", "hour") == "done"
+    assert routes == {"x2@1": "jvm", "hour@1": "python-cpu", "plus_one@1": "python-local"}
+    got = t.read(columns=["x2", "plus_one", "hour"]).to_pydict()
+    assert got["x2"] == [2 * i for i in range(20)]
+    assert got["plus_one"] == [2 * i + 1 for i in range(20)]
+    assert got["hour"] == [(6 + i) % 24 for i in range(20)]
+
+
+@pytest.mark.spark
+def test_a_chunk_whose_inputs_changed_type_runs_on_spark(
+    wh: omnitable.Warehouse, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check is made again at each chunk: one that fails it runs on Spark (with the
+    session's crash escalation), logged."""
+    from omnitable.exec import runner
+
+    calls: list[str | None] = []
+
+    def reason(step: Any, columns: Any) -> str | None:  # planned local, changed at the chunk
+        calls.append(None if not calls else "input 'total' changed type")
+        return calls[-1]
+
+    monkeypatch.setattr(runner, "local_reason", reason)
+    t = _typed_table(wh, "t")
+    result = t.backfill(["total"]).run(spark, engine="python", checkpoint_fragments=4)
+    assert calls == [None, "input 'total' changed type"]
+    assert result.steps[0].routes == {"total@1": "python-local"}  # as planned
+    assert result.steps[0].scans == 1 and result.steps[0].bytes_read > 0  # Spark's metrics
+    assert t.status().state("b1", "total") == "done"
 
 
 def test_engine_is_validated_and_comes_from_the_settings(
@@ -176,6 +202,40 @@ def test_a_failing_record_is_isolated_and_logged(wh: omnitable.Warehouse, spark:
     assert scores == [None if i == 17 else len(x) / 2 for i, x in enumerate(texts)]
     [error] = t.errors(spark=spark).collect()
     assert error.kind == "exception" and "cannot score" in error.message
+
+
+INTERRUPT = textwrap.dedent("""
+    import os, signal, sys, threading, time
+    import pyarrow as pa
+    import omnitable
+    import omt_local_features as L
+
+    wh = omnitable.connect(sys.argv[1])
+    t = wh.create_table("t", {"s": "string"})
+    t.append(pa.table({"s": ["a", "b"]}), "b1")
+    t.register(L.slow)
+    threading.Timer(4, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    started = time.monotonic()
+    try:
+        t.backfill("slow").run(engine="python")
+    except KeyboardInterrupt:
+        me = str(os.getpid())
+        children = [p for p in os.listdir("/proc") if p.isdigit()
+                    and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == me]
+        print("INTERRUPTED", round(time.monotonic() - started, 1), children, flush=True)
+""")
+
+
+def test_an_interrupt_ends_the_worker_at_once(tmp_path: Path) -> None:
+    """Ctrl-C during a minute-long record: the run stops within seconds, the worker with it."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*sys.path, str(Path(__file__).parent)]))
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", INTERRUPT, str(tmp_path / "wh")],
+                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert "INTERRUPTED" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("INTERRUPTED")]
+    assert line.endswith("[]"), line  # the worker process is gone (killed and reaped)
+    assert time.monotonic() - started < 30  # killed, not waited for (the record takes 60 s)
 
 
 CRASH = textwrap.dedent("""
@@ -261,3 +321,92 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_frames_round_trip_and_a_cut_stream_is_an_error() -> None:
+    import io
+
+    from omnitable.exec.local_worker import read_frame, write_frame
+
+    stream = io.BytesIO()
+    write_frame(stream, b"spec")
+    write_frame(stream, memoryview(b"\x00" * 70_000))
+    data = stream.getvalue()
+    reader = io.BytesIO(data)
+    assert read_frame(reader) == b"spec"
+    assert read_frame(reader) == b"\x00" * 70_000
+    assert read_frame(reader) is None  # a clean end
+    cut = io.BytesIO(data[:-1])
+    assert read_frame(cut) == b"spec"
+    with pytest.raises(EOFError, match="inside a frame"):
+        read_frame(cut)
+    with pytest.raises(EOFError, match="frame's length"):
+        read_frame(io.BytesIO(data[:3]))
+
+
+def test_task_errors_keep_omnitables_classes() -> None:
+    from omnitable.exceptions import CorruptInputError, ErrorRatioExceeded
+    from omnitable.exec.local_engine import LocalPythonWorker, _task_error
+
+    err = _task_error({"error": "CorruptInputError", "message": "bad model", "traceback": ""})
+    assert type(err) is CorruptInputError and str(err) == "bad model"
+    other = _task_error({"error": "ValueError", "message": "no", "traceback": "Traceback..."})
+    assert type(other) is LocalTaskError and "ValueError: no" in str(other)
+    assert "Traceback..." in str(other)
+    assert not isinstance(_task_error({"error": "ErrorRatioExceeded", "message": "m"}),
+                          ErrorRatioExceeded)  # fmt: skip  # its constructor takes more
+    worker = LocalPythonWorker()
+    try:  # a real round trip: the task cannot read this spec
+        with pytest.raises(LocalTaskError, match="KeyError: 'root'"):
+            worker.compute("{}", pa.table({"a": [1]}))
+        with pytest.raises(LocalTaskError, match="KeyError"):  # the same process goes on
+            worker.compute("{}", pa.table({"a": [2]}))
+    finally:
+        worker.close()
+
+
+@pytest.mark.parametrize(
+    ("error", "failure"),
+    [
+        (FileNotFoundError(2, "No such file"), "environment"),
+        (PermissionError(13, "Permission denied"), "environment"),
+        (pa.ArrowInvalid("Parquet magic bytes not found in footer"), "corrupt"),
+        (OSError("Couldn't deserialize thrift: TProtocolException: Invalid data"), "corrupt"),
+        (OSError("ZSTD decompression failed: Corrupted block detected"), "corrupt"),
+        (OSError("AWS Error NETWORK_CONNECTION during GetObject operation"), "transient"),
+        (OSError("When reading information for key 'x': AWS Error ACCESS_DENIED"), "transient"),
+        (OSError(5, "Input/output error"), "transient"),
+    ],
+)
+def test_read_failures_are_classified_as_sparks_reader_does(
+    error: BaseException, failure: str
+) -> None:
+    from omnitable.exceptions import CorruptInputError
+    from omnitable.exec.local_engine import read_failure
+
+    assert read_failure(error) == failure
+    wrapped = CorruptInputError("Cannot read column file f", "f.parquet")
+    wrapped.__cause__ = error
+    assert read_failure(wrapped) == failure
+    assert read_failure(CorruptInputError("row count", "f.parquet")) == "corrupt"
+    assert read_failure(CorruptInputError("a deletion vector")) == "environment"
+
+
+def test_a_transient_read_error_is_retried_then_fails_even_with_skip(
+    wh: omnitable.Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from omnitable.format.reader import FragmentReader
+
+    t = _typed_table(wh, "t")
+    attempts: list[str] = []
+
+    def flaky(self: FragmentReader, frag: Any, cols: list[str]) -> pa.Table:
+        attempts.append(frag.fragment_id)
+        raise OSError("AWS Error NETWORK_CONNECTION during GetObject operation")
+
+    monkeypatch.setattr(FragmentReader, "read_fragment", flaky)
+    version = t.version
+    with pytest.raises(OSError, match="NETWORK_CONNECTION"):
+        t.backfill(["total"]).run(_no_spark, engine="python", max_skip_ratio=1.0)
+    assert len(attempts) == 3 and len(set(attempts)) == 1  # read 3 times, never skipped
+    assert t.version == version

@@ -122,7 +122,7 @@ def test_two_workers_commit_every_item_once(
 
     def worker() -> None:
         plan = t.backfill(["n_chars"], queue=True)
-        results.append(plan.run(spark, checkpoint_fragments=4, engine=engine))
+        results.append(plan.run(_spark(spark, engine), checkpoint_fragments=4, engine=engine))
 
     threads = [threading.Thread(target=worker) for _ in range(2)]
     for th in threads:
@@ -140,6 +140,16 @@ def test_two_workers_commit_every_item_once(
     headers = [k for k in _meta_keys(t) if k.startswith(f"queue:{tid}:")]  # header and items
     assert len(headers) == 1  # the finished header only: the items are removed
     assert '"finished"' in (t._ctx.catalog.store.get_meta(headers[0]) or "")
+
+
+def _spark(spark: Any, engine: str) -> Any:
+    """The session a run on ``engine`` gets: the python engine's runs here log no failed
+    record, so they must not make one."""
+    return spark if engine == "spark" else _no_spark
+
+
+def _no_spark() -> Any:
+    raise AssertionError("the python engine started Spark")
 
 
 def _route(engine: str) -> str:
@@ -174,7 +184,12 @@ def test_lease_expired_while_committing_commits_once(
     def first() -> None:  # stalls before its commit, its lease runs out (no heartbeats)
         plan = t.backfill(["clean"])
         stalled["result"] = run_queue(
-            plan.ctx, plan, spark, opts, None, QueueOptions(lease_s=1, heartbeat_s=3600)
+            plan.ctx,
+            plan,
+            _spark(spark, engine),
+            opts,
+            None,
+            QueueOptions(lease_s=1, heartbeat_s=3600),
         )
 
     th = threading.Thread(target=first)
@@ -186,7 +201,7 @@ def test_lease_expired_while_committing_commits_once(
     assert reached.exists()
     time.sleep(1.2)
     plan = t.backfill(["clean"])
-    second = run_queue(plan.ctx, plan, spark, opts, None, QueueOptions(lease_s=30))
+    second = run_queue(plan.ctx, plan, _spark(spark, engine), opts, None, QueueOptions(lease_s=30))
     (tmp_path / "backfill.before_commit.go").touch()
     th.join(120)
     assert len(second.versions) == 2  # took the expired item, then the other one
@@ -239,7 +254,9 @@ def test_killed_worker_item_is_leased_again(
     held = [i for i in q.items(ctx.catalog.store, ctx.record.table_id, header.split(":")[2])
             if i.state == q.LEASED]  # fmt: skip
     assert len(held) == 1 and held[0].owner["pid"] == proc.pid
-    result = t.backfill(["clean"], queue=True).run(spark, checkpoint_fragments=2, engine=engine)
+    result = t.backfill(["clean"], queue=True).run(
+        _spark(spark, engine), checkpoint_fragments=2, engine=engine
+    )
     assert len(result.versions) == 4  # every item, the dead worker's one after its lease expired
     assert _routes([result]) == {_route(engine)}
     assert len(_backfills(t)) == 4
@@ -458,12 +475,12 @@ def test_item_racing_a_writer_commits_or_is_leased_again(
     with hooked("backfill.before_commit", write):
         if kind == "compact":  # the plan's fragments are gone: the item fails after 3 leases
             with pytest.raises(CommitConflict):
-                plan.run(spark, checkpoint_fragments=2, engine=engine)
+                plan.run(_spark(spark, engine), checkpoint_fragments=2, engine=engine)
             result = t.backfill(["clean"], queue=True).run(
-                spark, checkpoint_fragments=2, engine=engine
+                _spark(spark, engine), checkpoint_fragments=2, engine=engine
             )
         else:
-            result = plan.run(spark, checkpoint_fragments=2, engine=engine)
+            result = plan.run(_spark(spark, engine), checkpoint_fragments=2, engine=engine)
     backfills = _backfills(t)
     assert _routes([result]) == {_route(engine)}
     assert sorted(result.versions) == sorted(c.version for c in backfills)  # each item once

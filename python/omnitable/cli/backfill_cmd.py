@@ -164,23 +164,17 @@ def backfill(
 ) -> None:
     """Compute what is missing or stale for FEATURES on TABLE (fused Spark jobs)."""
     conf = _spark_conf(confs)
-    if workers is not None and workers < 1:
-        raise click.BadParameter("give at least 1 worker", param_hint="--workers")
-    if workers is not None and queue:
-        raise click.BadParameter("--workers starts queue workers itself: drop --queue")
-    if lease_s is not None and lease_s <= 0:
-        raise click.BadParameter("give a lease of more than 0 seconds", param_hint="--lease")
-    if lease_s is not None and not (queue or workers):
-        raise click.BadParameter("--lease applies to queue workers: add --queue or --workers")
+    _check_queue_options(queue, workers, lease_s)
     for p in paths:
         sys.path.insert(0, str(Path(p).resolve()))
     targets = _split(features) or []
     out = ctx.out
     with ctx.connect() as wh:
         plan = wh.table(table).backfill(targets, _split(batches), retry_errors=retry_errors)
-        out.message(plan.explain(engine=engine))
+        text = plan.explain(engine=engine)
+        out.message(text)
         if explain or plan.is_empty:
-            out.result({"plan": plan.explain(), "ran": False}, lambda c: None)
+            out.result({"plan": text, "ran": False}, lambda c: None)
             return
         if workers is not None:
             from omnitable.cli.workers import run_workers, worker_conf
@@ -224,6 +218,17 @@ def backfill(
         {"run": result.summary(), "status": grid.to_pandas().to_dict()},
         lambda console: _render(console, result, grid),
     )
+
+
+def _check_queue_options(queue: bool, workers: int | None, lease_s: float | None) -> None:
+    if workers is not None and workers < 1:
+        raise click.BadParameter("give at least 1 worker", param_hint="--workers")
+    if workers is not None and queue:
+        raise click.BadParameter("--workers starts queue workers itself: drop --queue")
+    if lease_s is not None and lease_s <= 0:
+        raise click.BadParameter("give a lease of more than 0 seconds", param_hint="--lease")
+    if lease_s is not None and not (queue or workers):
+        raise click.BadParameter("--lease applies to queue workers: add --queue or --workers")
 
 
 def _render(console: Console, result: RunResult, grid: StatusGrid) -> None:

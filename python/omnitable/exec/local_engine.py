@@ -31,7 +31,8 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,12 +43,13 @@ from omnitable.exceptions import CorruptInputError, OmniTableError, ValidationEr
 from omnitable.exec.escalation import WORKER_DIED
 from omnitable.exec.local_worker import read_frame, write_frame
 from omnitable.exec.task import FRAGMENT, OFFSET
+from omnitable.format.fs import delete_quietly
 from omnitable.format.reader import FragmentReader
 from omnitable.vocabulary.deletions import decode_vector
 from omnitable.vocabulary.names import ROW_ID
 
 if TYPE_CHECKING:
-    from omnitable.catalog.records import FragmentRecord
+    from omnitable.catalog.records import ColumnRecord, FragmentRecord
     from omnitable.catalog.snapshot import Snapshot
     from omnitable.context import TableContext
     from omnitable.features.planner import Step
@@ -67,9 +69,10 @@ class LocalTaskError(OmniTableError):
     OmniTable's errors; the message names it and holds the worker's traceback)."""
 
 
-def local_reason(step: Step, types: Mapping[str, pa.DataType]) -> str | None:
-    """Why ``step`` cannot run on the ``python`` engine (None: it can). ``types``: the Arrow
-    types of the table's columns (at least the step's inputs)."""
+def local_reason(step: Step, columns: Iterable[ColumnRecord]) -> str | None:
+    """Why ``step`` cannot run on the ``python`` engine (None: it can), given the table's
+    visible columns."""
+    types = {c.name: c.arrow_type for c in columns}
     sql = [f.id for f in step.features if f.kind != "pandas"]
     if sql:
         return f"SQL feature(s) {', '.join(sql)}: the step runs in the JVM"
@@ -112,21 +115,46 @@ def compute_locally(
     frag_ids: list[str],
     spec: str,
     on_corrupt: str,
+    marked: bool,
 ) -> tuple[list[str], dict[str, Any]]:
     """Compute ``frag_ids`` of ``step`` (the work in ``spec``) in ``worker``, one fragment per
     request: (descriptors, scan metrics as the Spark path reports them: bytes read, scans,
-    skipped unreadable fragments).
+    skipped unreadable fragments). A reply reporting a fatal error (a model that cannot load)
+    ends it: no other fragment is sent.
 
     Raises:
-        LocalWorkerDied: the worker exited (the files it completed are in the chunk's progress
-            marks, as with a Spark job).
+        LocalWorkerDied: the worker exited. With ``marked`` (the chunk's progress marks, the
+            crash escalation) the files it completed stay, for the driver to keep; else they
+            are deleted, as on any other failure.
         CorruptInputError: an unreadable fragment with ``on_corrupt="fail"``.
         LocalTaskError, OmniTableError: what the task raised.
     """
+    descriptors: list[str] = []
+    try:
+        scan = _compute(worker, ctx, snap, step, frag_ids, spec, on_corrupt, descriptors)
+    except BaseException as exc:
+        if not (marked and isinstance(exc, LocalWorkerDied)):
+            paths = [json.loads(d).get("file", {}).get("path") for d in descriptors]
+            delete_quietly(ctx.location.fs, [ctx.location.child_path(p) for p in paths if p])
+        raise
+    return descriptors, scan
+
+
+def _compute(
+    worker: LocalPythonWorker,
+    ctx: TableContext,
+    snap: Snapshot,
+    step: Step,
+    frag_ids: list[str],
+    spec: str,
+    on_corrupt: str,
+    descriptors: list[str],
+) -> dict[str, Any]:
+    """:func:`compute_locally`'s loop: the replies are appended to ``descriptors``; the scan
+    metrics returned."""
     reader = FragmentReader(ctx.location, snap, strict_types=True)
     by_id = {f.fragment_id: f for f in snap.fragments}
     cols = [ROW_ID, *step_inputs(step)]
-    descriptors: list[str] = []
     corrupt: list[dict[str, Any]] = []
     for fid in frag_ids:
         frag = by_id[fid]
@@ -146,9 +174,12 @@ def compute_locally(
         ids = pa.array(np.full(rows.num_rows, fid, dtype=object), pa.string())
         table = pa.table([ids, pa.array(offsets), *rows.columns],
                          names=[FRAGMENT, OFFSET, *cols])  # fmt: skip
-        descriptors += worker.compute(spec, table)
-    scan = {"omnitableBytesRead": reader.bytes_read, "omnitableScans": 1}
-    return descriptors, {**scan, "corruptFragments": corrupt}
+        replies = worker.compute(spec, table)
+        descriptors += replies
+        if any("fatal" in json.loads(d) for d in replies):
+            break
+    return {"omnitableBytesRead": reader.bytes_read, "omnitableScans": 1,
+            "corruptFragments": corrupt}  # fmt: skip
 
 
 def _read_fragment(
@@ -158,18 +189,21 @@ def _read_fragment(
     on_corrupt: str,
     corrupt: list[dict[str, Any]],
 ) -> pa.Table | None:
-    """The fragment's live rows, read again after corruption up to :data:`CORRUPT_RETRIES`
-    times; None when it stays unreadable and ``on_corrupt`` is ``skip`` (then reported in
-    ``corrupt`` as Spark's reader reports it)."""
+    """The fragment's live rows. A read failing from corruption or a transient I/O error
+    (:func:`read_failure`) is tried again up to :data:`CORRUPT_RETRIES` times, 50 ms x the
+    attempt apart; then a corrupt fragment is None with ``on_corrupt="skip"`` (reported in
+    ``corrupt`` as Spark's reader reports it), and any other failure is raised."""
     for attempt in range(CORRUPT_RETRIES + 1):
         try:
             return reader.read_fragment(frag, cols)
         except (CorruptInputError, pa.ArrowInvalid, OSError) as exc:
-            if not _corruption(exc):
+            failure = read_failure(exc)
+            if failure == "environment":
                 raise
             if attempt < CORRUPT_RETRIES:
+                time.sleep(0.05 * (attempt + 1))
                 continue
-            if on_corrupt != "skip":
+            if failure == "transient" or on_corrupt != "skip":
                 raise
             error = f"{type(exc).__name__}: {exc}"
             path = exc.path if isinstance(exc, CorruptInputError) else None
@@ -178,15 +212,32 @@ def _read_fragment(
     return None
 
 
-def _corruption(exc: BaseException) -> bool:
-    """Whether a read error is the file's content (skippable), not the environment: a missing
-    file, a permission or a directory where a file was expected fail the run, since skipping
-    them would leave every fragment missing."""
-    cause = exc.__cause__ if isinstance(exc, CorruptInputError) else exc
-    if isinstance(cause, (FileNotFoundError, PermissionError, IsADirectoryError,
-                          NotADirectoryError, ConnectionError, TimeoutError)):  # fmt: skip
-        return False
-    return isinstance(exc, CorruptInputError) or type(exc) in (OSError, pa.ArrowInvalid)
+_ENVIRONMENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+_DECODER_WORDS = ("thrift", "parquet", "magic", "corrupt", "malformed", "compress",
+                  "end of stream", "page", "snappy", "zstd", "lz4", "gzip", "brotli",
+                  "encoding", "levels", "dictionary")  # fmt: skip
+
+
+def read_failure(exc: BaseException) -> str:
+    """How a failed read is handled, as Spark's reader classifies it: ``environment`` (a
+    missing file, a permission, a directory: fail at once, since skipping would leave every
+    fragment missing), ``corrupt`` (the file's bytes: a bad footer, magic, page or codec
+    stream, a wrong row count; skippable) or ``transient`` (any other I/O error, a network
+    error of an object store say: retried, then fails)."""
+    if isinstance(exc, CorruptInputError):
+        if exc.path is None:  # not a data file's content (a deletion vector, say)
+            return "environment"
+        cause = exc.__cause__
+        return "corrupt" if cause is None else read_failure(cause)
+    if isinstance(exc, _ENVIRONMENT):
+        return "environment"
+    if isinstance(exc, pa.ArrowInvalid):
+        return "corrupt"
+    if isinstance(exc, OSError) and exc.errno is None:
+        text = str(exc).lower()
+        if any(word in text for word in _DECODER_WORDS):
+            return "corrupt"
+    return "transient"
 
 
 class LocalPythonWorker:
@@ -207,7 +258,7 @@ class LocalPythonWorker:
                 writer.write_table(table)
             try:
                 write_frame(proc.stdin, spec.encode())
-                write_frame(proc.stdin, sink.getvalue().to_pybytes())
+                write_frame(proc.stdin, memoryview(sink.getvalue()))
                 reply = read_frame(proc.stdout)
             except (OSError, EOFError):
                 reply = None
@@ -222,13 +273,15 @@ class LocalPythonWorker:
             raise _task_error(doc)
         return list(doc["descriptors"])
 
-    def close(self) -> None:
-        """End the worker (it finishes its current request first; killed after 30 s)."""
-        with self._lock:
-            proc, self._proc = self._proc, None
+    def close(self, abort: bool = False) -> None:
+        """End the worker: at once with ``abort`` (the run failed or was interrupted: its
+        current request is of no use), else after its current request (killed after 30 s)."""
+        proc, self._proc = self._proc, None
         if proc is None:
             return
         _close_quietly(proc.stdin)
+        if abort:
+            proc.kill()
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -242,7 +295,7 @@ class LocalPythonWorker:
                 self._reap()
             env = dict(os.environ)
             # the modules this process imports (features by reference, --path) import there too
-            env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+            env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "omnitable.exec.local_worker"],
                 stdin=subprocess.PIPE,

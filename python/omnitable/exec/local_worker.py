@@ -5,8 +5,8 @@ Started by :class:`omnitable.exec.local_engine.LocalPythonWorker` for the ``pyth
 spec and input rows, runs :func:`omnitable.exec.task.compute_partition` (which writes the
 column files) and sends back the descriptors. It never touches the catalog.
 
-Protocol, on the child's stdin and a duplicate of its original stdout (the feature code's own
-prints go to stderr, so they cannot corrupt a frame): each frame is an 8-byte big-endian length
+Protocol, on duplicates of the child's original stdin and stdout (the feature code's own prints
+go to stderr and its reads of stdin find nothing, so they cannot corrupt a frame): each frame is an 8-byte big-endian length
 and that many bytes. A request is two frames, the task spec (JSON) and the input (an Arrow IPC
 stream); the reply is one frame, ``{"descriptors": [...]}`` or ``{"error": class name,
 "message": ..., "traceback": ...}`` for an exception the task raised. End of input ends it.
@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import sys
 import threading
 import time
 import traceback
@@ -40,7 +39,7 @@ def read_frame(stream: IO[bytes]) -> bytes | None:
     return bytes(body)
 
 
-def write_frame(stream: IO[bytes], body: bytes) -> None:
+def write_frame(stream: IO[bytes], body: bytes | memoryview) -> None:
     stream.write(_LENGTH.pack(len(body)))
     stream.write(body)
     stream.flush()
@@ -80,9 +79,13 @@ def _exit_with_parent() -> None:
 
 def main() -> None:
     threading.Thread(target=_exit_with_parent, name="parent-watch", daemon=True).start()
-    replies = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # prints of feature code go to stderr, never into a reply
-    _serve(sys.stdin.buffer, replies)
+    requests, replies = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
+    # feature code never touches the protocol: its prints go to stderr, its reads find nothing
+    os.dup2(2, 1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    _serve(requests, replies)
 
 
 if __name__ == "__main__":

@@ -200,11 +200,9 @@ def run_queue(
         RunScope(
             ctx.catalog, ctx.record, "backfill", described, abort_on=(ErrorRatioExceeded,)
         ) as run,
-        run_engines(sessions, ctx, run.run_id, options, tunings) as shared,
+        run_engines(sessions, ctx, run, options, tunings, cluster) as shared,
     ):
         result = shared.result
-        run.metrics = result.summary
-        result.cluster = cluster.size()
         warn_tunings(ctx, tunings, result)
         result.steps = [step_result(s, t) for s, t in zip(plan.steps, tunings, strict=True)]
         tuned = _Tunings(tunings, cluster, result)

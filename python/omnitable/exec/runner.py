@@ -239,11 +239,9 @@ def run_plan(
         RunScope(
             ctx.catalog, ctx.record, "backfill", described, abort_on=(ErrorRatioExceeded,)
         ) as run,
-        run_engines(sessions, ctx, run.run_id, options, tunings) as shared,
+        run_engines(sessions, ctx, run, options, tunings, cluster) as shared,
     ):
         result = shared.result
-        run.metrics = result.summary
-        result.cluster = cluster.size()
         warn_tunings(ctx, tunings, result)
         rlog = logging.LoggerAdapter(log, {"run_id": run.run_id, "table": ctx.name})
         rlog.info("backfill of %s: %d step(s), run %s", ctx.name, len(plan.steps), run.run_id)
@@ -300,8 +298,8 @@ def engine_reasons(ctx: TableContext, plan: Plan, options: RunOptions) -> list[s
     """Per step, why it runs on Spark (None: on the ``python`` engine)."""
     if options.engine != "python":
         return ["engine=spark"] * len(plan.steps)
-    types = {c.name: c.arrow_type for c in ctx.all_columns()[1] if c.state == "active"}
-    return [local_reason(step, types) for step in plan.steps]
+    columns = [c for c in ctx.all_columns()[1] if c.state == "active"]
+    return [local_reason(step, columns) for step in plan.steps]
 
 
 class Sessions:
@@ -318,12 +316,24 @@ class Sessions:
     ) -> None:
         self._ctx, self._plan, self._spark = ctx, plan, spark
         self._session: SparkSession | None = None
+        self._driver_escalation: bool | None = None
 
     def get(self) -> SparkSession:
         if self._session is None:
             given = self._spark() if callable(self._spark) else self._spark
             self._session = prepare_session(self._ctx, self._plan, given)
         return self._session
+
+    def driver_escalation(self, options: RunOptions, result: RunResult) -> bool:
+        """Whether the driver escalates crashes of the session's chunks (worked out, and a
+        warning added to ``result`` when crash escalation cannot run, on the first call)."""
+        if self._driver_escalation is None:
+            escalation = crash_escalation(self.get())
+            if escalation.warning is not None and options.isolation == "auto":
+                log.warning("backfill of %s: %s", self._ctx.name, escalation.warning)
+                result.warnings.append(escalation.warning)
+            self._driver_escalation = escalation.driver_fallback and options.isolation == "auto"
+        return self._driver_escalation
 
 
 def warn_tunings(ctx: TableContext, tunings: list[StepTuning], result: RunResult) -> None:
@@ -374,27 +384,29 @@ def describe(plan: Plan, options: RunOptions, **extra: Any) -> dict[str, Any]:
 def run_engines(
     sessions: Sessions,
     ctx: TableContext,
-    run_id: str,
+    scope: RunScope,
     options: RunOptions,
     tunings: list[StepTuning],
+    cluster: Cluster,
 ) -> Iterator[ChunkRun]:
-    """What every chunk of the run shares, with a fresh :class:`RunResult`: the session (made
-    here when a step runs on Spark: a warning when crash escalation cannot run there) and the
-    local Python worker (when a step runs on the ``python`` engine: ended on exit)."""
-    result = RunResult(run_id)
-    driver_escalation = False
+    """What every chunk of the run in ``scope`` shares, with a fresh :class:`RunResult` (the
+    scope's metrics from the start): the session (made here when a step runs on Spark: a
+    warning when crash escalation cannot run there) and the local Python worker (when a step
+    runs on the ``python`` engine: ended on exit, at once when the run fails or is
+    interrupted)."""
+    result = RunResult(scope.run_id, cluster=cluster.size())
+    scope.metrics = result.summary
     if any(not t.local for t in tunings):
-        escalation = crash_escalation(sessions.get())
-        if escalation.warning is not None and options.isolation == "auto":
-            log.warning("backfill of %s: %s", ctx.name, escalation.warning)
-            result.warnings.append(escalation.warning)
-        driver_escalation = escalation.driver_fallback and options.isolation == "auto"
+        sessions.driver_escalation(options, result)
     local = LocalPythonWorker() if any(t.local for t in tunings) else None
     try:
-        yield ChunkRun(sessions, ctx, run_id, options, result, driver_escalation, local)
-    finally:
+        yield ChunkRun(sessions, ctx, scope.run_id, options, result, local)
+    except BaseException:
         if local is not None:
-            local.close()
+            local.close(abort=True)
+        raise
+    if local is not None:
+        local.close()
 
 
 def gpu_profile(tuning: StepTuning, cluster: Cluster, result: RunResult) -> StepTuning:
@@ -447,15 +459,13 @@ class _Tracked:
 
 @dataclass(frozen=True)
 class ChunkRun:
-    """What every step and chunk of one backfill run shares. ``driver_escalation``: of the
-    steps on Spark (the local worker's steps always escalate with ``isolation="auto"``)."""
+    """What every step and chunk of one backfill run shares."""
 
     sessions: Sessions
     ctx: TableContext
     run_id: str
     options: RunOptions
     result: RunResult
-    driver_escalation: bool
     local: LocalPythonWorker | None = None
 
 
@@ -513,7 +523,10 @@ def run_chunk(
     skipped: list[dict[str, Any]] = []
     if work:
         local = _local_worker(run, step, snap, tuning)
-        escalate = options.isolation == "auto" if local is not None else run.driver_escalation
+        if local is not None:
+            escalate = options.isolation == "auto"
+        else:
+            escalate = run.sessions.driver_escalation(options, run.result)
         marks = TaskProgress(ctx.location.join("_progress", tag).uri) if escalate else None
         session = run.sessions.get() if local is None else None
         job = ChunkJob(session, ctx, snap, step, retry, run.run_id, tag, options.isolation,
@@ -608,8 +621,7 @@ def _local_worker(
     chunk's snapshot (an input's type changed since the plan: Spark, logged)."""
     if run.local is None or tuning is None or not tuning.local:
         return None
-    types = {c.name: c.arrow_type for c in snap.columns}
-    reason = local_reason(step, types)
+    reason = local_reason(step, snap.columns)
     if reason is not None:
         log.warning("backfill of %s: this chunk runs on Spark: %s", run.ctx.name, reason)
         return None

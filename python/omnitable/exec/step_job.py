@@ -21,7 +21,7 @@ from omnitable.catalog.snapshot import Snapshot
 from omnitable.exceptions import CorruptInputError, NotFoundError, ValidationError
 from omnitable.exec.errors import error_offsets
 from omnitable.exec.escalation import TaskProgress, worker_died
-from omnitable.exec.local_engine import LocalPythonWorker, compute_locally
+from omnitable.exec.local_engine import LocalPythonWorker, compute_locally, step_inputs
 from omnitable.exec.scan_metrics import ScanMetrics
 from omnitable.exec.task import (
     FRAGMENT,
@@ -90,8 +90,7 @@ def step_dataframe(
         .option("on_corrupt", "skip_fragment" if on_corrupt == "skip" else "fail")
         .load(ctx.name)
     )
-    pandas_inputs = {c for f in step.features if f.kind == "pandas" for c in f.inputs}
-    cols = [FRAGMENT, OFFSET, ROW_ID] + [c for c in step.inputs if c in pandas_inputs]
+    cols = [FRAGMENT, OFFSET, ROW_ID, *step_inputs(step)]
     for f in step.features:
         if f.name in step.retry and f.kind == "pandas":  # an SQL feature is recomputed whole
             cols += [o for o in f.outputs if o not in cols]
@@ -308,11 +307,13 @@ def _run_job(
         allow_version_drift=drift,
     ).to_json()
     if job.local is not None:
+        marked = job.progress is not None
         descriptors, scan = compute_locally(
-            job.local, ctx, snap, job.step, frag_ids, spec, job.on_corrupt
+            job.local, ctx, snap, job.step, frag_ids, spec, job.on_corrupt, marked
         )
-        for key, value in scan.items():
-            local_scan[key] += value
+        local_scan["omnitableBytesRead"] += scan["omnitableBytesRead"]
+        local_scan["omnitableScans"] += scan["omnitableScans"]
+        local_scan["corruptFragments"] += scan["corruptFragments"]
         return descriptors
     assert session is not None, "a Spark job needs a session"
     df = step_dataframe(session, ctx, snap, job.step, frag_ids, job.on_corrupt)
