@@ -129,57 +129,45 @@ def compute_locally(
         CorruptInputError: an unreadable fragment with ``on_corrupt="fail"``.
         LocalTaskError, OmniTableError: what the task raised.
     """
+    reader = FragmentReader(ctx.location, snap, strict_types=True)
+    by_id = {f.fragment_id: f for f in snap.fragments}
+    cols = [ROW_ID, *step_inputs(step)]
     descriptors: list[str] = []
+    corrupt: list[dict[str, Any]] = []
     try:
-        scan = _compute(worker, ctx, snap, step, frag_ids, spec, on_corrupt, descriptors)
+        for fid in frag_ids:
+            rows = _read_fragment(reader, by_id[fid], cols, on_corrupt, corrupt)
+            if rows is None:
+                continue
+            replies = worker.compute(spec, _task_input(snap, by_id[fid], rows, cols))
+            descriptors += replies
+            if any("fatal" in json.loads(d) for d in replies):
+                break
     except BaseException as exc:
         if not (marked and isinstance(exc, LocalWorkerDied)):
             paths = [json.loads(d).get("file", {}).get("path") for d in descriptors]
             delete_quietly(ctx.location.fs, [ctx.location.child_path(p) for p in paths if p])
         raise
-    return descriptors, scan
+    scan = {"omnitableBytesRead": reader.bytes_read, "omnitableScans": 1}
+    return descriptors, {**scan, "corruptFragments": corrupt}
 
 
-def _compute(
-    worker: LocalPythonWorker,
-    ctx: TableContext,
-    snap: Snapshot,
-    step: Step,
-    frag_ids: list[str],
-    spec: str,
-    on_corrupt: str,
-    descriptors: list[str],
-) -> dict[str, Any]:
-    """:func:`compute_locally`'s loop: the replies are appended to ``descriptors``; the scan
-    metrics returned."""
-    reader = FragmentReader(ctx.location, snap, strict_types=True)
-    by_id = {f.fragment_id: f for f in snap.fragments}
-    cols = [ROW_ID, *step_inputs(step)]
-    corrupt: list[dict[str, Any]] = []
-    for fid in frag_ids:
-        frag = by_id[fid]
-        rows = _read_fragment(reader, frag, cols, on_corrupt, corrupt)
-        if rows is None:
-            continue
-        dv = snap.deletion(fid)
-        offsets = np.arange(frag.row_count, dtype=np.int64)
-        if dv is not None:
-            deleted = decode_vector(dv.vector, frag.row_count, where=f"the vector of {fid}")
-            offsets = offsets[~deleted]
-        if len(offsets) != rows.num_rows:
-            raise ValidationError(
-                f"Cannot backfill fragment {fid}: read {rows.num_rows} live rows, its deletion "
-                f"vector leaves {len(offsets)}"
-            )
-        ids = pa.array(np.full(rows.num_rows, fid, dtype=object), pa.string())
-        table = pa.table([ids, pa.array(offsets), *rows.columns],
-                         names=[FRAGMENT, OFFSET, *cols])  # fmt: skip
-        replies = worker.compute(spec, table)
-        descriptors += replies
-        if any("fatal" in json.loads(d) for d in replies):
-            break
-    return {"omnitableBytesRead": reader.bytes_read, "omnitableScans": 1,
-            "corruptFragments": corrupt}  # fmt: skip
+def _task_input(snap: Snapshot, frag: FragmentRecord, rows: pa.Table, cols: list[str]) -> pa.Table:
+    """A task's input for the fragment's live ``rows``: with the fragment id and each row's
+    offset in the fragment, as the Spark path sends them."""
+    fid = frag.fragment_id
+    offsets = np.arange(frag.row_count, dtype=np.int64)
+    dv = snap.deletion(fid)
+    if dv is not None:
+        deleted = decode_vector(dv.vector, frag.row_count, where=f"the vector of {fid}")
+        offsets = offsets[~deleted]
+    if len(offsets) != rows.num_rows:
+        raise ValidationError(
+            f"Cannot backfill fragment {fid}: read {rows.num_rows} live rows, its deletion "
+            f"vector leaves {len(offsets)}"
+        )
+    ids = pa.array(np.full(rows.num_rows, fid, dtype=object), pa.string())
+    return pa.table([ids, pa.array(offsets), *rows.columns], names=[FRAGMENT, OFFSET, *cols])
 
 
 def _read_fragment(

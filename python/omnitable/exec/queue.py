@@ -29,12 +29,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from omnitable.catalog import queue as q
-from omnitable.catalog.runs import RunScope
 from omnitable.exceptions import (
     CatalogError,
     CommitConflict,
     CommitOutcomeUnknown,
-    ErrorRatioExceeded,
     OmniTableError,
     ValidationError,
 )
@@ -43,15 +41,11 @@ from omnitable.exec.runner import (
     Progress,
     RunOptions,
     RunResult,
-    Sessions,
     SessionSource,
-    describe,
     gpu_profile,
+    open_run,
     run_chunk,
-    run_engines,
     step_result,
-    tune_run,
-    warn_tunings,
 )
 from omnitable.exec.tuning import Cluster, StepTuning
 from omnitable.observability.progress import (
@@ -193,20 +187,11 @@ def run_queue(
     if plan.is_empty:
         return RunResult(None)
     plan, pid = join_queue(ctx, plan, options, plan_at)
-    sessions = Sessions(ctx, plan, spark)
-    cluster, tunings = tune_run(ctx, plan, sessions, options)
-    described = describe(plan, options, queue=pid, tuning=[t.settings() for t in tunings])
-    with (
-        RunScope(
-            ctx.catalog, ctx.record, "backfill", described, abort_on=(ErrorRatioExceeded,)
-        ) as run,
-        run_engines(sessions, ctx, run, options, tunings, cluster) as shared,
-    ):
-        result = shared.result
-        warn_tunings(ctx, tunings, result)
+    with open_run(ctx, plan, spark, options, queue=pid) as opened:
+        shared, result, tunings = opened.chunks, opened.chunks.result, opened.tunings
         result.steps = [step_result(s, t) for s, t in zip(plan.steps, tunings, strict=True)]
-        tuned = _Tunings(tunings, cluster, result)
-        run_id = run.run_id
+        tuned = _Tunings(tunings, opened.cluster, result)
+        run_id = shared.run_id
         on_item = None if report is None else lambda d: report(run_id, ctx.name, d)
         _work(shared, plan, pid, queue_options, tuned, on_item)
         result.seconds = time.perf_counter() - started

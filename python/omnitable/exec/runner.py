@@ -232,24 +232,16 @@ def run_plan(
     report = dispatcher(progress)  # a bad progress argument fails before any work
     if plan.is_empty:
         return RunResult(None)
-    sessions = Sessions(ctx, plan, spark)
-    cluster, tunings = tune_run(ctx, plan, sessions, options)
-    described = describe(plan, options, tuning=[t.settings() for t in tunings])
-    with (
-        RunScope(
-            ctx.catalog, ctx.record, "backfill", described, abort_on=(ErrorRatioExceeded,)
-        ) as run,
-        run_engines(sessions, ctx, run, options, tunings, cluster) as shared,
-    ):
-        result = shared.result
-        warn_tunings(ctx, tunings, result)
-        rlog = logging.LoggerAdapter(log, {"run_id": run.run_id, "table": ctx.name})
-        rlog.info("backfill of %s: %d step(s), run %s", ctx.name, len(plan.steps), run.run_id)
+    with open_run(ctx, plan, spark, options) as opened:
+        shared, cluster, result = opened.chunks, opened.cluster, opened.chunks.result
+        run_id = shared.run_id
+        rlog = logging.LoggerAdapter(log, {"run_id": run_id, "table": ctx.name})
+        rlog.info("backfill of %s: %d step(s), run %s", ctx.name, len(plan.steps), run_id)
         totals = [sum(f.row_count for f in s.fragments) for s in plan.steps]
-        for index, (step, tuning) in enumerate(zip(plan.steps, tunings, strict=True), 1):
+        for index, (step, tuning) in enumerate(zip(plan.steps, opened.tunings, strict=True), 1):
             out = step_result(step, tuning)
             result.steps.append(out)
-            tracked = _Tracked(report, run.run_id, ctx.name, index, totals, result, started)
+            tracked = _Tracked(report, run_id, ctx.name, index, totals, result, started)
             try:
                 _run_step(shared, step, index, out, tracked, gpu_profile(tuning, cluster, result))
             finally:
@@ -259,6 +251,35 @@ def run_plan(
                       out.fragments, out.rows, out.seconds)  # fmt: skip
         result.seconds = time.perf_counter() - started
     return result
+
+
+@dataclass(frozen=True)
+class OpenRun:
+    """A backfill run in progress: what its chunks share, the cluster, each step's tuning."""
+
+    chunks: ChunkRun
+    cluster: Cluster
+    tunings: list[StepTuning]
+
+
+@contextlib.contextmanager
+def open_run(
+    ctx: TableContext, plan: Plan, spark: SessionSource, options: RunOptions, **record: Any
+) -> Iterator[OpenRun]:
+    """Route and tune the plan's steps (:func:`tune_run`), then open its run record
+    (:func:`describe`, with ``record``'s entries) and its engines (:func:`run_engines`); on exit
+    the run is recorded as succeeded, or failed or aborted with the exception, which propagates."""
+    sessions = Sessions(ctx, plan, spark)
+    cluster, tunings = tune_run(ctx, plan, sessions, options)
+    described = describe(plan, options, **record, tuning=[t.settings() for t in tunings])
+    with (
+        RunScope(
+            ctx.catalog, ctx.record, "backfill", described, abort_on=(ErrorRatioExceeded,)
+        ) as scope,
+        run_engines(sessions, ctx, scope, options, tunings, cluster) as chunks,
+    ):
+        warn_tunings(ctx, tunings, chunks.result)
+        yield OpenRun(chunks, cluster, tunings)
 
 
 def tune_run(
