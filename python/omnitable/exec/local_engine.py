@@ -101,12 +101,6 @@ def _same_without_spark(t: pa.DataType) -> bool:
     return any(check(t) for check in checks)
 
 
-def step_inputs(step: Step) -> list[str]:
-    """The columns a step's pandas features read, in the step's order."""
-    wanted = {c for f in step.features if f.kind == "pandas" for c in f.inputs}
-    return [c for c in step.inputs if c in wanted]
-
-
 def compute_locally(
     worker: LocalPythonWorker,
     ctx: TableContext,
@@ -131,7 +125,7 @@ def compute_locally(
     """
     reader = FragmentReader(ctx.location, snap, strict_types=True)
     by_id = {f.fragment_id: f for f in snap.fragments}
-    cols = [ROW_ID, *step_inputs(step)]
+    cols = [ROW_ID, *step.pandas_inputs]
     descriptors: list[str] = []
     corrupt: list[dict[str, Any]] = []
     try:

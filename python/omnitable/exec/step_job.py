@@ -21,7 +21,7 @@ from omnitable.catalog.snapshot import Snapshot
 from omnitable.exceptions import CorruptInputError, NotFoundError, ValidationError
 from omnitable.exec.errors import error_offsets
 from omnitable.exec.escalation import TaskProgress, worker_died
-from omnitable.exec.local_engine import LocalPythonWorker, compute_locally, step_inputs
+from omnitable.exec.local_engine import LocalPythonWorker, compute_locally
 from omnitable.exec.scan_metrics import ScanMetrics
 from omnitable.exec.task import (
     FRAGMENT,
@@ -90,7 +90,7 @@ def step_dataframe(
         .option("on_corrupt", "skip_fragment" if on_corrupt == "skip" else "fail")
         .load(ctx.name)
     )
-    cols = [FRAGMENT, OFFSET, ROW_ID, *step_inputs(step)]
+    cols = [FRAGMENT, OFFSET, ROW_ID, *step.pandas_inputs]
     for f in step.features:
         if f.name in step.retry and f.kind == "pandas":  # an SQL feature is recomputed whole
             cols += [o for o in f.outputs if o not in cols]

@@ -49,6 +49,12 @@ class Step:
         return list(seen.values())
 
     @property
+    def pandas_inputs(self) -> list[str]:
+        """The columns the step's pandas features read, in the order of :attr:`inputs`."""
+        wanted = {c for f in self.features if f.kind == "pandas" for c in f.inputs}
+        return [c for c in self.inputs if c in wanted]
+
+    @property
     def engine(self) -> str:
         kinds = {f.kind for f in self.features}
         return "spark-sql" if kinds == {"sql"} else "pandas" if kinds == {"pandas"} else "mixed"
